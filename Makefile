@@ -17,7 +17,7 @@ build:
 	@mkdir -p $(BIN)
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags='-s -w' -o $(BIN)/coordino ./plugin/cmd/coordino
 	CGO_ENABLED=0 $(GO) build -trimpath -o $(BIN)/coordino-daemon ./daemon/cmd/coordino-daemon
-	@if [ -d install/cmd/coordino-install ]; then CGO_ENABLED=0 $(GO) build -trimpath -o $(BIN)/coordino-install ./install/cmd/coordino-install; fi
+	@if [ -f install/cmd/coordino-install/main.go ]; then CGO_ENABLED=0 $(GO) build -trimpath -o $(BIN)/coordino-install ./install/cmd/coordino-install; fi
 
 # Reference plugins from github.com/containernetworking/plugins at the version in go.mod.
 ref-plugins:

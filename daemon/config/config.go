@@ -1,0 +1,160 @@
+package config
+
+import (
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+)
+
+// Options configures one daemon. Directory options let several daemons
+// share a machine (one per simulated node in tests).
+type Options struct {
+	Standalone  bool     `json:"standalone"`
+	NodeName    string   `json:"nodeName"`
+	PodCIDRs    []string `json:"podCIDRs"`
+	RunDir      string   `json:"runDir"`
+	StateDir    string   `json:"stateDir"`
+	BPFDir      string   `json:"bpfDir"`
+	MetricsAddr string   `json:"metricsAddr"`
+	LogLevel    string   `json:"logLevel"`
+	PolicyDir   string   `json:"policyDir"`
+	LegacyTC    bool     `json:"legacyTC"`
+	NoDatapath  bool     `json:"noDatapath"`
+
+	// Prefixes is PodCIDRs parsed.
+	Prefixes []netip.Prefix `json:"-"`
+}
+
+// Defaults are the production paths.
+func Defaults() Options {
+	return Options{
+		RunDir:      "/run/coordino",
+		StateDir:    "/var/lib/coordino",
+		BPFDir:      "/sys/fs/bpf/coordino",
+		MetricsAddr: "127.0.0.1:9962",
+		LogLevel:    "info",
+	}
+}
+
+type cidrList struct{ o *Options }
+
+func (c cidrList) String() string {
+	if c.o == nil {
+		return ""
+	}
+	return strings.Join(c.o.PodCIDRs, ",")
+}
+
+func (c cidrList) Set(v string) error {
+	c.o.PodCIDRs = append(c.o.PodCIDRs, v)
+	return nil
+}
+
+// Parse reads args (without the program name). Errors name the flag or key.
+func Parse(args []string, stderr io.Writer) (*Options, error) {
+	o := Defaults()
+	fs := flag.NewFlagSet("coordino-daemon", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	configFile := fs.String("config", "", "JSON config file with the same keys as the flags (flags win)")
+	fs.BoolVar(&o.Standalone, "standalone", false, "run without Kubernetes: static pod CIDRs and a policy directory")
+	fs.StringVar(&o.NodeName, "node-name", "", "this node's name (default: $NODE_NAME, else the hostname)")
+	fs.Var(cidrList{&o}, "pod-cidr", "a pod CIDR of this node, repeatable; one IPv4 and one IPv6 give dual-stack pods")
+	fs.StringVar(&o.RunDir, "run-dir", o.RunDir, "socket, delete queue and netns pins")
+	fs.StringVar(&o.StateDir, "state-dir", o.StateDir, "persistent state (endpoint store)")
+	fs.StringVar(&o.BPFDir, "bpf-dir", o.BPFDir, "bpffs directory for pinned maps and links")
+	fs.StringVar(&o.MetricsAddr, "metrics-addr", o.MetricsAddr, "host:port for /metrics, /healthz, /readyz (port 0 picks one; written to <run-dir>/metrics.addr)")
+	fs.StringVar(&o.LogLevel, "log-level", o.LogLevel, "debug, info, warn or error")
+	fs.StringVar(&o.PolicyDir, "policy-dir", "", "standalone: directory of NetworkPolicy and Namespace YAML files")
+	fs.BoolVar(&o.LegacyTC, "legacy-tc", false, "attach eBPF with clsact/cls_bpf even where the kernel has tcx")
+	fs.BoolVar(&o.NoDatapath, "no-datapath", false, "do not load eBPF: connectivity without policy enforcement")
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("unexpected arguments: %q", fs.Args())
+	}
+	if *configFile != "" {
+		merged, err := fromFile(*configFile)
+		if err != nil {
+			return nil, err
+		}
+		// Flags given on the command line override the file.
+		explicit := map[string]bool{}
+		fs.Visit(func(f *flag.Flag) { explicit[f.Name] = true })
+		merged.applyFlags(&o, explicit)
+		o = *merged
+	}
+	if o.NodeName == "" {
+		o.NodeName = os.Getenv("NODE_NAME")
+	}
+	if o.NodeName == "" {
+		o.NodeName, _ = os.Hostname()
+	}
+	return &o, o.validate()
+}
+
+func fromFile(path string) (*Options, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("read config %s: %w", path, err)
+	}
+	o := Defaults()
+	dec := json.NewDecoder(strings.NewReader(string(data)))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&o); err != nil {
+		return nil, fmt.Errorf("config %s: %w", path, err)
+	}
+	return &o, nil
+}
+
+// applyFlags copies into o every option set explicitly on the command line.
+func (o *Options) applyFlags(flags *Options, explicit map[string]bool) {
+	set := map[string]func(){
+		"standalone":   func() { o.Standalone = flags.Standalone },
+		"node-name":    func() { o.NodeName = flags.NodeName },
+		"pod-cidr":     func() { o.PodCIDRs = flags.PodCIDRs },
+		"run-dir":      func() { o.RunDir = flags.RunDir },
+		"state-dir":    func() { o.StateDir = flags.StateDir },
+		"bpf-dir":      func() { o.BPFDir = flags.BPFDir },
+		"metrics-addr": func() { o.MetricsAddr = flags.MetricsAddr },
+		"log-level":    func() { o.LogLevel = flags.LogLevel },
+		"policy-dir":   func() { o.PolicyDir = flags.PolicyDir },
+		"legacy-tc":    func() { o.LegacyTC = flags.LegacyTC },
+		"no-datapath":  func() { o.NoDatapath = flags.NoDatapath },
+	}
+	for name := range explicit {
+		if f := set[name]; f != nil {
+			f()
+		}
+	}
+}
+
+func (o *Options) validate() error {
+	o.Prefixes = o.Prefixes[:0]
+	for _, c := range o.PodCIDRs {
+		p, err := netip.ParsePrefix(c)
+		if err != nil {
+			return fmt.Errorf("pod-cidr %q: %w", c, err)
+		}
+		o.Prefixes = append(o.Prefixes, p.Masked())
+	}
+	for name, dir := range map[string]string{"run-dir": o.RunDir, "state-dir": o.StateDir, "bpf-dir": o.BPFDir} {
+		if !filepath.IsAbs(dir) {
+			return fmt.Errorf("%s %q must be an absolute path", name, dir)
+		}
+	}
+	if o.PolicyDir != "" && !filepath.IsAbs(o.PolicyDir) {
+		return fmt.Errorf("policy-dir %q must be an absolute path", o.PolicyDir)
+	}
+	switch o.LogLevel {
+	case "debug", "info", "warn", "error":
+	default:
+		return fmt.Errorf("log-level %q: want debug, info, warn or error", o.LogLevel)
+	}
+	return nil
+}

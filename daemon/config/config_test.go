@@ -1,0 +1,44 @@
+package config
+
+import (
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func TestFlagsAndFile(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "c.json")
+	os.WriteFile(file, []byte(`{"standalone":true,"podCIDRs":["10.7.0.0/24"],"runDir":"/run/x","logLevel":"debug"}`), 0o600)
+	o, err := Parse([]string{"--config", file, "--run-dir", "/run/y", "--node-name", "n1"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !o.Standalone || o.RunDir != "/run/y" || o.LogLevel != "debug" || o.NodeName != "n1" || len(o.Prefixes) != 1 || o.Prefixes[0].String() != "10.7.0.0/24" {
+		t.Fatalf("options = %+v", o)
+	}
+	o, err = Parse([]string{"--pod-cidr", "10.8.0.1/24", "--pod-cidr", "fd00::/64"}, io.Discard)
+	if err != nil || len(o.Prefixes) != 2 || o.Prefixes[0].String() != "10.8.0.0/24" {
+		t.Fatalf("options = %+v, %v", o, err)
+	}
+}
+
+func TestErrorsNameTheOption(t *testing.T) {
+	dir := t.TempDir()
+	bad := filepath.Join(dir, "bad.json")
+	os.WriteFile(bad, []byte(`{"podRange":["x"]}`), 0o600)
+	for args, want := range map[string]string{
+		"--pod-cidr nonsense":   "pod-cidr",
+		"--run-dir relative":    "run-dir",
+		"--log-level loud":      "log-level",
+		"--config " + bad:       "podRange",
+		"--policy-dir relative": "policy-dir",
+	} {
+		_, err := Parse(strings.Fields(args), io.Discard)
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("Parse(%s) err = %v, want mention of %q", args, err, want)
+		}
+	}
+}

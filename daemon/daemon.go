@@ -1,0 +1,117 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/coordino/coordino/daemon/config"
+	"github.com/coordino/coordino/daemon/endpoint"
+	"github.com/coordino/coordino/daemon/ipam"
+	"github.com/coordino/coordino/daemon/metrics"
+	"github.com/coordino/coordino/daemon/netsetup"
+	"github.com/coordino/coordino/daemon/server"
+	"github.com/coordino/coordino/daemon/store"
+	"github.com/coordino/coordino/plugin"
+)
+
+// MetricsAddrFile is written in the run dir with the metrics listener's
+// address, so tools find it when the port was chosen by the kernel.
+const MetricsAddrFile = "metrics.addr"
+
+// queueDrainInterval bounds how long a DEL queued by a plugin that raced a
+// daemon restart waits before it is applied.
+const queueDrainInterval = 5 * time.Second
+
+// Run serves until ctx is done. Start-up order matters: state is restored,
+// the delete queue drained and orphans reclaimed before the socket exists,
+// so no ADD can interleave with recovery.
+func Run(ctx context.Context, o *config.Options, log *zap.Logger) error {
+	pool, err := ipam.NewPool(o.Prefixes)
+	if err != nil {
+		return fmt.Errorf("pod CIDRs: %w", err)
+	}
+	_, v6 := pool.Families()
+	if err := netsetup.EnableForwarding(v6); err != nil {
+		return err
+	}
+	st, err := store.Open(o.StateDir)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+
+	mgr := endpoint.New(endpoint.Config{
+		PinDir: filepath.Join(o.RunDir, "netns"),
+		Pool:   pool,
+		Store:  st,
+		Log:    log,
+	})
+	m := metrics.New(pool)
+	addr, err := m.Serve(ctx, o.MetricsAddr)
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(o.RunDir, 0o700); err != nil {
+		return fmt.Errorf("create run dir %s: %w", o.RunDir, err)
+	}
+	if err := os.WriteFile(filepath.Join(o.RunDir, MetricsAddrFile), []byte(addr.String()+"\n"), 0o600); err != nil {
+		return fmt.Errorf("write metrics address: %w", err)
+	}
+	log.Info("metrics listening", zap.String("addr", addr.String()))
+
+	if err := mgr.Restore(); err != nil {
+		return err
+	}
+	queueDir := filepath.Join(o.RunDir, plugin.DeleteQueueDir)
+	if n, err := mgr.DrainDeleteQueue(queueDir); err != nil {
+		log.Error("some queued DELs could not be applied; they stay queued", zap.Error(err))
+	} else if n > 0 {
+		log.Info("applied queued DELs", zap.Int("count", n))
+	}
+	if err := mgr.ReclaimOrphans(); err != nil {
+		log.Error("reclaiming orphans", zap.Error(err))
+	}
+
+	socket := filepath.Join(o.RunDir, plugin.SocketName)
+	l, err := server.Listen(socket)
+	if err != nil {
+		return err
+	}
+	g := server.New(mgr, m, log).GRPCServer()
+	served := make(chan error, 1)
+	go func() { served <- g.Serve(l) }()
+	m.SetReady(true)
+	log.Info("serving CNI", zap.String("socket", socket), zap.String("node", o.NodeName), zap.Stringers("podCIDRs", o.Prefixes))
+
+	tick := time.NewTicker(queueDrainInterval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			m.SetReady(false)
+			stopped := make(chan struct{})
+			go func() { g.GracefulStop(); close(stopped) }()
+			select {
+			case <-stopped:
+			case <-time.After(10 * time.Second):
+				g.Stop()
+			}
+			return nil
+		case err := <-served:
+			if err != nil && !errors.Is(err, context.Canceled) {
+				return fmt.Errorf("gRPC server: %w", err)
+			}
+			return nil
+		case <-tick.C:
+			if _, err := mgr.DrainDeleteQueue(queueDir); err != nil {
+				log.Error("delete queue", zap.Error(err))
+			}
+		}
+	}
+}

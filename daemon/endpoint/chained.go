@@ -1,0 +1,47 @@
+package endpoint
+
+import (
+	"errors"
+
+	"github.com/containernetworking/cni/pkg/types"
+
+	"github.com/coordino/coordino/daemon/chaining"
+	"github.com/coordino/coordino/daemon/request"
+	"github.com/coordino/coordino/daemon/store"
+)
+
+// addChained attaches to the interface another plugin created: no IPAM, no
+// veth, no netns pin — only Coordino's record and datapath, and prevResult
+// passed through.
+func (m *Manager) addChained(inv *request.Invocation) (_ []byte, err error) {
+	prev := inv.PrevResult
+	idx, err := chaining.PodInterface(prev, inv.Netns, inv.Key.IfName)
+	if err != nil {
+		return nil, types.NewError(types.ErrInvalidNetworkConfig, err.Error(), "")
+	}
+	peer, err := chaining.ResolveHostPeer(inv.Netns, inv.Key.IfName)
+	if err != nil {
+		var nv *chaining.ErrNotVeth
+		if errors.As(err, &nv) {
+			return nil, types.NewError(types.ErrInvalidNetworkConfig, err.Error(), "")
+		}
+		return nil, internalError("resolve host side of %s: %v", inv.Key.IfName, err)
+	}
+	ep := m.newEndpoint(inv, store.ModeChained)
+	ep.HostIfName = peer.Name
+	ep.IPs = resultAddresses(prev, idx)
+	if err := m.Store.Put(ep); err != nil {
+		return nil, internalError("%v", err)
+	}
+	defer func() {
+		if err != nil {
+			_ = m.release(ep)
+		}
+	}()
+	if m.Datapath != nil {
+		if err := m.Datapath.Attach(ep, peer.Index); err != nil {
+			return nil, internalError("attach datapath to %s: %v", peer.Name, err)
+		}
+	}
+	return marshalResult(prev)
+}

@@ -1,0 +1,240 @@
+package endpoint
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"path/filepath"
+	"time"
+
+	"github.com/containernetworking/cni/pkg/types"
+	current "github.com/containernetworking/cni/pkg/types/100"
+	"go.uber.org/zap"
+
+	"github.com/coordino/coordino/daemon/ipam"
+	"github.com/coordino/coordino/daemon/netsetup"
+	"github.com/coordino/coordino/daemon/request"
+	"github.com/coordino/coordino/daemon/store"
+)
+
+// Datapath attaches Coordino's eBPF programs and map entries to an
+// endpoint's host-side interface. Attach must have the endpoint protected
+// before it returns; Detach is idempotent.
+type Datapath interface {
+	Attach(ep *store.Endpoint, hostIfIndex int) error
+	Detach(ep *store.Endpoint) error
+}
+
+// Config wires a Manager.
+type Config struct {
+	// PinDir holds the bind mounts that keep pod network namespaces alive.
+	PinDir string
+	Pool   *ipam.Pool
+	Store  *store.Store
+	// Datapath may be nil: attachments then get connectivity without eBPF policy.
+	Datapath Datapath
+	Log      *zap.Logger
+}
+
+// Manager carries out the CNI verbs. Safe for concurrent use.
+type Manager struct {
+	Config
+	locks keyedMutex
+}
+
+// New returns a Manager. Call Restore before serving.
+func New(cfg Config) *Manager {
+	if cfg.Log == nil {
+		cfg.Log = zap.NewNop()
+	}
+	return &Manager{Config: cfg}
+}
+
+// ResultVersion is the CNI version of results the daemon returns; the plugin
+// converts them to the version the runtime asked for.
+const ResultVersion = "1.1.0"
+
+// Add attaches a pod and returns the CNI result JSON.
+func (m *Manager) Add(inv *request.Invocation) ([]byte, error) {
+	unlock := m.locks.lock(inv.Key.String())
+	defer unlock()
+
+	// A second ADD of the same attachment (a runtime retrying after a
+	// timeout) starts from a clean slate rather than failing on leftovers.
+	if old, err := m.Store.Get(inv.Key); err == nil {
+		m.Log.Info("ADD of an existing attachment: removing the old one first", zap.String("endpoint", inv.Key.String()))
+		if err := m.release(old); err != nil {
+			return nil, internalError("remove previous attachment %s: %v", inv.Key, err)
+		}
+	}
+	if inv.PrevResult != nil {
+		return m.addChained(inv)
+	}
+	return m.addPrimary(inv)
+}
+
+func (m *Manager) newEndpoint(inv *request.Invocation, mode store.Mode) *store.Endpoint {
+	return &store.Endpoint{
+		Key:          inv.Key,
+		Mode:         mode,
+		Netns:        inv.Netns,
+		PodNamespace: inv.PodNamespace,
+		PodName:      inv.PodName,
+		PodUID:       inv.PodUID,
+		Labels:       inv.Labels,
+		Created:      time.Now(),
+	}
+}
+
+func (m *Manager) addPrimary(inv *request.Invocation) (_ []byte, err error) {
+	if err := verifyNetns(inv.Netns); err != nil {
+		return nil, err
+	}
+	ips, err := m.Pool.Allocate()
+	if err != nil {
+		return nil, types.NewError(types.ErrTryAgainLater, fmt.Sprintf("allocate pod address: %v", err), "")
+	}
+	ep := m.newEndpoint(inv, store.ModePrimary)
+	ep.IPs = ips
+	ep.HostIfName = netsetup.HostIfName(inv.Key.Network, inv.Key.ContainerID, inv.Key.IfName)
+	ep.PinPath = filepath.Join(m.PinDir, ep.HostIfName)
+	ep.MTU = inv.Conf.MTU
+	if ep.MTU == 0 {
+		ep.MTU = netsetup.DefaultMTU()
+	}
+
+	// The record commits before any kernel state exists, so whatever a crash
+	// leaves behind is named by a record that DEL, GC or restart finds.
+	if err := m.Store.Put(ep); err != nil {
+		m.Pool.Release(ips)
+		return nil, internalError("%v", err)
+	}
+	defer func() {
+		if err != nil {
+			if rerr := m.release(ep); rerr != nil {
+				m.Log.Error("undo failed ADD", zap.String("endpoint", ep.Key.String()), zap.Error(rerr))
+			}
+		}
+	}()
+
+	if err := pin(inv.Netns, ep.PinPath); err != nil {
+		return nil, err
+	}
+	att, err := netsetup.SetupPod(netsetup.PodConfig{
+		NetNSPath:  ep.PinPath,
+		IfName:     inv.Key.IfName,
+		HostIfName: ep.HostIfName,
+		MTU:        ep.MTU,
+		Addrs:      ips,
+	})
+	if err != nil {
+		return nil, internalError("set up pod network: %v", err)
+	}
+	if m.Datapath != nil {
+		if err := m.Datapath.Attach(ep, att.HostIfIndex); err != nil {
+			return nil, internalError("attach datapath to %s: %v", ep.HostIfName, err)
+		}
+	}
+	return primaryResult(inv, ep, att)
+}
+
+func primaryResult(inv *request.Invocation, ep *store.Endpoint, att *netsetup.Attachment) ([]byte, error) {
+	res := &current.Result{
+		CNIVersion: ResultVersion,
+		Interfaces: []*current.Interface{
+			{Name: att.HostIfName, Mac: att.HostMAC.String()},
+			{Name: inv.Key.IfName, Mac: att.PodMAC.String(), Mtu: att.MTU, Sandbox: inv.Netns},
+		},
+		DNS: inv.Conf.DNS,
+	}
+	for _, p := range ep.IPs {
+		gw := netsetup.GatewayV4
+		dst := netip.PrefixFrom(netip.IPv4Unspecified(), 0)
+		if p.Addr().Is6() {
+			gw, dst = netsetup.GatewayV6, netip.PrefixFrom(netip.IPv6Unspecified(), 0)
+		}
+		res.IPs = append(res.IPs, &current.IPConfig{
+			Interface: current.Int(1),
+			Address:   net.IPNet{IP: p.Addr().AsSlice(), Mask: net.CIDRMask(p.Bits(), p.Addr().BitLen())},
+			Gateway:   gw.AsSlice(),
+		})
+		res.Routes = append(res.Routes, &types.Route{
+			Dst: net.IPNet{IP: dst.Addr().AsSlice(), Mask: net.CIDRMask(0, dst.Addr().BitLen())},
+			GW:  gw.AsSlice(),
+		})
+	}
+	return marshalResult(res)
+}
+
+func marshalResult(res *current.Result) ([]byte, error) {
+	res.CNIVersion = ResultVersion
+	out, err := jsonMarshal(res)
+	if err != nil {
+		return nil, internalError("encode result: %v", err)
+	}
+	return out, nil
+}
+
+// Del detaches a pod. It succeeds for unknown attachments, without netns and
+// without prevResult, so a runtime can always finish tearing a pod down.
+func (m *Manager) Del(inv *request.Invocation) error {
+	return m.del(inv.Key, time.Time{})
+}
+
+// del removes the attachment k. A non-zero notAfter skips records created
+// after it (a queued DEL must not remove a newer attachment of the same key).
+func (m *Manager) del(k store.Key, notAfter time.Time) error {
+	unlock := m.locks.lock(k.String())
+	defer unlock()
+	ep, err := m.Store.Get(k)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil
+	}
+	if err != nil {
+		return internalError("%v", err)
+	}
+	if !notAfter.IsZero() && ep.Created.After(notAfter) {
+		return nil
+	}
+	if err := m.release(ep); err != nil {
+		return internalError("%v", err)
+	}
+	return nil
+}
+
+// release undoes everything an attachment holds, kernel state first and the
+// record last, so an interrupted release is finished by the next DEL or GC.
+// The caller holds the attachment's lock.
+func (m *Manager) release(ep *store.Endpoint) error {
+	var errs []error
+	if m.Datapath != nil {
+		if err := m.Datapath.Detach(ep); err != nil {
+			errs = append(errs, fmt.Errorf("detach datapath: %w", err))
+		}
+	}
+	if ep.Mode == store.ModePrimary {
+		if err := netsetup.TeardownPod(ep.HostIfName); err != nil {
+			errs = append(errs, fmt.Errorf("remove veth %s: %w", ep.HostIfName, err))
+		}
+		if ep.PinPath != "" {
+			if err := unpin(ep.PinPath); err != nil {
+				errs = append(errs, err)
+			}
+		}
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("release %s: %w", ep.Key, errors.Join(errs...))
+	}
+	if err := m.Store.Delete(ep.Key); err != nil {
+		return err
+	}
+	if ep.Mode == store.ModePrimary {
+		m.Pool.Release(ep.IPs)
+	}
+	return nil
+}
+
+func internalError(format string, args ...any) error {
+	return types.NewError(types.ErrInternal, fmt.Sprintf(format, args...), "")
+}

@@ -1,0 +1,33 @@
+package endpoint
+
+import (
+	"encoding/json"
+	"fmt"
+
+	"github.com/containernetworking/cni/pkg/types"
+
+	"github.com/coordino/coordino/daemon/netns"
+)
+
+func verifyNetns(path string) error {
+	if err := netns.Verify(path); err != nil {
+		return types.NewError(types.ErrInvalidEnvironmentVariables, fmt.Sprintf("CNI_NETNS: %v", err), "")
+	}
+	return nil
+}
+
+func pin(nsPath, pinPath string) error {
+	if err := netns.Pin(nsPath, pinPath); err != nil {
+		return internalError("pin netns %s: %v", nsPath, err)
+	}
+	return nil
+}
+
+func unpin(pinPath string) error {
+	if err := netns.Unpin(pinPath); err != nil {
+		return fmt.Errorf("unpin netns %s: %w", pinPath, err)
+	}
+	return nil
+}
+
+func jsonMarshal(v any) ([]byte, error) { return json.Marshal(v) }

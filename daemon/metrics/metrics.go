@@ -1,0 +1,107 @@
+package metrics
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/coordino/coordino/daemon/ipam"
+)
+
+// Metrics holds the daemon's collectors.
+type Metrics struct {
+	Registry *prometheus.Registry
+	duration *prometheus.HistogramVec
+	errors   *prometheus.CounterVec
+	ready    atomic.Bool
+}
+
+// New registers the CNI request metrics and IPAM usage of pool.
+func New(pool *ipam.Pool) *Metrics {
+	m := &Metrics{
+		Registry: prometheus.NewRegistry(),
+		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "coordino_cni_request_duration_seconds",
+			Help:    "Time the daemon spent serving a CNI verb, by verb.",
+			Buckets: []float64{.0005, .001, .002, .005, .01, .02, .05, .1, .25, .5, 1, 2.5, 5, 10},
+		}, []string{"verb"}),
+		errors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "coordino_cni_errors_total",
+			Help: "CNI verbs that returned an error, by verb and CNI error code.",
+		}, []string{"verb", "code"}),
+	}
+	m.Registry.MustRegister(m.duration, m.errors,
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		&ipamCollector{pool: pool})
+	return m
+}
+
+// ObserveRequest records one served verb; code 0 means success.
+func (m *Metrics) ObserveRequest(verb string, took time.Duration, code uint) {
+	m.duration.WithLabelValues(verb).Observe(took.Seconds())
+	if code != 0 {
+		m.errors.WithLabelValues(verb, strconv.FormatUint(uint64(code), 10)).Inc()
+	}
+}
+
+// SetReady flips /readyz.
+func (m *Metrics) SetReady(ready bool) { m.ready.Store(ready) }
+
+var ipamDesc = prometheus.NewDesc("coordino_ipam_addresses", "Pod addresses per block, by state (used, free).", []string{"block", "state"}, nil)
+
+type ipamCollector struct{ pool *ipam.Pool }
+
+func (c *ipamCollector) Describe(ch chan<- *prometheus.Desc) { ch <- ipamDesc }
+
+func (c *ipamCollector) Collect(ch chan<- prometheus.Metric) {
+	for _, u := range c.pool.Usage() {
+		ch <- prometheus.MustNewConstMetric(ipamDesc, prometheus.GaugeValue, float64(u.Used), u.Prefix.String(), "used")
+		ch <- prometheus.MustNewConstMetric(ipamDesc, prometheus.GaugeValue, float64(u.Size-u.Used), u.Prefix.String(), "free")
+	}
+}
+
+// Serve starts the HTTP listener on addr ("127.0.0.1:0" picks a port) and
+// returns its address. It stops when ctx is done.
+func (m *Metrics) Serve(ctx context.Context, addr string, extra ...prometheus.Collector) (net.Addr, error) {
+	for _, c := range extra {
+		if err := m.Registry.Register(c); err != nil {
+			return nil, fmt.Errorf("register collector: %w", err)
+		}
+	}
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("listen for metrics on %s: %w", addr, err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(m.Registry, promhttp.HandlerOpts{}))
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if !m.ready.Load() {
+			http.Error(w, "not ready: restoring state", http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintln(w, "ok")
+	})
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go func() {
+		if err := srv.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			_ = err // the listener is gone; the daemon keeps serving CNI
+		}
+	}()
+	go func() {
+		<-ctx.Done()
+		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(sctx)
+	}()
+	return l.Addr(), nil
+}

@@ -1,0 +1,157 @@
+package request
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+
+	"github.com/containernetworking/cni/pkg/types"
+	current "github.com/containernetworking/cni/pkg/types/100"
+	"github.com/containernetworking/cni/pkg/utils"
+	"github.com/containernetworking/cni/pkg/version"
+
+	"github.com/coordino/coordino/daemon/store"
+	cniv1 "github.com/coordino/coordino/proto/cni/v1"
+)
+
+// Verb is a CNI command.
+type Verb string
+
+// The CNI verbs the daemon serves.
+const (
+	Add    Verb = "ADD"
+	Del    Verb = "DEL"
+	Check  Verb = "CHECK"
+	GC     Verb = "GC"
+	Status Verb = "STATUS"
+)
+
+// PluginType is the CNI type Coordino's config must carry.
+const PluginType = "coordino"
+
+// NetConf is Coordino's plugin configuration.
+type NetConf struct {
+	types.PluginConf
+	RunDir   string `json:"runDir,omitempty"`
+	MTU      int    `json:"mtu,omitempty"`
+	LogLevel string `json:"logLevel,omitempty"`
+	// Args carries the "args.cni.labels" convention for pod labels in standalone mode.
+	Args *struct {
+		CNI *struct {
+			Labels []struct {
+				Key   string `json:"key"`
+				Value string `json:"value"`
+			} `json:"labels"`
+		} `json:"cni"`
+	} `json:"args,omitempty"`
+}
+
+// Invocation is a validated CNI call.
+type Invocation struct {
+	Verb  Verb
+	Key   store.Key
+	Netns string
+	Conf  *NetConf
+	// PrevResult is the prevResult converted to the current result version, or nil.
+	PrevResult   *current.Result
+	PodNamespace string
+	PodName      string
+	PodUID       string
+	Labels       map[string]string
+}
+
+// Parse validates req for verb.
+func Parse(verb Verb, req *cniv1.CNIRequest) (*Invocation, error) {
+	conf, err := ParseConf(req.Stdin)
+	if err != nil {
+		return nil, err
+	}
+	inv := &Invocation{Verb: verb, Conf: conf, Netns: req.Netns}
+	if verb == GC || verb == Status {
+		inv.Key.Network = conf.Name
+		return inv, nil
+	}
+	if e := utils.ValidateContainerID(req.ContainerId); e != nil {
+		return nil, e
+	}
+	if e := utils.ValidateInterfaceName(req.Ifname); e != nil {
+		return nil, e
+	}
+	inv.Key = store.Key{Network: conf.Name, ContainerID: req.ContainerId, IfName: req.Ifname}
+	if (verb == Add || verb == Check) && req.Netns == "" {
+		return nil, types.NewError(types.ErrInvalidEnvironmentVariables, "CNI_NETNS is required for "+string(verb), "")
+	}
+	args, err := ParseArgs(req.Args)
+	if err != nil {
+		return nil, err
+	}
+	inv.PodNamespace = args["K8S_POD_NAMESPACE"]
+	if inv.PodNamespace == "" {
+		inv.PodNamespace = "default"
+	}
+	inv.PodName, inv.PodUID = args["K8S_POD_NAME"], args["K8S_POD_UID"]
+	if conf.Args != nil && conf.Args.CNI != nil && len(conf.Args.CNI.Labels) > 0 {
+		inv.Labels = make(map[string]string, len(conf.Args.CNI.Labels))
+		for i, l := range conf.Args.CNI.Labels {
+			if l.Key == "" {
+				return nil, types.NewError(types.ErrInvalidNetworkConfig, fmt.Sprintf("args.cni.labels[%d].key is empty", i), "")
+			}
+			inv.Labels[l.Key] = l.Value
+		}
+	}
+	if conf.PrevResult != nil {
+		prev, err := current.NewResultFromResult(conf.PrevResult)
+		if err != nil {
+			return nil, types.NewError(types.ErrDecodingFailure, fmt.Sprintf("convert prevResult: %v", err), "")
+		}
+		inv.PrevResult = prev
+	}
+	return inv, nil
+}
+
+// ParseConf decodes and validates the network configuration.
+func ParseConf(stdin []byte) (*NetConf, error) {
+	var conf NetConf
+	if err := json.Unmarshal(stdin, &conf); err != nil {
+		return nil, types.NewError(types.ErrDecodingFailure, fmt.Sprintf("decode network config: %v", err), "")
+	}
+	if e := utils.ValidateNetworkName(conf.Name); e != nil {
+		return nil, types.NewError(types.ErrInvalidNetworkConfig, "name: "+e.Msg, e.Details)
+	}
+	if conf.Type != PluginType {
+		return nil, types.NewError(types.ErrInvalidNetworkConfig, fmt.Sprintf("type is %q, want %q", conf.Type, PluginType), "")
+	}
+	if conf.CNIVersion == "" {
+		return nil, types.NewError(types.ErrInvalidNetworkConfig, "cniVersion is missing", "")
+	}
+	if ok, _ := version.GreaterThanOrEqualTo(conf.CNIVersion, "0.3.0"); !ok {
+		return nil, types.NewError(types.ErrIncompatibleCNIVersion, fmt.Sprintf("cniVersion %q is not supported (0.3.0 to 1.1.0)", conf.CNIVersion), "")
+	}
+	if conf.MTU != 0 && (conf.MTU < 576 || conf.MTU > 65535) {
+		return nil, types.NewError(types.ErrInvalidNetworkConfig, fmt.Sprintf("mtu %d is out of range 576..65535", conf.MTU), "")
+	}
+	if err := version.ParsePrevResult(&conf.PluginConf); err != nil {
+		return nil, types.NewError(types.ErrDecodingFailure, fmt.Sprintf("prevResult: %v", err), "")
+	}
+	return &conf, nil
+}
+
+// ParseArgs parses CNI_ARGS ("K1=V1;K2=V2"). Unknown keys are kept and
+// ignored by callers, as runtimes pass keys plugins do not know.
+func ParseArgs(s string) (map[string]string, error) {
+	out := map[string]string{}
+	if s == "" {
+		return out, nil
+	}
+	for _, pair := range strings.Split(s, ";") {
+		if pair == "" {
+			continue
+		}
+		k, v, ok := strings.Cut(pair, "=")
+		if !ok || k == "" {
+			return nil, types.NewError(types.ErrInvalidEnvironmentVariables, fmt.Sprintf("CNI_ARGS: %q is not KEY=VALUE", pair), "")
+		}
+		out[k] = v
+	}
+	return out, nil
+}

@@ -1,0 +1,146 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/containernetworking/cni/pkg/types"
+	"go.uber.org/zap"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/coordino/coordino/daemon/endpoint"
+	"github.com/coordino/coordino/daemon/metrics"
+	"github.com/coordino/coordino/daemon/request"
+	cniv1 "github.com/coordino/coordino/proto/cni/v1"
+)
+
+// Server implements the CNI gRPC service.
+type Server struct {
+	cniv1.UnimplementedCNIServer
+	mgr     *endpoint.Manager
+	metrics *metrics.Metrics
+	log     *zap.Logger
+}
+
+// New returns a Server over mgr.
+func New(mgr *endpoint.Manager, m *metrics.Metrics, log *zap.Logger) *Server {
+	return &Server{mgr: mgr, metrics: m, log: log}
+}
+
+// Listen creates the socket: a 0700 directory, a 0600 socket, any stale
+// socket from a previous run replaced.
+func Listen(socketPath string) (net.Listener, error) {
+	dir := filepath.Dir(socketPath)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("create socket dir %s: %w", dir, err)
+	}
+	if err := os.Chmod(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("restrict socket dir %s: %w", dir, err)
+	}
+	if err := os.Remove(socketPath); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("remove stale socket %s: %w", socketPath, err)
+	}
+	l, err := net.Listen("unix", socketPath)
+	if err != nil {
+		return nil, fmt.Errorf("listen on %s: %w", socketPath, err)
+	}
+	if err := os.Chmod(socketPath, 0o600); err != nil {
+		l.Close()
+		return nil, fmt.Errorf("restrict socket %s: %w", socketPath, err)
+	}
+	return l, nil
+}
+
+// GRPCServer returns a gRPC server with s registered, admitting root and the
+// daemon's own user only.
+func (s *Server) GRPCServer() *grpc.Server {
+	allowed := map[uint32]bool{0: true, uint32(os.Geteuid()): true}
+	g := grpc.NewServer(grpc.Creds(&peerCredentials{allowedUIDs: allowed}))
+	cniv1.RegisterCNIServer(g, s)
+	return g
+}
+
+// Add implements the ADD verb.
+func (s *Server) Add(_ context.Context, req *cniv1.CNIRequest) (*cniv1.CNIResponse, error) {
+	return s.serve(request.Add, req, s.mgr.Add)
+}
+
+// Del implements the DEL verb.
+func (s *Server) Del(_ context.Context, req *cniv1.CNIRequest) (*cniv1.CNIResponse, error) {
+	return s.serve(request.Del, req, noResult(s.mgr.Del))
+}
+
+// Check implements the CHECK verb.
+func (s *Server) Check(_ context.Context, req *cniv1.CNIRequest) (*cniv1.CNIResponse, error) {
+	return s.serve(request.Check, req, noResult(s.mgr.Check))
+}
+
+// GC implements the GC verb.
+func (s *Server) GC(_ context.Context, req *cniv1.CNIRequest) (*cniv1.CNIResponse, error) {
+	return s.serve(request.GC, req, noResult(func(inv *request.Invocation) error {
+		return s.mgr.GC(inv, inv.Conf.ValidAttachments)
+	}))
+}
+
+// Status implements the STATUS verb.
+func (s *Server) Status(_ context.Context, req *cniv1.CNIRequest) (*cniv1.CNIResponse, error) {
+	return s.serve(request.Status, req, noResult(func(*request.Invocation) error { return s.mgr.Status() }))
+}
+
+func noResult(f func(*request.Invocation) error) func(*request.Invocation) ([]byte, error) {
+	return func(inv *request.Invocation) ([]byte, error) { return nil, f(inv) }
+}
+
+func (s *Server) serve(verb request.Verb, req *cniv1.CNIRequest, do func(*request.Invocation) ([]byte, error)) (*cniv1.CNIResponse, error) {
+	start := time.Now()
+	log := s.log.With(zap.String("verb", string(verb)), zap.String("containerID", req.ContainerId), zap.String("ifname", req.Ifname))
+	result, err := func() ([]byte, error) {
+		inv, err := request.Parse(verb, req)
+		if err != nil {
+			return nil, err
+		}
+		return do(inv)
+	}()
+	elapsed := time.Since(start)
+	cniErr := asCNIError(err)
+	var code uint
+	if cniErr != nil {
+		code = cniErr.Code
+		log.Warn("CNI request failed", zap.Uint("code", code), zap.String("msg", cniErr.Msg), zap.Duration("took", elapsed))
+	} else {
+		log.Debug("CNI request done", zap.Duration("took", elapsed))
+	}
+	s.metrics.ObserveRequest(string(verb), elapsed, code)
+	if cniErr != nil {
+		return nil, toStatus(cniErr)
+	}
+	return &cniv1.CNIResponse{Result: result}, nil
+}
+
+func asCNIError(err error) *types.Error {
+	if err == nil {
+		return nil
+	}
+	var e *types.Error
+	if errors.As(err, &e) {
+		return e
+	}
+	return types.NewError(types.ErrInternal, err.Error(), "")
+}
+
+// toStatus carries a CNI error to the plugin. FailedPrecondition, never
+// Unavailable: the plugin retries Unavailable as "daemon not reachable".
+func toStatus(e *types.Error) error {
+	st := status.New(codes.FailedPrecondition, e.Msg)
+	if withDetails, err := st.WithDetails(&cniv1.CNIError{Code: uint32(e.Code), Msg: e.Msg, Details: e.Details}); err == nil {
+		st = withDetails
+	}
+	return st.Err()
+}

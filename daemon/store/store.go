@@ -1,0 +1,157 @@
+package store
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+// Mode says how an attachment was made; it is recorded at ADD because DEL
+// cannot tell (libcni hands every plugin a prevResult on DEL).
+type Mode string
+
+const (
+	// ModePrimary: Coordino created the pod interface and allocated its addresses.
+	ModePrimary Mode = "primary"
+	// ModeChained: another plugin made the interface; Coordino only attached to it.
+	ModeChained Mode = "chained"
+)
+
+// Key identifies one attachment, as the CNI spec does.
+type Key struct {
+	Network     string `json:"network"`
+	ContainerID string `json:"containerID"`
+	IfName      string `json:"ifname"`
+}
+
+// String is the stable text form "network/containerID/ifname".
+func (k Key) String() string { return k.Network + "/" + k.ContainerID + "/" + k.IfName }
+
+func (k Key) bytes() []byte { return []byte(k.String()) }
+
+// Endpoint is one pod attachment.
+type Endpoint struct {
+	Key
+	Mode         Mode              `json:"mode"`
+	Netns        string            `json:"netns"`             // CNI_NETNS at ADD
+	PinPath      string            `json:"pinPath,omitempty"` // bind mount keeping the netns alive
+	HostIfName   string            `json:"hostIfName,omitempty"`
+	PodNamespace string            `json:"podNamespace,omitempty"`
+	PodName      string            `json:"podName,omitempty"`
+	PodUID       string            `json:"podUID,omitempty"`
+	Labels       map[string]string `json:"labels,omitempty"`
+	IPs          []netip.Prefix    `json:"ips,omitempty"`
+	MTU          int               `json:"mtu,omitempty"`
+	Identity     uint32            `json:"identity,omitempty"`
+	Created      time.Time         `json:"created"`
+}
+
+var bucketEndpoints = []byte("endpoints")
+
+// Store persists endpoints. Safe for concurrent use.
+type Store struct {
+	db *bolt.DB
+}
+
+// Open opens (creating) the store file under stateDir.
+func Open(stateDir string) (*Store, error) {
+	if err := os.MkdirAll(stateDir, 0o700); err != nil {
+		return nil, fmt.Errorf("create state dir %s: %w", stateDir, err)
+	}
+	path := filepath.Join(stateDir, "endpoints.db")
+	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: 5 * time.Second})
+	if err != nil {
+		return nil, fmt.Errorf("open endpoint store %s: %w", path, err)
+	}
+	if err := db.Update(func(tx *bolt.Tx) error {
+		_, err := tx.CreateBucketIfNotExists(bucketEndpoints)
+		return err
+	}); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("initialise endpoint store %s: %w", path, err)
+	}
+	return &Store{db: db}, nil
+}
+
+// Close closes the file.
+func (s *Store) Close() error { return s.db.Close() }
+
+// Put writes ep durably (fsync) in one transaction, replacing any record with the same key.
+func (s *Store) Put(ep *Endpoint) error {
+	data, err := json.Marshal(ep)
+	if err != nil {
+		return fmt.Errorf("encode endpoint %s: %w", ep.Key, err)
+	}
+	if err := s.db.Update(func(tx *bolt.Tx) error {
+		return tx.Bucket(bucketEndpoints).Put(ep.Key.bytes(), data)
+	}); err != nil {
+		return fmt.Errorf("store endpoint %s: %w", ep.Key, err)
+	}
+	return nil
+}
+
+// ErrNotFound is returned by Get for an unknown key.
+var ErrNotFound = errors.New("endpoint not found")
+
+// Get returns the record for k or ErrNotFound.
+func (s *Store) Get(k Key) (*Endpoint, error) {
+	var ep *Endpoint
+	err := s.db.View(func(tx *bolt.Tx) error {
+		data := tx.Bucket(bucketEndpoints).Get(k.bytes())
+		if data == nil {
+			return ErrNotFound
+		}
+		var err error
+		ep, err = decode(data)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("endpoint %s: %w", k, err)
+	}
+	return ep, nil
+}
+
+// Delete removes the record for k; deleting an absent record is not an error.
+func (s *Store) Delete(k Key) error {
+	if err := s.db.Update(func(tx *bolt.Tx) error {
+		return tx.Bucket(bucketEndpoints).Delete(k.bytes())
+	}); err != nil {
+		return fmt.Errorf("delete endpoint %s: %w", k, err)
+	}
+	return nil
+}
+
+// List returns every record, or only those of one network when network != "".
+func (s *Store) List(network string) ([]*Endpoint, error) {
+	var out []*Endpoint
+	err := s.db.View(func(tx *bolt.Tx) error {
+		return tx.Bucket(bucketEndpoints).ForEach(func(k, v []byte) error {
+			ep, err := decode(v)
+			if err != nil {
+				return fmt.Errorf("record %q: %w", k, err)
+			}
+			if network == "" || ep.Network == network {
+				out = append(out, ep)
+			}
+			return nil
+		})
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list endpoints: %w", err)
+	}
+	return out, nil
+}
+
+func decode(data []byte) (*Endpoint, error) {
+	var ep Endpoint
+	if err := json.Unmarshal(data, &ep); err != nil {
+		return nil, fmt.Errorf("decode endpoint: %w", err)
+	}
+	return &ep, nil
+}

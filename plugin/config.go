@@ -1,0 +1,49 @@
+package plugin
+
+import (
+	"encoding/json"
+	"fmt"
+	"path/filepath"
+
+	"github.com/containernetworking/cni/pkg/types"
+)
+
+// DefaultRunDir is where the daemon listens when the network config has no runDir.
+const DefaultRunDir = "/run/coordino"
+
+// SocketName is the daemon's socket file inside runDir.
+const SocketName = "coordino.sock"
+
+// DeleteQueueDir is the directory inside runDir that holds undelivered DELs.
+const DeleteQueueDir = "delete-queue"
+
+// Config is the part of the network config the plugin itself reads. All other
+// keys are the daemon's business and travel to it untouched.
+type Config struct {
+	CNIVersion string `json:"cniVersion"`
+	Name       string `json:"name"`
+	RunDir     string `json:"runDir"`
+}
+
+// ParseConfig decodes stdin. A malformed document is a decoding failure (6);
+// a well-formed one with a bad runDir is an invalid network config (7).
+func ParseConfig(stdin []byte) (*Config, error) {
+	var c Config
+	if err := json.Unmarshal(stdin, &c); err != nil {
+		return nil, types.NewError(types.ErrDecodingFailure, fmt.Sprintf("decode network config: %v", err), "")
+	}
+	if c.RunDir == "" {
+		c.RunDir = DefaultRunDir
+	}
+	if !filepath.IsAbs(c.RunDir) {
+		return nil, types.NewError(types.ErrInvalidNetworkConfig, fmt.Sprintf("runDir %q must be an absolute path", c.RunDir), "")
+	}
+	c.RunDir = filepath.Clean(c.RunDir)
+	return &c, nil
+}
+
+// SocketPath is the daemon socket for this config.
+func (c *Config) SocketPath() string { return filepath.Join(c.RunDir, SocketName) }
+
+// QueueDir is the delete-queue directory for this config.
+func (c *Config) QueueDir() string { return filepath.Join(c.RunDir, DeleteQueueDir) }

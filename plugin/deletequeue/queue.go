@@ -1,0 +1,136 @@
+// Package deletequeue holds CNI DEL requests the plugin could not deliver to
+// the daemon. The plugin writes one fsynced file per request; the daemon
+// replays and removes them before it serves, and periodically after.
+package deletequeue
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	cniv1 "github.com/coordino/coordino/proto/cni/v1"
+)
+
+const suffix = ".del"
+
+// Write stores req durably in dir: written to a temporary file, fsynced, then
+// renamed, so the daemon never reads a partial entry.
+func Write(dir string, req *cniv1.CNIRequest) error {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("create delete queue %s: %w", dir, err)
+	}
+	now := time.Now()
+	data, err := proto.Marshal(&cniv1.QueuedDelete{Request: req, QueuedUnixNano: now.UnixNano()})
+	if err != nil {
+		return fmt.Errorf("encode queued DEL: %w", err)
+	}
+	tmp, err := os.CreateTemp(dir, ".tmp-*")
+	if err != nil {
+		return fmt.Errorf("create queue entry in %s: %w", dir, err)
+	}
+	defer os.Remove(tmp.Name()) // no-op after the rename
+	if _, err := tmp.Write(data); err != nil {
+		tmp.Close()
+		return fmt.Errorf("write queue entry %s: %w", tmp.Name(), err)
+	}
+	if err := tmp.Sync(); err != nil {
+		tmp.Close()
+		return fmt.Errorf("fsync queue entry %s: %w", tmp.Name(), err)
+	}
+	if err := tmp.Close(); err != nil {
+		return fmt.Errorf("close queue entry %s: %w", tmp.Name(), err)
+	}
+	// Nanosecond time first keeps replay in queue order; the temp name keeps it unique.
+	final := filepath.Join(dir, fmt.Sprintf("%020d-%s%s", now.UnixNano(), strings.TrimPrefix(filepath.Base(tmp.Name()), ".tmp-"), suffix))
+	if err := os.Rename(tmp.Name(), final); err != nil {
+		return fmt.Errorf("commit queue entry %s: %w", final, err)
+	}
+	return syncDir(dir)
+}
+
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return fmt.Errorf("open %s: %w", dir, err)
+	}
+	defer d.Close()
+	if err := d.Sync(); err != nil {
+		return fmt.Errorf("fsync %s: %w", dir, err)
+	}
+	return nil
+}
+
+// Entry is one queued DEL.
+type Entry struct {
+	Path     string
+	Request  *cniv1.CNIRequest
+	QueuedAt time.Time
+}
+
+// Decode parses a queue file's content.
+func Decode(data []byte) (*cniv1.CNIRequest, time.Time, error) {
+	var q cniv1.QueuedDelete
+	if err := proto.Unmarshal(data, &q); err != nil {
+		return nil, time.Time{}, fmt.Errorf("decode queued DEL: %w", err)
+	}
+	if q.Request == nil || q.Request.ContainerId == "" {
+		return nil, time.Time{}, errors.New("decode queued DEL: no request or container ID")
+	}
+	return q.Request, time.Unix(0, q.QueuedUnixNano), nil
+}
+
+// ErrUnusable marks an entry that can never be applied; Drain sets it aside.
+var ErrUnusable = errors.New("unusable queued DEL")
+
+// Drain calls apply for every queued DEL in queue order and removes each entry
+// apply accepts. An entry that cannot be decoded is moved aside (".bad") so it
+// is neither lost nor retried forever, as is one apply rejects with
+// ErrUnusable; an entry apply fails otherwise stays queued for the next drain.
+func Drain(dir string, apply func(Entry) error) (applied int, errs []error) {
+	names, err := os.ReadDir(dir)
+	if err != nil {
+		if os.IsNotExist(err) {
+			return 0, nil
+		}
+		return 0, []error{fmt.Errorf("read delete queue %s: %w", dir, err)}
+	}
+	var files []string
+	for _, n := range names {
+		if n.Type().IsRegular() && strings.HasSuffix(n.Name(), suffix) {
+			files = append(files, filepath.Join(dir, n.Name()))
+		}
+	}
+	sort.Strings(files)
+	for _, path := range files {
+		data, err := os.ReadFile(path)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("read %s: %w", path, err))
+			continue
+		}
+		req, at, err := Decode(data)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", path, err))
+			_ = os.Rename(path, path+".bad")
+			continue
+		}
+		if err := apply(Entry{Path: path, Request: req, QueuedAt: at}); err != nil {
+			errs = append(errs, fmt.Errorf("replay %s: %w", path, err))
+			if errors.Is(err, ErrUnusable) {
+				_ = os.Rename(path, path+".bad")
+			}
+			continue
+		}
+		if err := os.Remove(path); err != nil {
+			errs = append(errs, fmt.Errorf("remove %s: %w", path, err))
+			continue
+		}
+		applied++
+	}
+	return applied, errs
+}
