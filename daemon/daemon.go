@@ -47,12 +47,20 @@ func Run(ctx context.Context, o *config.Options, log *zap.Logger) error {
 	defer st.Close()
 
 	mgr := endpoint.New(endpoint.Config{
-		PinDir: filepath.Join(o.RunDir, "netns"),
-		Pool:   pool,
-		Store:  st,
-		Log:    log,
+		PinDir:     filepath.Join(o.RunDir, "netns"),
+		DefaultMTU: netsetup.DefaultMTU(),
+		Pool:       pool,
+		Store:      st,
+		Log:        log,
 	})
-	m := metrics.New(pool)
+	m := metrics.New(pool, func() (map[string]int, error) {
+		eps, err := st.List("")
+		counts := map[string]int{}
+		for _, ep := range eps {
+			counts[string(ep.Mode)]++
+		}
+		return counts, err
+	})
 	addr, err := m.Serve(ctx, o.MetricsAddr)
 	if err != nil {
 		return err

@@ -32,6 +32,8 @@ type Config struct {
 	PinDir string
 	Pool   *ipam.Pool
 	Store  *store.Store
+	// DefaultMTU is used when the network config sets none (the node's uplink MTU).
+	DefaultMTU int
 	// Datapath may be nil: attachments then get connectivity without eBPF policy.
 	Datapath Datapath
 	Log      *zap.Logger
@@ -101,7 +103,7 @@ func (m *Manager) addPrimary(inv *request.Invocation) (_ []byte, err error) {
 	ep.PinPath = filepath.Join(m.PinDir, ep.HostIfName)
 	ep.MTU = inv.Conf.MTU
 	if ep.MTU == 0 {
-		ep.MTU = netsetup.DefaultMTU()
+		ep.MTU = m.DefaultMTU
 	}
 
 	// The record commits before any kernel state exists, so whatever a crash

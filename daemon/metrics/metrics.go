@@ -25,8 +25,11 @@ type Metrics struct {
 	ready    atomic.Bool
 }
 
-// New registers the CNI request metrics and IPAM usage of pool.
-func New(pool *ipam.Pool) *Metrics {
+// EndpointCounter counts stored endpoints by mode.
+type EndpointCounter func() (map[string]int, error)
+
+// New registers the CNI request metrics, IPAM usage of pool and endpoint counts.
+func New(pool *ipam.Pool, endpoints EndpointCounter) *Metrics {
 	m := &Metrics{
 		Registry: prometheus.NewRegistry(),
 		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
@@ -41,7 +44,7 @@ func New(pool *ipam.Pool) *Metrics {
 	}
 	m.Registry.MustRegister(m.duration, m.errors,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		&ipamCollector{pool: pool})
+		&ipamCollector{pool: pool}, &endpointCollector{count: endpoints})
 	return m
 }
 
@@ -66,6 +69,23 @@ func (c *ipamCollector) Collect(ch chan<- prometheus.Metric) {
 	for _, u := range c.pool.Usage() {
 		ch <- prometheus.MustNewConstMetric(ipamDesc, prometheus.GaugeValue, float64(u.Used), u.Prefix.String(), "used")
 		ch <- prometheus.MustNewConstMetric(ipamDesc, prometheus.GaugeValue, float64(u.Size-u.Used), u.Prefix.String(), "free")
+	}
+}
+
+var endpointsDesc = prometheus.NewDesc("coordino_endpoints", "Pod attachments in the endpoint store, by mode.", []string{"mode"}, nil)
+
+type endpointCollector struct{ count EndpointCounter }
+
+func (c *endpointCollector) Describe(ch chan<- *prometheus.Desc) { ch <- endpointsDesc }
+
+func (c *endpointCollector) Collect(ch chan<- prometheus.Metric) {
+	counts, err := c.count()
+	if err != nil {
+		ch <- prometheus.NewInvalidMetric(endpointsDesc, err)
+		return
+	}
+	for _, mode := range []string{"primary", "chained"} {
+		ch <- prometheus.MustNewConstMetric(endpointsDesc, prometheus.GaugeValue, float64(counts[mode]), mode)
 	}
 }
 

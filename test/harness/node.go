@@ -21,6 +21,7 @@ import (
 	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/containernetworking/plugins/pkg/testutils"
 	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
 )
 
 // Node is a simulated Kubernetes node: a network namespace with an
@@ -45,7 +46,8 @@ type Node struct {
 // NodeOptions shape a Node.
 type NodeOptions struct {
 	PodCIDRs []string
-	// NodeIP defaults to 192.0.2.1 (TEST-NET-1, only inside the node netns).
+	// NodeIP is the IPv4 node address, default 192.0.2.1 (TEST-NET-1,
+	// only inside the node netns); every node also gets 2001:db8::1.
 	NodeIP string
 	// ExtraArgs are appended to the daemon's command line.
 	ExtraArgs []string
@@ -112,19 +114,22 @@ func (n *Node) setupUnderlay() error {
 			return err
 		}
 	}
-	bits := 24
-	if n.NodeIP.Is6() {
-		bits = 64
+	// An IPv6 node address too (2001:db8::/32 is documentation space), so
+	// node→pod IPv6 has a global source as on a real dual-stack node.
+	for _, a := range []netip.Prefix{netip.PrefixFrom(n.NodeIP, 24), netip.MustParsePrefix("2001:db8::1/64")} {
+		addr := &netlink.Addr{IPNet: &net.IPNet{IP: a.Addr().AsSlice(), Mask: net.CIDRMask(a.Bits(), a.Addr().BitLen())}, Flags: unix.IFA_F_NODAD}
+		if err := netlink.AddrAdd(dummy, addr); err != nil {
+			return fmt.Errorf("address uplink0: %w", err)
+		}
+		dflt := &net.IPNet{IP: net.IPv4zero, Mask: net.CIDRMask(0, 32)}
+		if a.Addr().Is6() {
+			dflt = &net.IPNet{IP: net.IPv6zero, Mask: net.CIDRMask(0, 128)}
+		}
+		if err := netlink.RouteAdd(&netlink.Route{LinkIndex: dummy.Attrs().Index, Scope: netlink.SCOPE_LINK, Dst: dflt}); err != nil {
+			return fmt.Errorf("default route via uplink0: %w", err)
+		}
 	}
-	addr := &netlink.Addr{IPNet: &net.IPNet{IP: n.NodeIP.AsSlice(), Mask: net.CIDRMask(bits, n.NodeIP.BitLen())}}
-	if err := netlink.AddrAdd(dummy, addr); err != nil {
-		return fmt.Errorf("address uplink0: %w", err)
-	}
-	dflt := &net.IPNet{IP: net.IPv4zero, Mask: net.CIDRMask(0, 32)}
-	if n.NodeIP.Is6() {
-		dflt = &net.IPNet{IP: net.IPv6zero, Mask: net.CIDRMask(0, 128)}
-	}
-	return netlink.RouteAdd(&netlink.Route{LinkIndex: dummy.Attrs().Index, Scope: netlink.SCOPE_LINK, Dst: dflt})
+	return nil
 }
 
 // DaemonArgs is the daemon command line for this node.
@@ -152,7 +157,8 @@ func (n *Node) StartDaemon() error {
 	args := append([]string{"--net=" + n.NS.Path(), "--", filepath.Join(BinDir(), "coordino-daemon")}, n.DaemonArgs()...)
 	cmd := exec.Command("nsenter", args...)
 	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	// No Pdeathsig: it fires when the forking *thread* exits, and ns.Do
+	// retires locked threads, which would kill the daemon at random.
 	if err := cmd.Start(); err != nil {
 		logf.Close()
 		return fmt.Errorf("start daemon: %w", err)

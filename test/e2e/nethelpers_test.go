@@ -1,0 +1,7 @@
+package e2e
+
+import "net"
+
+type netIPNet = net.IPNet
+
+var netCIDRMask = net.CIDRMask
