@@ -4,7 +4,7 @@ SHELL := /bin/bash
 GO ?= go
 BIN := bin
 BINARIES := coordino coordino-daemon coordino-install
-REF_PLUGINS := bridge host-local ptp portmap
+REF_PLUGINS := bridge host-local ptp portmap macvlan
 
 .PHONY: all build ref-plugins deps generate generate-proto generate-bpf test test-unit test-e2e demo bench fuzz lint clean
 
@@ -22,7 +22,7 @@ build:
 # Reference plugins from github.com/containernetworking/plugins at the version in go.mod.
 ref-plugins:
 	@mkdir -p $(BIN)/ref
-	CGO_ENABLED=0 $(GO) build -trimpath -o $(BIN)/ref/ github.com/containernetworking/plugins/plugins/main/bridge github.com/containernetworking/plugins/plugins/main/ptp github.com/containernetworking/plugins/plugins/ipam/host-local github.com/containernetworking/plugins/plugins/meta/portmap
+	CGO_ENABLED=0 $(GO) build -trimpath -o $(BIN)/ref/ github.com/containernetworking/plugins/plugins/main/bridge github.com/containernetworking/plugins/plugins/main/ptp github.com/containernetworking/plugins/plugins/main/macvlan github.com/containernetworking/plugins/plugins/ipam/host-local github.com/containernetworking/plugins/plugins/meta/portmap
 
 generate: generate-proto generate-bpf
 
