@@ -11,6 +11,8 @@ import (
 	"github.com/containernetworking/cni/pkg/types"
 	current "github.com/containernetworking/cni/pkg/types/100"
 	"github.com/containernetworking/plugins/pkg/ns"
+
+	"github.com/coordino/coordino/conflist"
 )
 
 // CNI drives plugins through libcni from inside a node's netns, with its own
@@ -36,9 +38,14 @@ func (n *Node) NewCNI(conflist []byte, binDirs ...string) (*CNI, error) {
 	return &CNI{Node: n, Config: libcni.NewCNIConfigWithCacheDir(binDirs, cache, nil), List: list, CacheDir: cache}, nil
 }
 
-// PrimaryConflist is a conflist with Coordino as the only plugin.
+// PrimaryConflist is the conflist the installer writes for primary mode,
+// pointed at this node's daemon.
 func (n *Node) PrimaryConflist(name, cniVersion string) []byte {
-	return []byte(fmt.Sprintf(`{"cniVersion":%q,"name":%q,"plugins":[{"type":"coordino","runDir":%q}]}`, cniVersion, name, n.RunDir))
+	b, err := conflist.Build(conflist.Options{Name: name, CNIVersion: cniVersion, Knobs: conflist.Knobs{RunDir: n.RunDir}})
+	if err != nil {
+		panic(fmt.Sprintf("harness: build conflist: %v", err)) // only reachable with a bad harness run dir
+	}
+	return b
 }
 
 // RuntimeConf is the per-attachment part of a CNI call for pod.

@@ -1,0 +1,84 @@
+// Command coordino-install puts the Coordino CNI plugin and its config on a
+// node (the DaemonSet's init and watcher containers run it), keeps the config
+// in place with --watch, and takes both off with --uninstall.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/coordino/coordino/conflist"
+	"github.com/coordino/coordino/install"
+)
+
+func main() {
+	if err := run(os.Args[1:]); err != nil {
+		fmt.Fprintf(os.Stderr, "coordino-install: %v\n", err)
+		os.Exit(1)
+	}
+}
+
+func run(args []string) error {
+	fs := flag.NewFlagSet("coordino-install", flag.ContinueOnError)
+	var (
+		cfg                    install.Config
+		mode                   string
+		watch, uninstall, hold bool
+		debounce               time.Duration
+	)
+	fs.StringVar(&cfg.BinDir, "cni-bin-dir", install.DefaultBinDir, "host CNI plugin directory")
+	fs.StringVar(&cfg.ConfDir, "cni-conf-dir", install.DefaultConfDir, "host CNI config directory")
+	fs.StringVar(&mode, "mode", string(install.ModePrimary), "primary: Coordino is the node's CNI; chained: append Coordino to the existing primary CNI's chain")
+	fs.StringVar(&cfg.PluginSource, "plugin-source", install.DefaultPluginSource, "the coordino plugin binary to copy into --cni-bin-dir (empty: do not copy)")
+	fs.StringVar(&cfg.Priority, "priority", "", "numeric file name prefix of the config written (default 10 in primary mode, 00 in chained mode)")
+	fs.StringVar(&cfg.Conflist.Name, "conflist-name", conflist.DefaultName, "network name of Coordino's conflist (primary mode)")
+	fs.StringVar(&cfg.Conflist.CNIVersion, "cni-version", conflist.DefaultCNIVersion, "cniVersion of Coordino's conflist (primary mode)")
+	fs.StringVar(&cfg.Conflist.RunDir, "run-dir", "", `plugin "runDir" (empty: plugin default /run/coordino)`)
+	fs.IntVar(&cfg.Conflist.MTU, "mtu", 0, `plugin "mtu" (0: let the daemon choose)`)
+	fs.StringVar(&cfg.Conflist.LogLevel, "log-level", "", `plugin "logLevel": debug, info, warn or error (empty: plugin default)`)
+	fs.BoolVar(&watch, "watch", false, "after installing, keep the config in place until SIGTERM, rewriting it when other CNIs change theirs")
+	fs.DurationVar(&debounce, "debounce", 500*time.Millisecond, "with --watch: quiet time before reacting to changes in --cni-conf-dir")
+	fs.BoolVar(&uninstall, "uninstall", false, "remove Coordino's configs and plugin binary instead of installing")
+	fs.BoolVar(&hold, "hold", false, "after a one-shot install or uninstall, stay running until SIGTERM (for a DaemonSet's main container)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	if watch && uninstall {
+		return errors.New("--watch and --uninstall exclude each other")
+	}
+	cfg.Mode = install.Mode(mode)
+	cfg.Log = slog.New(slog.NewTextHandler(os.Stderr, nil))
+	in, err := install.New(cfg)
+	if err != nil {
+		return err
+	}
+
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	switch {
+	case watch:
+		return in.Watch(ctx, install.WatchOptions{Debounce: debounce})
+	case uninstall:
+		err = in.Uninstall()
+	default:
+		err = in.Install()
+	}
+	if err != nil {
+		return err
+	}
+	cfg.Log.Info("done", "uninstall", uninstall)
+	if hold {
+		<-ctx.Done()
+	}
+	return nil
+}
