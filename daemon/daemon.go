@@ -46,13 +46,6 @@ func Run(ctx context.Context, o *config.Options, log *zap.Logger) error {
 	}
 	defer st.Close()
 
-	mgr := endpoint.New(endpoint.Config{
-		PinDir:     filepath.Join(o.RunDir, "netns"),
-		DefaultMTU: netsetup.DefaultMTU(),
-		Pool:       pool,
-		Store:      st,
-		Log:        log,
-	})
 	m := metrics.New(pool, func() (map[string]int, error) {
 		eps, err := st.List("")
 		counts := map[string]int{}
@@ -60,6 +53,21 @@ func Run(ctx context.Context, o *config.Options, log *zap.Logger) error {
 			counts[string(ep.Mode)]++
 		}
 		return counts, err
+	})
+	dp, err := startDatapath(ctx, o, m, log)
+	if err != nil {
+		return err
+	}
+	if dp != nil {
+		defer dp.Close() // releases FDs; pins keep pods enforced while the daemon is away
+	}
+	mgr := endpoint.New(endpoint.Config{
+		PinDir:     filepath.Join(o.RunDir, "netns"),
+		DefaultMTU: netsetup.DefaultMTU(),
+		Pool:       pool,
+		Store:      st,
+		Datapath:   dp,
+		Log:        log,
 	})
 	addr, err := m.Serve(ctx, o.MetricsAddr)
 	if err != nil {
@@ -84,6 +92,9 @@ func Run(ctx context.Context, o *config.Options, log *zap.Logger) error {
 	}
 	if err := mgr.ReclaimOrphans(); err != nil {
 		log.Error("reclaiming orphans", zap.Error(err))
+	}
+	if err := mgr.ReconcileDatapath(); err != nil {
+		return err
 	}
 
 	socket := filepath.Join(o.RunDir, plugin.SocketName)

@@ -25,6 +25,7 @@ type Options struct {
 	PolicyDir   string   `json:"policyDir"`
 	LegacyTC    bool     `json:"legacyTC"`
 	NoDatapath  bool     `json:"noDatapath"`
+	FlowLog     string   `json:"flowLog"`
 
 	// Prefixes is PodCIDRs parsed.
 	Prefixes []netip.Prefix `json:"-"`
@@ -72,6 +73,7 @@ func Parse(args []string, stderr io.Writer) (*Options, error) {
 	fs.StringVar(&o.PolicyDir, "policy-dir", "", "standalone: directory of NetworkPolicy and Namespace YAML files")
 	fs.BoolVar(&o.LegacyTC, "legacy-tc", false, "attach eBPF with clsact/cls_bpf even where the kernel has tcx")
 	fs.BoolVar(&o.NoDatapath, "no-datapath", false, "do not load eBPF: connectivity without policy enforcement")
+	fs.StringVar(&o.FlowLog, "flow-log", "", "append flow events as JSON lines to this file (\"-\": stdout)")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -126,6 +128,7 @@ func (o *Options) applyFlags(flags *Options, explicit map[string]bool) {
 		"policy-dir":   func() { o.PolicyDir = flags.PolicyDir },
 		"legacy-tc":    func() { o.LegacyTC = flags.LegacyTC },
 		"no-datapath":  func() { o.NoDatapath = flags.NoDatapath },
+		"flow-log":     func() { o.FlowLog = flags.FlowLog },
 	}
 	for name := range explicit {
 		if f := set[name]; f != nil {

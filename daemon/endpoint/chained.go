@@ -39,7 +39,7 @@ func (m *Manager) addChained(inv *request.Invocation) (_ []byte, err error) {
 		}
 	}()
 	if m.Datapath != nil {
-		if err := m.Datapath.Attach(ep, peer.Index); err != nil {
+		if err := m.Datapath.AttachEndpoint(datapathEndpoint(ep, peer.Index)); err != nil {
 			return nil, internalError("attach datapath to %s: %v", peer.Name, err)
 		}
 	}

@@ -12,19 +12,12 @@ import (
 	current "github.com/containernetworking/cni/pkg/types/100"
 	"go.uber.org/zap"
 
+	"github.com/coordino/coordino/daemon/datapath"
 	"github.com/coordino/coordino/daemon/ipam"
 	"github.com/coordino/coordino/daemon/netsetup"
 	"github.com/coordino/coordino/daemon/request"
 	"github.com/coordino/coordino/daemon/store"
 )
-
-// Datapath attaches Coordino's eBPF programs and map entries to an
-// endpoint's host-side interface. Attach must have the endpoint protected
-// before it returns; Detach is idempotent.
-type Datapath interface {
-	Attach(ep *store.Endpoint, hostIfIndex int) error
-	Detach(ep *store.Endpoint) error
-}
 
 // Config wires a Manager.
 type Config struct {
@@ -34,8 +27,9 @@ type Config struct {
 	Store  *store.Store
 	// DefaultMTU is used when the network config sets none (the node's uplink MTU).
 	DefaultMTU int
-	// Datapath may be nil: attachments then get connectivity without eBPF policy.
-	Datapath Datapath
+	// Datapath may be nil (--no-datapath): attachments then get connectivity
+	// without eBPF policy enforcement.
+	Datapath *datapath.Datapath
 	Log      *zap.Logger
 }
 
@@ -134,7 +128,7 @@ func (m *Manager) addPrimary(inv *request.Invocation) (_ []byte, err error) {
 		return nil, internalError("set up pod network: %v", err)
 	}
 	if m.Datapath != nil {
-		if err := m.Datapath.Attach(ep, att.HostIfIndex); err != nil {
+		if err := m.Datapath.AttachEndpoint(datapathEndpoint(ep, att.HostIfIndex)); err != nil {
 			return nil, internalError("attach datapath to %s: %v", ep.HostIfName, err)
 		}
 	}
@@ -211,7 +205,7 @@ func (m *Manager) del(k store.Key, notAfter time.Time) error {
 func (m *Manager) release(ep *store.Endpoint) error {
 	var errs []error
 	if m.Datapath != nil {
-		if err := m.Datapath.Detach(ep); err != nil {
+		if err := m.Datapath.DetachEndpoint(datapathEndpoint(ep, 0)); err != nil {
 			errs = append(errs, fmt.Errorf("detach datapath: %w", err))
 		}
 	}

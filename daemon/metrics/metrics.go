@@ -89,14 +89,19 @@ func (c *endpointCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
-// Serve starts the HTTP listener on addr ("127.0.0.1:0" picks a port) and
-// returns its address. It stops when ctx is done.
-func (m *Metrics) Serve(ctx context.Context, addr string, extra ...prometheus.Collector) (net.Addr, error) {
-	for _, c := range extra {
+// Register adds collectors of other parts of the daemon.
+func (m *Metrics) Register(cs ...prometheus.Collector) error {
+	for _, c := range cs {
 		if err := m.Registry.Register(c); err != nil {
-			return nil, fmt.Errorf("register collector: %w", err)
+			return fmt.Errorf("register collector: %w", err)
 		}
 	}
+	return nil
+}
+
+// Serve starts the HTTP listener on addr ("127.0.0.1:0" picks a port) and
+// returns its address. It stops when ctx is done.
+func (m *Metrics) Serve(ctx context.Context, addr string) (net.Addr, error) {
 	l, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("listen for metrics on %s: %w", addr, err)

@@ -77,11 +77,21 @@ func NewNode(dir, name string, opts NodeOptions) (*Node, error) {
 		Dir:       dir,
 		RunDir:    filepath.Join(dir, "run"),
 		StateDir:  filepath.Join(dir, "state"),
-		BPFDir:    filepath.Join("/sys/fs/bpf", "coordino-test-"+RandomSuffix(10)),
+		BPFDir:    filepath.Join(dir, "bpffs", "coordino"),
 		PodCIDRs:  opts.PodCIDRs,
 		NodeIP:    netip.MustParseAddr(ipStr),
 		ExtraArgs: opts.ExtraArgs,
 		logPath:   filepath.Join(dir, "daemon.log"),
+	}
+	// A private bpffs per node: pins vanish with the test, and the host's
+	// /sys/fs/bpf (not even mounted on some machines) is never touched.
+	if err := os.MkdirAll(n.bpffs(), 0o700); err != nil {
+		n.Close()
+		return nil, err
+	}
+	if err := syscall.Mount("bpf", n.bpffs(), "bpf", 0, "mode=0700"); err != nil {
+		n.Close()
+		return nil, fmt.Errorf("mount bpffs for node: %w", err)
 	}
 	if err := nodeNS.Do(func(ns.NetNS) error { return n.setupUnderlay() }); err != nil {
 		n.Close()
@@ -131,6 +141,8 @@ func (n *Node) setupUnderlay() error {
 	}
 	return nil
 }
+
+func (n *Node) bpffs() string { return filepath.Dir(n.BPFDir) }
 
 // DaemonArgs is the daemon command line for this node.
 func (n *Node) DaemonArgs() []string {
@@ -279,7 +291,7 @@ func (n *Node) Close() {
 	for _, p := range pins {
 		_ = syscall.Unmount(p, syscall.MNT_DETACH)
 	}
-	_ = os.RemoveAll(n.BPFDir)
+	_ = syscall.Unmount(n.bpffs(), syscall.MNT_DETACH)
 	if n.NS != nil {
 		_ = n.NS.Close()
 		_ = testutils.UnmountNS(n.NS)

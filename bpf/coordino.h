@@ -1,0 +1,136 @@
+/* Shared definitions of Coordino's datapath: map layouts read and written by
+ * both the BPF programs and the Go loader (daemon/datapath). Changing a
+ * layout is a breaking change for pinned maps: bump the map name. */
+#pragma once
+
+#include <linux/types.h>
+
+/* Reserved identities. Pod identities start at ID_FIRST_POD; CIDR identities
+ * (ipBlock peers) have ID_CIDR_FLAG set. */
+#define ID_ANY 0       /* wildcard remote in the policy map, never assigned */
+#define ID_HOST 1      /* this node */
+#define ID_WORLD 2     /* anything the ipcache does not know */
+#define ID_FIRST_POD 256
+#define ID_CIDR_FLAG 0x01000000
+
+/* Direction from the endpoint's (pod's) point of view. */
+enum direction {
+	DIR_INGRESS = 0, /* towards the pod: egress of the host veth */
+	DIR_EGRESS = 1,  /* from the pod: ingress of the host veth */
+};
+
+/* Why a packet was passed or dropped. Reasons before REASON_FIRST_DROP pass. */
+enum reason {
+	REASON_POLICY = 0,       /* new flow allowed by a policy rule */
+	REASON_NOT_ISOLATED = 1, /* new flow, direction not isolated */
+	REASON_HOST = 2,         /* new flow from the pod's own node */
+	REASON_ESTABLISHED = 3,  /* conntrack hit, original direction */
+	REASON_REPLY = 4,        /* conntrack hit, reply direction */
+	REASON_RELATED = 5,      /* ICMP error about a tracked flow */
+	REASON_NOT_IP = 6,       /* ARP and other non-IP frames */
+	REASON_NEIGHBOR = 7,     /* ICMPv6 neighbour/router discovery */
+	REASON_FIRST_DROP = 8,
+	REASON_POLICY_DENIED = 8, /* new flow no policy allows */
+	REASON_POLICY_REVOKED = 9, /* tracked flow no longer allowed */
+	REASON_NO_ENDPOINT = 10,  /* attached interface missing from endpoints */
+	REASON_MALFORMED = 11,    /* truncated or invalid headers */
+	REASON_MAX = 12,
+	REASON_EVENT_LOST = 12,   /* counter slot: flow event ring buffer full */
+	REASON_SLOTS = 13,
+};
+
+#define EP_INGRESS_ISOLATED 1
+#define EP_EGRESS_ISOLATED 2
+
+/* endpoints: host-side ifindex -> endpoint. */
+struct endpoint_info {
+	__u32 identity;
+	__u32 flags; /* EP_*_ISOLATED: some policy selects the pod for it */
+};
+
+/* ipcache: LPM trie keyed by (family, address prefix). prefixlen counts the
+ * 32 family bits plus the address bits. IPv4 uses addr[0..3]. */
+struct ipcache_key {
+	__u32 prefixlen;
+	__u32 family; /* 4 or 6 */
+	__u8 addr[16];
+};
+
+/* identity is the pod, host or CIDR identity of the longest prefix;
+ * cidr_identity is the longest ipBlock prefix containing the address, so
+ * ipBlock rules also match pod and node addresses. */
+struct ipcache_value {
+	__u32 identity;
+	__u32 cidr_identity;
+};
+
+/* policy: LPM trie of allowed (local, remote, direction, protocol, port).
+ * All fields but the port are matched exactly (prefix 80 bits) or down to
+ * "any protocol" (72 bits); a port range is stored as the few port prefixes
+ * that cover it, so any rule set costs at most three lookups per new flow
+ * (the remote identity, its CIDR identity, then ID_ANY). */
+struct policy_key {
+	__u32 prefixlen;
+	__u32 local_id;
+	__u32 remote_id;
+	__u8 dir;
+	__u8 proto;
+	__be16 port;
+};
+
+#define POLICY_PREFIX_FULL 96
+#define POLICY_PREFIX_ANY_PROTO 72
+#define POLICY_PREFIX_PROTO 80
+
+struct policy_value {
+	__u32 flags; /* reserved */
+};
+
+/* conntrack: per endpoint and origin direction, keyed by the original tuple. */
+struct ct_key {
+	__u32 ifindex;
+	__u8 dir;   /* direction of the packet that created the entry */
+	__u8 proto;
+	__u8 family;
+	__u8 pad;
+	__be16 sport;
+	__be16 dport;
+	__u8 src[16];
+	__u8 dst[16];
+};
+
+#define CT_CLOSING 1
+
+struct ct_entry {
+	__u64 last_seen_ns;
+	__u32 revision; /* policy revision the flow was last checked against */
+	__u32 flags;
+};
+
+/* config: single-slot array written by the daemon. */
+struct config {
+	__u32 policy_revision;
+	__u32 pad;
+};
+
+/* counters: per-CPU array indexed by dir * REASON_SLOTS + reason. */
+struct counter {
+	__u64 packets;
+	__u64 bytes;
+};
+
+/* flows: ring buffer record of a new flow's verdict. */
+struct flow_event {
+	__u64 ts_ns;
+	__u32 ifindex;
+	__u32 local_id;
+	__u32 remote_id;
+	__u8 family;
+	__u8 proto;
+	__u8 dir;
+	__u8 reason;
+	__be16 sport;
+	__be16 dport;
+	__u8 src[16];
+	__u8 dst[16];
+};

@@ -1,0 +1,96 @@
+package controlplane
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+
+	"github.com/coordino/coordino/daemon/policy"
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"sigs.k8s.io/yaml"
+)
+
+// MaxFileSize bounds a policy file; larger files are rejected unread.
+const MaxFileSize = 4 << 20
+
+// Objects are the policy objects of one file.
+type Objects struct {
+	Policies   []*networkingv1.NetworkPolicy
+	Namespaces []*corev1.Namespace
+}
+
+// ParseFile parses a YAML or JSON file of networking.k8s.io/v1
+// NetworkPolicy and v1 Namespace documents separated by "---". Every error
+// names the file, the document and, where it can, the field.
+func ParseFile(name string, data []byte) (*Objects, error) {
+	if len(data) > MaxFileSize {
+		return nil, fmt.Errorf("policy file %q: %d bytes exceeds the %d byte limit", name, len(data), MaxFileSize)
+	}
+	out := &Objects{}
+	rd := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(data)))
+	for doc := 1; ; doc++ {
+		raw, err := rd.Read()
+		if errors.Is(err, io.EOF) {
+			return out, nil
+		}
+		if err != nil {
+			return nil, fmt.Errorf("policy file %q: document %d: %w", name, doc, err)
+		}
+		if isBlank(raw) {
+			continue
+		}
+		if err := parseDoc(raw, out); err != nil {
+			return nil, fmt.Errorf("policy file %q: document %d: %w", name, doc, err)
+		}
+	}
+}
+
+func parseDoc(raw []byte, out *Objects) error {
+	var tm metav1.TypeMeta
+	if err := yaml.Unmarshal(raw, &tm); err != nil {
+		return fmt.Errorf("not a Kubernetes object: %w", err)
+	}
+	switch {
+	case tm.Kind == "NetworkPolicy" && tm.APIVersion == "networking.k8s.io/v1":
+		np := &networkingv1.NetworkPolicy{}
+		if err := yaml.UnmarshalStrict(raw, np); err != nil {
+			return fmt.Errorf("NetworkPolicy: %w", err)
+		}
+		if np.Namespace == "" {
+			np.Namespace = "default"
+		}
+		if err := policy.ValidateNetworkPolicy(np); err != nil {
+			return fmt.Errorf("NetworkPolicy %s/%s: %w", np.Namespace, np.Name, err)
+		}
+		out.Policies = append(out.Policies, np)
+	case tm.Kind == "Namespace" && tm.APIVersion == "v1":
+		ns := &corev1.Namespace{}
+		if err := yaml.UnmarshalStrict(raw, ns); err != nil {
+			return fmt.Errorf("Namespace: %w", err)
+		}
+		if err := policy.ValidateNamespace(ns); err != nil {
+			return fmt.Errorf("Namespace: %w", err)
+		}
+		out.Namespaces = append(out.Namespaces, ns)
+	default:
+		return fmt.Errorf("apiVersion %q kind %q: want networking.k8s.io/v1 NetworkPolicy or v1 Namespace", tm.APIVersion, tm.Kind)
+	}
+	return nil
+}
+
+// isBlank reports whether a document holds only whitespace and comments.
+func isBlank(doc []byte) bool {
+	for _, line := range strings.Split(string(doc), "\n") {
+		line = strings.TrimSpace(line)
+		if line != "" && !strings.HasPrefix(line, "#") && line != "---" {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,88 @@
+package controlplane
+
+import (
+	"strings"
+	"testing"
+)
+
+const validFile = `
+# Namespaces carry the labels namespaceSelector matches.
+apiVersion: v1
+kind: Namespace
+metadata: {name: prod, labels: {env: prod}}
+---
+apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata: {name: web}
+spec:
+  podSelector: {matchLabels: {app: web}}
+  ingress:
+  - from: [{namespaceSelector: {matchLabels: {env: prod}}}]
+    ports: [{port: 80}, {protocol: UDP, port: 5000, endPort: 5100}]
+---
+`
+
+func TestParseFile(t *testing.T) {
+	objs, err := ParseFile("a.yaml", []byte(validFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(objs.Namespaces) != 1 || objs.Namespaces[0].Labels["env"] != "prod" {
+		t.Fatalf("namespaces = %+v", objs.Namespaces)
+	}
+	if len(objs.Policies) != 1 || objs.Policies[0].Namespace != "default" || *objs.Policies[0].Spec.Ingress[0].Ports[1].EndPort != 5100 {
+		t.Fatalf("policies = %+v", objs.Policies)
+	}
+	objs, err = ParseFile("j.json", []byte(`{"apiVersion":"v1","kind":"Namespace","metadata":{"name":"x"}}`))
+	if err != nil || len(objs.Namespaces) != 1 {
+		t.Fatalf("json: %v %+v", err, objs)
+	}
+}
+
+func TestParseFileErrorsNameFileDocumentAndField(t *testing.T) {
+	cases := map[string][]string{
+		"apiVersion: v1\nkind: Pod\nmetadata: {name: x}\n": {`"bad.yaml"`, "document 1", `kind "Pod"`},
+		"apiVersion: v1\nkind: Namespace\nmetadata: {name: x}\n---\napiVersion: networking.k8s.io/v1\nkind: NetworkPolicy\nmetadata: {name: p}\nspec: {podSelectr: {}}\n": {
+			"document 2", `unknown field "podSelectr"`},
+		"apiVersion: networking.k8s.io/v1\nkind: NetworkPolicy\nmetadata: {name: p, namespace: ns1}\nspec:\n  podSelector: {}\n  egress: [{ports: [{port: 0}]}]\n": {
+			"NetworkPolicy ns1/p", "spec.egress[0].ports[0].port"},
+		"apiVersion: networking.k8s.io/v1\nkind: NetworkPolicy\nmetadata: {name: p}\nspec:\n  podSelector: {}\n  ingress: [{from: [{ipBlock: {cidr: 10.0.0.0/33}}]}]\n": {
+			"spec.ingress[0].from[0].ipBlock.cidr"},
+		"apiVersion: v1\nkind: Namespace\nmetadata: {}\n": {"metadata.name"},
+		"{{{":                {"document 1"},
+		"- just\n- a list\n": {"document 1"},
+	}
+	for doc, wants := range cases {
+		_, err := ParseFile("bad.yaml", []byte(doc))
+		if err == nil {
+			t.Errorf("ParseFile(%q) succeeded", doc)
+			continue
+		}
+		for _, w := range wants {
+			if !strings.Contains(err.Error(), w) {
+				t.Errorf("ParseFile(%q) error %q lacks %q", doc, err, w)
+			}
+		}
+	}
+	if _, err := ParseFile("big.yaml", make([]byte, MaxFileSize+1)); err == nil || !strings.Contains(err.Error(), "limit") {
+		t.Errorf("oversized file: %v", err)
+	}
+}
+
+func FuzzParseFile(f *testing.F) {
+	f.Add([]byte(validFile))
+	f.Add([]byte("apiVersion: networking.k8s.io/v1\nkind: NetworkPolicy\nmetadata: {name: p}\nspec: {podSelector: {matchExpressions: [{key: a, operator: In}]}}"))
+	f.Add([]byte("apiVersion: networking.k8s.io/v1\nkind: NetworkPolicy\nmetadata: {name: p}\nspec:\n  podSelector: {}\n  ingress: [{from: [{ipBlock: {cidr: '::/0', except: ['::1/128']}}], ports: [{port: http}]}]"))
+	f.Add([]byte("---\n---\n"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		objs, err := ParseFile("fuzz.yaml", data)
+		if err != nil {
+			if !strings.Contains(err.Error(), `"fuzz.yaml"`) {
+				t.Fatalf("error does not name the file: %v", err)
+			}
+			return
+		}
+		// Whatever parses must compile without panicking.
+		compileForFuzz(t, objs)
+	})
+}

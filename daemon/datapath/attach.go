@@ -1,0 +1,193 @@
+package datapath
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+)
+
+// Legacy cls_bpf filters use a fixed priority and handle, so Coordino only
+// ever replaces or deletes its own filter among others on the same hook.
+const (
+	legacyPriority = 1
+	legacyHandle   = 0xc0d1
+)
+
+// linkDir is where an endpoint's tcx links are pinned. bpffs names may not
+// contain dots and keys may, so the directory is named by a hash of the key.
+func (d *Datapath) linkDir(key string) string {
+	sum := sha256.Sum256([]byte(key))
+	return filepath.Join(d.cfg.BPFDir, "links", hex.EncodeToString(sum[:16]))
+}
+
+// hooks pairs each program with its attach point on the host interface.
+func (d *Datapath) hooks() []struct {
+	name   string
+	prog   *ebpf.Program
+	tcx    ebpf.AttachType
+	parent uint32
+} {
+	return []struct {
+		name   string
+		prog   *ebpf.Program
+		tcx    ebpf.AttachType
+		parent uint32
+	}{
+		{"from_ep", d.objs.CdoFromEp, ebpf.AttachTCXIngress, netlink.HANDLE_MIN_INGRESS},
+		{"to_ep", d.objs.CdoToEp, ebpf.AttachTCXEgress, netlink.HANDLE_MIN_EGRESS},
+	}
+}
+
+// attach attaches both programs to r's host interface with r.Mode, or picks
+// the mode (tcx unless unsupported or forced off) when r.Mode is empty.
+func (d *Datapath) attach(r *record) error {
+	if r.Mode == "" {
+		r.Mode = modeTCX
+		if d.cfg.ForceLegacyTC {
+			r.Mode = modeLegacy
+		}
+	}
+	if r.Mode == modeTCX {
+		err := d.attachTCX(r)
+		if !errors.Is(err, ebpf.ErrNotSupported) {
+			return err
+		}
+		d.log.Info("tcx not supported by this kernel, using clsact + cls_bpf")
+		r.Mode = modeLegacy
+	}
+	return d.attachLegacy(r)
+}
+
+// attachTCX creates and pins one tcx link per direction, or updates pinned
+// links to the current programs (re-attach and restart adoption).
+func (d *Datapath) attachTCX(r *record) error {
+	dir := d.linkDir(r.Key)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("endpoint %q: create link dir: %w", r.Key, err)
+	}
+	for _, h := range d.hooks() {
+		pin := filepath.Join(dir, h.name)
+		if l, err := link.LoadPinnedLink(pin, nil); err == nil {
+			err = l.Update(h.prog)
+			l.Close()
+			if err == nil {
+				continue
+			}
+			// A link whose interface is gone cannot be updated: replace it.
+			d.log.Sugar().Infof("endpoint %q: replacing stale %s link: %v", r.Key, h.name, err)
+			_ = os.Remove(pin)
+		}
+		l, err := link.AttachTCX(link.TCXOptions{
+			Interface: r.HostIfIndex,
+			Program:   h.prog,
+			Attach:    h.tcx,
+			// Run before other programs on the hook so policy sees every packet.
+			Anchor: link.Head(),
+		})
+		if err != nil {
+			return fmt.Errorf("endpoint %q: attach %s to ifindex %d: %w", r.Key, h.name, r.HostIfIndex, err)
+		}
+		err = l.Pin(pin)
+		l.Close()
+		if err != nil {
+			return fmt.Errorf("endpoint %q: pin %s link: %w", r.Key, h.name, err)
+		}
+	}
+	return nil
+}
+
+func (d *Datapath) attachLegacy(r *record) error {
+	qdisc := &netlink.GenericQdisc{
+		QdiscAttrs: netlink.QdiscAttrs{
+			LinkIndex: r.HostIfIndex,
+			Handle:    netlink.MakeHandle(0xffff, 0),
+			Parent:    netlink.HANDLE_CLSACT,
+		},
+		QdiscType: "clsact",
+	}
+	// Add, not replace: an existing clsact may carry other filters.
+	if err := netlink.QdiscAdd(qdisc); err != nil && !errors.Is(err, unix.EEXIST) {
+		return fmt.Errorf("endpoint %q: add clsact qdisc to ifindex %d: %w", r.Key, r.HostIfIndex, err)
+	}
+	for _, h := range d.hooks() {
+		f := &netlink.BpfFilter{
+			FilterAttrs: netlink.FilterAttrs{
+				LinkIndex: r.HostIfIndex,
+				Parent:    h.parent,
+				Handle:    legacyHandle,
+				Protocol:  unix.ETH_P_ALL,
+				Priority:  legacyPriority,
+			},
+			Fd:           h.prog.FD(),
+			Name:         "cdo_" + h.name,
+			DirectAction: true,
+		}
+		// Replace swaps the program atomically, so re-attach has no gap.
+		if err := netlink.FilterReplace(f); err != nil {
+			return fmt.Errorf("endpoint %q: attach cls_bpf %s to ifindex %d: %w", r.Key, h.name, r.HostIfIndex, err)
+		}
+	}
+	return nil
+}
+
+// detach removes r's programs; missing links, filters or interfaces are fine.
+func (d *Datapath) detach(r *record) error {
+	var errs []error
+	if r.Mode == modeLegacy {
+		for _, h := range d.hooks() {
+			f := &netlink.BpfFilter{FilterAttrs: netlink.FilterAttrs{
+				LinkIndex: r.HostIfIndex, Parent: h.parent, Handle: legacyHandle,
+				Protocol: unix.ETH_P_ALL, Priority: legacyPriority,
+			}}
+			if err := netlink.FilterDel(f); err != nil && !gone(err) {
+				errs = append(errs, fmt.Errorf("endpoint %q: delete cls_bpf %s: %w", r.Key, h.name, err))
+			}
+		}
+	}
+	// tcx pins may exist whatever the mode (e.g. a fallback mid-attach).
+	if err := d.unpinLinks(r.Key); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// unpinLinks unpins and closes an endpoint's tcx links, detaching them.
+func (d *Datapath) unpinLinks(key string) error {
+	dir := d.linkDir(key)
+	for _, h := range d.hooks() {
+		pin := filepath.Join(dir, h.name)
+		l, err := link.LoadPinnedLink(pin, nil)
+		if errors.Is(err, os.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			// Not loadable as a link: drop the pin so it does not linger.
+			if rmErr := os.Remove(pin); rmErr != nil && !errors.Is(rmErr, os.ErrNotExist) {
+				return fmt.Errorf("endpoint %q: remove %s pin: %w", key, h.name, rmErr)
+			}
+			continue
+		}
+		err = l.Unpin()
+		l.Close()
+		if err != nil {
+			return fmt.Errorf("endpoint %q: unpin %s link: %w", key, h.name, err)
+		}
+	}
+	if err := os.Remove(dir); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("endpoint %q: remove link dir: %w", key, err)
+	}
+	return nil
+}
+
+func gone(err error) bool {
+	return errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ENODEV) || errors.Is(err, unix.EINVAL) ||
+		errors.As(err, new(netlink.LinkNotFoundError))
+}

@@ -1,0 +1,333 @@
+package datapath
+
+import (
+	"errors"
+	"fmt"
+	"maps"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/rlimit"
+	"github.com/coordino/coordino/bpf"
+	"github.com/coordino/coordino/daemon/identity"
+	"github.com/coordino/coordino/daemon/policy"
+	"github.com/vishvananda/netlink"
+	"go.uber.org/zap"
+)
+
+// DefaultNamespace is the namespace of endpoints that name none.
+const DefaultNamespace = "default"
+
+// ErrPolicyNotSynced is returned by AttachEndpoint before the first
+// UpdatePolicy: attaching earlier could leave a new pod briefly unprotected.
+var ErrPolicyNotSynced = errors.New("datapath: policy not synced yet: call UpdatePolicy before attaching endpoints")
+
+// Config configures Open.
+type Config struct {
+	// BPFDir is where maps and links are pinned, e.g. /sys/fs/bpf/coordino.
+	BPFDir string
+	// ForceLegacyTC attaches with clsact + cls_bpf even where tcx exists.
+	ForceLegacyTC bool
+	// Logger receives datapath logs; nil discards them.
+	Logger *zap.Logger
+	// NodeIPs are this node's addresses: traffic from them is the host identity.
+	NodeIPs []netip.Addr
+}
+
+// Endpoint is a pod interface to enforce policy on.
+type Endpoint struct {
+	// Key is the stable attachment key "network/containerID/ifname".
+	Key string
+	// HostIfName and HostIfIndex name the host-side interface (veth peer).
+	HostIfName  string
+	HostIfIndex int
+	// IPs are the pod's addresses on this interface.
+	IPs []netip.Addr
+	// Namespace and Labels determine the endpoint's identity.
+	Namespace string
+	Labels    map[string]string
+}
+
+// Datapath is the loaded BPF datapath. Its methods are safe for concurrent use.
+type Datapath struct {
+	cfg     Config
+	log     *zap.Logger
+	objs    bpf.CoordinoObjects
+	state   *ebpf.Map
+	metrics *metrics
+
+	mu       sync.Mutex
+	ids      *identity.Allocator
+	cidrs    *identity.CIDRs
+	eps      map[string]*record
+	snap     policy.Snapshot
+	synced   bool
+	mirror   *mirrors
+	revision uint32
+	// compileErr lists the invalid policies of the last sync.
+	compileErr error
+}
+
+// Open loads the BPF objects and creates, or adopts, the pinned maps, the
+// endpoint records and their links; adopted links switch to the programs
+// just loaded without detaching. Policy already in the maps stays enforced
+// until the first UpdatePolicy replaces it.
+func Open(cfg Config) (*Datapath, error) {
+	if cfg.Logger == nil {
+		cfg.Logger = zap.NewNop()
+	}
+	if err := checkBPFFS(cfg.BPFDir); err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(filepath.Join(cfg.BPFDir, "links"), 0o700); err != nil {
+		return nil, fmt.Errorf("datapath: create links dir: %w", err)
+	}
+	// Kernels before 5.11 charge BPF memory to RLIMIT_MEMLOCK.
+	if err := rlimit.RemoveMemlock(); err != nil {
+		return nil, fmt.Errorf("datapath: raise memlock limit: %w", err)
+	}
+	spec, err := bpf.LoadCoordino()
+	if err != nil {
+		return nil, fmt.Errorf("datapath: load BPF spec: %w", err)
+	}
+	d := &Datapath{
+		cfg:   cfg,
+		log:   cfg.Logger.Named("datapath"),
+		ids:   identity.NewAllocator(),
+		cidrs: identity.NewCIDRs(),
+		eps:   map[string]*record{},
+	}
+	opts := &ebpf.CollectionOptions{Maps: ebpf.MapOptions{PinPath: cfg.BPFDir}}
+	if err := spec.LoadAndAssign(&d.objs, opts); err != nil {
+		if errors.Is(err, ebpf.ErrMapIncompatible) {
+			return nil, fmt.Errorf("datapath: pinned maps in %s do not match this version: %w", cfg.BPFDir, err)
+		}
+		var verr *ebpf.VerifierError
+		if errors.As(err, &verr) {
+			return nil, fmt.Errorf("datapath: load BPF programs: %+v", verr)
+		}
+		return nil, fmt.Errorf("datapath: load BPF objects: %w", err)
+	}
+	if d.state, err = openStateMap(cfg.BPFDir); err != nil {
+		d.objs.Close()
+		return nil, err
+	}
+	d.metrics = newMetrics(d)
+	if err := d.restore(); err != nil {
+		d.Close()
+		return nil, err
+	}
+	return d, nil
+}
+
+// restore rebuilds in-memory state from the pins and re-points adopted
+// attachments at the freshly loaded programs.
+func (d *Datapath) restore() error {
+	m, err := readMirrors(&d.objs)
+	if err != nil {
+		return err
+	}
+	d.mirror = m
+	var cfg bpf.CoordinoConfig
+	if err := d.objs.CdoConfig.Lookup(uint32(0), &cfg); err != nil {
+		return fmt.Errorf("datapath: read config map: %w", err)
+	}
+	d.revision = cfg.PolicyRevision
+	for p, v := range m.ipcache {
+		for _, id := range []identity.ID{identity.ID(v.Identity), identity.ID(v.CidrIdentity)} {
+			if id.IsCIDR() && id == identity.ID(v.Identity) {
+				if err := d.cidrs.Restore(p, id); err != nil {
+					return fmt.Errorf("datapath: adopt ipcache: %w", err)
+				}
+			}
+		}
+	}
+	recs, err := loadRecords(d.state)
+	if err != nil {
+		return err
+	}
+	for _, r := range recs {
+		if err := d.ids.Restore(identity.Identity{ID: r.Identity, Namespace: r.Namespace, Labels: r.Labels}); err != nil {
+			return fmt.Errorf("datapath: adopt endpoint %q: %w", r.Key, err)
+		}
+		d.eps[r.Key] = r
+		if err := d.attach(r); err != nil {
+			// The interface may be gone; the owner's reconciliation detaches it.
+			d.log.Warn("adopted endpoint not re-attached", zap.String("endpoint", r.Key), zap.Error(err))
+		}
+	}
+	d.log.Info("datapath opened", zap.String("bpfDir", d.cfg.BPFDir), zap.Int("adoptedEndpoints", len(recs)),
+		zap.Int("policyEntries", len(m.policy)), zap.Uint32("policyRevision", d.revision))
+	return nil
+}
+
+// Close releases file descriptors. Pins stay, so attached programs keep
+// enforcing policy until the next Open adopts them.
+func (d *Datapath) Close() error {
+	var errs []error
+	if d.state != nil {
+		errs = append(errs, d.state.Close())
+	}
+	errs = append(errs, d.objs.Close())
+	return errors.Join(errs...)
+}
+
+// UpdatePolicy replaces the policy snapshot and recompiles it into the maps
+// of all local endpoints. Invalid policies are skipped and reported in the
+// error; valid ones are applied regardless.
+func (d *Datapath) UpdatePolicy(s policy.Snapshot) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.snap = s
+	d.synced = true
+	if err := d.sync(); err != nil {
+		return fmt.Errorf("datapath: apply policy: %w", err)
+	}
+	return d.compileErr
+}
+
+// AttachEndpoint resolves ep's identity, writes its map entries and policy,
+// then attaches and pins its programs; when it returns the endpoint is
+// enforced from its first packet. Repeating it for the same key is harmless.
+func (d *Datapath) AttachEndpoint(ep Endpoint) error {
+	r, err := newRecord(ep)
+	if err != nil {
+		return err
+	}
+	if err := checkInterface(ep); err != nil {
+		return err
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if !d.synced {
+		return ErrPolicyNotSynced
+	}
+	old := d.eps[r.Key]
+	if old != nil && old.HostIfIndex != r.HostIfIndex {
+		// Same key on a new interface: drop the old attachment first.
+		if err := d.detach(old); err != nil {
+			return err
+		}
+	}
+	id, _, err := d.ids.Acquire(r.Namespace, r.Labels)
+	if err != nil {
+		return fmt.Errorf("endpoint %q: %w", r.Key, err)
+	}
+	r.Identity = id.ID
+	if old != nil {
+		r.Mode = old.Mode
+		d.ids.Release(old.Identity)
+	}
+	// Record first: a crash after attaching still finds the endpoint.
+	if err := putRecord(d.state, r); err != nil {
+		d.ids.Release(r.Identity)
+		return err
+	}
+	d.eps[r.Key] = r
+	if err := d.sync(); err != nil {
+		d.forget(r)
+		return fmt.Errorf("endpoint %q: %w", r.Key, err)
+	}
+	if err := d.attach(r); err != nil {
+		_ = d.detach(r)
+		d.forget(r)
+		return err
+	}
+	if err := putRecord(d.state, r); err != nil { // the chosen mode
+		return err
+	}
+	d.log.Info("endpoint attached", zap.String("endpoint", r.Key), zap.String("interface", r.HostIfName),
+		zap.Uint32("identity", uint32(r.Identity)), zap.String("mode", r.Mode))
+	return nil
+}
+
+// forget undoes the bookkeeping of a failed attach.
+func (d *Datapath) forget(r *record) {
+	delete(d.eps, r.Key)
+	_ = deleteRecord(d.state, r.Key)
+	d.ids.Release(r.Identity)
+	if err := d.sync(); err != nil {
+		d.log.Warn("resync after failed attach", zap.String("endpoint", r.Key), zap.Error(err))
+	}
+}
+
+// DetachEndpoint removes ep's programs, map entries and state. Unknown
+// endpoints and already removed interfaces are not errors.
+func (d *Datapath) DetachEndpoint(ep Endpoint) error {
+	if ep.Key == "" {
+		return errors.New("datapath: detach: endpoint key is empty")
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	r := d.eps[ep.Key]
+	if r == nil {
+		// Nothing recorded; clear any pins a crash may have left.
+		return d.unpinLinks(ep.Key)
+	}
+	if err := d.detach(r); err != nil {
+		return err
+	}
+	delete(d.eps, r.Key)
+	d.ids.Release(r.Identity)
+	if err := deleteRecord(d.state, r.Key); err != nil {
+		return err
+	}
+	if err := d.syncEndpointsOnly(); err != nil {
+		return err
+	}
+	if d.synced {
+		if err := d.sync(); err != nil {
+			return err
+		}
+	}
+	d.purgeConntrack(uint32(r.HostIfIndex))
+	d.log.Info("endpoint detached", zap.String("endpoint", r.Key))
+	return nil
+}
+
+// Endpoints returns the keys of all attached endpoints, including those
+// adopted from pinned state.
+func (d *Datapath) Endpoints() ([]string, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return slices.Sorted(maps.Keys(d.eps)), nil
+}
+
+func newRecord(ep Endpoint) (*record, error) {
+	if _, err := stateKey(ep.Key); err != nil {
+		return nil, fmt.Errorf("datapath: %w", err)
+	}
+	if ep.HostIfIndex <= 0 {
+		return nil, fmt.Errorf("endpoint %q: invalid host ifindex %d", ep.Key, ep.HostIfIndex)
+	}
+	r := &record{
+		Key: ep.Key, HostIfName: ep.HostIfName, HostIfIndex: ep.HostIfIndex,
+		Namespace: ep.Namespace, Labels: maps.Clone(ep.Labels),
+	}
+	if r.Namespace == "" {
+		r.Namespace = DefaultNamespace
+	}
+	for _, ip := range ep.IPs {
+		if !ip.IsValid() {
+			return nil, fmt.Errorf("endpoint %q: invalid IP address", ep.Key)
+		}
+		r.IPs = append(r.IPs, ip.Unmap())
+	}
+	return r, nil
+}
+
+// checkInterface guards against a stale ifindex naming another interface.
+func checkInterface(ep Endpoint) error {
+	l, err := netlink.LinkByIndex(ep.HostIfIndex)
+	if err != nil {
+		return fmt.Errorf("endpoint %q: host interface %d: %w", ep.Key, ep.HostIfIndex, err)
+	}
+	if ep.HostIfName != "" && l.Attrs().Name != ep.HostIfName {
+		return fmt.Errorf("endpoint %q: ifindex %d is %q, not %q", ep.Key, ep.HostIfIndex, l.Attrs().Name, ep.HostIfName)
+	}
+	return nil
+}

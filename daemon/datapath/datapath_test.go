@@ -1,0 +1,430 @@
+package datapath
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
+	"github.com/coordino/coordino/daemon/datapath/internal/testnet"
+	"github.com/coordino/coordino/daemon/policy"
+	"github.com/coordino/coordino/test/privileged"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/vishvananda/netlink"
+	"go.uber.org/zap/zaptest"
+	networkingv1 "k8s.io/api/networking/v1"
+	"sigs.k8s.io/yaml"
+)
+
+func TestMain(m *testing.M) { testnet.Main(m) }
+
+var modes = []struct {
+	name   string
+	legacy bool
+}{{"tcx", false}, {"legacy-tc", true}}
+
+// cluster is a node with pods "a" (app=client), "b" (app=server), both in
+// namespace default, "c" (app=client) in namespace other, and "ext", an
+// unattached host standing in for the world.
+type cluster struct {
+	t       *testing.T
+	cfg     Config
+	dp      *Datapath
+	pods    map[string]*testnet.Pod
+	eps     map[string]Endpoint
+	ipIndex int
+}
+
+var podIPs = map[string]netip.Addr{
+	"a": netip.MustParseAddr("198.51.100.10"), "b": netip.MustParseAddr("198.51.100.11"),
+	"c": netip.MustParseAddr("198.51.100.12"), "d": netip.MustParseAddr("198.51.100.13"),
+	"ext": netip.MustParseAddr("203.0.113.10"),
+}
+
+func newCluster(t *testing.T, legacy bool) *cluster {
+	t.Helper()
+	privileged.Require(t)
+	c := &cluster{t: t, pods: map[string]*testnet.Pod{}, eps: map[string]Endpoint{}}
+	c.cfg = Config{BPFDir: testnet.BPFDir(t), ForceLegacyTC: legacy, Logger: zaptest.NewLogger(t),
+		NodeIPs: []netip.Addr{testnet.NodeIP}}
+	c.open()
+	if err := c.dp.UpdatePolicy(policy.Snapshot{}); err != nil {
+		t.Fatal(err)
+	}
+	c.pods["ext"] = testnet.NewPod(t, "ext", podIPs["ext"])
+	c.addPod("a", "default", map[string]string{"app": "client"})
+	c.addPod("b", "default", map[string]string{"app": "server"})
+	c.addPod("c", "other", map[string]string{"app": "client"})
+	return c
+}
+
+func (c *cluster) open() {
+	c.t.Helper()
+	dp, err := Open(c.cfg)
+	if err != nil {
+		c.t.Fatalf("Open: %v", err)
+	}
+	c.dp = dp
+	c.t.Cleanup(func() { dp.Close() })
+}
+
+func (c *cluster) addPod(name, ns string, labels map[string]string) {
+	c.t.Helper()
+	p := testnet.NewPod(c.t, name, podIPs[name])
+	c.pods[name] = p
+	ep := Endpoint{Key: "net/" + name + "-" + filepath.Base(c.t.Name()) + "/eth0", HostIfName: p.HostIfName,
+		HostIfIndex: p.HostIfIndex, IPs: []netip.Addr{p.IP}, Namespace: ns, Labels: labels}
+	if err := c.dp.AttachEndpoint(ep); err != nil {
+		c.t.Fatalf("attach %s: %v", name, err)
+	}
+	c.eps[name] = ep
+}
+
+func (c *cluster) policies(docs ...string) {
+	c.t.Helper()
+	s := policy.Snapshot{}
+	for _, d := range docs {
+		np := &networkingv1.NetworkPolicy{}
+		if err := yaml.UnmarshalStrict([]byte(d), np); err != nil {
+			c.t.Fatalf("bad policy: %v", err)
+		}
+		s.Policies = append(s.Policies, np)
+	}
+	if err := c.dp.UpdatePolicy(s); err != nil {
+		c.t.Fatalf("UpdatePolicy: %v", err)
+	}
+}
+
+// expect checks "from>to proto/port" probes; from "node" probes from the node.
+func (c *cluster) expect(allowed bool, checks ...string) {
+	c.t.Helper()
+	var wg sync.WaitGroup
+	errs := make([]error, len(checks))
+	for i, check := range checks {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var from, to, proto string
+			var port int
+			if _, err := fmt.Sscanf(strings.NewReplacer(">", " ", "/", " ").Replace(check), "%s %s %s %d", &from, &to, &proto, &port); err != nil {
+				errs[i] = err
+				return
+			}
+			dst := c.pods[to].IP
+			if from == "node" {
+				errs[i] = testnet.ProbeFromNode(proto, dst, port)
+			} else {
+				errs[i] = c.pods[from].Probe(proto, dst, port)
+			}
+		}()
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if allowed && err != nil {
+			c.t.Errorf("%s: want allowed, got %v", checks[i], err)
+		}
+		if !allowed && err == nil {
+			c.t.Errorf("%s: want denied, but it passed", checks[i])
+		}
+	}
+}
+
+const (
+	serverIngress = `
+metadata: {name: server-ingress, namespace: default}
+spec:
+  podSelector: {matchLabels: {app: server}}
+  ingress:
+  - from: [{podSelector: {matchLabels: {app: client}}}]
+    ports: [{port: 80}]`
+	clientEgress = `
+metadata: {name: client-egress, namespace: default}
+spec:
+  podSelector: {matchLabels: {app: client}}
+  policyTypes: [Egress]
+  egress:
+  - to: [{podSelector: {matchLabels: {app: server}}}]
+    ports: [{protocol: UDP, port: 81}, {protocol: TCP, port: 80}]
+  - to: [{ipBlock: {cidr: 203.0.113.0/24, except: [203.0.113.128/25]}}]
+    ports: [{port: 80}]`
+	denyServerIngress = `
+metadata: {name: deny-server, namespace: default}
+spec: {podSelector: {matchLabels: {app: server}}, policyTypes: [Ingress]}`
+)
+
+func TestPolicyEnforcement(t *testing.T) {
+	for _, m := range modes {
+		t.Run(m.name, func(t *testing.T) {
+			c := newCluster(t, m.legacy)
+			assertAttached(t, c, m.legacy)
+
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			flows := make(chan Flow, 1024)
+			go func() { _ = c.dp.ReadFlows(ctx, func(f Flow) { flows <- f }) }()
+
+			// No policy: everything flows.
+			c.expect(true, "a>b tcp/80", "a>b udp/81", "c>b tcp/81", "ext>b tcp/80", "b>a udp/80")
+
+			c.policies(serverIngress, clientEgress)
+			c.expect(true,
+				"a>b tcp/80",    // server ingress + client egress allow
+				"node>b tcp/81", // the node is always allowed in
+				"node>a udp/80", // also to a pod isolated only for egress
+				"b>a tcp/80",    // server egress is not isolated, client ingress neither
+				"a>ext tcp/80",  // ipBlock egress
+			)
+			c.expect(false,
+				"a>b tcp/81",   // port not allowed at server
+				"a>b udp/80",   // protocol not allowed
+				"a>b udp/81",   // allowed egress, but server ingress only allows TCP 80
+				"ext>b tcp/80", // world denied at server
+				"a>ext tcp/81", // ipBlock rule is port 80 only
+				"a>c tcp/80",   // client egress does not allow c
+				"c>b tcp/80",   // a podSelector peer only selects the policy namespace
+			)
+
+			reg := prometheus.NewPedanticRegistry()
+			reg.MustRegister(c.dp.Collectors()...)
+			got, err := testutil.GatherAndCount(reg, "coordino_datapath_packets_total")
+			if err != nil || got == 0 {
+				t.Fatalf("packet counters: %d series, %v", got, err)
+			}
+			if v := counterValue(t, reg, "coordino_datapath_packets_total", "policy-denied"); v == 0 {
+				t.Error("no policy-denied packets counted")
+			}
+			if v := counterValue(t, reg, "coordino_datapath_packets_total", "host"); v == 0 {
+				t.Error("no host-allowed packets counted")
+			}
+
+			// A denied flow is reported with its endpoint, reason and ports.
+			deadline := time.After(3 * time.Second)
+			for found := false; !found; {
+				select {
+				case f := <-flows:
+					found = f.Verdict == "dropped" && f.Reason == "policy-denied" && f.Src == podIPs["ext"] &&
+						f.Dst == podIPs["b"] && f.DstPort == 80 && f.Protocol == "TCP" &&
+						f.Direction == "ingress" && f.Endpoint == c.eps["b"].Key
+				case <-deadline:
+					t.Fatal("no flow event for the denied ext>b tcp/80")
+				}
+			}
+		})
+	}
+}
+
+// TestCrossNamespaceSelectors: c in namespace "other" reaches b only when a
+// namespaceSelector allows it.
+func TestCrossNamespaceSelectors(t *testing.T) {
+	c := newCluster(t, false)
+	c.policies(serverIngress)
+	c.expect(false, "c>b tcp/80")
+	c.policies(serverIngress, `
+metadata: {name: from-other, namespace: default}
+spec:
+  podSelector: {matchLabels: {app: server}}
+  ingress: [{from: [{namespaceSelector: {matchLabels: {kubernetes.io/metadata.name: other}}, podSelector: {matchLabels: {app: client}}}]}]`)
+	c.expect(true, "c>b tcp/80", "c>b udp/81")
+	c.expect(false, "ext>b tcp/80")
+}
+
+func TestRestartAdoption(t *testing.T) {
+	for _, m := range modes {
+		t.Run(m.name, func(t *testing.T) {
+			c := newCluster(t, m.legacy)
+			c.policies(serverIngress)
+			conn, err := c.pods["a"].Dial(c.pods["b"].IP, 80)
+			if err != nil {
+				t.Fatalf("dial a>b: %v", err)
+			}
+			defer conn.Close()
+			if err := testnet.Echo(conn); err != nil {
+				t.Fatal(err)
+			}
+			before, _ := c.dp.Endpoints()
+			idBefore := c.dp.eps[c.eps["b"].Key].Identity
+
+			// Daemon gone: pinned links keep enforcing.
+			if err := c.dp.Close(); err != nil {
+				t.Fatal(err)
+			}
+			if err := testnet.Echo(conn); err != nil {
+				t.Fatalf("established flow broke while the daemon was down: %v", err)
+			}
+			c.expect(true, "a>b tcp/80")
+			c.expect(false, "a>b tcp/81", "ext>b tcp/80")
+
+			// Daemon back: adopts everything without a gap.
+			c.open()
+			after, _ := c.dp.Endpoints()
+			if strings.Join(before, ",") != strings.Join(after, ",") {
+				t.Fatalf("endpoints after restart %v, want %v", after, before)
+			}
+			if id := c.dp.eps[c.eps["b"].Key].Identity; id != idBefore {
+				t.Fatalf("identity changed across restart: %d -> %d", idBefore, id)
+			}
+			if err := testnet.Echo(conn); err != nil {
+				t.Fatalf("established flow broke after restart: %v", err)
+			}
+			c.expect(false, "ext>b tcp/80")
+			// Attach before the first snapshot is refused, not unprotected.
+			if err := c.dp.AttachEndpoint(c.eps["a"]); err != ErrPolicyNotSynced {
+				t.Fatalf("attach before sync = %v, want ErrPolicyNotSynced", err)
+			}
+			c.policies(serverIngress)
+			// Re-attaching adopted endpoints (reconciliation) is idempotent.
+			for _, name := range []string{"a", "b", "c"} {
+				if err := c.dp.AttachEndpoint(c.eps[name]); err != nil {
+					t.Fatalf("re-attach %s: %v", name, err)
+				}
+			}
+			if err := testnet.Echo(conn); err != nil {
+				t.Fatalf("established flow broke after resync: %v", err)
+			}
+			c.expect(true, "a>b tcp/80", "node>b tcp/81")
+			c.expect(false, "a>b tcp/81", "ext>b tcp/80")
+			assertAttached(t, c, m.legacy)
+		})
+	}
+}
+
+func TestPolicyUpdateRevokesEstablishedFlows(t *testing.T) {
+	c := newCluster(t, false)
+	c.policies(serverIngress)
+	conn, err := c.pods["a"].Dial(c.pods["b"].IP, 80)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if err := testnet.Echo(conn); err != nil {
+		t.Fatal(err)
+	}
+	c.policies(denyServerIngress)
+	if err := testnet.Echo(conn); err == nil {
+		t.Fatal("established flow still passes after its policy was removed")
+	}
+	c.expect(false, "a>b tcp/80")
+	c.policies(serverIngress)
+	c.expect(true, "a>b tcp/80")
+}
+
+func TestNewEndpointDeniedFromFirstPacket(t *testing.T) {
+	c := newCluster(t, false)
+	c.policies(denyServerIngress)
+	c.addPod("d", "default", map[string]string{"app": "server"})
+	// AttachEndpoint has returned: the very first packets must already be policed.
+	c.expect(false, "a>d tcp/80", "a>d udp/80", "ext>d tcp/81")
+	c.expect(true, "node>d tcp/80", "d>a tcp/80")
+}
+
+func TestDetachRemovesAttachmentAndEntries(t *testing.T) {
+	for _, m := range modes {
+		t.Run(m.name, func(t *testing.T) {
+			c := newCluster(t, m.legacy)
+			c.policies(denyServerIngress)
+			c.expect(false, "a>b tcp/80")
+			ep := c.eps["b"]
+			if err := c.dp.DetachEndpoint(ep); err != nil {
+				t.Fatal(err)
+			}
+			if err := c.dp.DetachEndpoint(ep); err != nil {
+				t.Fatalf("second detach: %v", err)
+			}
+			c.expect(true, "a>b tcp/80")
+			keys, _ := c.dp.Endpoints()
+			for _, k := range keys {
+				if k == ep.Key {
+					t.Fatal("detached endpoint still listed")
+				}
+			}
+			var info struct{ Identity, Flags uint32 }
+			if err := c.dp.objs.CdoEndpoints.Lookup(uint32(ep.HostIfIndex), &info); err == nil {
+				t.Fatal("endpoint map entry left behind")
+			}
+			if _, err := os.Stat(c.dp.linkDir(ep.Key)); !os.IsNotExist(err) {
+				t.Fatalf("link pins left behind: %v", err)
+			}
+			if n := hookPrograms(t, ep.HostIfIndex); n != 0 {
+				t.Fatalf("%d programs still attached", n)
+			}
+		})
+	}
+}
+
+// assertAttached checks in the kernel that both hooks of every endpoint run
+// Coordino's programs through the expected mechanism.
+func assertAttached(t *testing.T, c *cluster, legacy bool) {
+	t.Helper()
+	for name, ep := range c.eps {
+		l, _ := netlink.LinkByIndex(ep.HostIfIndex)
+		filters := 0
+		for _, parent := range []uint32{netlink.HANDLE_MIN_INGRESS, netlink.HANDLE_MIN_EGRESS} {
+			fs, _ := netlink.FilterList(l, parent)
+			for _, f := range fs {
+				if bf, ok := f.(*netlink.BpfFilter); ok && strings.HasPrefix(bf.Name, "cdo_") {
+					filters++
+				}
+			}
+		}
+		tcx := 0
+		for _, at := range []ebpf.AttachType{ebpf.AttachTCXIngress, ebpf.AttachTCXEgress} {
+			if r, err := link.QueryPrograms(link.QueryOptions{Target: ep.HostIfIndex, Attach: at}); err == nil {
+				tcx += len(r.Programs)
+			}
+		}
+		if legacy && (filters != 2 || tcx != 0) {
+			t.Errorf("%s: %d cls_bpf filters and %d tcx programs, want 2 and 0", name, filters, tcx)
+		}
+		if !legacy && (filters != 0 || tcx != 2) {
+			t.Errorf("%s: %d cls_bpf filters and %d tcx programs, want 0 and 2", name, filters, tcx)
+		}
+	}
+}
+
+func hookPrograms(t *testing.T, ifindex int) int {
+	n := 0
+	for _, at := range []ebpf.AttachType{ebpf.AttachTCXIngress, ebpf.AttachTCXEgress} {
+		if r, err := link.QueryPrograms(link.QueryOptions{Target: ifindex, Attach: at}); err == nil {
+			n += len(r.Programs)
+		}
+	}
+	l, err := netlink.LinkByIndex(ifindex)
+	if err != nil {
+		return n
+	}
+	for _, parent := range []uint32{netlink.HANDLE_MIN_INGRESS, netlink.HANDLE_MIN_EGRESS} {
+		fs, _ := netlink.FilterList(l, parent)
+		n += len(fs)
+	}
+	return n
+}
+
+func counterValue(t *testing.T, reg *prometheus.Registry, name, reason string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := 0.0
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.Metric {
+			for _, l := range m.Label {
+				if l.GetName() == "reason" && l.GetValue() == reason {
+					sum += m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return sum
+}

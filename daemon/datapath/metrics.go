@@ -1,0 +1,134 @@
+package datapath
+
+import (
+	"github.com/coordino/coordino/bpf"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// reasonNames index bpf reason values; keep in sync with enum reason.
+var reasonNames = [...]string{
+	bpf.CoordinoReasonREASON_POLICY:         "policy",
+	bpf.CoordinoReasonREASON_NOT_ISOLATED:   "not-isolated",
+	bpf.CoordinoReasonREASON_HOST:           "host",
+	bpf.CoordinoReasonREASON_ESTABLISHED:    "established",
+	bpf.CoordinoReasonREASON_REPLY:          "reply",
+	bpf.CoordinoReasonREASON_RELATED:        "related",
+	bpf.CoordinoReasonREASON_NOT_IP:         "not-ip",
+	bpf.CoordinoReasonREASON_NEIGHBOR:       "neighbor-discovery",
+	bpf.CoordinoReasonREASON_POLICY_DENIED:  "policy-denied",
+	bpf.CoordinoReasonREASON_POLICY_REVOKED: "policy-revoked",
+	bpf.CoordinoReasonREASON_NO_ENDPOINT:    "no-endpoint",
+	bpf.CoordinoReasonREASON_MALFORMED:      "malformed",
+}
+
+// ReasonName names a verdict reason as used in metrics and flow events.
+func ReasonName(r uint8) string {
+	if int(r) < len(reasonNames) {
+		return reasonNames[r]
+	}
+	return "unknown"
+}
+
+// Verdict returns "allowed" or "dropped" for a reason.
+func Verdict(r uint8) string {
+	if r >= uint8(bpf.CoordinoReasonREASON_FIRST_DROP) {
+		return "dropped"
+	}
+	return "allowed"
+}
+
+var (
+	packetsDesc = prometheus.NewDesc("coordino_datapath_packets_total",
+		"Packets seen by the endpoint programs, by direction (of the pod), verdict and reason.",
+		[]string{"direction", "verdict", "reason"}, nil)
+	bytesDesc = prometheus.NewDesc("coordino_datapath_bytes_total",
+		"Bytes seen by the endpoint programs, by direction (of the pod), verdict and reason.",
+		[]string{"direction", "verdict", "reason"}, nil)
+	lostDesc = prometheus.NewDesc("coordino_flow_events_lost_total",
+		"Flow events dropped because the ring buffer was full.", nil, nil)
+	endpointsDesc = prometheus.NewDesc("coordino_datapath_endpoints",
+		"Endpoints with attached programs.", nil, nil)
+	policyEntriesDesc = prometheus.NewDesc("coordino_policy_map_entries",
+		"Entries in the BPF policy map.", nil, nil)
+	revisionDesc = prometheus.NewDesc("coordino_policy_revision",
+		"Policy revision last written to the datapath.", nil, nil)
+)
+
+type metrics struct {
+	d             *Datapath
+	invalidPolicy prometheus.Gauge
+}
+
+func newMetrics(d *Datapath) *metrics {
+	return &metrics{d: d, invalidPolicy: prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "coordino_policy_invalid",
+		Help: "Network policies skipped by the last compilation because they are invalid.",
+	})}
+}
+
+func (m *metrics) setCompileError(err error) {
+	n := 0
+	if u, ok := err.(interface{ Unwrap() []error }); ok {
+		n = len(u.Unwrap())
+	} else if err != nil {
+		n = 1
+	}
+	m.invalidPolicy.Set(float64(n))
+}
+
+// Describe implements prometheus.Collector.
+func (m *metrics) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{packetsDesc, bytesDesc, lostDesc, endpointsDesc, policyEntriesDesc, revisionDesc} {
+		ch <- d
+	}
+}
+
+// Collect reads the per-CPU counters from the kernel at scrape time.
+func (m *metrics) Collect(ch chan<- prometheus.Metric) {
+	slots := uint32(bpf.CoordinoReasonREASON_SLOTS)
+	for dir := range uint32(2) {
+		dirName := "ingress"
+		if dir == 1 {
+			dirName = "egress"
+		}
+		for reason := range slots {
+			var perCPU []bpf.CoordinoCounter
+			if err := m.d.objs.CdoCounters.Lookup(dir*slots+reason, &perCPU); err != nil {
+				continue
+			}
+			var pkts, bytes uint64
+			for _, c := range perCPU {
+				pkts += c.Packets
+				bytes += c.Bytes
+			}
+			if reason == uint32(bpf.CoordinoReasonREASON_EVENT_LOST) {
+				if dir == 0 {
+					lost := pkts
+					var other []bpf.CoordinoCounter
+					if m.d.objs.CdoCounters.Lookup(slots+reason, &other) == nil {
+						for _, c := range other {
+							lost += c.Packets
+						}
+					}
+					ch <- prometheus.MustNewConstMetric(lostDesc, prometheus.CounterValue, float64(lost))
+				}
+				continue
+			}
+			r := uint8(reason)
+			ch <- prometheus.MustNewConstMetric(packetsDesc, prometheus.CounterValue, float64(pkts), dirName, Verdict(r), ReasonName(r))
+			ch <- prometheus.MustNewConstMetric(bytesDesc, prometheus.CounterValue, float64(bytes), dirName, Verdict(r), ReasonName(r))
+		}
+	}
+	m.d.mu.Lock()
+	eps, entries, rev := len(m.d.eps), len(m.d.mirror.policy), m.d.revision
+	m.d.mu.Unlock()
+	ch <- prometheus.MustNewConstMetric(endpointsDesc, prometheus.GaugeValue, float64(eps))
+	ch <- prometheus.MustNewConstMetric(policyEntriesDesc, prometheus.GaugeValue, float64(entries))
+	ch <- prometheus.MustNewConstMetric(revisionDesc, prometheus.GaugeValue, float64(rev))
+}
+
+// Collectors returns the datapath's Prometheus collectors: packet and byte
+// counters by direction, verdict and reason, and policy state gauges.
+func (d *Datapath) Collectors() []prometheus.Collector {
+	return []prometheus.Collector{d.metrics, d.metrics.invalidPolicy}
+}

@@ -1,0 +1,127 @@
+package daemon
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/vishvananda/netlink"
+	"go.uber.org/zap"
+
+	"github.com/coordino/coordino/daemon/config"
+	"github.com/coordino/coordino/daemon/controlplane"
+	"github.com/coordino/coordino/daemon/datapath"
+	"github.com/coordino/coordino/daemon/metrics"
+	"github.com/coordino/coordino/daemon/policy"
+)
+
+// bpffsRoot is where hosts normally mount the BPF filesystem.
+const bpffsRoot = "/sys/fs/bpf"
+
+// startDatapath loads (or adopts) the eBPF datapath and starts the policy
+// source; it returns once the first policy snapshot is in the maps, so no
+// pod attached afterwards is ever unprotected. It returns nil with
+// --no-datapath.
+func startDatapath(ctx context.Context, o *config.Options, m *metrics.Metrics, log *zap.Logger) (*datapath.Datapath, error) {
+	if o.NoDatapath {
+		log.Warn("eBPF datapath disabled (--no-datapath): NetworkPolicy is NOT enforced")
+		return nil, nil
+	}
+	// Many hosts do not mount bpffs; pins elsewhere are the operator's business.
+	if strings.HasPrefix(filepath.Clean(o.BPFDir)+"/", bpffsRoot+"/") {
+		if err := datapath.MountBPFFS(bpffsRoot); err != nil {
+			return nil, err
+		}
+	}
+	nodeIPs, err := nodeAddresses()
+	if err != nil {
+		return nil, err
+	}
+	dp, err := datapath.Open(datapath.Config{BPFDir: o.BPFDir, ForceLegacyTC: o.LegacyTC, Logger: log, NodeIPs: nodeIPs})
+	if err != nil {
+		return nil, err
+	}
+	if err := m.Register(dp.Collectors()...); err != nil {
+		dp.Close()
+		return nil, err
+	}
+	if o.PolicyDir == "" {
+		if err := dp.UpdatePolicy(policy.Snapshot{}); err != nil {
+			dp.Close()
+			return nil, err
+		}
+	} else if err := startPolicySource(ctx, o.PolicyDir, dp, m, log); err != nil {
+		dp.Close()
+		return nil, err
+	}
+	if o.FlowLog != "" {
+		if err := startFlowLog(ctx, o.FlowLog, dp, log); err != nil {
+			dp.Close()
+			return nil, err
+		}
+	}
+	return dp, nil
+}
+
+func startPolicySource(ctx context.Context, dir string, dp *datapath.Datapath, m *metrics.Metrics, log *zap.Logger) error {
+	src := controlplane.NewStandalone(dir, log.Named("policy"))
+	if err := m.Register(src.Collectors()...); err != nil {
+		return err
+	}
+	failed := make(chan error, 1)
+	go func() {
+		if err := src.Run(ctx, dp); err != nil {
+			log.Error("policy source stopped", zap.Error(err))
+			failed <- err
+		}
+	}()
+	select {
+	case <-src.Synced():
+		return nil
+	case err := <-failed:
+		return fmt.Errorf("policy dir %s: %w", dir, err)
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// startFlowLog appends one JSON line per flow event to path ("-" is stdout).
+func startFlowLog(ctx context.Context, path string, dp *datapath.Datapath, log *zap.Logger) error {
+	w := os.Stdout
+	if path != "-" {
+		f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+		if err != nil {
+			return fmt.Errorf("open flow log %s: %w", path, err)
+		}
+		w = f
+		go func() { <-ctx.Done(); f.Close() }()
+	}
+	go func() {
+		if err := dp.ReadFlows(ctx, datapath.JSONLines(w)); err != nil && ctx.Err() == nil {
+			log.Error("flow events stopped", zap.Error(err))
+		}
+	}()
+	return nil
+}
+
+// nodeAddresses are the node's global addresses: traffic from them is the
+// host identity (kubelet probes are always allowed).
+func nodeAddresses() ([]netip.Addr, error) {
+	addrs, err := netlink.AddrList(nil, netlink.FAMILY_ALL)
+	if err != nil {
+		return nil, fmt.Errorf("list node addresses: %w", err)
+	}
+	var out []netip.Addr
+	for _, a := range addrs {
+		if a.Scope != int(netlink.SCOPE_UNIVERSE) {
+			continue
+		}
+		if ip, ok := netip.AddrFromSlice(a.IP); ok {
+			out = append(out, ip.Unmap())
+		}
+	}
+	return out, nil
+}

@@ -1,0 +1,66 @@
+package endpoint
+
+import (
+	"fmt"
+
+	"github.com/vishvananda/netlink"
+	"go.uber.org/zap"
+
+	"github.com/coordino/coordino/daemon/datapath"
+	"github.com/coordino/coordino/daemon/store"
+)
+
+// datapathEndpoint is what the datapath needs to know of an endpoint.
+func datapathEndpoint(ep *store.Endpoint, hostIfIndex int) datapath.Endpoint {
+	d := datapath.Endpoint{
+		Key:         ep.Key.String(),
+		HostIfName:  ep.HostIfName,
+		HostIfIndex: hostIfIndex,
+		Namespace:   ep.PodNamespace,
+		Labels:      ep.Labels,
+	}
+	for _, p := range ep.IPs {
+		d.IPs = append(d.IPs, p.Addr())
+	}
+	return d
+}
+
+// ReconcileDatapath makes the pinned datapath state match the store after a
+// restart: every stored endpoint is (re)attached — adopting pinned links is
+// a no-op for the kernel — and pinned endpoints without a record are
+// detached. Call it after Restore, with policy synced, before serving.
+func (m *Manager) ReconcileDatapath() error {
+	if m.Datapath == nil {
+		return nil
+	}
+	eps, err := m.Store.List("")
+	if err != nil {
+		return err
+	}
+	known := map[string]bool{}
+	for _, ep := range eps {
+		known[ep.Key.String()] = true
+		link, err := netlink.LinkByName(ep.HostIfName)
+		if err != nil {
+			// DEL or GC will release it; nothing to protect without an interface.
+			m.Log.Warn("stored endpoint has no host interface", zap.String("endpoint", ep.Key.String()), zap.String("interface", ep.HostIfName))
+			continue
+		}
+		if err := m.Datapath.AttachEndpoint(datapathEndpoint(ep, link.Attrs().Index)); err != nil {
+			return fmt.Errorf("re-attach datapath of %s: %w", ep.Key, err)
+		}
+	}
+	pinned, err := m.Datapath.Endpoints()
+	if err != nil {
+		return err
+	}
+	for _, key := range pinned {
+		if !known[key] {
+			m.Log.Info("detaching datapath of an endpoint with no record", zap.String("endpoint", key))
+			if err := m.Datapath.DetachEndpoint(datapath.Endpoint{Key: key}); err != nil {
+				return fmt.Errorf("detach orphan datapath endpoint %s: %w", key, err)
+			}
+		}
+	}
+	return nil
+}

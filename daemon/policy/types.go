@@ -1,0 +1,114 @@
+package policy
+
+import (
+	"fmt"
+	"net/netip"
+
+	"github.com/coordino/coordino/daemon/identity"
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+)
+
+// Direction is a traffic direction from the pod's point of view; values match
+// bpf/coordino.h.
+type Direction uint8
+
+const (
+	// Ingress is traffic towards the pod.
+	Ingress Direction = 0
+	// Egress is traffic leaving the pod.
+	Egress Direction = 1
+)
+
+// String returns "ingress" or "egress".
+func (d Direction) String() string {
+	if d == Egress {
+		return "egress"
+	}
+	return "ingress"
+}
+
+// Isolation holds the directions in which some policy selects a pod.
+type Isolation uint32
+
+const (
+	// IngressIsolated: only allowed ingress passes. Value matches EP_INGRESS_ISOLATED.
+	IngressIsolated Isolation = 1
+	// EgressIsolated: only allowed egress passes. Value matches EP_EGRESS_ISOLATED.
+	EgressIsolated Isolation = 2
+)
+
+// Has reports whether direction d is isolated.
+func (i Isolation) Has(d Direction) bool {
+	if d == Egress {
+		return i&EgressIsolated != 0
+	}
+	return i&IngressIsolated != 0
+}
+
+// IP protocol numbers policies can name.
+const (
+	ProtoAny  uint8 = 0
+	ProtoICMP uint8 = 1
+	ProtoTCP  uint8 = 6
+	ProtoUDP  uint8 = 17
+	ProtoSCTP uint8 = 132
+)
+
+// Snapshot is a complete, consistent set of policy inputs from a source.
+type Snapshot struct {
+	Policies   []*networkingv1.NetworkPolicy
+	Namespaces []*corev1.Namespace
+}
+
+// Input is what Compile needs besides the snapshot: the known identities and
+// which of them have endpoints on this node.
+type Input struct {
+	Snapshot
+	// Identities are all known pod identities (local and remote).
+	Identities []identity.Identity
+	// Local are the identities to compile rules for.
+	Local []identity.ID
+}
+
+// Rule allows traffic of a local identity in one direction with a remote
+// identity (identity.Any for every peer) on a protocol (ProtoAny for all)
+// and an inclusive port range (0-65535 for all ports).
+type Rule struct {
+	Local  identity.ID
+	Remote identity.ID
+	Dir    Direction
+	Proto  uint8
+	PortLo uint16
+	PortHi uint16
+}
+
+// String renders r for logs and test failures.
+func (r Rule) String() string {
+	return fmt.Sprintf("%s %s remote=%s proto=%d ports=%d-%d", r.Local, r.Dir, r.Remote, r.Proto, r.PortLo, r.PortHi)
+}
+
+// Result is compiled policy for the local identities.
+type Result struct {
+	// Isolation of every local identity some policy selects.
+	Isolation map[identity.ID]Isolation
+	// Rules, deduplicated and sorted.
+	Rules []Rule
+	// CIDRs maps every ipBlock prefix (cidr and except) to its identity.
+	CIDRs map[netip.Prefix]identity.ID
+	// Warnings lists rule parts that match nothing here (e.g. named ports).
+	Warnings []string
+}
+
+// CIDRIdentity returns the identity of the longest ipBlock prefix containing
+// addr, or identity.World; it is what the ipcache resolves addr's CIDR to.
+func (r *Result) CIDRIdentity(addr netip.Addr) identity.ID {
+	addr = addr.Unmap()
+	best, bits := identity.World, -1
+	for p, id := range r.CIDRs {
+		if p.Contains(addr) && p.Bits() > bits {
+			best, bits = id, p.Bits()
+		}
+	}
+	return best
+}
