@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
 	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/vishvananda/netlink"
 )
@@ -116,4 +118,26 @@ func (n *Node) families() int {
 		}
 	}
 	return v4 + v6
+}
+
+// TCXPrograms counts the tcx programs attached to a node interface, ingress and egress.
+func (n *Node) TCXPrograms(ifname string) (ingress, egress int, err error) {
+	err = n.NS.Do(func(ns.NetNS) error {
+		l, err := netlink.LinkByName(ifname)
+		if err != nil {
+			return err
+		}
+		for _, dir := range []struct {
+			at  ebpf.AttachType
+			out *int
+		}{{ebpf.AttachTCXIngress, &ingress}, {ebpf.AttachTCXEgress, &egress}} {
+			r, err := link.QueryPrograms(link.QueryOptions{Target: l.Attrs().Index, Attach: dir.at})
+			if err != nil {
+				return fmt.Errorf("query %v on %s: %w", dir.at, ifname, err)
+			}
+			*dir.out = len(r.Programs)
+		}
+		return nil
+	})
+	return ingress, egress, err
 }

@@ -1,0 +1,241 @@
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"runtime"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// Report is the outcome of one run; -json prints it as is.
+type Report struct {
+	Date     string  `json:"date"`
+	Machine  Machine `json:"machine"`
+	Params   Params  `json:"params"`
+	Duration string  `json:"duration"`
+	// Rows are client-side latencies: the libcni call as a runtime sees it.
+	Rows []Row `json:"rows"`
+	// Daemon rows are coordino-daemon's own time per request (its "took"
+	// log field), the part of a Coordino row spent inside the daemon.
+	Daemon  []Row    `json:"daemon"`
+	Targets []Target `json:"targets"`
+	// Errors maps a system to its first failure; it was skipped after it.
+	Errors map[string]string `json:"errors,omitempty"`
+}
+
+// Machine describes where the numbers come from.
+type Machine struct {
+	CPUs      int    `json:"cpus"`
+	Kernel    string `json:"kernel"`
+	GoVersion string `json:"go"`
+	// LoadAvg is /proc/loadavg at the end of the run: a shared VM's
+	// background load belongs next to its numbers.
+	LoadAvg string `json:"loadavg"`
+}
+
+// Row is one (mode, verb, system) latency summary.
+type Row struct {
+	Mode   string `json:"mode"`
+	Verb   string `json:"verb"`
+	System string `json:"system"`
+	Stats
+	// CPU per operation, for client-side rows.
+	CPU *CPU `json:"cpu_per_op,omitempty"`
+}
+
+// Target is one agreed goal, read against the measured value.
+type Target struct {
+	Name  string `json:"name"`
+	Goal  string `json:"goal"`
+	Value string `json:"value"`
+	// Met is nil when there was nothing to measure it with.
+	Met *bool `json:"met"`
+}
+
+func (b *bed) report(p Params, modes []mode, took time.Duration) *Report {
+	r := &Report{
+		Date:     time.Now().UTC().Format(time.RFC3339),
+		Machine:  machine(),
+		Params:   p,
+		Duration: took.Round(time.Second).String(),
+	}
+	daemonTook := b.daemonTimes()
+	for _, m := range modes {
+		for _, verb := range []string{VerbAdd, VerbDel} {
+			for _, s := range b.systems {
+				r.Rows = append(r.Rows, Row{Mode: m.Name, Verb: verb, System: s.name,
+					Stats: b.res.stats(m.Name, verb, s.name), CPU: b.res.cpuPerOp(m.Name, verb, s.name)})
+				if s.daemon {
+					r.Daemon = append(r.Daemon, Row{Mode: m.Name, Verb: verb, System: s.name, Stats: daemonTook.stats(m.Name, verb, s.name)})
+				}
+			}
+		}
+	}
+	for _, s := range b.systems {
+		if err := s.failed(); err != nil {
+			if r.Errors == nil {
+				r.Errors = map[string]string{}
+			}
+			r.Errors[s.name] = err.Error()
+		}
+	}
+	r.Targets = targets(r, modes)
+	return r
+}
+
+func machine() Machine {
+	m := Machine{CPUs: runtime.NumCPU(), GoVersion: runtime.Version()}
+	var u unix.Utsname
+	if unix.Uname(&u) == nil {
+		m.Kernel = unix.ByteSliceToString(u.Release[:])
+	}
+	if la, err := os.ReadFile("/proc/loadavg"); err == nil {
+		m.LoadAvg = strings.TrimSpace(string(la))
+	}
+	return m
+}
+
+// daemonTimes reads the "took" of every measured request from the daemon
+// logs (the harness runs the daemon at debug level, which logs each one).
+func (b *bed) daemonTimes() *samples {
+	out := newSamples()
+	for _, s := range b.systems {
+		if !s.daemon {
+			continue
+		}
+		sc := bufio.NewScanner(strings.NewReader(s.node.LogTail(1 << 30)))
+		sc.Buffer(make([]byte, 1<<20), 1<<20)
+		for sc.Scan() {
+			var e struct {
+				Msg, Verb, ContainerID string
+				Took                   float64 // seconds: zap's production encoder
+			}
+			if json.Unmarshal(sc.Bytes(), &e) != nil || e.Msg != "CNI request done" {
+				continue
+			}
+			if m, ok := b.modeOf[e.ContainerID]; ok && (e.Verb == VerbAdd || e.Verb == VerbDel) {
+				out.add(m, e.Verb, s.name, time.Duration(e.Took*float64(time.Second)))
+			}
+		}
+	}
+	return out
+}
+
+func (r *Report) row(mode, verb, system string) Stats {
+	for _, x := range r.Rows {
+		if x.Mode == mode && x.Verb == verb && x.System == system {
+			return x.Stats
+		}
+	}
+	return Stats{}
+}
+
+func targets(r *Report, modes []mode) []Target {
+	seq, conc := modes[0].Name, modes[1].Name
+	met := func(ok bool) *bool { return &ok }
+	var out []Target
+
+	t := Target{Name: "ADD p50, Coordino / reference (" + seq + ")", Goal: "<= 1.0x (aim 0.5x)", Value: "n/a"}
+	if c, ref := r.row(seq, VerbAdd, SysCoordino), r.row(seq, VerbAdd, SysRef); c.N > 0 && ref.N > 0 {
+		ratio := c.P50 / ref.P50
+		t.Value, t.Met = fmt.Sprintf("%.2fx", ratio), met(ratio <= 1.0)
+	}
+	out = append(out, t)
+
+	t = Target{Name: "ADD p99, Coordino (" + conc + ")", Goal: "< 50 ms", Value: "n/a"}
+	if c := r.row(conc, VerbAdd, SysCoordino); c.N > 0 {
+		t.Value, t.Met = fmt.Sprintf("%.1f ms", c.P99), met(c.P99 < 50)
+	}
+	out = append(out, t)
+
+	t = Target{Name: "chained ADD p50 cost, [bridge+host-local,coordino] - [bridge+host-local] (" + seq + ")", Goal: "<= +3 ms", Value: "n/a"}
+	if c, ref := r.row(seq, VerbAdd, SysChained), r.row(seq, VerbAdd, SysRef); c.N > 0 && ref.N > 0 {
+		d := c.P50 - ref.P50
+		t.Value, t.Met = fmt.Sprintf("%+.1f ms", d), met(d <= 3)
+	}
+	out = append(out, t)
+	return out
+}
+
+// WriteTable prints the report for people.
+func (r *Report) WriteTable(w io.Writer) {
+	fmt.Fprintf(w, "Coordino CNI latency benchmark, %s\n", r.Date)
+	fmt.Fprintf(w, "machine: %d CPUs, kernel %s, %s, loadavg at end %q\n", r.Machine.CPUs, r.Machine.Kernel, r.Machine.GoVersion, r.Machine.LoadAvg)
+	fmt.Fprintf(w, "run: %d pods per system and mode in %d rounds (system order rotated), %d warm-up ADD+DEL per system, concurrency %d, took %s\n\n",
+		r.Params.N, r.Params.Rounds, r.Params.Warmup, r.Params.Concurrency, r.Duration)
+
+	fmt.Fprintln(w, "Client-side latency through libcni (ms):")
+	writeRows(w, r.Rows, true)
+	fmt.Fprintln(w, "\nInside coordino-daemon (its own request time, ms; the rest is plugin exec + gRPC + libcni):")
+	writeRows(w, r.Daemon, false)
+
+	fmt.Fprintln(w, "\nCPU time per operation (ms; plugin processes / coordino-daemon / this driver incl. libcni):")
+	fmt.Fprintf(w, "  %-14s %-4s %-28s %8s %8s %8s %8s\n", "mode", "verb", "system", "plugins", "daemon", "driver", "total")
+	for _, x := range r.Rows {
+		if c := x.CPU; c != nil {
+			fmt.Fprintf(w, "  %-14s %-4s %-28s %8.2f %8.2f %8.2f %8.2f\n", x.Mode, x.Verb, x.System, c.Plugins, c.Daemon, c.Driver, c.Plugins+c.Daemon+c.Driver)
+		}
+	}
+
+	fmt.Fprintln(w, "\nTargets:")
+	for _, t := range r.Targets {
+		verdict := "n/a"
+		if t.Met != nil {
+			verdict = map[bool]string{true: "met", false: "MISSED"}[*t.Met]
+		}
+		fmt.Fprintf(w, "  %-82s %-10s goal %-18s %s\n", t.Name, t.Value, t.Goal, verdict)
+	}
+	if len(r.Errors) > 0 {
+		fmt.Fprintln(w, "\nErrors (system skipped after its first failure):")
+		for sys, e := range r.Errors {
+			fmt.Fprintf(w, "  %s: %s\n", sys, e)
+		}
+	}
+}
+
+// writeRows prints rows grouped by (mode, verb); with ratios, each group
+// ends with Coordino / reference for every column.
+func writeRows(w io.Writer, rows []Row, ratios bool) {
+	fmt.Fprintf(w, "  %-14s %-4s %-28s %5s %4s %8s %8s %8s %8s\n", "mode", "verb", "system", "n", "err", "p50", "p90", "p99", "mean")
+	for i, x := range rows {
+		fmt.Fprintf(w, "  %-14s %-4s %-28s %5d %4d %s %s %s %s\n", x.Mode, x.Verb, x.System, x.N, x.Errors,
+			ms(x.N, x.P50), ms(x.N, x.P90), ms(x.N, x.P99), ms(x.N, x.Mean))
+		last := i == len(rows)-1 || rows[i+1].Mode != x.Mode || rows[i+1].Verb != x.Verb
+		if !ratios || !last {
+			continue
+		}
+		var c, ref Stats
+		for _, y := range rows {
+			if y.Mode == x.Mode && y.Verb == x.Verb {
+				switch y.System {
+				case SysCoordino:
+					c = y.Stats
+				case SysRef:
+					ref = y.Stats
+				}
+			}
+		}
+		fmt.Fprintf(w, "  %-14s %-4s %-28s %5s %4s %s %s %s %s\n", "", "", "ratio coordino/reference", "", "",
+			ratio(c, ref, c.P50, ref.P50), ratio(c, ref, c.P90, ref.P90), ratio(c, ref, c.P99, ref.P99), ratio(c, ref, c.Mean, ref.Mean))
+	}
+}
+
+func ms(n int, v float64) string {
+	if n == 0 {
+		return fmt.Sprintf("%8s", "-")
+	}
+	return fmt.Sprintf("%8.2f", v)
+}
+
+func ratio(c, ref Stats, a, b float64) string {
+	if c.N == 0 || ref.N == 0 || b == 0 {
+		return fmt.Sprintf("%8s", "-")
+	}
+	return fmt.Sprintf("%7.2fx", a/b)
+}
