@@ -29,7 +29,7 @@ generate: generate-proto generate-bpf
 generate-proto: deps
 	PATH="$$(dirname $$($(GO) tool -n protoc-gen-go)):$$(dirname $$($(GO) tool -n protoc-gen-go-grpc)):$$PATH" \
 	  protoc --go_out=. --go_opt=paths=source_relative \
-	         --go-grpc_out=. --go-grpc_opt=paths=source_relative proto/cni/v1/cni.proto
+	         --go-grpc_out=. --go-grpc_opt=paths=source_relative proto/cni/v1/cni.proto proto/flow/v1/flow.proto
 
 generate-bpf: deps
 	@if [ -d bpf ] && ls bpf/*.go >/dev/null 2>&1; then $(GO) generate ./bpf/...; fi

@@ -12,12 +12,14 @@ import (
 
 	"github.com/coordino/coordino/daemon/config"
 	"github.com/coordino/coordino/daemon/endpoint"
+	"github.com/coordino/coordino/daemon/flows"
 	"github.com/coordino/coordino/daemon/ipam"
 	"github.com/coordino/coordino/daemon/metrics"
 	"github.com/coordino/coordino/daemon/netsetup"
 	"github.com/coordino/coordino/daemon/server"
 	"github.com/coordino/coordino/daemon/store"
 	"github.com/coordino/coordino/plugin"
+	flowv1 "github.com/coordino/coordino/proto/flow/v1"
 )
 
 // MetricsAddrFile is written in the run dir with the metrics listener's
@@ -54,7 +56,8 @@ func Run(ctx context.Context, o *config.Options, log *zap.Logger) error {
 		}
 		return counts, err
 	})
-	dp, err := startDatapath(ctx, o, m, log)
+	hub := flows.NewHub()
+	dp, err := startDatapath(ctx, o, m, hub, log)
 	if err != nil {
 		return err
 	}
@@ -103,6 +106,7 @@ func Run(ctx context.Context, o *config.Options, log *zap.Logger) error {
 		return err
 	}
 	g := server.New(mgr, m, log).GRPCServer()
+	flowv1.RegisterObserverServer(g, flows.NewService(hub))
 	served := make(chan error, 1)
 	go func() { served <- g.Serve(l) }()
 	m.SetReady(true)

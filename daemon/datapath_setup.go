@@ -14,6 +14,7 @@ import (
 	"github.com/coordino/coordino/daemon/config"
 	"github.com/coordino/coordino/daemon/controlplane"
 	"github.com/coordino/coordino/daemon/datapath"
+	"github.com/coordino/coordino/daemon/flows"
 	"github.com/coordino/coordino/daemon/metrics"
 	"github.com/coordino/coordino/daemon/policy"
 )
@@ -25,7 +26,7 @@ const bpffsRoot = "/sys/fs/bpf"
 // source; it returns once the first policy snapshot is in the maps, so no
 // pod attached afterwards is ever unprotected. It returns nil with
 // --no-datapath.
-func startDatapath(ctx context.Context, o *config.Options, m *metrics.Metrics, log *zap.Logger) (*datapath.Datapath, error) {
+func startDatapath(ctx context.Context, o *config.Options, m *metrics.Metrics, hub *flows.Hub, log *zap.Logger) (*datapath.Datapath, error) {
 	if o.NoDatapath {
 		log.Warn("eBPF datapath disabled (--no-datapath): NetworkPolicy is NOT enforced")
 		return nil, nil
@@ -57,11 +58,9 @@ func startDatapath(ctx context.Context, o *config.Options, m *metrics.Metrics, l
 		dp.Close()
 		return nil, err
 	}
-	if o.FlowLog != "" {
-		if err := startFlowLog(ctx, o.FlowLog, dp, log); err != nil {
-			dp.Close()
-			return nil, err
-		}
+	if err := startFlows(ctx, o.FlowLog, dp, hub, log); err != nil {
+		dp.Close()
+		return nil, err
 	}
 	return dp, nil
 }
@@ -88,19 +87,26 @@ func startPolicySource(ctx context.Context, dir string, dp *datapath.Datapath, m
 	}
 }
 
-// startFlowLog appends one JSON line per flow event to path ("-" is stdout).
-func startFlowLog(ctx context.Context, path string, dp *datapath.Datapath, log *zap.Logger) error {
-	w := os.Stdout
-	if path != "-" {
-		f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
-		if err != nil {
-			return fmt.Errorf("open flow log %s: %w", path, err)
+// startFlows runs the datapath's single flow-event reader, publishing to
+// hub (gRPC FollowFlows clients) and, when path is set, appending JSON lines
+// to it ("-" is stdout).
+func startFlows(ctx context.Context, path string, dp *datapath.Datapath, hub *flows.Hub, log *zap.Logger) error {
+	publish := hub.Publish
+	if path != "" {
+		w := os.Stdout
+		if path != "-" {
+			f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+			if err != nil {
+				return fmt.Errorf("open flow log %s: %w", path, err)
+			}
+			w = f
+			go func() { <-ctx.Done(); f.Close() }()
 		}
-		w = f
-		go func() { <-ctx.Done(); f.Close() }()
+		writeLine := datapath.JSONLines(w)
+		publish = func(f datapath.Flow) { writeLine(f); hub.Publish(f) }
 	}
 	go func() {
-		if err := dp.ReadFlows(ctx, datapath.JSONLines(w)); err != nil && ctx.Err() == nil {
+		if err := dp.ReadFlows(ctx, publish); err != nil && ctx.Err() == nil {
 			log.Error("flow events stopped", zap.Error(err))
 		}
 	}()
