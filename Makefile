@@ -6,7 +6,7 @@ BIN := bin
 BINARIES := coordino coordino-daemon coordino-install
 REF_PLUGINS := bridge host-local ptp portmap macvlan
 
-.PHONY: all build ref-plugins deps generate generate-proto generate-bpf test test-unit test-e2e demo bench fuzz lint clean
+.PHONY: all build ref-plugins deps generate generate-proto generate-bpf check-generated test test-unit test-e2e demo bench fuzz lint clean
 
 all: build
 
@@ -34,13 +34,17 @@ generate-proto: deps
 generate-bpf: deps
 	@if [ -d bpf ] && ls bpf/*.go >/dev/null 2>&1; then $(GO) generate ./bpf/...; fi
 
+# Regenerates protobuf and BPF code and fails if the committed copies differ.
+check-generated: generate
+	@git diff --exit-code --stat -- proto bpf || { echo "generated code is stale: run make generate and commit"; exit 1; }
+
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed: $$out"; exit 1; fi
 	$(GO) vet ./...
 
 # The one test command: unit tests, then privileged e2e tests (root). Under
 # CI=true privileged tests fail instead of skipping.
-test: deps build ref-plugins lint
+test: deps build ref-plugins lint check-generated
 	$(GO) test -count=1 -timeout 20m ./...
 
 demo: deps build ref-plugins
