@@ -83,6 +83,10 @@ struct {
 #endif
 #define ND_ROUTER_SOLICIT 133
 #define ND_REDIRECT 137
+/* Multicast listener discovery: link-local control like neighbour discovery. */
+#define MLD_QUERY 130
+#define MLD_DONE 132
+#define MLD2_REPORT 143
 #define CT_TCP_LIFETIME_NS (6ULL * 3600 * 1000000000ULL)
 #define CT_CLOSING_LIFETIME_NS (10ULL * 1000000000ULL)
 #define CT_OTHER_LIFETIME_NS (60ULL * 1000000000ULL)
@@ -152,7 +156,8 @@ static __always_inline int parse_l4(struct __sk_buff *skb, __u32 off, struct pac
 			} else if (type >= 1 && type <= 4) {
 				p->icmp_error = 1;
 				*inner = off + 8;
-			} else if (type >= ND_ROUTER_SOLICIT && type <= ND_REDIRECT) {
+			} else if ((type >= ND_ROUTER_SOLICIT && type <= ND_REDIRECT) ||
+				   (type >= MLD_QUERY && type <= MLD_DONE) || type == MLD2_REPORT) {
 				return PARSE_NEIGHBOR;
 			}
 		}

@@ -28,7 +28,7 @@ enum reason {
 	REASON_REPLY = 4,        /* conntrack hit, reply direction */
 	REASON_RELATED = 5,      /* ICMP error about a tracked flow */
 	REASON_NOT_IP = 6,       /* ARP and other non-IP frames */
-	REASON_NEIGHBOR = 7,     /* ICMPv6 neighbour/router discovery */
+	REASON_NEIGHBOR = 7,     /* ICMPv6 neighbour/router discovery and MLD */
 	REASON_FIRST_DROP = 8,
 	REASON_POLICY_DENIED = 8, /* new flow no policy allows */
 	REASON_POLICY_REVOKED = 9, /* tracked flow no longer allowed */
