@@ -15,7 +15,8 @@ deps:
 
 build:
 	@mkdir -p $(BIN)
-	CGO_ENABLED=0 $(GO) build -trimpath -ldflags='-s -w' -o $(BIN)/coordino ./plugin/cmd/coordino
+	# grpcnotrace drops x/net/trace (and html/template): ~1.4 ms less per plugin exec.
+	CGO_ENABLED=0 $(GO) build -tags grpcnotrace -trimpath -ldflags='-s -w' -o $(BIN)/coordino ./plugin/cmd/coordino
 	CGO_ENABLED=0 $(GO) build -trimpath -o $(BIN)/coordino-daemon ./daemon/cmd/coordino-daemon
 	@if [ -f install/cmd/coordino-install/main.go ]; then CGO_ENABLED=0 $(GO) build -trimpath -o $(BIN)/coordino-install ./install/cmd/coordino-install; fi
 

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sync"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
@@ -67,39 +68,53 @@ func (d *Datapath) attach(r *record) error {
 }
 
 // attachTCX creates and pins one tcx link per direction, or updates pinned
-// links to the current programs (re-attach and restart adoption).
+// links to the current programs (re-attach and restart adoption). Each tcx
+// attach waits for an RCU grace period in the kernel; the two directions are
+// attached concurrently so the waits overlap.
 func (d *Datapath) attachTCX(r *record) error {
 	dir := d.linkDir(r.Key)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return fmt.Errorf("endpoint %q: create link dir: %w", r.Key, err)
 	}
-	for _, h := range d.hooks() {
-		pin := filepath.Join(dir, h.name)
-		if l, err := link.LoadPinnedLink(pin, nil); err == nil {
-			err = l.Update(h.prog)
-			l.Close()
-			if err == nil {
-				continue
-			}
-			// A link whose interface is gone cannot be updated: replace it.
-			d.log.Sugar().Infof("endpoint %q: replacing stale %s link: %v", r.Key, h.name, err)
-			_ = os.Remove(pin)
-		}
-		l, err := link.AttachTCX(link.TCXOptions{
-			Interface: r.HostIfIndex,
-			Program:   h.prog,
-			Attach:    h.tcx,
-			// Run before other programs on the hook so policy sees every packet.
-			Anchor: link.Head(),
-		})
-		if err != nil {
-			return fmt.Errorf("endpoint %q: attach %s to ifindex %d: %w", r.Key, h.name, r.HostIfIndex, err)
-		}
-		err = l.Pin(pin)
+	hooks := d.hooks()
+	errs := make([]error, len(hooks))
+	var wg sync.WaitGroup
+	for i, h := range hooks {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = d.attachTCXHook(r, filepath.Join(dir, h.name), h.name, h.prog, h.tcx)
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+func (d *Datapath) attachTCXHook(r *record, pin, name string, prog *ebpf.Program, at ebpf.AttachType) error {
+	if l, err := link.LoadPinnedLink(pin, nil); err == nil {
+		err = l.Update(prog)
 		l.Close()
-		if err != nil {
-			return fmt.Errorf("endpoint %q: pin %s link: %w", r.Key, h.name, err)
+		if err == nil {
+			return nil
 		}
+		// A link whose interface is gone cannot be updated: replace it.
+		d.log.Sugar().Infof("endpoint %q: replacing stale %s link: %v", r.Key, name, err)
+		_ = os.Remove(pin)
+	}
+	l, err := link.AttachTCX(link.TCXOptions{
+		Interface: r.HostIfIndex,
+		Program:   prog,
+		Attach:    at,
+		// Run before other programs on the hook so policy sees every packet.
+		Anchor: link.Head(),
+	})
+	if err != nil {
+		return fmt.Errorf("endpoint %q: attach %s to ifindex %d: %w", r.Key, name, r.HostIfIndex, err)
+	}
+	err = l.Pin(pin)
+	l.Close()
+	if err != nil {
+		return fmt.Errorf("endpoint %q: pin %s link: %w", r.Key, name, err)
 	}
 	return nil
 }

@@ -193,6 +193,9 @@ func (d *Datapath) UpdatePolicy(s policy.Snapshot) error {
 // AttachEndpoint resolves ep's identity, writes its map entries and policy,
 // then attaches and pins its programs; when it returns the endpoint is
 // enforced from its first packet. Repeating it for the same key is harmless.
+// Callers serialise calls for one key (the endpoint manager's per-attachment
+// lock does); calls for different keys run concurrently, and the slow kernel
+// attach runs outside the datapath's lock so their waits overlap.
 func (d *Datapath) AttachEndpoint(ep Endpoint) error {
 	r, err := newRecord(ep)
 	if err != nil {
@@ -201,6 +204,28 @@ func (d *Datapath) AttachEndpoint(ep Endpoint) error {
 	if err := checkInterface(ep); err != nil {
 		return err
 	}
+	if err := d.prepareAttach(r); err != nil {
+		return err
+	}
+	attachErr := d.attach(r)
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if attachErr != nil {
+		_ = d.detach(r)
+		d.forget(r)
+		return attachErr
+	}
+	if err := putRecord(d.state, r); err != nil { // the chosen mode
+		return err
+	}
+	d.log.Info("endpoint attached", zap.String("endpoint", r.Key), zap.String("interface", r.HostIfName),
+		zap.Uint32("identity", uint32(r.Identity)), zap.String("mode", r.Mode))
+	return nil
+}
+
+// prepareAttach records r and writes its map entries, so the programs
+// attached next enforce policy on the first packet.
+func (d *Datapath) prepareAttach(r *record) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if !d.synced {
@@ -232,16 +257,6 @@ func (d *Datapath) AttachEndpoint(ep Endpoint) error {
 		d.forget(r)
 		return fmt.Errorf("endpoint %q: %w", r.Key, err)
 	}
-	if err := d.attach(r); err != nil {
-		_ = d.detach(r)
-		d.forget(r)
-		return err
-	}
-	if err := putRecord(d.state, r); err != nil { // the chosen mode
-		return err
-	}
-	d.log.Info("endpoint attached", zap.String("endpoint", r.Key), zap.String("interface", r.HostIfName),
-		zap.Uint32("identity", uint32(r.Identity)), zap.String("mode", r.Mode))
 	return nil
 }
 
@@ -256,21 +271,25 @@ func (d *Datapath) forget(r *record) {
 }
 
 // DetachEndpoint removes ep's programs, map entries and state. Unknown
-// endpoints and already removed interfaces are not errors.
+// endpoints and already removed interfaces are not errors. Like
+// AttachEndpoint, callers serialise calls for one key.
 func (d *Datapath) DetachEndpoint(ep Endpoint) error {
 	if ep.Key == "" {
 		return errors.New("datapath: detach: endpoint key is empty")
 	}
 	d.mu.Lock()
-	defer d.mu.Unlock()
 	r := d.eps[ep.Key]
+	d.mu.Unlock()
 	if r == nil {
 		// Nothing recorded; clear any pins a crash may have left.
 		return d.unpinLinks(ep.Key)
 	}
+	// Outside the lock: releasing a live tcx link waits for RCU.
 	if err := d.detach(r); err != nil {
 		return err
 	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
 	delete(d.eps, r.Key)
 	d.ids.Release(r.Identity)
 	if err := deleteRecord(d.state, r.Key); err != nil {

@@ -201,22 +201,24 @@ func (m *Manager) del(k store.Key, notAfter time.Time) error {
 
 // release undoes everything an attachment holds, kernel state first and the
 // record last, so an interrupted release is finished by the next DEL or GC.
+// In primary mode the veth goes before the datapath detach: deleting the
+// device takes its tcx links with it, which makes the detach cheap.
 // The caller holds the attachment's lock.
 func (m *Manager) release(ep *store.Endpoint) error {
 	var errs []error
+	if ep.Mode == store.ModePrimary {
+		if err := netsetup.TeardownPod(ep.HostIfName); err != nil {
+			errs = append(errs, fmt.Errorf("remove veth %s: %w", ep.HostIfName, err))
+		}
+	}
 	if m.Datapath != nil {
 		if err := m.Datapath.DetachEndpoint(datapathEndpoint(ep, 0)); err != nil {
 			errs = append(errs, fmt.Errorf("detach datapath: %w", err))
 		}
 	}
-	if ep.Mode == store.ModePrimary {
-		if err := netsetup.TeardownPod(ep.HostIfName); err != nil {
-			errs = append(errs, fmt.Errorf("remove veth %s: %w", ep.HostIfName, err))
-		}
-		if ep.PinPath != "" {
-			if err := unpin(ep.PinPath); err != nil {
-				errs = append(errs, err)
-			}
+	if ep.Mode == store.ModePrimary && ep.PinPath != "" {
+		if err := unpin(ep.PinPath); err != nil {
+			errs = append(errs, err)
 		}
 	}
 	if len(errs) > 0 {
