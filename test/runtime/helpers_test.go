@@ -136,13 +136,14 @@ func startDaemon(t *testing.T, ctx context.Context, b *testbed.Bed, cidrs ...str
 	if err := b.InstallPlugins([]string{filepath.Dir(plugin)}, "coordino"); err != nil {
 		t.Fatal(err)
 	}
-	// Short base path: the daemon's unix socket lives under it.
-	base, err := os.MkdirTemp("", "cdo-rt-")
+	// Inside the bed's directory (short: the daemon's unix socket lives
+	// there), so the bed's teardown also unmounts its netns pins and bpffs
+	// when a killed test run never reached its cleanup.
+	base, err := os.MkdirTemp(b.Dir, "coordino-")
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		// Pins and BPF mounts must go before the directory can be removed.
 		if err := testbed.UnmountUnder(base); err != nil {
 			t.Errorf("unmount %s: %v", base, err)
 		}

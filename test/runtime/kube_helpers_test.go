@@ -22,7 +22,10 @@ type kubeEnv struct {
 	base float64 // daemon addresses in use before any pod
 }
 
-func newKubeEnv(t *testing.T, ctx context.Context) *kubeEnv {
+// newKubeEnv starts the full bed; with kubelet=false the caller starts kubelet
+// later (startKubelet), e.g. to use crictl alone first: kubelet stops any
+// sandbox it did not create.
+func newKubeEnv(t *testing.T, ctx context.Context, kubelet bool) *kubeEnv {
 	t.Helper()
 	b := newBed(t, ctx, true)
 	start := time.Now()
@@ -50,12 +53,20 @@ func newKubeEnv(t *testing.T, ctx context.Context) *kubeEnv {
 			t.Fatal(err)
 		}
 	}
-	start = time.Now()
-	if err := b.StartKubelet(ctx, c); err != nil {
+	e := &kubeEnv{b: b, c: c, d: d, base: usedBaseline(t, d)}
+	if kubelet {
+		e.startKubelet(t, ctx)
+	}
+	return e
+}
+
+func (e *kubeEnv) startKubelet(t *testing.T, ctx context.Context) {
+	t.Helper()
+	start := time.Now()
+	if err := e.b.StartKubelet(ctx, e.c); err != nil {
 		t.Fatal(err)
 	}
 	t.Logf("kubelet: node Ready in %s", time.Since(start).Round(time.Millisecond))
-	return &kubeEnv{b: b, c: c, d: d, base: usedBaseline(t, d)}
 }
 
 // createPods creates Pods named prefix-0..n-1 on a RuntimeClass.

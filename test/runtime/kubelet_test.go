@@ -16,7 +16,7 @@ import (
 func TestKubelet(t *testing.T) {
 	gate(t, true)
 	ctx := context.Background()
-	e := newKubeEnv(t, ctx)
+	e := newKubeEnv(t, ctx, true)
 
 	var names []string
 	var pods map[string]*testbed.Pod
@@ -135,7 +135,7 @@ func TestKubelet(t *testing.T) {
 func TestKubeletChained(t *testing.T) {
 	gate(t, true)
 	ctx := context.Background()
-	e := newKubeEnv(t, ctx)
+	e := newKubeEnv(t, ctx, true)
 	names := e.createPods(t, ctx, "chain", testbed.HandlerChained, 3)
 	pods := e.waitRunning(t, ctx, names, testbed.ChainedCIDR4, 90*time.Second)
 	if err := e.podToPod(pods[names[0]], pods[names[1]]); err != nil {
@@ -156,7 +156,7 @@ func TestKubeletChained(t *testing.T) {
 func TestKubeletRuntimeRestarts(t *testing.T) {
 	gate(t, true)
 	ctx := context.Background()
-	e := newKubeEnv(t, ctx)
+	e := newKubeEnv(t, ctx, true)
 	disrupt := []struct {
 		name string
 		do   func() error

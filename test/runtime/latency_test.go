@@ -21,13 +21,14 @@ const latencyRounds = 20
 func TestLatency(t *testing.T) {
 	gate(t, true)
 	ctx := context.Background()
-	e := newKubeEnv(t, ctx)
+	e := newKubeEnv(t, ctx, false)
 	nets := []struct{ handler, cidr string }{
 		{testbed.HandlerPrimary, testbed.CoordinoCIDR4},
 		{testbed.HandlerBridge, testbed.BridgeCIDR4},
 	}
 
-	// RunPodSandbox through CRI directly (kubelet is not involved).
+	// RunPodSandbox through CRI directly, before kubelet starts (it would
+	// stop sandboxes it does not know).
 	dir := t.TempDir()
 	sandbox, stop := map[string]durations{}, map[string]durations{}
 	for i := 0; i < latencyRounds; i++ {
@@ -41,6 +42,7 @@ func TestLatency(t *testing.T) {
 	}
 
 	// Pod created -> Running through kubelet, one Pod at a time.
+	e.startKubelet(t, ctx)
 	events := make(chan running, 64)
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -74,6 +76,16 @@ func TestLatency(t *testing.T) {
 		created = nil
 	}
 
+	// The daemon's own view: mean time serving ADD and DEL (its histogram).
+	if m, err := e.d.Metrics(); err == nil {
+		for _, verb := range []string{"ADD", "DEL"} {
+			sum := m[`coordino_cni_request_duration_seconds_sum{verb="`+verb+`"}`]
+			n := m[`coordino_cni_request_duration_seconds_count{verb="`+verb+`"}`]
+			if n > 0 {
+				t.Logf("coordino-daemon %s: mean %s over %v requests", verb, time.Duration(sum/n*float64(time.Second)).Round(10*time.Microsecond), n)
+			}
+		}
+	}
 	c, r := testbed.HandlerPrimary, testbed.HandlerBridge
 	t.Logf("RunPodSandbox (crictl runp)  coordino %s | bridge+host-local %s | ratio p50 %.2f p90 %.2f",
 		sandbox[c], sandbox[r], ratio(sandbox[c].pct(50), sandbox[r].pct(50)), ratio(sandbox[c].pct(90), sandbox[r].pct(90)))

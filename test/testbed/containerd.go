@@ -93,6 +93,12 @@ func (b *Bed) StartContainerd(ctx context.Context) error {
 	if err := os.WriteFile(cfgPath, []byte(cfg.String()), 0o644); err != nil {
 		return err
 	}
+	// crictl's own config, so it never reads the host's /etc/crictl.yaml.
+	ep := "unix://" + b.ContainerdSock
+	crictlCfg := fmt.Sprintf("runtime-endpoint: %s\nimage-endpoint: %s\ntimeout: 60\n", ep, ep)
+	if err := os.WriteFile(b.path("crictl.yaml"), []byte(crictlCfg), 0o644); err != nil {
+		return err
+	}
 	b.Containerd = &Proc{
 		Name: "containerd", Path: b.Bins.Containerd,
 		Args: []string{"--config", cfgPath, "--log-level", "info"},
@@ -128,8 +134,7 @@ func (b *Bed) RestartContainerd(ctx context.Context, crash bool) error {
 
 // Crictl runs crictl against the bed's containerd and returns trimmed stdout.
 func (b *Bed) Crictl(args ...string) (string, error) {
-	ep := "unix://" + b.ContainerdSock
-	full := append([]string{"--runtime-endpoint", ep, "--image-endpoint", ep, "--timeout", "60s"}, args...)
+	full := append([]string{"--config", b.path("crictl.yaml")}, args...)
 	cmd := exec.Command(b.Bins.Crictl, full...)
 	var stderr strings.Builder
 	cmd.Stderr = &stderr

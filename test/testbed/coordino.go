@@ -124,6 +124,26 @@ func (d *Daemon) UsedAddresses() (float64, error) {
 	return used, nil
 }
 
+// Requests returns how many times the daemon served verb (e.g. "ADD") since
+// it started, and how many of those failed.
+func (d *Daemon) Requests(verb string) (served, failed float64, err error) {
+	m, err := d.Metrics()
+	if err != nil {
+		return 0, 0, err
+	}
+	label := strings.ToLower(`verb="` + verb + `"`)
+	for k, v := range m {
+		lk := strings.ToLower(k)
+		switch {
+		case strings.HasPrefix(lk, "coordino_cni_request_duration_seconds_count{") && strings.Contains(lk, label):
+			served += v
+		case strings.HasPrefix(lk, "coordino_cni_errors_total{") && strings.Contains(lk, label):
+			failed += v
+		}
+	}
+	return served, failed, nil
+}
+
 // NetnsPins lists the daemon's netns pins (<run-dir>/netns/*).
 func (d *Daemon) NetnsPins() []string {
 	ents, _ := os.ReadDir(filepath.Join(d.RunDir, "netns"))

@@ -11,8 +11,11 @@ import (
 	"time"
 )
 
-// NodeName is the kubelet's node name (and the Coordino daemon's).
-const NodeName = "coordino-testbed"
+// NodeName is the kubelet's node name (and the Coordino daemon's). It is
+// "localhost" because kubelet listens on 127.0.0.1 only and refuses a
+// loopback node IP: kube-apiserver reaches it (kubectl logs/exec) through the
+// Hostname address instead.
+const NodeName = "localhost"
 
 // Cluster is the control plane of a bed: etcd and kube-apiserver on
 // 127.0.0.1 with ports picked at start, so the bed never collides with
@@ -93,7 +96,7 @@ func (b *Bed) StartControlPlane(ctx context.Context) (*Cluster, error) {
 		"--kubelet-client-certificate=" + pki.Cert("apiserver-kubelet-client"),
 		"--kubelet-client-key=" + pki.Key("apiserver-kubelet-client"),
 		"--kubelet-certificate-authority=" + pki.Cert("ca"),
-		"--kubelet-preferred-address-types=InternalIP,Hostname",
+		"--kubelet-preferred-address-types=Hostname",
 		"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
 		"--service-account-key-file=" + pki.path("sa.pub"),
 		"--service-account-signing-key-file=" + pki.path("sa.key"),
@@ -189,7 +192,7 @@ func (b *Bed) StartKubelet(ctx context.Context, c *Cluster) error {
 	}
 	b.Kubelet = &Proc{Name: "kubelet", Path: b.Bins.Kubelet, Args: []string{
 		"--config=" + cfgPath, "--kubeconfig=" + kcfg, "--root-dir=" + b.path("kubelet"),
-		"--hostname-override=" + NodeName, "--node-ip=127.0.0.1", "--v=2",
+		"--hostname-override=" + NodeName, "--v=2",
 	}}
 	return b.startKubelet(ctx, c)
 }

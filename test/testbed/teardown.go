@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -44,11 +45,16 @@ type hostState struct {
 	// sockets under /run/containerd/s whatever the config says; the bed
 	// removes the directories afterwards only when it created them.
 	RunContainerd bool `json:"runContainerd"`
+	// VarLogContainers: kubelet creates /var/log/containers (fixed path).
+	VarLogContainers bool `json:"varLogContainers"`
 }
 
 var iptablesTables = []string{"filter", "nat", "mangle"}
 
-const shimSocketRoot = "/run/containerd"
+const (
+	shimSocketRoot    = "/run/containerd"
+	containerLogLinks = "/var/log/containers"
+)
 
 func recordHostState(dir string) error {
 	st := hostState{Sysctls: map[string]string{}, Chains: map[string][]string{}}
@@ -64,6 +70,9 @@ func recordHostState(dir string) error {
 	}
 	if _, err := os.Stat(shimSocketRoot); err == nil {
 		st.RunContainerd = true
+	}
+	if _, err := os.Stat(containerLogLinks); err == nil {
+		st.VarLogContainers = true
 	}
 	b, err := json.MarshalIndent(st, "", "  ")
 	if err != nil {
@@ -111,6 +120,7 @@ func Teardown(dir string, logf func(string, ...any)) error {
 		logf("teardown: killing containerd shim %d", pid)
 		killAndWait(pid)
 	}
+	removeStaleShimFiles()
 	// 3. Whatever still runs in the bed's cgroups (pause, probe containers).
 	killCgroupProcs()
 	// 4. Mounts under the bed (rootfs, netns, kubelet volumes), deepest first.
@@ -121,7 +131,9 @@ func Teardown(dir string, logf func(string, ...any)) error {
 	if err := removeCgroups(); err != nil {
 		errs = append(errs, err)
 	}
-	// 6. Host state: kubelet's iptables chains, sysctls, links, CNI cache.
+	// 6. Host state: kubelet's log links, iptables chains, sysctls, links,
+	// CNI cache.
+	removeContainerLogLinks(dir)
 	if b, err := os.ReadFile(filepath.Join(dir, "host-state.json")); err == nil {
 		var st hostState
 		if err := json.Unmarshal(b, &st); err != nil {
@@ -133,13 +145,7 @@ func Teardown(dir string, logf func(string, ...any)) error {
 	if _, err := os.Stat("/sys/class/net/" + bedBridge); err == nil {
 		_ = exec.Command("ip", "link", "del", bedBridge).Run()
 	}
-	for _, n := range bedNetworks {
-		m, _ := filepath.Glob(filepath.Join("/var/lib/cni/results", n+"-*"))
-		for _, f := range m {
-			_ = os.Remove(f)
-		}
-	}
-	removeContainerLogLinks(dir)
+	removeCNICache(dir)
 	// 7. The directory itself.
 	if err := os.RemoveAll(dir); err != nil {
 		errs = append(errs, err)
@@ -336,9 +342,13 @@ func restoreHost(st hostState, logf func(string, ...any)) []error {
 		}
 	}
 	if !st.RunContainerd {
-		// rmdir only: never removes sockets of someone else's containerd.
-		_ = syscall.Rmdir(filepath.Join(shimSocketRoot, "s"))
-		_ = syscall.Rmdir(shimSocketRoot)
+		// rmdir only: what is still in use by another containerd stays.
+		for _, d := range []string{"runc/k8s.io", "runc", "s", ""} {
+			_ = syscall.Rmdir(filepath.Join(shimSocketRoot, d))
+		}
+	}
+	if !st.VarLogContainers {
+		_ = syscall.Rmdir(containerLogLinks)
 	}
 	for s, v := range st.Sysctls {
 		cur, err := os.ReadFile("/proc/sys/" + s)
@@ -373,12 +383,56 @@ func deleteChain(bin, table, chain string) error {
 	return nil
 }
 
+// removeCNICache deletes libcni's cached results (/var/lib/cni/results, which
+// containerd does not let us move) of the bed's networks, and those of any
+// network for sandboxes whose containerd task state is still in the bed: a
+// killed run leaves containerd's own "cni-loopback" entries for them.
+func removeCNICache(dir string) {
+	const results = "/var/lib/cni/results"
+	for _, n := range bedNetworks {
+		m, _ := filepath.Glob(filepath.Join(results, n+"-*"))
+		for _, f := range m {
+			_ = os.Remove(f)
+		}
+	}
+	tasks, _ := os.ReadDir(filepath.Join(dir, "containerd", "state", "io.containerd.runtime.v2.task", "k8s.io"))
+	if len(tasks) == 0 {
+		return
+	}
+	ents, _ := os.ReadDir(results)
+	for _, e := range ents {
+		for _, t := range tasks {
+			if strings.Contains(e.Name(), "-"+t.Name()+"-") {
+				_ = os.Remove(filepath.Join(results, e.Name()))
+				break
+			}
+		}
+	}
+}
+
+// removeStaleShimFiles removes shim sockets under /run/containerd/s that
+// nobody listens on any more (a shim killed during teardown cannot remove its
+// own): a live socket, the bed's or anyone else's, is left alone.
+func removeStaleShimFiles() {
+	socks, _ := filepath.Glob(filepath.Join(shimSocketRoot, "s", "*"))
+	for _, s := range socks {
+		c, err := net.DialTimeout("unix", s, 200*time.Millisecond)
+		if err == nil {
+			c.Close()
+			continue
+		}
+		if errors.Is(err, syscall.ECONNREFUSED) {
+			_ = os.Remove(s)
+		}
+	}
+}
+
 // removeContainerLogLinks deletes kubelet's /var/log/containers symlinks (a
 // fixed path in kubelet) that point into the bed.
 func removeContainerLogLinks(dir string) {
-	ents, _ := os.ReadDir("/var/log/containers")
+	ents, _ := os.ReadDir(containerLogLinks)
 	for _, e := range ents {
-		p := filepath.Join("/var/log/containers", e.Name())
+		p := filepath.Join(containerLogLinks, e.Name())
 		if t, err := os.Readlink(p); err == nil && strings.HasPrefix(t, dir+"/") {
 			_ = os.Remove(p)
 		}
