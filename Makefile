@@ -6,7 +6,7 @@ BIN := bin
 BINARIES := coordino coordino-daemon coordino-install
 REF_PLUGINS := bridge host-local ptp portmap macvlan
 
-.PHONY: all build ref-plugins deps generate generate-proto generate-bpf check-generated test test-unit test-e2e demo bench fuzz lint clean
+.PHONY: all build ref-plugins deps generate generate-proto generate-bpf check-generated test e2e-runtime testbed-up testbed-down test-unit test-e2e demo bench fuzz lint clean
 
 all: build
 
@@ -43,16 +43,37 @@ lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed: $$out"; exit 1; fi
 	$(GO) vet ./...
 
-# The one test command: unit tests, then privileged e2e tests (root). Under
-# CI=true privileged tests fail instead of skipping.
+# The one test command: unit, fuzz-seed and privileged node e2e tests, then
+# the containerd CRI part of the runtime e2e (its binaries are built once and
+# cached). Under CI=true privileged tests fail instead of skipping. The
+# kubelet part needs kube-apiserver and kubelet builds (~25 min cold on 2
+# cores): `make e2e-runtime`.
 test: deps build ref-plugins lint check-generated
-	$(GO) test -count=1 -timeout 20m ./...
+	$(GO) test -count=1 -timeout 20m $$($(GO) list ./... | grep -v /test/runtime)
+	test/testbed/deps.sh
+	test/testbed/build.sh cri
+	COORDINO_RUNTIME_E2E=cri $(GO) test -count=1 -timeout 15m -run '^TestCRI' ./test/runtime/
+
+# Everything of the runtime e2e: crictl, kubelet, restarts, latency.
+e2e-runtime: deps build ref-plugins
+	test/testbed/deps.sh
+	test/testbed/build.sh
+	COORDINO_RUNTIME_E2E=1 $(GO) test -count=1 -v -timeout 30m ./test/runtime/
+
+# A real kube-apiserver + kubelet + containerd with Coordino, for kubectl by hand.
+testbed-up: deps build ref-plugins
+	test/testbed/deps.sh
+	test/testbed/build.sh
+	$(GO) run ./test/testbed/cmd/testbed up
+
+testbed-down:
+	test/testbed/teardown.sh
 
 demo: deps build ref-plugins
 	$(GO) run ./test/demo
 
 bench: deps build ref-plugins
-	$(GO) run ./test/bench
+	$(GO) run ./test/bench $(ARGS)
 
 fuzz:
 	hack/fuzz.sh
