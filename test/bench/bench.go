@@ -28,6 +28,9 @@ type Params struct {
 	Rounds int `json:"rounds"`
 	// Warmup is the number of unmeasured ADD+DEL pairs per system first.
 	Warmup int `json:"warmup"`
+	// DaemonArgs are extra coordino-daemon flags (e.g. --legacy-tc), to
+	// compare daemon configurations.
+	DaemonArgs []string `json:"daemon_args,omitempty"`
 	// Progress receives one line per round; nil discards them.
 	Progress io.Writer `json:"-"`
 }
@@ -135,8 +138,11 @@ type bed struct {
 	live map[*slot]bool
 	// modeOf maps a measured pod's container ID to its mode, to sort the
 	// daemon's own timings.
-	modeOf map[string]string
-	res    *samples
+	modeOf     map[string]string
+	res        *samples
+	daemonArgs []string
+	// binaries fingerprints bin/ when the run starts.
+	binaries map[string]string
 }
 
 // Run sets up the nodes, runs every mode, and tears everything down. On
@@ -151,7 +157,8 @@ func Run(ctx context.Context, p Params) (*Report, error) {
 	if err := harness.RequireBinaries(); err != nil {
 		return nil, err
 	}
-	b := &bed{progress: p.Progress, live: map[*slot]bool{}, modeOf: map[string]string{}, res: newSamples()}
+	b := &bed{progress: p.Progress, live: map[*slot]bool{}, modeOf: map[string]string{}, res: newSamples(),
+		daemonArgs: p.DaemonArgs, binaries: fingerprint()}
 	if b.progress == nil {
 		b.progress = io.Discard
 	}
@@ -185,12 +192,12 @@ func (b *bed) setup() error {
 		return err
 	}
 	b.dir = dir
-	newNode := func(name string, cidrs []string) (*harness.Node, error) {
+	newNode := func(name string, cidrs []string, extra []string) (*harness.Node, error) {
 		d := filepath.Join(dir, name)
 		if err := os.MkdirAll(d, 0o700); err != nil {
 			return nil, err
 		}
-		n, err := harness.NewNode(d, "bench-"+name, harness.NodeOptions{PodCIDRs: cidrs})
+		n, err := harness.NewNode(d, "bench-"+name, harness.NodeOptions{PodCIDRs: cidrs, ExtraArgs: extra})
 		if err != nil {
 			return nil, fmt.Errorf("node %s: %w", name, err)
 		}
@@ -198,7 +205,7 @@ func (b *bed) setup() error {
 		return n, nil
 	}
 
-	cn, err := newNode("coordino", []string{coordinoCIDR})
+	cn, err := newNode("coordino", []string{coordinoCIDR}, b.daemonArgs)
 	if err != nil {
 		return err
 	}
@@ -210,7 +217,7 @@ func (b *bed) setup() error {
 		return err
 	}
 
-	rn, err := newNode("ref", nil)
+	rn, err := newNode("ref", nil, nil)
 	if err != nil {
 		return err
 	}
@@ -219,7 +226,7 @@ func (b *bed) setup() error {
 		return err
 	}
 
-	hn, err := newNode("chained", nil)
+	hn, err := newNode("chained", nil, b.daemonArgs)
 	if err != nil {
 		return err
 	}

@@ -8,28 +8,35 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 )
 
 func main() {
 	p := DefaultParams()
 	quick := flag.Bool("quick", false, "short run: n=16, concurrency 4, 2 rounds, 2 warm-ups (explicit flags still win)")
-	asJSON := flag.Bool("json", false, "print the report as JSON instead of a table")
+	asJSON := flag.Bool("json", false, "print the report as JSON on stdout (the table goes to stderr)")
 	flag.IntVar(&p.N, "n", p.N, "measured pods per system and mode")
 	flag.IntVar(&p.Concurrency, "concurrency", p.Concurrency, "workers in the concurrent mode")
 	flag.IntVar(&p.Rounds, "rounds", p.Rounds, "rounds per mode; system order rotates each round")
 	flag.IntVar(&p.Warmup, "warmup", p.Warmup, "unmeasured ADD+DEL pairs per system first")
+	daemonArgs := flag.String("daemon-args", "", "extra coordino-daemon flags, space-separated (e.g. --legacy-tc)")
 	flag.Parse()
+	p.DaemonArgs = strings.Fields(*daemonArgs)
 	if *quick {
+		// The preset fills in only what was not given explicitly.
 		q := QuickParams()
-		// Flags given explicitly override the quick preset.
-		set := map[string]bool{}
-		flag.Visit(func(f *flag.Flag) { set[f.Name] = true })
-		for name, dst := range map[string]*int{"n": &p.N, "concurrency": &p.Concurrency, "rounds": &p.Rounds, "warmup": &p.Warmup} {
-			if !set[name] {
-				*dst = map[string]int{"n": q.N, "concurrency": q.Concurrency, "rounds": q.Rounds, "warmup": q.Warmup}[name]
+		explicit := map[string]bool{}
+		flag.Visit(func(f *flag.Flag) { explicit[f.Name] = true })
+		preset := func(name string, dst *int, v int) {
+			if !explicit[name] {
+				*dst = v
 			}
 		}
+		preset("n", &p.N, q.N)
+		preset("concurrency", &p.Concurrency, q.Concurrency)
+		preset("rounds", &p.Rounds, q.Rounds)
+		preset("warmup", &p.Warmup, q.Warmup)
 	}
 	p.Progress = os.Stderr
 
@@ -51,6 +58,7 @@ func main() {
 		enc := json.NewEncoder(os.Stdout)
 		enc.SetIndent("", "  ")
 		_ = enc.Encode(r)
+		r.WriteTable(os.Stderr)
 		return
 	}
 	r.WriteTable(os.Stdout)

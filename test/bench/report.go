@@ -2,15 +2,20 @@ package main
 
 import (
 	"bufio"
+	"crypto/sha256"
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"os"
+	"path/filepath"
 	"runtime"
 	"strings"
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/coordino/coordino/test/harness"
 )
 
 // Report is the outcome of one run; -json prints it as is.
@@ -27,6 +32,10 @@ type Report struct {
 	Targets []Target `json:"targets"`
 	// Errors maps a system to its first failure; it was skipped after it.
 	Errors map[string]string `json:"errors,omitempty"`
+	// Binaries fingerprints what was measured: bin/ is shared, and a
+	// rebuild during the run would mix two versions.
+	Binaries map[string]string `json:"binaries"`
+	Warnings []string          `json:"warnings,omitempty"`
 }
 
 // Machine describes where the numbers come from.
@@ -86,7 +95,27 @@ func (b *bed) report(p Params, modes []mode, took time.Duration) *Report {
 		}
 	}
 	r.Targets = targets(r, modes)
+	r.Binaries = b.binaries
+	if now := fingerprint(); !maps.Equal(now, b.binaries) {
+		r.Warnings = append(r.Warnings, fmt.Sprintf("binaries changed during the run: %v at start, %v at end", b.binaries, now))
+	}
 	return r
+}
+
+// fingerprint is a short SHA-256 of each binary the run executes.
+func fingerprint() map[string]string {
+	out := map[string]string{}
+	for _, p := range []string{
+		filepath.Join(harness.BinDir(), "coordino"), filepath.Join(harness.BinDir(), "coordino-daemon"),
+		filepath.Join(harness.RefBinDir(), "bridge"), filepath.Join(harness.RefBinDir(), "host-local"),
+	} {
+		sum := "missing"
+		if data, err := os.ReadFile(p); err == nil {
+			sum = fmt.Sprintf("%x", sha256.Sum256(data))[:12]
+		}
+		out[filepath.Base(p)] = sum
+	}
+	return out
 }
 
 func machine() Machine {
@@ -167,8 +196,12 @@ func targets(r *Report, modes []mode) []Target {
 func (r *Report) WriteTable(w io.Writer) {
 	fmt.Fprintf(w, "Coordino CNI latency benchmark, %s\n", r.Date)
 	fmt.Fprintf(w, "machine: %d CPUs, kernel %s, %s, loadavg at end %q\n", r.Machine.CPUs, r.Machine.Kernel, r.Machine.GoVersion, r.Machine.LoadAvg)
-	fmt.Fprintf(w, "run: %d pods per system and mode in %d rounds (system order rotated), %d warm-up ADD+DEL per system, concurrency %d, took %s\n\n",
+	fmt.Fprintf(w, "run: %d pods per system and mode in %d rounds (system order rotated), %d warm-up ADD+DEL per system, concurrency %d, took %s\n",
 		r.Params.N, r.Params.Rounds, r.Params.Warmup, r.Params.Concurrency, r.Duration)
+	if len(r.Params.DaemonArgs) > 0 {
+		fmt.Fprintf(w, "extra daemon flags: %s\n", strings.Join(r.Params.DaemonArgs, " "))
+	}
+	fmt.Fprintln(w)
 
 	fmt.Fprintln(w, "Client-side latency through libcni (ms):")
 	writeRows(w, r.Rows, true)
@@ -190,6 +223,10 @@ func (r *Report) WriteTable(w io.Writer) {
 			verdict = map[bool]string{true: "met", false: "MISSED"}[*t.Met]
 		}
 		fmt.Fprintf(w, "  %-82s %-10s goal %-18s %s\n", t.Name, t.Value, t.Goal, verdict)
+	}
+	fmt.Fprintf(w, "\nBinaries (sha256): %v\n", r.Binaries)
+	for _, warn := range r.Warnings {
+		fmt.Fprintf(w, "WARNING: %s\n", warn)
 	}
 	if len(r.Errors) > 0 {
 		fmt.Fprintln(w, "\nErrors (system skipped after its first failure):")
