@@ -94,6 +94,8 @@ struct {
 
 #define TCP_FIN 0x01
 #define TCP_RST 0x04
+#define TCP_SYN 0x02
+#define TCP_ACK 0x10
 
 enum parse_result {
 	PARSE_OK,
@@ -445,7 +447,11 @@ static __always_inline int handle(struct __sk_buff *skb, __u8 dir)
 	}
 
 	__u32 reason = decide(ep, dir, &remote, p.proto, p.dport);
-	if (reason < REASON_FIRST_DROP) {
+	/* Only a TCP SYN opens a tracked connection: a mid-stream segment with
+	 * no entry (e.g. the peer's retransmission after a revocation) passes
+	 * on its own verdict but must not make the other side's packets replies. */
+	int opens = p.proto != IPPROTO_TCP || (p.tcp_flags & (TCP_SYN | TCP_ACK)) == TCP_SYN;
+	if (reason < REASON_FIRST_DROP && opens) {
 		struct ct_key k = {};
 		struct ct_entry e = {.last_seen_ns = now, .revision = revision};
 		tuple_key(&k, ifindex, dir, &p, 0);

@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/vishvananda/netlink"
@@ -41,7 +42,7 @@ func startDatapath(ctx context.Context, o *config.Options, m *metrics.Metrics, h
 	if err != nil {
 		return nil, err
 	}
-	dp, err := datapath.Open(datapath.Config{BPFDir: o.BPFDir, ForceLegacyTC: o.LegacyTC, Logger: log, NodeIPs: nodeIPs})
+	dp, err := datapath.Open(datapath.Config{BPFDir: o.BPFDir, AttachMode: datapath.AttachMode(o.AttachMode), Logger: log, NodeIPs: nodeIPs})
 	if err != nil {
 		return nil, err
 	}
@@ -55,6 +56,10 @@ func startDatapath(ctx context.Context, o *config.Options, m *metrics.Metrics, h
 			return nil, err
 		}
 	} else if err := startPolicySource(ctx, o.PolicyDir, dp, m, log); err != nil {
+		dp.Close()
+		return nil, err
+	}
+	if err := watchNodeAddresses(ctx, dp, nodeIPs, log); err != nil {
 		dp.Close()
 		return nil, err
 	}
@@ -108,6 +113,48 @@ func startFlows(ctx context.Context, path string, dp *datapath.Datapath, hub *fl
 	go func() {
 		if err := dp.ReadFlows(ctx, publish); err != nil && ctx.Err() == nil {
 			log.Error("flow events stopped", zap.Error(err))
+		}
+	}()
+	return nil
+}
+
+// watchNodeAddresses keeps the datapath's host identity in step with the
+// node's addresses: a chained primary's bridge gateway, for one, appears only
+// at its first ADD, and traffic from it (kubelet probes) must stay allowed.
+func watchNodeAddresses(ctx context.Context, dp *datapath.Datapath, current []netip.Addr, log *zap.Logger) error {
+	updates := make(chan netlink.AddrUpdate, 64)
+	done := make(chan struct{})
+	if err := netlink.AddrSubscribeWithOptions(updates, done, netlink.AddrSubscribeOptions{
+		ErrorCallback: func(err error) { log.Warn("node address watch", zap.Error(err)) },
+	}); err != nil {
+		return fmt.Errorf("watch node addresses: %w", err)
+	}
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case _, ok := <-updates:
+				if !ok {
+					log.Error("node address watch closed: host identity no longer follows address changes")
+					return
+				}
+				ips, err := nodeAddresses()
+				if err != nil {
+					log.Warn("list node addresses", zap.Error(err))
+					continue
+				}
+				if slices.Equal(ips, current) {
+					continue
+				}
+				current = ips
+				if err := dp.SetNodeIPs(ips); err != nil {
+					log.Error("update node addresses in the datapath", zap.Error(err))
+				} else {
+					log.Info("node addresses changed", zap.Stringers("addresses", ips))
+				}
+			}
 		}
 	}()
 	return nil

@@ -23,7 +23,7 @@ type Options struct {
 	MetricsAddr string   `json:"metricsAddr"`
 	LogLevel    string   `json:"logLevel"`
 	PolicyDir   string   `json:"policyDir"`
-	LegacyTC    bool     `json:"legacyTC"`
+	AttachMode  string   `json:"attachMode"`
 	NoDatapath  bool     `json:"noDatapath"`
 	FlowLog     string   `json:"flowLog"`
 
@@ -39,6 +39,7 @@ func Defaults() Options {
 		BPFDir:      "/sys/fs/bpf/coordino",
 		MetricsAddr: "127.0.0.1:9962",
 		LogLevel:    "info",
+		AttachMode:  "tc",
 	}
 }
 
@@ -71,7 +72,7 @@ func Parse(args []string, stderr io.Writer) (*Options, error) {
 	fs.StringVar(&o.MetricsAddr, "metrics-addr", o.MetricsAddr, "host:port for /metrics, /healthz, /readyz (port 0 picks one; written to <run-dir>/metrics.addr)")
 	fs.StringVar(&o.LogLevel, "log-level", o.LogLevel, "debug, info, warn or error")
 	fs.StringVar(&o.PolicyDir, "policy-dir", "", "standalone: directory of NetworkPolicy and Namespace YAML files")
-	fs.BoolVar(&o.LegacyTC, "legacy-tc", false, "attach eBPF with clsact/cls_bpf even where the kernel has tcx")
+	fs.StringVar(&o.AttachMode, "attach-mode", o.AttachMode, "how eBPF attaches to pod interfaces: tc (clsact + cls_bpf) or tcx (falls back to tc without kernel support)")
 	fs.BoolVar(&o.NoDatapath, "no-datapath", false, "do not load eBPF: connectivity without policy enforcement")
 	fs.StringVar(&o.FlowLog, "flow-log", "", "append flow events as JSON lines to this file (\"-\": stdout)")
 	if err := fs.Parse(args); err != nil {
@@ -126,7 +127,7 @@ func (o *Options) applyFlags(flags *Options, explicit map[string]bool) {
 		"metrics-addr": func() { o.MetricsAddr = flags.MetricsAddr },
 		"log-level":    func() { o.LogLevel = flags.LogLevel },
 		"policy-dir":   func() { o.PolicyDir = flags.PolicyDir },
-		"legacy-tc":    func() { o.LegacyTC = flags.LegacyTC },
+		"attach-mode":  func() { o.AttachMode = flags.AttachMode },
 		"no-datapath":  func() { o.NoDatapath = flags.NoDatapath },
 		"flow-log":     func() { o.FlowLog = flags.FlowLog },
 	}
@@ -153,6 +154,9 @@ func (o *Options) validate() error {
 	}
 	if o.PolicyDir != "" && !filepath.IsAbs(o.PolicyDir) {
 		return fmt.Errorf("policy-dir %q must be an absolute path", o.PolicyDir)
+	}
+	if o.AttachMode != "tc" && o.AttachMode != "tcx" {
+		return fmt.Errorf("attach-mode %q: want tc or tcx", o.AttachMode)
 	}
 	switch o.LogLevel {
 	case "debug", "info", "warn", "error":

@@ -30,8 +30,9 @@ var ErrPolicyNotSynced = errors.New("datapath: policy not synced yet: call Updat
 type Config struct {
 	// BPFDir is where maps and links are pinned, e.g. /sys/fs/bpf/coordino.
 	BPFDir string
-	// ForceLegacyTC attaches with clsact + cls_bpf even where tcx exists.
-	ForceLegacyTC bool
+	// AttachMode chooses how programs attach to new endpoints; existing
+	// endpoints keep the mode they were attached with.
+	AttachMode AttachMode
 	// Logger receives datapath logs; nil discards them.
 	Logger *zap.Logger
 	// NodeIPs are this node's addresses: traffic from them is the host identity.
@@ -188,6 +189,21 @@ func (d *Datapath) UpdatePolicy(s policy.Snapshot) error {
 		return fmt.Errorf("datapath: apply policy: %w", err)
 	}
 	return d.compileErr
+}
+
+// SetNodeIPs replaces the node's addresses (the host identity), e.g. when a
+// bridge or uplink address appears after start.
+func (d *Datapath) SetNodeIPs(ips []netip.Addr) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.cfg.NodeIPs = slices.Clone(ips)
+	if !d.synced {
+		return nil
+	}
+	if err := d.sync(); err != nil {
+		return fmt.Errorf("datapath: update node addresses: %w", err)
+	}
+	return nil
 }
 
 // AttachEndpoint resolves ep's identity, writes its map entries and policy,

@@ -28,8 +28,8 @@ func TestMain(m *testing.M) { testnet.Main(m) }
 
 var modes = []struct {
 	name   string
-	legacy bool
-}{{"tcx", false}, {"legacy-tc", true}}
+	attach AttachMode
+}{{"tcx", AttachTCX}, {"tc", AttachTC}}
 
 // cluster is a node with pods "a" (app=client), "b" (app=server), both in
 // namespace default, "c" (app=client) in namespace other, and "ext", an
@@ -49,11 +49,11 @@ var podIPs = map[string]netip.Addr{
 	"ext": netip.MustParseAddr("203.0.113.10"),
 }
 
-func newCluster(t *testing.T, legacy bool) *cluster {
+func newCluster(t *testing.T, attach AttachMode) *cluster {
 	t.Helper()
 	privileged.Require(t)
 	c := &cluster{t: t, pods: map[string]*testnet.Pod{}, eps: map[string]Endpoint{}}
-	c.cfg = Config{BPFDir: testnet.BPFDir(t), ForceLegacyTC: legacy, Logger: zaptest.NewLogger(t),
+	c.cfg = Config{BPFDir: testnet.BPFDir(t), AttachMode: attach, Logger: zaptest.NewLogger(t),
 		NodeIPs: []netip.Addr{testnet.NodeIP}}
 	c.open()
 	if err := c.dp.UpdatePolicy(policy.Snapshot{}); err != nil {
@@ -163,8 +163,8 @@ spec: {podSelector: {matchLabels: {app: server}}, policyTypes: [Ingress]}`
 func TestPolicyEnforcement(t *testing.T) {
 	for _, m := range modes {
 		t.Run(m.name, func(t *testing.T) {
-			c := newCluster(t, m.legacy)
-			assertAttached(t, c, m.legacy)
+			c := newCluster(t, m.attach)
+			assertAttached(t, c, m.attach == AttachTC)
 
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
@@ -224,7 +224,7 @@ func TestPolicyEnforcement(t *testing.T) {
 // TestCrossNamespaceSelectors: c in namespace "other" reaches b only when a
 // namespaceSelector allows it.
 func TestCrossNamespaceSelectors(t *testing.T) {
-	c := newCluster(t, false)
+	c := newCluster(t, AttachTC)
 	c.policies(serverIngress)
 	c.expect(false, "c>b tcp/80")
 	c.policies(serverIngress, `
@@ -239,7 +239,7 @@ spec:
 func TestRestartAdoption(t *testing.T) {
 	for _, m := range modes {
 		t.Run(m.name, func(t *testing.T) {
-			c := newCluster(t, m.legacy)
+			c := newCluster(t, m.attach)
 			c.policies(serverIngress)
 			conn, err := c.pods["a"].Dial(c.pods["b"].IP, 80)
 			if err != nil {
@@ -291,13 +291,13 @@ func TestRestartAdoption(t *testing.T) {
 			}
 			c.expect(true, "a>b tcp/80", "node>b tcp/81")
 			c.expect(false, "a>b tcp/81", "ext>b tcp/80")
-			assertAttached(t, c, m.legacy)
+			assertAttached(t, c, m.attach == AttachTC)
 		})
 	}
 }
 
 func TestPolicyUpdateRevokesEstablishedFlows(t *testing.T) {
-	c := newCluster(t, false)
+	c := newCluster(t, AttachTC)
 	c.policies(serverIngress)
 	conn, err := c.pods["a"].Dial(c.pods["b"].IP, 80)
 	if err != nil {
@@ -317,7 +317,7 @@ func TestPolicyUpdateRevokesEstablishedFlows(t *testing.T) {
 }
 
 func TestNewEndpointDeniedFromFirstPacket(t *testing.T) {
-	c := newCluster(t, false)
+	c := newCluster(t, AttachTC)
 	c.policies(denyServerIngress)
 	c.addPod("d", "default", map[string]string{"app": "server"})
 	// AttachEndpoint has returned: the very first packets must already be policed.
@@ -328,7 +328,7 @@ func TestNewEndpointDeniedFromFirstPacket(t *testing.T) {
 func TestDetachRemovesAttachmentAndEntries(t *testing.T) {
 	for _, m := range modes {
 		t.Run(m.name, func(t *testing.T) {
-			c := newCluster(t, m.legacy)
+			c := newCluster(t, m.attach)
 			c.policies(denyServerIngress)
 			c.expect(false, "a>b tcp/80")
 			ep := c.eps["b"]

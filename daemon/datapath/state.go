@@ -24,8 +24,8 @@ const (
 
 // Attach modes recorded per endpoint.
 const (
-	modeTCX    = "tcx"
-	modeLegacy = "tc"
+	modeTCX    = string(AttachTCX)
+	modeLegacy = string(AttachTC)
 )
 
 // record is the persisted state of one attached endpoint.

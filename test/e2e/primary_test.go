@@ -62,8 +62,8 @@ func TestPrimaryAddResultAndConnectivity(t *testing.T) {
 		t.Fatalf("interfaces = %s", harness.ResultJSON(res))
 	}
 	// Policy enforcement is attached to the host veth, both directions, before ADD returned.
-	if in, out, err := n.TCXPrograms(res.Interfaces[0].Name); err != nil || in != 1 || out != 1 {
-		t.Fatalf("tcx programs on %s: ingress %d egress %d, %v", res.Interfaces[0].Name, in, out, err)
+	if in, out, err := n.BPFFilters(res.Interfaces[0].Name); err != nil || in != 1 || out != 1 {
+		t.Fatalf("cls_bpf filters on %s: ingress %d egress %d, %v", res.Interfaces[0].Name, in, out, err)
 	}
 	if len(res.Routes) != 2 || res.IPs[0].Gateway.String() != "169.254.1.1" || res.IPs[0].Address.String() != a1[0].String()+"/32" {
 		t.Fatalf("ips/routes = %s", harness.ResultJSON(res))

@@ -120,6 +120,32 @@ func (n *Node) families() int {
 	return v4 + v6
 }
 
+// BPFFilters counts the cls_bpf filters on a node interface's clsact hooks, ingress and egress.
+func (n *Node) BPFFilters(ifname string) (ingress, egress int, err error) {
+	err = n.NS.Do(func(ns.NetNS) error {
+		l, err := netlink.LinkByName(ifname)
+		if err != nil {
+			return err
+		}
+		for _, dir := range []struct {
+			parent uint32
+			out    *int
+		}{{netlink.HANDLE_MIN_INGRESS, &ingress}, {netlink.HANDLE_MIN_EGRESS, &egress}} {
+			fs, err := netlink.FilterList(l, dir.parent)
+			if err != nil {
+				return fmt.Errorf("list filters on %s: %w", ifname, err)
+			}
+			for _, f := range fs {
+				if _, ok := f.(*netlink.BpfFilter); ok {
+					*dir.out++
+				}
+			}
+		}
+		return nil
+	})
+	return ingress, egress, err
+}
+
 // TCXPrograms counts the tcx programs attached to a node interface, ingress and egress.
 func (n *Node) TCXPrograms(ifname string) (ingress, egress int, err error) {
 	err = n.NS.Do(func(ns.NetNS) error {

@@ -1,0 +1,65 @@
+package main
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/coordino/coordino/test/privileged"
+)
+
+// TestQuickRun keeps the benchmark from rotting: a quick run must measure
+// every configuration with traffic actually flowing and compile exactly the
+// rules it claims. It asserts nothing about speed.
+func TestQuickRun(t *testing.T) {
+	privileged.Require(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	p := QuickParams()
+	var progress strings.Builder
+	p.Progress = &progress
+	r, err := Run(ctx, p)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, progress.String())
+	}
+	if want := 1 + 2*len(p.Sizes) + 1 + len(p.Sizes); len(r.Rows) != want {
+		t.Fatalf("%d rows, want %d", len(r.Rows), want)
+	}
+	for _, x := range r.Rows {
+		if x.MedianGbps <= 0 || x.MedianConn <= 0 || x.ConnErrors > 0 {
+			t.Errorf("%s %d rules: %.2f Gbit/s, %.0f conn/s, %d errors", x.Label, x.Rules, x.MedianGbps, x.MedianConn, x.ConnErrors)
+		}
+		if x.System == "coordino" && x.PolicyEntries != 2*x.Rules {
+			t.Errorf("Coordino %d rules/end: %d policy entries, want %d", x.Rules, x.PolicyEntries, 2*x.Rules)
+		}
+	}
+	if len(r.Targets) != 4 {
+		t.Errorf("targets = %+v", r.Targets)
+	}
+	var table strings.Builder
+	r.WriteTable(&table)
+	t.Logf("\n%s", table.String())
+}
+
+func TestPortsAndRulesets(t *testing.T) {
+	ports := benchPorts(10)
+	if len(ports) != 10 || ports[8] != iperfPort || ports[9] != connPort {
+		t.Fatalf("benchPorts(10) = %v", ports)
+	}
+	y := policyYAML(250)
+	if got := strings.Count(y, "kind: NetworkPolicy"); got != 6 {
+		t.Errorf("250 rules per end in %d policies, want 6 (3 per end)", got)
+	}
+	if got := strings.Count(y, "{protocol: TCP, port:"); got != 500 {
+		t.Errorf("%d port entries, want 500", got)
+	}
+	cli, srv := &benchPod{hostIf: "cdoc"}, &benchPod{hostIf: "cdos"}
+	rules := nftRuleset(false, 10, cli, srv)
+	if got := strings.Count(rules, " return\n"); got != 20 {
+		t.Errorf("%d nft rules, want 20:\n%s", got, rules)
+	}
+	if set := nftRuleset(true, 10, cli, srv); strings.Count(set, " return\n") != 2 || !strings.Contains(set, "5201, 8080 }") {
+		t.Errorf("set ruleset:\n%s", set)
+	}
+}

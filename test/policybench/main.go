@@ -1,0 +1,75 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+)
+
+func main() {
+	quick := flag.Bool("quick", false, "seconds-long run: sizes 10,100, one round, 1 s iperf3 (explicit flags still win)")
+	asJSON := flag.Bool("json", false, "print the report as JSON instead of a table")
+	sizes := flag.String("sizes", "", "comma-separated rules per end (default 10,1000,10000)")
+	p := DefaultParams()
+	flag.IntVar(&p.Rounds, "rounds", p.Rounds, "rounds; each measures every configuration once")
+	flag.IntVar(&p.IperfSeconds, "iperf-seconds", p.IperfSeconds, "length of one iperf3 run (whole seconds)")
+	flag.DurationVar(&p.ConnDuration, "conn-duration", p.ConnDuration, "length of one connection-rate run")
+	flag.IntVar(&p.ConnWorkers, "conn-workers", p.ConnWorkers, "parallel dialers")
+	flag.BoolVar(&p.NftSets, "nft-sets", p.NftSets, "also measure nftables with a set lookup")
+	flag.Parse()
+	if *quick {
+		q := QuickParams()
+		set := map[string]bool{}
+		flag.Visit(func(f *flag.Flag) { set[f.Name] = true })
+		if !set["rounds"] {
+			p.Rounds = q.Rounds
+		}
+		if !set["iperf-seconds"] {
+			p.IperfSeconds = q.IperfSeconds
+		}
+		if !set["conn-duration"] {
+			p.ConnDuration = q.ConnDuration
+		}
+		p.Sizes = q.Sizes
+	}
+	if *sizes != "" {
+		p.Sizes = nil
+		for _, s := range strings.Split(*sizes, ",") {
+			n, err := strconv.Atoi(strings.TrimSpace(s))
+			if err != nil || n < 2 {
+				fmt.Fprintf(os.Stderr, "policybench: bad -sizes entry %q (want integers ≥ 2)\n", s)
+				os.Exit(2)
+			}
+			p.Sizes = append(p.Sizes, n)
+		}
+	}
+	p.Progress = os.Stderr
+
+	// SIGINT/SIGTERM cancel: the measurement in flight stops and every
+	// netns, daemon, pod and nft table goes.
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	r, err := Run(ctx, p)
+	if errors.Is(err, context.Canceled) {
+		fmt.Fprintln(os.Stderr, "policybench: interrupted; cleaned up")
+		os.Exit(130)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "policybench:", err)
+		os.Exit(1)
+	}
+	if *asJSON {
+		enc := json.NewEncoder(os.Stdout)
+		enc.SetIndent("", "  ")
+		_ = enc.Encode(r)
+		return
+	}
+	r.WriteTable(os.Stdout)
+}
