@@ -34,6 +34,11 @@ const queueDrainInterval = 5 * time.Second
 // the delete queue drained and orphans reclaimed before the socket exists,
 // so no ADD can interleave with recovery.
 func Run(ctx context.Context, o *config.Options, log *zap.Logger) error {
+	if !o.Standalone {
+		// Until the controller and its CRDs exist, Kubernetes mode runs on the
+		// same static sources; say so rather than pretend to watch the API.
+		log.Warn("Kubernetes control-plane source is not implemented yet: using --pod-cidr and --policy-dir as in --standalone")
+	}
 	pool, err := ipam.NewPool(o.Prefixes)
 	if err != nil {
 		return fmt.Errorf("pod CIDRs: %w", err)

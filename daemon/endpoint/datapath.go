@@ -46,8 +46,10 @@ func (m *Manager) ReconcileDatapath() error {
 			m.Log.Warn("stored endpoint has no host interface", zap.String("endpoint", ep.Key.String()), zap.String("interface", ep.HostIfName))
 			continue
 		}
+		// One endpoint failing must not keep the node from serving: its
+		// pinned state still enforces, and the error is loud.
 		if err := m.Datapath.AttachEndpoint(datapathEndpoint(ep, link.Attrs().Index)); err != nil {
-			return fmt.Errorf("re-attach datapath of %s: %w", ep.Key, err)
+			m.Log.Error("re-attaching the datapath failed; the endpoint keeps its pinned programs", zap.String("endpoint", ep.Key.String()), zap.Error(err))
 		}
 	}
 	pinned, err := m.Datapath.Endpoints()
