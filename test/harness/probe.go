@@ -163,11 +163,11 @@ func classify(err error) Outcome {
 // the probe: a TCP connect, or a UDP send of token on a connected socket
 // (so only the peer's reply, or its ICMP error, is received).
 func openProbe(p Probe, token []byte) (int, error) {
-	family := unix.AF_INET
-	var sa unix.Sockaddr = &unix.SockaddrInet4{Port: p.Port, Addr: p.To.As4()}
-	if p.To.Is6() {
-		family = unix.AF_INET6
-		sa = &unix.SockaddrInet6{Port: p.Port, Addr: p.To.As16()}
+	family := unix.AF_INET6
+	var sa unix.Sockaddr = &unix.SockaddrInet6{Port: p.Port, Addr: p.To.As16()}
+	if p.To.Is4() {
+		family = unix.AF_INET
+		sa = &unix.SockaddrInet4{Port: p.Port, Addr: p.To.As4()}
 	}
 	typ := unix.SOCK_STREAM
 	if p.Proto == "udp" {

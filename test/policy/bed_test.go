@@ -24,6 +24,7 @@ type mode struct {
 	tcx     bool   // --attach-mode=tcx instead of the default clsact + cls_bpf
 	chained bool   // [bridge + host-local, coordino] instead of Coordino as primary
 	subnet  string // pod CIDR (primary) or the bridge's host-local range (chained)
+	subnet6 string // IPv6 pod CIDR next to subnet: dual-stack pods (primary only)
 }
 
 var (
@@ -39,6 +40,7 @@ type bed struct {
 	node      *harness.Node
 	policyDir string
 	cidr      netip.Prefix
+	cidr6     netip.Prefix // valid in dual-stack mode only
 	bridge    string
 	pods      map[peer]*bedPod
 }
@@ -47,6 +49,7 @@ type bedPod struct {
 	peer
 	pod    *harness.Pod
 	ip     netip.Addr
+	ip6    netip.Addr // the pod's IPv6 address in dual-stack mode
 	hostIf string
 	rt     *libcni.RuntimeConf
 	cni    *harness.CNI
@@ -88,6 +91,10 @@ func newBed(t *testing.T, m mode) *bed {
 	opts := harness.NodeOptions{ExtraArgs: []string{"--policy-dir", b.policyDir}}
 	if !m.chained {
 		opts.PodCIDRs = []string{m.subnet}
+		if m.subnet6 != "" {
+			b.cidr6 = netip.MustParsePrefix(m.subnet6)
+			opts.PodCIDRs = append(opts.PodCIDRs, m.subnet6)
+		}
 	}
 	if m.tcx {
 		opts.ExtraArgs = append(opts.ExtraArgs, "--attach-mode=tcx")
@@ -191,7 +198,13 @@ func (b *bed) attach(bp *bedPod, labels map[string]string) {
 		}
 	})
 	addrs, err := harness.Addresses(res)
-	if err != nil || len(addrs) != 1 || !b.cidr.Contains(addrs[0]) {
+	if b.cidr6.IsValid() {
+		// Dual-stack: exactly one address per family, each from its own CIDR.
+		if err != nil || len(addrs) != 2 || !b.cidr.Contains(addrs[0]) || !b.cidr6.Contains(addrs[1]) {
+			t.Fatalf("ADD %s: addresses %v (%v), want one in %v and one in %v", bp.peer, addrs, err, b.cidr, b.cidr6)
+		}
+		bp.ip6 = addrs[1]
+	} else if err != nil || len(addrs) != 1 || !b.cidr.Contains(addrs[0]) {
 		t.Fatalf("ADD %s: addresses %v (%v), want one in %v", bp.peer, addrs, err, b.cidr)
 	}
 	bp.ip = addrs[0]
@@ -209,16 +222,24 @@ func (b *bed) attach(bp *bedPod, labels map[string]string) {
 	}
 }
 
-// serve starts TCP and UDP servers on ports 80 and 81 on the pod's address.
+// serve starts TCP and UDP servers on ports 80 and 81 on the pod's
+// address, and on its IPv6 address in dual-stack mode.
 func (b *bed) serve(bp *bedPod) {
+	b.serveOn(bp, bp.ip)
+	if bp.ip6.IsValid() {
+		b.serveOn(bp, bp.ip6)
+	}
+}
+
+func (b *bed) serveOn(bp *bedPod, ip netip.Addr) {
 	t := b.t
 	for _, s := range services {
 		var stop func()
 		var err error
 		if s.proto == "tcp" {
-			stop, err = harness.Serve(bp.pod.NS, bp.ip, s.port, bp.peer.String())
+			stop, err = harness.Serve(bp.pod.NS, ip, s.port, bp.peer.String())
 		} else {
-			stop, err = harness.ServeUDPEcho(bp.pod.NS, bp.ip, s.port)
+			stop, err = harness.ServeUDPEcho(bp.pod.NS, ip, s.port)
 		}
 		if err != nil {
 			t.Fatal(err)

@@ -6,6 +6,9 @@
 // primary mode (clsact + cls_bpf, the default), primary mode with
 // --attach-mode=tcx, and chained after
 // bridge + host-local, and also covers a daemon restart under traffic, a
-// policy update under traffic and a pod denied from its first packet.
+// policy update under traffic and a pod denied from its first packet. A
+// dual-stack mode (IPv4 and IPv6 pod CIDRs) runs a subset, plus
+// family-specific ipBlock cases, over both families at once, and the
+// first-packet check over IPv6.
 // The tests that build a node are privileged (network namespaces, BPF).
 package policy

@@ -308,9 +308,17 @@ func (b *bed) updateUnderTraffic(t *testing.T) {
 
 // newPodDenied: a pod selected by an existing deny-all policy is denied
 // from the first packet sent right after ADD returns, in both directions,
-// while its node already reaches it.
-func (b *bed) newPodDenied(t *testing.T) {
+// while its node already reaches it. With v6 every probe targets IPv6
+// addresses (dual-stack mode).
+func (b *bed) newPodDenied(t *testing.T, v6 bool) {
 	b.t = t
+	addr, wildcard := func(bp *bedPod) netip.Addr { return bp.ip }, netip.IPv4Unspecified()
+	if v6 {
+		if !b.cidr6.IsValid() {
+			t.Fatal("IPv6 probes need a dual-stack bed")
+		}
+		addr, wildcard = func(bp *bedPod) netip.Addr { return bp.ip6 }, netip.IPv6Unspecified()
+	}
 	if err := b.apply(denyAll("x")); err != nil {
 		t.Fatal(err)
 	}
@@ -323,9 +331,9 @@ func (b *bed) newPodDenied(t *testing.T) {
 		var stop func()
 		var err error
 		if s.proto == "tcp" {
-			stop, err = harness.Serve(bp.pod.NS, netip.IPv4Unspecified(), s.port, "x/d")
+			stop, err = harness.Serve(bp.pod.NS, wildcard, s.port, "x/d")
 		} else {
-			stop, err = harness.ServeUDPEcho(bp.pod.NS, netip.IPv4Unspecified(), s.port)
+			stop, err = harness.ServeUDPEcho(bp.pod.NS, wildcard, s.port)
 		}
 		if err != nil {
 			t.Fatal(err)
@@ -337,14 +345,15 @@ func (b *bed) newPodDenied(t *testing.T) {
 
 	b.attach(bp, map[string]string{"pod": "d"})
 	probes := []harness.Probe{
-		{From: ya.pod.NS, To: bp.ip, Port: 80, Proto: "tcp"},
-		{From: ya.pod.NS, To: bp.ip, Port: 80, Proto: "udp"},
-		{From: bp.pod.NS, To: ya.ip, Port: 80, Proto: "tcp"},
-		{From: bp.pod.NS, To: ya.ip, Port: 80, Proto: "udp"},
-		{From: b.node.NS, To: bp.ip, Port: 80, Proto: "tcp"},
-		{From: b.node.NS, To: bp.ip, Port: 80, Proto: "udp"},
+		{From: ya.pod.NS, To: addr(bp), Port: 80, Proto: "tcp"},
+		{From: ya.pod.NS, To: addr(bp), Port: 80, Proto: "udp"},
+		{From: bp.pod.NS, To: addr(ya), Port: 80, Proto: "tcp"},
+		{From: bp.pod.NS, To: addr(ya), Port: 80, Proto: "udp"},
+		{From: b.node.NS, To: addr(bp), Port: 80, Proto: "tcp"},
+		{From: b.node.NS, To: addr(bp), Port: 80, Proto: "udp"},
 	}
-	// A generous timeout: the allowed node probes must not fail on a busy machine.
+	// A generous timeout: the allowed node probes must not fail on a busy
+	// machine.
 	res, err := harness.ProbeAll(probes, time.Second)
 	if err != nil {
 		t.Fatal(err)
