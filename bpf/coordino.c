@@ -92,6 +92,11 @@ struct {
 #define CT_OTHER_LIFETIME_NS (60ULL * 1000000000ULL)
 #define CT_REFRESH_NS 1000000000ULL
 
+/* Allowed-flow events wake the daemon only once this much is queued; below
+ * it the daemon's periodic poll (daemon/datapath flowPollInterval) collects
+ * them, so a burst of new connections costs one wakeup, not one each. */
+#define FLOW_WAKEUP_BYTES (256 * 1024)
+
 #define TCP_FIN 0x01
 #define TCP_RST 0x04
 #define TCP_SYN 0x02
@@ -369,6 +374,12 @@ static __always_inline void emit(struct __sk_buff *skb, const struct endpoint_in
 				 const struct packet *p, const struct ipcache_value *remote,
 				 __u32 reason, __u64 now)
 {
+	/* Drops are rare and wanted at once: the default wakes the reader when
+	 * it has caught up. Allowed flows are batched (FLOW_WAKEUP_BYTES). */
+	__u64 wake = 0;
+	if (reason < REASON_FIRST_DROP)
+		wake = bpf_ringbuf_query(&cdo_flows, BPF_RB_AVAIL_DATA) >= FLOW_WAKEUP_BYTES ?
+			       BPF_RB_FORCE_WAKEUP : BPF_RB_NO_WAKEUP;
 	struct flow_event *ev = bpf_ringbuf_reserve(&cdo_flows, sizeof(*ev), 0);
 	if (!ev) {
 		count(dir, REASON_EVENT_LOST, 0);
@@ -386,7 +397,7 @@ static __always_inline void emit(struct __sk_buff *skb, const struct endpoint_in
 	ev->dport = p->dport;
 	__builtin_memcpy(ev->src, p->src, 16);
 	__builtin_memcpy(ev->dst, p->dst, 16);
-	bpf_ringbuf_submit(ev, 0);
+	bpf_ringbuf_submit(ev, wake);
 }
 
 static __always_inline int verdict(struct __sk_buff *skb, __u8 dir, __u32 reason)
@@ -457,7 +468,10 @@ static __always_inline int handle(struct __sk_buff *skb, __u8 dir)
 		tuple_key(&k, ifindex, dir, &p, 0);
 		bpf_map_update_elem(&cdo_conntrack, &k, &e, BPF_ANY);
 	}
-	emit(skb, ep, dir, &p, &remote, reason, now);
+	/* Drops are always reported; allowed flows only when observed (see
+	 * CFG_EMIT_ALLOWED): the counters below stay exact either way. */
+	if (reason >= REASON_FIRST_DROP || (cfg && (cfg->flags & CFG_EMIT_ALLOWED)))
+		emit(skb, ep, dir, &p, &remote, reason, now);
 	return verdict(skb, dir, reason);
 }
 

@@ -107,10 +107,16 @@ struct ct_entry {
 	__u32 flags;
 };
 
-/* config: single-slot array written by the daemon. */
+/* config flags. CFG_EMIT_ALLOWED: some observer (flow log, FollowFlows
+ * client) wants allowed new flows; without it only drops are reported, so an
+ * unobserved node pays no ring-buffer write or daemon wakeup per connection. */
+#define CFG_EMIT_ALLOWED 1
+
+/* config: single-slot array written by the daemon. flags took the place of
+ * padding, so the layout (and pinned maps) are unchanged. */
 struct config {
 	__u32 policy_revision;
-	__u32 pad;
+	__u32 flags; /* CFG_* */
 };
 
 /* counters: per-CPU array indexed by dir * REASON_SLOTS + reason. */

@@ -16,7 +16,7 @@ import (
 type CoordinoConfig struct {
 	_              structs.HostLayout
 	PolicyRevision uint32
-	Pad            uint32
+	Flags          uint32
 }
 
 type CoordinoCounter struct {

@@ -94,10 +94,23 @@ func startPolicySource(ctx context.Context, dir string, dp *datapath.Datapath, m
 
 // startFlows runs the datapath's single flow-event reader, publishing to
 // hub (gRPC FollowFlows clients) and, when path is set, appending JSON lines
-// to it ("-" is stdout).
+// to it ("-" is stdout). Drops are always reported; allowed flows only while
+// the log is configured or a FollowFlows client wants them, since reporting
+// each one costs every new connection (docs/policy-benchmarks.md).
 func startFlows(ctx context.Context, path string, dp *datapath.Datapath, hub *flows.Hub, log *zap.Logger) error {
 	publish := hub.Publish
-	if path != "" {
+	if path == "" {
+		hub.OnAllowedDemand(func(want bool) {
+			if err := dp.SetEmitAllowed(want); err != nil {
+				log.Error("switch allowed-flow events", zap.Bool("on", want), zap.Error(err))
+			}
+		})
+		// Clients leaving during shutdown must not touch a closed datapath.
+		context.AfterFunc(ctx, func() { hub.OnAllowedDemand(nil) })
+	} else {
+		if err := dp.SetEmitAllowed(true); err != nil {
+			return err
+		}
 		w := os.Stdout
 		if path != "-" {
 			f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)

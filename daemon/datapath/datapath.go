@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sync"
+	"sync/atomic"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/rlimit"
@@ -60,6 +61,10 @@ type Datapath struct {
 	objs    bpf.CoordinoObjects
 	state   *ebpf.Map
 	metrics *metrics
+	// ifKeys maps host ifindex to endpoint key for the flow reader: a
+	// snapshot replaced on every endpoint change, so decoding an event
+	// never takes mu.
+	ifKeys atomic.Pointer[map[uint32]string]
 
 	mu       sync.Mutex
 	ids      *identity.Allocator
@@ -69,6 +74,8 @@ type Datapath struct {
 	synced   bool
 	mirror   *mirrors
 	revision uint32
+	// cfgFlags are the CFG_* flags last written to the config map.
+	cfgFlags uint32
 	// compileErr lists the invalid policies of the last sync.
 	compileErr error
 }
@@ -118,6 +125,7 @@ func Open(cfg Config) (*Datapath, error) {
 		return nil, err
 	}
 	d.metrics = newMetrics(d)
+	d.ifKeys.Store(&map[uint32]string{})
 	if err := d.restore(); err != nil {
 		d.Close()
 		return nil, err
@@ -138,6 +146,9 @@ func (d *Datapath) restore() error {
 		return fmt.Errorf("datapath: read config map: %w", err)
 	}
 	d.revision = cfg.PolicyRevision
+	// Keep the previous daemon's flags until startup decides (SetEmitAllowed):
+	// allowed flows it logged keep queueing in the ring meanwhile.
+	d.cfgFlags = cfg.Flags
 	for p, v := range m.ipcache {
 		for _, id := range []identity.ID{identity.ID(v.Identity), identity.ID(v.CidrIdentity)} {
 			if id.IsCIDR() && id == identity.ID(v.Identity) {
@@ -156,6 +167,7 @@ func (d *Datapath) restore() error {
 			return fmt.Errorf("datapath: adopt endpoint %q: %w", r.Key, err)
 		}
 		d.eps[r.Key] = r
+		d.refreshIfKeys()
 		if err := d.attach(r); err != nil {
 			// The interface may be gone; the owner's reconciliation detaches it.
 			d.log.Warn("adopted endpoint not re-attached", zap.String("endpoint", r.Key), zap.Error(err))
@@ -269,6 +281,7 @@ func (d *Datapath) prepareAttach(r *record) error {
 		return err
 	}
 	d.eps[r.Key] = r
+	d.refreshIfKeys()
 	if err := d.sync(); err != nil {
 		d.forget(r)
 		return fmt.Errorf("endpoint %q: %w", r.Key, err)
@@ -279,6 +292,7 @@ func (d *Datapath) prepareAttach(r *record) error {
 // forget undoes the bookkeeping of a failed attach.
 func (d *Datapath) forget(r *record) {
 	delete(d.eps, r.Key)
+	d.refreshIfKeys()
 	_ = deleteRecord(d.state, r.Key)
 	d.ids.Release(r.Identity)
 	if err := d.sync(); err != nil {
@@ -307,6 +321,7 @@ func (d *Datapath) DetachEndpoint(ep Endpoint) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	delete(d.eps, r.Key)
+	d.refreshIfKeys()
 	d.ids.Release(r.Identity)
 	if err := deleteRecord(d.state, r.Key); err != nil {
 		return err

@@ -1,7 +1,6 @@
 package datapath
 
 import (
-	"bytes"
 	"context"
 	"encoding/binary"
 	"encoding/json"
@@ -9,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net/netip"
+	"os"
 	"sync"
 	"time"
 
@@ -36,6 +36,58 @@ type Flow struct {
 
 var protoNames = map[uint8]string{1: "ICMP", 6: "TCP", 17: "UDP", 58: "ICMPv6", 132: "SCTP"}
 
+// SetEmitAllowed chooses whether the datapath reports allowed new flows.
+// Dropped and revoked flows are always reported. Reporting every allowed
+// flow costs each new connection a ring-buffer write and, usually, a daemon
+// wakeup competing with the traffic for CPU, so turn it on only while
+// someone consumes those events. Counters are exact either way.
+func (d *Datapath) SetEmitAllowed(on bool) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	flags := d.cfgFlags &^ cfgEmitAllowed
+	if on {
+		flags |= cfgEmitAllowed
+	}
+	if flags == d.cfgFlags {
+		return nil
+	}
+	old := d.cfgFlags
+	d.cfgFlags = flags
+	if err := d.writeConfig(); err != nil {
+		d.cfgFlags = old
+		return fmt.Errorf("datapath: set flow event flags: %w", err)
+	}
+	return nil
+}
+
+// EmitAllowed reports whether allowed new flows are being reported.
+func (d *Datapath) EmitAllowed() bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.cfgFlags&cfgEmitAllowed != 0
+}
+
+// refreshIfKeys publishes a new ifindex→key snapshot; callers hold mu.
+func (d *Datapath) refreshIfKeys() {
+	m := make(map[uint32]string, len(d.eps))
+	for _, r := range d.eps {
+		m[uint32(r.HostIfIndex)] = r.Key
+	}
+	d.ifKeys.Store(&m)
+}
+
+// cfgEmitAllowed is CFG_EMIT_ALLOWED of bpf/coordino.h (bpf2go does not
+// export macros).
+const cfgEmitAllowed = 1
+
+// flowPollInterval bounds how late an allowed-flow event is delivered: the
+// BPF programs submit those without waking the reader until the ring holds
+// FLOW_WAKEUP_BYTES (bpf/coordino.c), so the reader also polls.
+const flowPollInterval = 100 * time.Millisecond
+
+// flowEventSize is the C struct flow_event without its tail padding.
+const flowEventSize = 60
+
 // ReadFlows delivers flow events to fn until ctx ends. The ring buffer has
 // one consumer: run a single ReadFlows per datapath.
 func (d *Datapath) ReadFlows(ctx context.Context, fn func(Flow)) error {
@@ -48,20 +100,46 @@ func (d *Datapath) ReadFlows(ctx context.Context, fn func(Flow)) error {
 	defer closeRd()
 	stop := context.AfterFunc(ctx, closeRd)
 	defer stop()
+	// One record buffer for the reader's lifetime: no allocation per event.
+	var rec ringbuf.Record
+	rd.SetDeadline(time.Now().Add(flowPollInterval))
 	for {
-		rec, err := rd.Read()
-		if err != nil {
+		if err := rd.ReadInto(&rec); err != nil {
+			if errors.Is(err, os.ErrDeadlineExceeded) {
+				// Collect allowed-flow events submitted without a wakeup.
+				rd.SetDeadline(time.Now().Add(flowPollInterval))
+				continue
+			}
 			if errors.Is(err, ringbuf.ErrClosed) {
 				return ctx.Err()
 			}
 			return fmt.Errorf("datapath: read flow event: %w", err)
 		}
 		var ev bpf.CoordinoFlowEvent
-		if err := binary.Read(bytes.NewReader(rec.RawSample), binary.LittleEndian, &ev); err != nil {
+		if !parseFlowEvent(rec.RawSample, &ev) {
 			continue
 		}
 		fn(d.decodeFlow(&ev))
 	}
+}
+
+// parseFlowEvent decodes a ring-buffer record by hand: unlike binary.Read
+// it needs no reflection or allocation per event.
+func parseFlowEvent(b []byte, ev *bpf.CoordinoFlowEvent) bool {
+	if len(b) < flowEventSize {
+		return false
+	}
+	le := binary.LittleEndian
+	ev.TsNs = le.Uint64(b[0:])
+	ev.Ifindex = le.Uint32(b[8:])
+	ev.LocalId = le.Uint32(b[12:])
+	ev.RemoteId = le.Uint32(b[16:])
+	ev.Family, ev.Proto, ev.Dir, ev.Reason = b[20], b[21], b[22], b[23]
+	ev.Sport = le.Uint16(b[24:])
+	ev.Dport = le.Uint16(b[26:])
+	copy(ev.Src[:], b[28:44])
+	copy(ev.Dst[:], b[44:60])
+	return true
 }
 
 func (d *Datapath) decodeFlow(ev *bpf.CoordinoFlowEvent) Flow {
@@ -89,14 +167,9 @@ func (d *Datapath) decodeFlow(ev *bpf.CoordinoFlowEvent) Flow {
 	if ev.Proto == 6 || ev.Proto == 17 || ev.Proto == 132 {
 		f.SrcPort, f.DstPort = ntohs(ev.Sport), ntohs(ev.Dport)
 	}
-	d.mu.Lock()
-	for _, r := range d.eps {
-		if uint32(r.HostIfIndex) == ev.Ifindex {
-			f.Endpoint = r.Key
-			break
-		}
+	if m := d.ifKeys.Load(); m != nil {
+		f.Endpoint = (*m)[ev.Ifindex]
 	}
-	d.mu.Unlock()
 	return f
 }
 

@@ -179,11 +179,17 @@ func (d *Datapath) syncEndpointsOnly() error {
 
 func (d *Datapath) bumpRevision() error {
 	d.revision++
-	cfg := bpf.CoordinoConfig{PolicyRevision: d.revision}
-	if err := d.objs.CdoConfig.Update(uint32(0), &cfg, ebpf.UpdateAny); err != nil {
+	if err := d.writeConfig(); err != nil {
 		return fmt.Errorf("update policy revision: %w", err)
 	}
 	return nil
+}
+
+// writeConfig stores the revision and flags; callers hold mu, so neither
+// write can undo the other.
+func (d *Datapath) writeConfig() error {
+	cfg := bpf.CoordinoConfig{PolicyRevision: d.revision, Flags: d.cfgFlags}
+	return d.objs.CdoConfig.Update(uint32(0), &cfg, ebpf.UpdateAny)
 }
 
 // purgeConntrack drops tracked flows of a removed interface, so a future

@@ -1,6 +1,7 @@
 package flows
 
 import (
+	"slices"
 	"testing"
 
 	"github.com/coordino/coordino/daemon/datapath"
@@ -31,5 +32,34 @@ func TestHubFiltersAndNeverBlocks(t *testing.T) {
 	cancelAll() // idempotent
 	if _, ok := <-all; !ok {
 		t.Fatal("buffered events lost at cancel")
+	}
+}
+
+func TestHubReportsAllowedDemand(t *testing.T) {
+	h := NewHub()
+	var calls []bool
+	h.OnAllowedDemand(func(want bool) { calls = append(calls, want) })
+	_, cancelDrops := h.Subscribe(Filter{DroppedOnly: true})
+	if h.WantsAllowed() {
+		t.Fatal("a dropped-only subscriber wants allowed flows")
+	}
+	_, cancel1 := h.Subscribe(Filter{})
+	_, cancel2 := h.Subscribe(Filter{Endpoint: "n/c1/eth0"})
+	if !h.WantsAllowed() {
+		t.Fatal("subscribers want allowed flows, hub says no")
+	}
+	cancel1()
+	cancel1() // idempotent: must not count twice
+	if !h.WantsAllowed() {
+		t.Fatal("one subscriber still wants allowed flows")
+	}
+	cancel2()
+	cancelDrops()
+	if h.WantsAllowed() {
+		t.Fatal("no subscriber left, hub still wants allowed flows")
+	}
+	// Registration reports the current state; then only transitions.
+	if want := []bool{false, true, false}; !slices.Equal(calls, want) {
+		t.Fatalf("demand calls = %v, want %v", calls, want)
 	}
 }
