@@ -203,7 +203,9 @@ func TestWatchPrimaryMode(t *testing.T) {
 	eventually(t, "conflist restored after truncation", func() bool { return bytes.Equal(ours(), want) })
 	os.Remove(in.ConfPath())
 	eventually(t, "conflist restored after delete", func() bool { return bytes.Equal(ours(), want) })
-	// Unrelated files come and go without writes.
+	// Unrelated files come and go without writes. Settle first: the restore's
+	// counter is bumped after its rename is already visible.
+	settle()
 	w0 := in.Writes()
 	os.WriteFile(filepath.Join(n.conf, "99-other.conflist"), []byte(`{"name":"o","plugins":[{"type":"x"}]}`), 0o644)
 	settle()
