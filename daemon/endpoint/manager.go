@@ -1,6 +1,7 @@
 package endpoint
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -165,7 +166,7 @@ func primaryResult(inv *request.Invocation, ep *store.Endpoint, att *netsetup.At
 
 func marshalResult(res *current.Result) ([]byte, error) {
 	res.CNIVersion = ResultVersion
-	out, err := jsonMarshal(res)
+	out, err := json.Marshal(res)
 	if err != nil {
 		return nil, internalError("encode result: %v", err)
 	}

@@ -1,7 +1,6 @@
 package endpoint
 
 import (
-	"encoding/json"
 	"fmt"
 
 	"github.com/containernetworking/cni/pkg/types"
@@ -29,5 +28,3 @@ func unpin(pinPath string) error {
 	}
 	return nil
 }
-
-func jsonMarshal(v any) ([]byte, error) { return json.Marshal(v) }

@@ -1,8 +1,8 @@
 package e2e
 
 import (
-	"encoding/json"
 	"fmt"
+	"net"
 	"net/netip"
 	"strings"
 	"sync"
@@ -141,10 +141,7 @@ func TestDelIsIdempotentAndNeedsNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Without netns, without prevResult, for a container never seen.
-	stdin := n.PrimaryConflist("coordino", "1.1.0")
-	var conf map[string]any
-	_ = json.Unmarshal(stdin, &conf)
-	plugin, _ := json.Marshal(map[string]any{"cniVersion": "1.1.0", "name": "coordino", "type": "coordino", "runDir": n.RunDir})
+	plugin := pluginConf(n.RunDir, nil)
 	for _, netnsPath := range []string{"", p.NS.Path()} {
 		_, cniErr, _, err := harness.ExecPlugin(harness.Invocation{Command: "DEL", ContainerID: "never-seen-" + harness.RandomSuffix(4), Netns: netnsPath, IfName: "eth0", Stdin: plugin})
 		if err != nil || cniErr != nil {
@@ -265,14 +262,13 @@ func TestCheckReportsWhatIsWrong(t *testing.T) {
 	}
 	// CHECK of an attachment Coordino never made: unknown container (3).
 	other := harness.RuntimeConf(p, "eth1")
-	plugin, _ := json.Marshal(map[string]any{"cniVersion": "1.1.0", "name": "coordino", "type": "coordino", "runDir": n.RunDir,
-		"prevResult": map[string]any{"cniVersion": "1.1.0"}})
+	plugin := pluginConf(n.RunDir, map[string]any{"prevResult": map[string]any{"cniVersion": "1.1.0"}})
 	_, cniErr, _, err := harness.ExecPlugin(harness.Invocation{Command: "CHECK", ContainerID: other.ContainerID, Netns: other.NetNS, IfName: "eth1", Stdin: plugin})
 	if err != nil || cniErr == nil || cniErr.Code != types.ErrUnknownContainer {
 		t.Fatalf("CHECK of unknown attachment: %v %+v", err, cniErr)
 	}
 }
 
-func netlinkHost(a netip.Addr) *netIPNet {
-	return &netIPNet{IP: a.AsSlice(), Mask: netCIDRMask(a.BitLen(), a.BitLen())}
+func netlinkHost(a netip.Addr) *net.IPNet {
+	return &net.IPNet{IP: a.AsSlice(), Mask: net.CIDRMask(a.BitLen(), a.BitLen())}
 }
