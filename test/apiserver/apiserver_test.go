@@ -8,8 +8,8 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	coordinov1alpha1 "github.com/coordino/coordino/api/coordino/v1alpha1"
 	"github.com/coordino/coordino/api/client/clientset/versioned"
+	coordinov1alpha1 "github.com/coordino/coordino/api/coordino/v1alpha1"
 )
 
 // TestCRDValidation starts the real API server and checks that the CRD
