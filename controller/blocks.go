@@ -192,6 +192,7 @@ func (c *Controller) syncPoolBlocks(ctx context.Context, node *corev1.Node, nc *
 	}
 	blocks = keep
 
+	lacking := false
 	for fam := 0; fam < 2; fam++ {
 		pools := c.poolsFor(node, fam)
 		if len(pools) == 0 {
@@ -208,6 +209,7 @@ func (c *Controller) syncPoolBlocks(ctx context.Context, node *corev1.Node, nc *
 			if err != nil {
 				return err
 			}
+			lacking = lacking || !p.IsValid()
 			if p.IsValid() {
 				blocks = append(blocks, &nodeBlock{NodeBlock: coordinov1alpha1.NodeBlock{CIDR: p.String(), Pool: pool}, prefix: p, capacity: int32(blockCapacity(p))})
 				changed = true
@@ -220,6 +222,9 @@ func (c *Controller) syncPoolBlocks(ctx context.Context, node *corev1.Node, nc *
 		}
 	}
 
+	if !lacking {
+		c.doneWaiting(node.Name)
+	}
 	if changed {
 		sort.Slice(blocks, func(i, j int) bool { return blocks[i].prefix.Addr().Less(blocks[j].prefix.Addr()) })
 		spec := make([]coordinov1alpha1.NodeBlock, 0, len(blocks))
@@ -321,7 +326,6 @@ func (c *Controller) claimBlock(ctx context.Context, node *corev1.Node, pools []
 			if err == nil {
 				c.blocks.set(p, blockHolder{node: node.Name, pool: pool.Name, phase: coordinov1alpha1.BlockActive, uid: out.UID})
 				_ = c.IPBlocks.Update(out)
-				c.clearExhausted(pool.Name)
 				blocksAllocated.Inc()
 				c.log.Debug("block claimed", zap.String("node", node.Name), zap.Stringer("block", p), zap.String("pool", pool.Name))
 				return p, pool.Name, nil
@@ -340,7 +344,7 @@ func (c *Controller) claimBlock(ctx context.Context, node *corev1.Node, pools []
 	}
 	for _, pool := range pools {
 		c.recorder.Eventf(pool, corev1.EventTypeWarning, "PoolExhausted", "no free block left for node %s (%s)", node.Name, familyName(fam))
-		c.setExhausted(pool.Name)
+		c.setWaiting(pool.Name, node.Name)
 	}
 	c.recorder.Eventf(node, corev1.EventTypeWarning, "PoolExhausted", "no IPPool has a free %s block for this node", familyName(fam))
 	poolExhaustion.Inc()
@@ -425,7 +429,7 @@ func (c *Controller) deleteClaim(ctx context.Context, p netip.Prefix) error {
 		return fmt.Errorf("delete IPBlock of %s: %w", p, err)
 	}
 	c.blocks.remove(p, h.uid)
-	c.clearExhausted(h.pool)
+	c.blockFreed(h.pool)
 	blocksReleased.Inc()
 	return nil
 }
@@ -463,6 +467,7 @@ func (c *Controller) reclaimNode(ctx context.Context, name string, nc *coordinov
 			return err
 		}
 	}
+	c.doneWaiting(name)
 	c.log.Info("reclaimed the blocks of a deleted node", zap.String("node", name), zap.Int("blocks", len(held)))
 	return nil
 }

@@ -58,7 +58,7 @@ type Controller struct {
 	identQueue workqueue.TypedRateLimitingInterface[string]
 
 	mu         sync.Mutex
-	exhausted  map[string]bool // pool -> a node waits for a block
+	waiting    map[string]map[string]struct{} // pool -> nodes that found it exhausted
 	emptySince map[netip.Prefix]time.Time
 	broadcast  record.EventBroadcaster
 }
@@ -76,7 +76,7 @@ func New(opts Options, log *zap.Logger, core kubernetes.Interface, crd versioned
 		blocks:     newBlockIndex(),
 		idents:     newIdentityIndex(),
 		writes:     newWriteCounter(),
-		exhausted:  map[string]bool{},
+		waiting:    map[string]map[string]struct{}{},
 		emptySince: map[netip.Prefix]time.Time{},
 		nodeQueue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "nodes"}),

@@ -49,7 +49,7 @@ func (c *Controller) OnIPBlock(obj any, deleted bool) {
 	}
 	if deleted {
 		c.blocks.remove(p, b.UID)
-		c.clearExhausted(b.Spec.Pool)
+		c.blockFreed(b.Spec.Pool)
 	} else {
 		c.blocks.set(p, blockHolder{node: b.Spec.Node, pool: b.Spec.Pool, phase: b.Spec.Phase, uid: b.UID})
 	}
@@ -171,28 +171,47 @@ func metaName(obj any) (string, bool) {
 	return m.GetName(), true
 }
 
-func (c *Controller) setExhausted(pool string) bool {
+// setWaiting records that node needs a block from pool and has none.
+func (c *Controller) setWaiting(pool, node string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	was := c.exhausted[pool]
-	c.exhausted[pool] = true
-	if !was {
+	w := c.waiting[pool]
+	if w == nil {
+		w = map[string]struct{}{}
+		c.waiting[pool] = w
 		c.poolQueue.Add(pool)
 	}
-	return !was
+	w[node] = struct{}{}
 }
 
-func (c *Controller) clearExhausted(pool string) {
+// doneWaiting clears node from every pool's waiters (it has what it needs
+// or is gone).
+func (c *Controller) doneWaiting(node string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.exhausted[pool] {
-		delete(c.exhausted, pool)
-		c.poolQueue.Add(pool)
+	for pool, w := range c.waiting {
+		if _, ok := w[node]; !ok {
+			continue
+		}
+		delete(w, node)
+		if len(w) == 0 {
+			delete(c.waiting, pool)
+			c.poolQueue.Add(pool)
+		}
+	}
+}
+
+// blockFreed revisits the nodes waiting on the pool.
+func (c *Controller) blockFreed(pool string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for n := range c.waiting[pool] {
+		c.nodeQueue.Add(n)
 	}
 }
 
 func (c *Controller) isExhausted(pool string) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.exhausted[pool]
+	return len(c.waiting[pool]) > 0
 }
