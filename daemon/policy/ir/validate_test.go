@@ -30,4 +30,3 @@ func TestValidateNames(t *testing.T) {
 		}
 	}
 }
-
