@@ -137,6 +137,7 @@ func (d *Datapath) UpdatePolicy(s policy.Snapshot) error {
 	defer d.snapMu.Unlock()
 	delta, invalid := d.snap.diff(s)
 	d.metrics.setCompileError(invalid)
+	defer d.metrics.policies.Set(float64(len(d.snap.policies)))
 
 	d.mu.Lock()
 	defer d.mu.Unlock()
