@@ -89,6 +89,9 @@ func TestScaleQuickRun(t *testing.T) {
 	if r.Change.N != p.Changes || r.Change.Errors > 0 {
 		t.Errorf("policy changes: %+v, want %d seen", r.Change, p.Changes)
 	}
+	if r.Cut.N != p.Changes/2 || r.Cut.Errors > 0 {
+		t.Errorf("established connections cut: %+v, want %d", r.Cut, p.Changes/2)
+	}
 	var table strings.Builder
 	r.WriteTable(&table)
 	t.Logf("\n%s", table.String())

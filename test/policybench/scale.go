@@ -7,6 +7,7 @@ import (
 	"io"
 	"maps"
 	"math"
+	"net"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -63,6 +64,9 @@ type ScaleReport struct {
 	LoadSeconds map[int]float64 `json:"loadSeconds"`
 	Rows        []ScaleRow      `json:"rows"`
 	Change      ChangeRow       `json:"change"`
+	// Cut is the time from a policy file write that revokes an allowed
+	// flow to the first lost exchange of an established connection on it.
+	Cut ChangeRow `json:"establishedCut"`
 }
 
 // ScaleRow is one (mode, policy count): ADD latency and its ratio to the
@@ -184,11 +188,11 @@ func RunScale(ctx context.Context, p ScaleParams) (*ScaleReport, error) {
 				return nil, err
 			}
 		}
-		c, err := b.changes(ctx, largest)
+		c, cut, err := b.changes(ctx, largest)
 		if err != nil {
 			return nil, fmt.Errorf("policy change latency: %w", err)
 		}
-		r.Change = c
+		r.Change, r.Cut = c, cut
 	}
 	r.Duration = time.Since(started).Round(time.Second).String()
 	return r, nil
@@ -426,9 +430,10 @@ spec:
 // changes times policy changes at size policies: each rewrites the toggle
 // file and probes client→server until the verdict flips. A new probe
 // starts every 5 ms; the latency is the start of the first probe that saw
-// the new verdict.
-func (b *scaleBed) changes(ctx context.Context, size int) (ChangeRow, error) {
-	row := ChangeRow{Policies: size}
+// the new verdict. Each change to deny also has a connection opened while
+// allowed exchange a message every 5 ms, and times its first loss (cut).
+func (b *scaleBed) changes(ctx context.Context, size int) (ChangeRow, ChangeRow, error) {
+	row, cutRow := ChangeRow{Policies: size}, ChangeRow{Policies: size}
 	client, server := b.slots[0], b.slots[1]
 	var added []func()
 	defer func() {
@@ -436,40 +441,41 @@ func (b *scaleBed) changes(ctx context.Context, size int) (ChangeRow, error) {
 			f()
 		}
 	}()
+	var err error
 	ips := map[string]netip.Addr{}
 	for name, pod := range map[string]*harness.Pod{"toggle-client": client, "toggle-server": server} {
 		conf, err := harness.WithPodLabels(b.conflist, map[string]string{"app": name})
 		if err != nil {
-			return row, err
+			return row, cutRow, err
 		}
 		cni, err := b.node.NewCNI(conf)
 		if err != nil {
-			return row, err
+			return row, cutRow, err
 		}
 		rt := harness.RuntimeConfIn(pod, "eth0", scaleNamespace)
 		rt.ContainerID = "c" + harness.RandomSuffix(31)
 		res, err := cni.Add(ctx, rt)
 		added = append(added, func() { _ = cni.Del(context.Background(), rt) })
 		if err != nil {
-			return row, err
+			return row, cutRow, err
 		}
 		addrs, err := harness.Addresses(res)
 		if err != nil || len(addrs) == 0 {
-			return row, fmt.Errorf("addresses %v: %v", addrs, err)
+			return row, cutRow, fmt.Errorf("addresses %v: %v", addrs, err)
 		}
 		ips[name] = addrs[0]
 	}
-	stop, err := harness.Serve(server.NS, ips["toggle-server"], togglePort, "toggle")
+	stop, err := harness.ServeTCPEcho(server.NS, ips["toggle-server"], togglePort)
 	if err != nil {
-		return row, err
+		return row, cutRow, err
 	}
 	added = append(added, stop)
 	if err := b.writeFile(toggleFile, toggle(false)); err != nil {
-		return row, err
+		return row, cutRow, err
 	}
 	defer os.Remove(filepath.Join(b.policyDir, toggleFile))
 	if err := b.waitPolicies(ctx, size+1); err != nil {
-		return row, err
+		return row, cutRow, err
 	}
 	probe := func() bool {
 		c, err := harness.DialFrom(client.NS, "tcp", ips["toggle-server"], togglePort, 300*time.Millisecond)
@@ -478,16 +484,31 @@ func (b *scaleBed) changes(ctx context.Context, size int) (ChangeRow, error) {
 		}
 		return err == nil
 	}
-	var samples []time.Duration
+	var samples, cuts []time.Duration
 	allow := false
 	for i := range b.p.Changes {
 		allow = !allow
 		time.Sleep(300 * time.Millisecond) // let the previous change settle
+		var est *establishedFlow
+		if !allow {
+			est, err = openEstablished(client, ips["toggle-server"])
+			if err != nil {
+				return row, cutRow, fmt.Errorf("established connection before change %d: %w", i+1, err)
+			}
+		}
 		written := time.Now()
 		if err := b.writeFile(toggleFile, toggle(allow)); err != nil {
-			return row, err
+			return row, cutRow, err
 		}
 		d, ok := flipTime(ctx, written, allow, probe)
+		if est != nil {
+			cut, cutOK := est.cutAfter(written)
+			if cutOK {
+				cuts = append(cuts, cut)
+			} else {
+				cutRow.Errors++
+			}
+		}
 		if !ok {
 			row.Errors++
 			b.p.progress("change %d: verdict did not flip to allow=%v within 10 s", i+1, allow)
@@ -497,7 +518,73 @@ func (b *scaleBed) changes(ctx context.Context, size int) (ChangeRow, error) {
 		b.p.progress("change %d/%d at %d policies: allow=%v after %.0f ms", i+1, b.p.Changes, size, allow, ms(d))
 	}
 	row.N, row.P50, row.P99 = len(samples), ms(percentile(samples, 50)), ms(percentile(samples, 99))
-	return row, nil
+	cutRow.N, cutRow.P50, cutRow.P99 = len(cuts), ms(percentile(cuts, 50)), ms(percentile(cuts, 99))
+	return row, cutRow, nil
+}
+
+// establishedFlow is a TCP connection exchanging a message every 5 ms.
+type establishedFlow struct {
+	conn  net.Conn
+	stop  chan struct{}
+	done  chan struct{}
+	first time.Time // start of the first failed exchange
+}
+
+func openEstablished(client *harness.Pod, server netip.Addr) (*establishedFlow, error) {
+	c, err := harness.DialFrom(client.NS, "tcp", server, togglePort, time.Second)
+	if err != nil {
+		return nil, err
+	}
+	f := &establishedFlow{conn: c, stop: make(chan struct{}), done: make(chan struct{})}
+	if !f.exchange() {
+		c.Close()
+		return nil, errors.New("first exchange failed")
+	}
+	go f.run()
+	return f, nil
+}
+
+func (f *establishedFlow) exchange() bool {
+	msg, buf := []byte("ping5678"), make([]byte, 8)
+	_ = f.conn.SetDeadline(time.Now().Add(300 * time.Millisecond))
+	if _, err := f.conn.Write(msg); err != nil {
+		return false
+	}
+	_, err := io.ReadFull(f.conn, buf)
+	return err == nil
+}
+
+func (f *establishedFlow) run() {
+	defer close(f.done)
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case <-f.stop:
+			return
+		case <-tick.C:
+		}
+		start := time.Now()
+		if !f.exchange() {
+			f.first = start
+			return
+		}
+	}
+}
+
+// cutAfter waits (up to 10 s) for the flow to break and closes it.
+func (f *establishedFlow) cutAfter(since time.Time) (time.Duration, bool) {
+	select {
+	case <-f.done:
+	case <-time.After(10 * time.Second):
+		close(f.stop)
+		<-f.done
+	}
+	f.conn.Close()
+	if f.first.IsZero() {
+		return 0, false
+	}
+	return f.first.Sub(since), true
 }
 
 // flipTime launches a probe every 5 ms until one returns want, and returns
@@ -573,5 +660,7 @@ func (r *ScaleReport) WriteTable(w io.Writer) {
 	if r.Change.N > 0 || r.Change.Errors > 0 {
 		fmt.Fprintf(w, "policy change to enforcement at %d policies: p50 %.0f ms, p99 %.0f ms (n=%d, %d errors; includes the 250 ms file debounce)\n",
 			r.Change.Policies, r.Change.P50, r.Change.P99, r.Change.N, r.Change.Errors)
+		fmt.Fprintf(w, "established connection cut by a revoking change at %d policies: p50 %.0f ms, p99 %.0f ms (n=%d, %d errors)\n",
+			r.Cut.Policies, r.Cut.P50, r.Cut.P99, r.Cut.N, r.Cut.Errors)
 	}
 }
