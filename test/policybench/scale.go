@@ -1,7 +1,9 @@
 package main
 
 import (
+	"bufio"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -80,7 +82,10 @@ type ScaleRow struct {
 	P99      float64 `json:"p99_ms"`
 	RatioP50 float64 `json:"ratio_p50"`
 	RatioP99 float64 `json:"ratio_p99"`
-	samples  []time.Duration
+	// Daemon* are coordino-daemon's own time per ADD (its "took" log field).
+	DaemonP50 float64 `json:"daemon_p50_ms"`
+	DaemonP99 float64 `json:"daemon_p99_ms"`
+	samples   []time.Duration
 }
 
 // ChangeRow is the time from a policy file write to the new verdict.
@@ -110,6 +115,8 @@ type scaleBed struct {
 	slots     []*harness.Pod
 	seq       int
 	loaded    int // policies in the files now
+	// rowOf maps a measured ADD's container ID to its row.
+	rowOf map[string]string
 }
 
 // RunScale runs the -scale mode and tears everything down.
@@ -129,7 +136,7 @@ func RunScale(ctx context.Context, p ScaleParams) (*ScaleReport, error) {
 		return nil, err
 	}
 	defer os.RemoveAll(dir)
-	b := &scaleBed{p: p, dir: dir, policyDir: filepath.Join(dir, "policies")}
+	b := &scaleBed{p: p, dir: dir, policyDir: filepath.Join(dir, "policies"), rowOf: map[string]string{}}
 	defer b.close()
 	if err := b.setup(); err != nil {
 		return nil, err
@@ -160,7 +167,7 @@ func RunScale(ctx context.Context, p ScaleParams) (*ScaleReport, error) {
 				if err := ctx.Err(); err != nil {
 					return nil, err
 				}
-				d, errs := b.adds(ctx, size, perRound, m.workers)
+				d, errs := b.adds(ctx, fmt.Sprint(m.name, size), size, perRound, m.workers)
 				x := row(m.name, size)
 				x.samples = append(x.samples, d...)
 				x.Errors += errs
@@ -169,12 +176,15 @@ func RunScale(ctx context.Context, p ScaleParams) (*ScaleReport, error) {
 			}
 		}
 	}
+	daemon := b.daemonTimes()
 	for _, m := range modes {
 		ref := row(m.name, p.Sizes[0])
 		refP50, refP99 := ms(percentile(ref.samples, 50)), ms(percentile(ref.samples, 99))
 		for _, size := range p.Sizes {
 			x := row(m.name, size)
 			x.N, x.P50, x.P99 = len(x.samples), ms(percentile(x.samples, 50)), ms(percentile(x.samples, 99))
+			dt := daemon[fmt.Sprint(m.name, size)]
+			x.DaemonP50, x.DaemonP99 = ms(percentile(dt, 50)), ms(percentile(dt, 99))
 			if refP50 > 0 && refP99 > 0 {
 				x.RatioP50, x.RatioP99 = x.P50/refP50, x.P99/refP99
 			}
@@ -329,6 +339,27 @@ func (b *scaleBed) waitPolicies(ctx context.Context, want int) error {
 	}
 }
 
+// daemonTimes reads the daemon's own time of every measured ADD from its
+// log (the harness runs it at debug level, which logs each request).
+func (b *scaleBed) daemonTimes() map[string][]time.Duration {
+	out := map[string][]time.Duration{}
+	sc := bufio.NewScanner(strings.NewReader(b.node.LogTail(1 << 30)))
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		var e struct {
+			Msg, Verb, ContainerID string
+			Took                   float64 // seconds
+		}
+		if json.Unmarshal(sc.Bytes(), &e) != nil || e.Msg != "CNI request done" || e.Verb != "ADD" {
+			continue
+		}
+		if row, ok := b.rowOf[e.ContainerID]; ok {
+			out[row] = append(out[row], time.Duration(e.Took*float64(time.Second)))
+		}
+	}
+	return out
+}
+
 // writeFile puts a file into the policy dir in one rename.
 func (b *scaleBed) writeFile(name, data string) error {
 	tmp := filepath.Join(b.dir, ".tmp-"+name)
@@ -340,7 +371,7 @@ func (b *scaleBed) writeFile(name, data string) error {
 
 // adds runs n ADDs with workers in flight, each pod a new label set, then
 // DELs them all (untimed).
-func (b *scaleBed) adds(ctx context.Context, size, n, workers int) ([]time.Duration, int) {
+func (b *scaleBed) adds(ctx context.Context, row string, size, n, workers int) ([]time.Duration, int) {
 	type job struct {
 		pod *harness.Pod
 		cni *harness.CNI
@@ -363,6 +394,7 @@ func (b *scaleBed) adds(ctx context.Context, size, n, workers int) ([]time.Durat
 		}
 		j.rt = harness.RuntimeConfIn(j.pod, "eth0", scaleNamespace)
 		j.rt.ContainerID = "c" + harness.RandomSuffix(31)
+		b.rowOf[j.rt.ContainerID] = row
 		jobs[i] = j
 	}
 	var wg sync.WaitGroup
@@ -649,9 +681,11 @@ func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond)
 // WriteTable prints the report.
 func (r *ScaleReport) WriteTable(w io.Writer) {
 	fmt.Fprintf(w, "Policy scale: %s, %d CPUs, kernel %s, %s (took %s)\n\n", r.Machine.Model, r.Machine.CPUs, r.Machine.Kernel, r.Date, r.Duration)
-	fmt.Fprintf(w, "%-14s %9s %5s %6s %9s %9s %9s %9s\n", "ADD", "policies", "n", "errors", "p50 ms", "p99 ms", "p50 ×ref", "p99 ×ref")
+	fmt.Fprintf(w, "%-14s %9s %5s %6s %9s %9s %9s %9s %11s %11s\n", "ADD", "policies", "n", "errors", "p50 ms", "p99 ms", "p50 ×ref", "p99 ×ref",
+		"daemon p50", "daemon p99")
 	for _, x := range r.Rows {
-		fmt.Fprintf(w, "%-14s %9d %5d %6d %9.1f %9.1f %9.2f %9.2f\n", x.Mode, x.Policies, x.N, x.Errors, x.P50, x.P99, x.RatioP50, x.RatioP99)
+		fmt.Fprintf(w, "%-14s %9d %5d %6d %9.1f %9.1f %9.2f %9.2f %11.2f %11.2f\n", x.Mode, x.Policies, x.N, x.Errors, x.P50, x.P99,
+			x.RatioP50, x.RatioP99, x.DaemonP50, x.DaemonP99)
 	}
 	fmt.Fprintln(w)
 	for _, size := range slices.Sorted(maps.Keys(r.LoadSeconds)) {
