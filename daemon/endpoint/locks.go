@@ -1,6 +1,19 @@
 package endpoint
 
-import "sync"
+import (
+	"sync"
+
+	"github.com/coordino/coordino/daemon/netsetup"
+	"github.com/coordino/coordino/daemon/store"
+)
+
+// lockKey takes the lock of attachment k. Locks are named by the host
+// interface name derived from the key, which is also the name of its primary
+// veth and netns pin: the orphan sweep knows only those names and takes the
+// same lock before it removes anything.
+func (m *Manager) lockKey(k store.Key) (unlock func()) {
+	return m.locks.lock(netsetup.HostIfName(k.Network, k.ContainerID, k.IfName))
+}
 
 // keyedMutex serialises work on one attachment key; distinct keys never wait on each other.
 type keyedMutex struct {
