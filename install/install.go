@@ -158,7 +158,7 @@ func (in *Installer) Reconcile() error {
 
 func (in *Installer) reconcileLocked() error {
 	target := in.ConfPath()
-	want, err := in.desiredConfig()
+	want, perm, err := in.desiredConfig()
 	if errors.Is(err, ErrNoPrimary) {
 		// A chain without its primary is stale: runtimes must not use it.
 		if err := in.removeOwnConfigs(""); err != nil {
@@ -169,10 +169,10 @@ func (in *Installer) reconcileLocked() error {
 	if err != nil {
 		return err
 	}
-	if same, err := fileHasContent(target, want); err != nil {
+	if same, err := fileHasContent(target, want, perm); err != nil {
 		return err
 	} else if !same {
-		if err := writeAtomic(target, bytes.NewReader(want), 0o644); err != nil {
+		if err := writeAtomic(target, bytes.NewReader(want), perm); err != nil {
 			return err
 		}
 		in.writes.Add(1)
@@ -188,27 +188,34 @@ func (in *Installer) reconcileLocked() error {
 	return nil
 }
 
-func (in *Installer) desiredConfig() ([]byte, error) {
+// primaryConfigMode is the mode of the conflist written in primary mode.
+const primaryConfigMode fs.FileMode = 0o644
+
+// desiredConfig returns the config file to write and its mode. A chained
+// config copies the primary's file, which may be private (0600: it can name
+// credentials), so it gets the primary file's mode.
+func (in *Installer) desiredConfig() ([]byte, fs.FileMode, error) {
 	if in.cfg.Mode == ModePrimary {
-		return conflist.Build(in.cfg.Conflist)
+		data, err := conflist.Build(in.cfg.Conflist)
+		return data, primaryConfigMode, err
 	}
 	p, err := FindPrimary(in.cfg.ConfDir, func(path string, err error) {
 		in.log.Warn("skipping invalid CNI config", "path", path, "err", err)
 	})
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	if p == nil {
-		return nil, fmt.Errorf("%w in %s", ErrNoPrimary, in.cfg.ConfDir)
+		return nil, 0, fmt.Errorf("%w in %s", ErrNoPrimary, in.cfg.ConfDir)
 	}
 	if name := filepath.Base(in.ConfPath()); name >= filepath.Base(p.Path) {
-		return nil, fmt.Errorf("chain onto %s: %s would not sort before it, so runtimes would ignore it; use a lower priority", p.Path, name)
+		return nil, 0, fmt.Errorf("chain onto %s: %s would not sort before it, so runtimes would ignore it; use a lower priority", p.Path, name)
 	}
 	out, _, err := conflist.InsertCoordino(p.Data, p.Path, in.cfg.Conflist.Knobs)
 	if err != nil {
-		return nil, fmt.Errorf("chain onto %s: %w", p.Path, err)
+		return nil, 0, fmt.Errorf("chain onto %s: %w", p.Path, err)
 	}
-	return out, nil
+	return out, p.Mode, nil
 }
 
 // removeOwnConfigs removes every config file of ours except keep.
@@ -326,6 +333,7 @@ func (in *Installer) lock() (unlock func(), err error) {
 type Primary struct {
 	Path string
 	Data []byte
+	Mode fs.FileMode // permission bits of the file
 }
 
 // FindPrimary returns the config a runtime would load from confDir, ignoring
@@ -350,7 +358,7 @@ func FindPrimary(confDir string, skip func(path string, err error)) (*Primary, e
 	sort.Strings(names)
 	for _, name := range names {
 		path := filepath.Join(confDir, name)
-		data, err := os.ReadFile(path)
+		data, mode, err := readWithMode(path)
 		if err == nil {
 			_, err = conflist.Parse(data, path)
 		}
@@ -360,7 +368,7 @@ func FindPrimary(confDir string, skip func(path string, err error)) (*Primary, e
 			}
 			continue
 		}
-		return &Primary{Path: path, Data: data}, nil
+		return &Primary{Path: path, Data: data, Mode: mode}, nil
 	}
 	return nil, nil
 }
