@@ -68,6 +68,9 @@ type Config struct {
 	Conflist conflist.Options
 	// Log receives progress and warnings; nil discards them.
 	Log *slog.Logger
+	// NodeState, if set, makes Uninstall also remove the daemon's datapath
+	// programs, BPF pins and netns pins (see RemoveNodeState).
+	NodeState *NodeState
 }
 
 // Installer installs, maintains and removes Coordino on one node.
@@ -276,7 +279,8 @@ func (in *Installer) copyPlugin() error {
 }
 
 // Uninstall removes every config file the installer may have written (either
-// mode, any priority), the plugin binary and the installer's leftovers. The
+// mode, any priority), then with Config.NodeState the daemon's datapath and
+// pins, then the plugin binary and the installer's leftovers. The
 // primary CNI's files are never written, so they stay as they were.
 func (in *Installer) Uninstall() error {
 	unlock, err := in.lock()
@@ -286,6 +290,12 @@ func (in *Installer) Uninstall() error {
 	defer unlock()
 	if err := in.removeOwnConfigs(""); err != nil {
 		return err
+	}
+	// Configs first: no runtime hands Coordino a new pod while it goes.
+	if in.cfg.NodeState != nil {
+		if err := RemoveNodeState(*in.cfg.NodeState, in.log); err != nil {
+			return err
+		}
 	}
 	if err := removeTemps(in.cfg.ConfDir); err != nil {
 		return err

@@ -149,6 +149,12 @@ func TestUninstallKit(t *testing.T) {
 	if !slices.Contains(container(t, spec.Containers, "hold").Args, "--hold") {
 		t.Error("main container must hold so rollout status means done")
 	}
+	// The datapath and pins go too: on the node's interfaces, by a privileged container.
+	init := container(t, spec.InitContainers, "uninstall-cni")
+	if !slices.Contains(init.Args, "--remove-node-state") || !spec.HostNetwork ||
+		init.SecurityContext == nil || init.SecurityContext.Privileged == nil || !*init.SecurityContext.Privileged {
+		t.Errorf("uninstall-cni must remove node state privileged in the host network: args %v hostNetwork %v", init.Args, spec.HostNetwork)
+	}
 	checkMounts(t, spec)
 }
 
