@@ -60,6 +60,8 @@ type run struct {
 	trail  []string // the last operations, for the failure report
 	seed   uint64
 	kills  int
+	// recoveryKills counts crashes during the daemon's start-up recovery.
+	recoveryKills int
 }
 
 func envUint(name string, def uint64) uint64 {
@@ -124,7 +126,8 @@ func TestRandomFaults(t *testing.T) {
 			return
 		}
 	}
-	t.Logf("%d operations (%v) with %d daemon kills in %v; %d pods alive", ops, counts, r.kills, time.Since(start).Round(time.Millisecond), len(r.live))
+	t.Logf("%d operations (%v) with %d daemon kills (%d more during recovery) in %v; %d pods alive",
+		ops, counts, r.kills, r.recoveryKills, time.Since(start).Round(time.Millisecond), len(r.live))
 	r.settle()
 	r.assertNoLeaks()
 	r.assertEnforced()
@@ -183,11 +186,24 @@ func (r *run) step(i int, op string) {
 	if killed {
 		r.kills++
 		crash = make(chan error, 1)
+		// Now and then recovery itself is interrupted too.
+		restartDelay := time.Duration(-1)
+		if r.rng.IntN(3) == 0 {
+			restartDelay = time.Duration(r.rng.Int64N(int64(maxDelay)))
+			r.recoveryKills++
+			r.note("  and again %v into the restart", restartDelay)
+		}
 		go func() {
 			time.Sleep(delay)
 			if err := r.node.StopDaemon(syscall.SIGKILL); err != nil {
 				crash <- err
 				return
+			}
+			if restartDelay >= 0 {
+				if err := r.node.CrashDuringStart(restartDelay); err != nil {
+					crash <- err
+					return
+				}
 			}
 			crash <- r.node.StartDaemon()
 		}()
