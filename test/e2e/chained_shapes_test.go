@@ -3,7 +3,6 @@ package e2e
 import (
 	"encoding/json"
 	"net/netip"
-	"os"
 	"path/filepath"
 	"testing"
 	"time"
@@ -37,12 +36,8 @@ func TestChainedOntoOtherPrimaryShapes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	dir := t.TempDir()
-	policyDir := filepath.Join(dir, "policies")
-	if err := os.MkdirAll(policyDir, 0o700); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(policyDir, "server.yaml"), []byte(allowFromClients), 0o600); err != nil {
+	policyDir, err := harness.NewPolicyDir(t.TempDir(), "server.yaml", allowFromClients)
+	if err != nil {
 		t.Fatal(err)
 	}
 	n := newNode(t, harness.NodeOptions{ExtraArgs: []string{"--policy-dir", policyDir}})

@@ -98,10 +98,8 @@ func filterNames(t *testing.T, n *harness.Node, ifname string) (names []string, 
 func TestUninstallRemovesNodeState(t *testing.T) {
 	for _, mode := range []string{"tc", "tcx"} {
 		t.Run(mode, func(t *testing.T) {
-			dir := t.TempDir()
-			policyDir := filepath.Join(dir, "policies")
-			os.MkdirAll(policyDir, 0o700)
-			if err := os.WriteFile(filepath.Join(policyDir, "deny.yaml"), []byte(strings.ReplaceAll(denyDBIngress, "{matchLabels: {role: db}}", "{}")), 0o600); err != nil {
+			policyDir, err := harness.NewPolicyDir(t.TempDir(), "deny.yaml", strings.ReplaceAll(denyDBIngress, "{matchLabels: {role: db}}", "{}"))
+			if err != nil {
 				t.Fatal(err)
 			}
 			n := newNode(t, harness.NodeOptions{PodCIDRs: []string{"10.87.0.0/24"}, ExtraArgs: []string{"--policy-dir", policyDir, "--attach-mode", mode}})

@@ -84,11 +84,8 @@ func TestRandomFaults(t *testing.T) {
 	t.Logf("seed %d, %d operations (rerun: COORDINO_FAULT_SEED=%d go test -run TestRandomFaults ./test/fault/)", seed, ops, seed)
 
 	dir := t.TempDir()
-	policyDir := filepath.Join(dir, "policies")
-	if err := os.MkdirAll(policyDir, 0o700); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(policyDir, "deny.yaml"), []byte(denyAllIngress), 0o600); err != nil {
+	policyDir, err := harness.NewPolicyDir(dir, "deny.yaml", denyAllIngress)
+	if err != nil {
 		t.Fatal(err)
 	}
 	node, err := harness.NewNode(dir, "fault-"+harness.RandomSuffix(6), harness.NodeOptions{
