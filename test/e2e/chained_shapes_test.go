@@ -109,7 +109,7 @@ func TestChainedOntoOtherPrimaryShapes(t *testing.T) {
 			out, err := harness.ProbeAll([]harness.Probe{
 				{From: pods["client"].pod.NS, To: server.addr, Port: 80, Proto: "tcp"},
 				{From: pods["other"].pod.NS, To: server.addr, Port: 80, Proto: "tcp"},
-			}, time.Second)
+			}, 2*time.Second)
 			if err != nil {
 				t.Fatal(err)
 			}

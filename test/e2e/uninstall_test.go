@@ -112,7 +112,7 @@ func TestUninstallRemovesNodeState(t *testing.T) {
 				addForeignFilter(t, n, hostA)
 			}
 			probe := func() harness.Outcome {
-				out, err := harness.ProbeAll([]harness.Probe{{From: b.NS, To: addrsA[0], Port: 9, Proto: "tcp"}}, time.Second)
+				out, err := harness.ProbeAll([]harness.Probe{{From: b.NS, To: addrsA[0], Port: 9, Proto: "tcp"}}, 2*time.Second)
 				if err != nil {
 					t.Fatal(err)
 				}
