@@ -113,7 +113,7 @@ func testHook(s sweepStage) {
 }
 
 func (m *Manager) reclaimOrphan(o orphan) error {
-	unlock := m.locks.lock(o.name)
+	unlock := m.locks.lockName(o.name)
 	defer unlock()
 	claimed, err := m.claimedNames()
 	if err != nil {
