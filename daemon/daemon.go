@@ -84,10 +84,10 @@ func Run(ctx context.Context, o *config.Options, log *zap.Logger) error {
 	if err := os.MkdirAll(o.RunDir, 0o700); err != nil {
 		return fmt.Errorf("create run dir %s: %w", o.RunDir, err)
 	}
-	if err := os.WriteFile(filepath.Join(o.RunDir, MetricsAddrFile), []byte(addr.String()+"\n"), 0o600); err != nil {
+	if err := os.WriteFile(filepath.Join(o.RunDir, MetricsAddrFile), []byte(metrics.AddrString(addr)+"\n"), 0o600); err != nil {
 		return fmt.Errorf("write metrics address: %w", err)
 	}
-	log.Info("metrics listening", zap.String("addr", addr.String()))
+	log.Info("metrics listening", zap.String("addr", metrics.AddrString(addr)))
 
 	if err := mgr.Restore(); err != nil {
 		return err

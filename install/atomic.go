@@ -89,16 +89,36 @@ func syncDir(dir string) error {
 	return nil
 }
 
-// fileHasContent reports whether path exists and holds exactly data.
-func fileHasContent(path string, data []byte) (bool, error) {
-	cur, err := os.ReadFile(path)
+// fileHasContent reports whether path exists and holds exactly data with
+// permission bits perm.
+func fileHasContent(path string, data []byte, perm fs.FileMode) (bool, error) {
+	cur, mode, err := readWithMode(path)
 	if errors.Is(err, fs.ErrNotExist) {
 		return false, nil
 	}
 	if err != nil {
-		return false, fmt.Errorf("read %s: %w", path, err)
+		return false, err
 	}
-	return bytes.Equal(cur, data), nil
+	return mode == perm && bytes.Equal(cur, data), nil
+}
+
+// readWithMode reads path and returns its content and permission bits, both
+// from one open file.
+func readWithMode(path string) ([]byte, fs.FileMode, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, 0, fmt.Errorf("read %s: %w", path, err)
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, 0, fmt.Errorf("read %s: %w", path, err)
+	}
+	data, err := io.ReadAll(f)
+	if err != nil {
+		return nil, 0, fmt.Errorf("read %s: %w", path, err)
+	}
+	return data, fi.Mode().Perm(), nil
 }
 
 // sameFiles reports whether dst exists and has the same bytes and mode as src,

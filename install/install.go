@@ -68,6 +68,9 @@ type Config struct {
 	Conflist conflist.Options
 	// Log receives progress and warnings; nil discards them.
 	Log *slog.Logger
+	// NodeState, if set, makes Uninstall also remove the daemon's datapath
+	// programs, BPF pins and netns pins (see RemoveNodeState).
+	NodeState *NodeState
 }
 
 // Installer installs, maintains and removes Coordino on one node.
@@ -158,7 +161,7 @@ func (in *Installer) Reconcile() error {
 
 func (in *Installer) reconcileLocked() error {
 	target := in.ConfPath()
-	want, err := in.desiredConfig()
+	want, perm, err := in.desiredConfig()
 	if errors.Is(err, ErrNoPrimary) {
 		// A chain without its primary is stale: runtimes must not use it.
 		if err := in.removeOwnConfigs(""); err != nil {
@@ -169,10 +172,10 @@ func (in *Installer) reconcileLocked() error {
 	if err != nil {
 		return err
 	}
-	if same, err := fileHasContent(target, want); err != nil {
+	if same, err := fileHasContent(target, want, perm); err != nil {
 		return err
 	} else if !same {
-		if err := writeAtomic(target, bytes.NewReader(want), 0o644); err != nil {
+		if err := writeAtomic(target, bytes.NewReader(want), perm); err != nil {
 			return err
 		}
 		in.writes.Add(1)
@@ -188,27 +191,34 @@ func (in *Installer) reconcileLocked() error {
 	return nil
 }
 
-func (in *Installer) desiredConfig() ([]byte, error) {
+// primaryConfigMode is the mode of the conflist written in primary mode.
+const primaryConfigMode fs.FileMode = 0o644
+
+// desiredConfig returns the config file to write and its mode. A chained
+// config copies the primary's file, which may be private (0600: it can name
+// credentials), so it gets the primary file's mode.
+func (in *Installer) desiredConfig() ([]byte, fs.FileMode, error) {
 	if in.cfg.Mode == ModePrimary {
-		return conflist.Build(in.cfg.Conflist)
+		data, err := conflist.Build(in.cfg.Conflist)
+		return data, primaryConfigMode, err
 	}
 	p, err := FindPrimary(in.cfg.ConfDir, func(path string, err error) {
 		in.log.Warn("skipping invalid CNI config", "path", path, "err", err)
 	})
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	if p == nil {
-		return nil, fmt.Errorf("%w in %s", ErrNoPrimary, in.cfg.ConfDir)
+		return nil, 0, fmt.Errorf("%w in %s", ErrNoPrimary, in.cfg.ConfDir)
 	}
 	if name := filepath.Base(in.ConfPath()); name >= filepath.Base(p.Path) {
-		return nil, fmt.Errorf("chain onto %s: %s would not sort before it, so runtimes would ignore it; use a lower priority", p.Path, name)
+		return nil, 0, fmt.Errorf("chain onto %s: %s would not sort before it, so runtimes would ignore it; use a lower priority", p.Path, name)
 	}
 	out, _, err := conflist.InsertCoordino(p.Data, p.Path, in.cfg.Conflist.Knobs)
 	if err != nil {
-		return nil, fmt.Errorf("chain onto %s: %w", p.Path, err)
+		return nil, 0, fmt.Errorf("chain onto %s: %w", p.Path, err)
 	}
-	return out, nil
+	return out, p.Mode, nil
 }
 
 // removeOwnConfigs removes every config file of ours except keep.
@@ -269,7 +279,8 @@ func (in *Installer) copyPlugin() error {
 }
 
 // Uninstall removes every config file the installer may have written (either
-// mode, any priority), the plugin binary and the installer's leftovers. The
+// mode, any priority), then with Config.NodeState the daemon's datapath and
+// pins, then the plugin binary and the installer's leftovers. The
 // primary CNI's files are never written, so they stay as they were.
 func (in *Installer) Uninstall() error {
 	unlock, err := in.lock()
@@ -279,6 +290,12 @@ func (in *Installer) Uninstall() error {
 	defer unlock()
 	if err := in.removeOwnConfigs(""); err != nil {
 		return err
+	}
+	// Configs first: no runtime hands Coordino a new pod while it goes.
+	if in.cfg.NodeState != nil {
+		if err := RemoveNodeState(*in.cfg.NodeState, in.log); err != nil {
+			return err
+		}
 	}
 	if err := removeTemps(in.cfg.ConfDir); err != nil {
 		return err
@@ -326,6 +343,7 @@ func (in *Installer) lock() (unlock func(), err error) {
 type Primary struct {
 	Path string
 	Data []byte
+	Mode fs.FileMode // permission bits of the file
 }
 
 // FindPrimary returns the config a runtime would load from confDir, ignoring
@@ -350,7 +368,7 @@ func FindPrimary(confDir string, skip func(path string, err error)) (*Primary, e
 	sort.Strings(names)
 	for _, name := range names {
 		path := filepath.Join(confDir, name)
-		data, err := os.ReadFile(path)
+		data, mode, err := readWithMode(path)
 		if err == nil {
 			_, err = conflist.Parse(data, path)
 		}
@@ -360,7 +378,7 @@ func FindPrimary(confDir string, skip func(path string, err error)) (*Primary, e
 			}
 			continue
 		}
-		return &Primary{Path: path, Data: data}, nil
+		return &Primary{Path: path, Data: data, Mode: mode}, nil
 	}
 	return nil, nil
 }

@@ -2,6 +2,7 @@ package chaining
 
 import (
 	"fmt"
+	"net/netip"
 
 	current "github.com/containernetworking/cni/pkg/types/100"
 	"github.com/vishvananda/netlink"
@@ -9,20 +10,52 @@ import (
 )
 
 // PodInterface returns the index in prev.Interfaces of the interface named
-// ifname inside sandbox, as the spec requires a chained plugin to find it.
-func PodInterface(prev *current.Result, sandbox, ifname string) (int, error) {
+// ifname inside sandbox, as the spec asks a chained plugin to find it, or -1
+// when prevResult does not name it: Calico, older AWS VPC CNI and others
+// report only the host-side interface, and some omit the sandbox.
+func PodInterface(prev *current.Result, sandbox, ifname string) int {
 	for i, iface := range prev.Interfaces {
 		if iface != nil && iface.Name == ifname && iface.Sandbox == sandbox {
-			return i, nil
+			return i
 		}
 	}
-	return -1, fmt.Errorf("prevResult has no interface %q in sandbox %q", ifname, sandbox)
+	return -1
+}
+
+// PodAddresses returns, as host prefixes, the addresses prevResult gives the
+// pod interface. When prevResult names it (idx >= 0) these are the IPs of
+// that interface and those bound to none. When it does not, which IP belongs
+// to the pod cannot be read from the JSON, so the kernel decides: the IPs
+// actually configured on the pod interface (onPod).
+func PodAddresses(prev *current.Result, idx int, onPod []netip.Addr) []netip.Prefix {
+	configured := map[netip.Addr]bool{}
+	for _, a := range onPod {
+		configured[a.Unmap()] = true
+	}
+	var out []netip.Prefix
+	for _, ip := range prev.IPs {
+		a, ok := netip.AddrFromSlice(ip.Address.IP)
+		if !ok {
+			continue
+		}
+		a = a.Unmap()
+		switch {
+		case idx >= 0 && ip.Interface != nil && *ip.Interface != idx:
+			continue
+		case idx < 0 && !configured[a]:
+			continue
+		}
+		out = append(out, netip.PrefixFrom(a, a.BitLen()))
+	}
+	return out
 }
 
 // HostPeer is the host-side end of a pod's veth.
 type HostPeer struct {
 	Name  string
 	Index int
+	// PodAddrs are the addresses configured on the pod-side interface.
+	PodAddrs []netip.Addr
 }
 
 // ErrNotVeth is wrapped when the pod interface is not a veth (macvlan,
@@ -74,5 +107,15 @@ func ResolveHostPeer(netnsPath, ifname string) (*HostPeer, error) {
 	if hostVeth.Attrs().ParentIndex != link.Attrs().Index || (nsErr == nil && nsid >= 0 && hostVeth.Attrs().NetNsID != nsid) {
 		return nil, fmt.Errorf("link %s (index %d) is not the veth peer of pod interface %s", host.Attrs().Name, peerIndex, ifname)
 	}
-	return &HostPeer{Name: host.Attrs().Name, Index: peerIndex}, nil
+	addrs, err := h.AddrList(link, netlink.FAMILY_ALL)
+	if err != nil {
+		return nil, fmt.Errorf("addresses of pod interface %s in %s: %w", ifname, netnsPath, err)
+	}
+	peer := &HostPeer{Name: host.Attrs().Name, Index: peerIndex}
+	for _, a := range addrs {
+		if ip, ok := netip.AddrFromSlice(a.IP); ok {
+			peer.PodAddrs = append(peer.PodAddrs, ip.Unmap())
+		}
+	}
+	return peer, nil
 }

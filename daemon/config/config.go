@@ -9,6 +9,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/coordino/coordino/daemon/metrics"
 )
 
 // Options configures one daemon. Directory options let several daemons
@@ -69,7 +71,7 @@ func Parse(args []string, stderr io.Writer) (*Options, error) {
 	fs.StringVar(&o.RunDir, "run-dir", o.RunDir, "socket, delete queue and netns pins")
 	fs.StringVar(&o.StateDir, "state-dir", o.StateDir, "persistent state (endpoint store)")
 	fs.StringVar(&o.BPFDir, "bpf-dir", o.BPFDir, "bpffs directory for pinned maps and links")
-	fs.StringVar(&o.MetricsAddr, "metrics-addr", o.MetricsAddr, "host:port for /metrics, /healthz, /readyz (port 0 picks one; written to <run-dir>/metrics.addr)")
+	fs.StringVar(&o.MetricsAddr, "metrics-addr", o.MetricsAddr, "host:port or unix:/path for /metrics, /healthz, /readyz (port 0 picks one; written to <run-dir>/metrics.addr)")
 	fs.StringVar(&o.LogLevel, "log-level", o.LogLevel, "debug, info, warn or error")
 	fs.StringVar(&o.PolicyDir, "policy-dir", "", "standalone: directory of NetworkPolicy and Namespace YAML files")
 	fs.StringVar(&o.AttachMode, "attach-mode", o.AttachMode, "how eBPF attaches to pod interfaces: tc (clsact + cls_bpf) or tcx (falls back to tc without kernel support)")
@@ -154,6 +156,9 @@ func (o *Options) validate() error {
 	}
 	if o.PolicyDir != "" && !filepath.IsAbs(o.PolicyDir) {
 		return fmt.Errorf("policy-dir %q must be an absolute path", o.PolicyDir)
+	}
+	if err := metrics.ValidateAddr(o.MetricsAddr); err != nil {
+		return err
 	}
 	if o.AttachMode != "tc" && o.AttachMode != "tcx" {
 		return fmt.Errorf("attach-mode %q: want tc or tcx", o.AttachMode)

@@ -2,6 +2,7 @@ package endpoint
 
 import (
 	"errors"
+	"fmt"
 
 	"github.com/containernetworking/cni/pkg/types"
 
@@ -15,10 +16,12 @@ import (
 // passed through.
 func (m *Manager) addChained(inv *request.Invocation) (_ []byte, err error) {
 	prev := inv.PrevResult
-	idx, err := chaining.PodInterface(prev, inv.Netns, inv.Key.IfName)
-	if err != nil {
-		return nil, types.NewError(types.ErrInvalidNetworkConfig, err.Error(), "")
+	if err := verifyNetns(inv.Netns); err != nil {
+		return nil, err
 	}
+	// prevResult may not name the pod interface (Calico, AWS VPC CNI before
+	// 1.12 and others report only the host side): the kernel is asked in any
+	// case, by CNI_NETNS and CNI_IFNAME.
 	peer, err := chaining.ResolveHostPeer(inv.Netns, inv.Key.IfName)
 	if err != nil {
 		var nv *chaining.ErrNotVeth
@@ -27,9 +30,15 @@ func (m *Manager) addChained(inv *request.Invocation) (_ []byte, err error) {
 		}
 		return nil, internalError("resolve host side of %s: %v", inv.Key.IfName, err)
 	}
+	idx := chaining.PodInterface(prev, inv.Netns, inv.Key.IfName)
+	ips := chaining.PodAddresses(prev, idx, peer.PodAddrs)
+	if idx < 0 && len(ips) == 0 && len(prev.IPs) > 0 {
+		return nil, types.NewError(types.ErrInvalidNetworkConfig, fmt.Sprintf(
+			"prevResult.ips: none of the primary's addresses is configured on %s in %s, and prevResult.interfaces does not name it", inv.Key.IfName, inv.Netns), "")
+	}
 	ep := m.newEndpoint(inv, store.ModeChained)
 	ep.HostIfName = peer.Name
-	ep.IPs = resultAddresses(prev, idx)
+	ep.IPs = ips
 	if err := m.Store.Put(ep); err != nil {
 		return nil, internalError("%v", err)
 	}

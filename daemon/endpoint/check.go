@@ -6,7 +6,6 @@ import (
 	"net/netip"
 
 	"github.com/containernetworking/cni/pkg/types"
-	current "github.com/containernetworking/cni/pkg/types/100"
 
 	"github.com/coordino/coordino/daemon/chaining"
 	"github.com/coordino/coordino/daemon/netns"
@@ -18,7 +17,7 @@ import (
 // Check verifies an attachment against the kernel and the store and says
 // precisely what is wrong.
 func (m *Manager) Check(inv *request.Invocation) error {
-	unlock := m.locks.lock(inv.Key.String())
+	unlock := m.lockKey(inv.Key)
 	defer unlock()
 	ep, err := m.Store.Get(inv.Key)
 	if errors.Is(err, store.ErrNotFound) {
@@ -34,7 +33,17 @@ func (m *Manager) Check(inv *request.Invocation) error {
 		return checkFailed("attachment was made in netns %s, CHECK names %s", ep.Netns, inv.Netns)
 	}
 	if inv.PrevResult != nil {
-		if err := sameAddresses(ep.IPs, inv.PrevResult, inv.Netns, inv.Key.IfName); err != nil {
+		idx := chaining.PodInterface(inv.PrevResult, inv.Netns, inv.Key.IfName)
+		var onPod []netip.Addr
+		if idx < 0 {
+			// Not named by prevResult: the kernel says which addresses are the pod's.
+			peer, err := chaining.ResolveHostPeer(inv.Netns, inv.Key.IfName)
+			if err != nil {
+				return checkFailed("%v", err)
+			}
+			onPod = peer.PodAddrs
+		}
+		if err := sameAddresses(ep.IPs, chaining.PodAddresses(inv.PrevResult, idx, onPod)); err != nil {
 			return checkFailed("%v", err)
 		}
 	}
@@ -66,17 +75,13 @@ func (m *Manager) Check(inv *request.Invocation) error {
 }
 
 // sameAddresses compares the recorded addresses with those prevResult gives the pod interface.
-func sameAddresses(recorded []netip.Prefix, prev *current.Result, netnsPath, ifname string) error {
-	idx, err := chaining.PodInterface(prev, netnsPath, ifname)
-	if err != nil {
-		return err
-	}
+func sameAddresses(recorded, fromPrev []netip.Prefix) error {
 	want := map[netip.Prefix]bool{}
 	for _, p := range recorded {
 		want[p] = true
 	}
 	got := map[netip.Prefix]bool{}
-	for _, p := range resultAddresses(prev, idx) {
+	for _, p := range fromPrev {
 		got[p] = true
 	}
 	for a := range want {
@@ -90,21 +95,6 @@ func sameAddresses(recorded []netip.Prefix, prev *current.Result, netnsPath, ifn
 		}
 	}
 	return nil
-}
-
-// resultAddresses lists the addresses a result assigns to interface idx, as host prefixes.
-func resultAddresses(res *current.Result, idx int) []netip.Prefix {
-	var out []netip.Prefix
-	for _, ip := range res.IPs {
-		if ip.Interface != nil && *ip.Interface != idx {
-			continue
-		}
-		if a, ok := netip.AddrFromSlice(ip.Address.IP); ok {
-			a = a.Unmap()
-			out = append(out, netip.PrefixFrom(a, a.BitLen()))
-		}
-	}
-	return out
 }
 
 func checkFailed(format string, args ...any) error {

@@ -3,6 +3,7 @@ package endpoint
 import (
 	"errors"
 	"fmt"
+	"path/filepath"
 
 	"github.com/containernetworking/cni/pkg/types"
 	"go.uber.org/zap"
@@ -47,7 +48,10 @@ func (m *Manager) GC(inv *request.Invocation, valid []types.GCAttachment) error 
 // names: what a crash between kernel changes and their record can leave.
 // The kernel is listed before the store is read: ADD commits its record
 // before creating anything, so everything listed that is still in use is
-// claimed by a record read afterwards.
+// claimed by a record read afterwards. A candidate is removed only under the
+// lock of its name (the lock of the attachment it would belong to), after
+// the store is read again: a DEL and ADD of that attachment (a container
+// restart) between the first read and the removal made it live again.
 func (m *Manager) ReclaimOrphans() error {
 	links, err := netsetup.ListHostIfaces()
 	if err != nil {
@@ -57,9 +61,81 @@ func (m *Manager) ReclaimOrphans() error {
 	if err != nil {
 		return fmt.Errorf("list netns pins: %w", err)
 	}
-	eps, err := m.Store.List("")
+	testHook(sweepKernelListed)
+	claimed, err := m.claimedNames()
 	if err != nil {
 		return err
+	}
+	var candidates []orphan
+	for _, l := range links {
+		if !claimed["link:"+l] {
+			candidates = append(candidates, orphan{name: l, link: true})
+		}
+	}
+	for _, p := range pins {
+		if !claimed["pin:"+p] {
+			candidates = append(candidates, orphan{name: filepath.Base(p), pin: p})
+		}
+	}
+	testHook(sweepOrphansFound)
+	var errs []error
+	for _, o := range candidates {
+		if err := m.reclaimOrphan(o); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// orphan is a host veth (link) or a netns pin (pin path) no record claimed.
+type orphan struct {
+	name string // the host interface name; a pin file carries it too
+	link bool
+	pin  string
+}
+
+// sweepStage names the points of the orphan sweep where tests make a
+// concurrent DEL or ADD land deterministically.
+type sweepStage int
+
+const (
+	sweepKernelListed sweepStage = iota // veths and pins listed, store not yet read
+	sweepOrphansFound                   // candidates chosen, nothing removed yet
+)
+
+// testHookSweep is nil outside tests.
+var testHookSweep func(sweepStage)
+
+func testHook(s sweepStage) {
+	if testHookSweep != nil {
+		testHookSweep(s)
+	}
+}
+
+func (m *Manager) reclaimOrphan(o orphan) error {
+	unlock := m.locks.lockName(o.name)
+	defer unlock()
+	claimed, err := m.claimedNames()
+	if err != nil {
+		return err
+	}
+	if o.link && !claimed["link:"+o.name] {
+		m.Log.Info("removing orphan host veth", zap.String("link", o.name))
+		return netsetup.TeardownPod(o.name)
+	}
+	if o.pin != "" && !claimed["pin:"+o.pin] {
+		m.Log.Info("removing orphan netns pin", zap.String("pin", o.pin))
+		return unpin(o.pin)
+	}
+	return nil
+}
+
+// claimedNames returns the host veths ("link:<name>") and pins ("pin:<path>")
+// that stored primary-mode endpoints name.
+func (m *Manager) claimedNames() (map[string]bool, error) {
+	eps, err := m.Store.List("")
+	if err != nil {
+		return nil, err
 	}
 	claimed := map[string]bool{}
 	for _, ep := range eps {
@@ -68,24 +144,7 @@ func (m *Manager) ReclaimOrphans() error {
 			claimed["pin:"+ep.PinPath] = true
 		}
 	}
-	var errs []error
-	for _, l := range links {
-		if !claimed["link:"+l] {
-			m.Log.Info("removing orphan host veth", zap.String("link", l))
-			if err := netsetup.TeardownPod(l); err != nil {
-				errs = append(errs, err)
-			}
-		}
-	}
-	for _, p := range pins {
-		if !claimed["pin:"+p] {
-			m.Log.Info("removing orphan netns pin", zap.String("pin", p))
-			if err := unpin(p); err != nil {
-				errs = append(errs, err)
-			}
-		}
-	}
-	return errors.Join(errs...)
+	return claimed, nil
 }
 
 // Status says whether ADD can be served now.

@@ -54,7 +54,7 @@ const ResultVersion = "1.1.0"
 
 // Add attaches a pod and returns the CNI result JSON.
 func (m *Manager) Add(inv *request.Invocation) ([]byte, error) {
-	unlock := m.locks.lock(inv.Key.String())
+	unlock := m.lockKey(inv.Key)
 	defer unlock()
 
 	// A second ADD of the same attachment (a runtime retrying after a
@@ -182,7 +182,7 @@ func (m *Manager) Del(inv *request.Invocation) error {
 // del removes the attachment k. A non-zero notAfter skips records created
 // after it (a queued DEL must not remove a newer attachment of the same key).
 func (m *Manager) del(k store.Key, notAfter time.Time) error {
-	unlock := m.locks.lock(k.String())
+	unlock := m.lockKey(k)
 	defer unlock()
 	ep, err := m.Store.Get(k)
 	if errors.Is(err, store.ErrNotFound) {

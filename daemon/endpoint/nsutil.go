@@ -8,8 +8,15 @@ import (
 	"github.com/coordino/coordino/daemon/netns"
 )
 
+// verifyNetns checks that CNI_NETNS is a network namespace other than the
+// daemon's own: a pod interface, address and default route put into the
+// node's namespace would break the node.
 func verifyNetns(path string) error {
-	if err := netns.Verify(path); err != nil {
+	err := netns.Verify(path)
+	if err == nil {
+		err = netns.RefuseOwn(path)
+	}
+	if err != nil {
 		return types.NewError(types.ErrInvalidEnvironmentVariables, fmt.Sprintf("CNI_NETNS: %v", err), "")
 	}
 	return nil

@@ -99,10 +99,10 @@ func (m *Metrics) Register(cs ...prometheus.Collector) error {
 	return nil
 }
 
-// Serve starts the HTTP listener on addr ("127.0.0.1:0" picks a port) and
-// returns its address. It stops when ctx is done.
+// Serve starts the HTTP listener on addr ("127.0.0.1:0" picks a port;
+// "unix:/path" serves on a root-only Unix socket) and returns its address. It stops when ctx is done.
 func (m *Metrics) Serve(ctx context.Context, addr string) (net.Addr, error) {
-	l, err := net.Listen("tcp", addr)
+	l, err := listen(addr)
 	if err != nil {
 		return nil, fmt.Errorf("listen for metrics on %s: %w", addr, err)
 	}

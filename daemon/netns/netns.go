@@ -54,6 +54,31 @@ func Verify(path string) error {
 	return nil
 }
 
+// ownNetNS is the network namespace of this process (its main thread: the
+// daemon never leaves it except on briefly locked threads).
+const ownNetNS = "/proc/self/ns/net"
+
+// ErrOwnNetNS is returned by RefuseOwn when path is this process's own
+// network namespace: a pod configured there would take over the node's
+// interfaces and routes.
+var ErrOwnNetNS = errors.New("the daemon's own network namespace (the node's)")
+
+// RefuseOwn returns an error wrapping ErrOwnNetNS if path names the network
+// namespace this process runs in.
+func RefuseOwn(path string) error {
+	var own, st unix.Stat_t
+	if err := unix.Stat(ownNetNS, &own); err != nil {
+		return fmt.Errorf("stat %s: %w", ownNetNS, err)
+	}
+	if err := unix.Stat(path, &st); err != nil {
+		return fmt.Errorf("network namespace %q: stat: %w", path, err)
+	}
+	if st.Dev == own.Dev && st.Ino == own.Ino {
+		return fmt.Errorf("network namespace %q is %w", path, ErrOwnNetNS)
+	}
+	return nil
+}
+
 // describe says what a non-nsfs path is, so the error tells a directory from a
 // regular file.
 func describe(path string, fsType int64) string {

@@ -1,9 +1,6 @@
 package netsetup
 
 import (
-	"fmt"
-	"os"
-
 	"github.com/vishvananda/netlink"
 )
 
@@ -32,20 +29,4 @@ func DefaultMTU() int {
 		}
 	}
 	return fallbackMTU
-}
-
-// EnableForwarding turns on IPv4 forwarding, and IPv6 forwarding on all
-// interfaces if v6, in the network namespace of the calling thread.
-func EnableForwarding(v6 bool) error {
-	// /proc/sys/net shows the netns of the thread that opens it.
-	files := []string{"/proc/sys/net/ipv4/ip_forward"}
-	if v6 {
-		files = append(files, "/proc/sys/net/ipv6/conf/all/forwarding")
-	}
-	for _, f := range files {
-		if err := os.WriteFile(f, []byte("1"), 0o644); err != nil {
-			return fmt.Errorf("enable forwarding: write %s: %w", f, err)
-		}
-	}
-	return nil
 }

@@ -90,13 +90,10 @@ func Parse(verb Verb, req *cniv1.CNIRequest) (*Invocation, error) {
 		inv.PodNamespace = "default"
 	}
 	inv.PodName, inv.PodUID = args["K8S_POD_NAME"], args["K8S_POD_UID"]
-	if conf.Args != nil && conf.Args.CNI != nil && len(conf.Args.CNI.Labels) > 0 {
-		inv.Labels = make(map[string]string, len(conf.Args.CNI.Labels))
-		for i, l := range conf.Args.CNI.Labels {
-			if l.Key == "" {
-				return nil, types.NewError(types.ErrInvalidNetworkConfig, fmt.Sprintf("args.cni.labels[%d].key is empty", i), "")
-			}
-			inv.Labels[l.Key] = l.Value
+	// DEL needs no labels: a config with bad ones must still tear down.
+	if verb != Del {
+		if inv.Labels, err = parseLabels(conf); err != nil {
+			return nil, err
 		}
 	}
 	if conf.PrevResult != nil {

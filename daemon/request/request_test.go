@@ -39,6 +39,12 @@ func TestParseErrors(t *testing.T) {
 		{"no netns on check", Check, &cniv1.CNIRequest{Stdin: []byte(goodConf), ContainerId: "c1", Ifname: "eth0"}, types.ErrInvalidEnvironmentVariables, "CNI_NETNS"},
 		{"bad args", Add, &cniv1.CNIRequest{Stdin: []byte(goodConf), ContainerId: "c1", Ifname: "eth0", Netns: "/x", Args: "IgnoreUnknown"}, types.ErrInvalidEnvironmentVariables, "CNI_ARGS"},
 		{"bad prevResult", Add, &cniv1.CNIRequest{Stdin: []byte(`{"cniVersion":"1.0.0","name":"n","type":"coordino","prevResult":{"ips":"x"}}`), ContainerId: "c1", Ifname: "eth0", Netns: "/x"}, types.ErrDecodingFailure, "prevResult"},
+		{"label key with =", Add, labelled(`{"key":"a=b","value":"c"}`), types.ErrInvalidNetworkConfig, "args.cni.labels[0].key"},
+		{"label value with =", Add, labelled(`{"key":"a","value":"b=c"}`), types.ErrInvalidNetworkConfig, "args.cni.labels[0].value"},
+		{"empty label key", Add, labelled(`{"key":"","value":"c"}`), types.ErrInvalidNetworkConfig, "args.cni.labels[0].key"},
+		{"label key too long", Check, labelled(`{"key":"` + strings.Repeat("k", 64) + `","value":"c"}`), types.ErrInvalidNetworkConfig, "args.cni.labels[0].key"},
+		{"label value with space", Add, labelled(`{"key":"app","value":"a b"}`), types.ErrInvalidNetworkConfig, "args.cni.labels[0].value"},
+		{"duplicate label key", Add, labelled(`{"key":"app","value":"a"},{"key":"app","value":"b"}`), types.ErrInvalidNetworkConfig, "args.cni.labels[1].key"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -47,6 +53,24 @@ func TestParseErrors(t *testing.T) {
 				t.Fatalf("err = %v (code %d), want code %d mentioning %q", err, code(err), c.wantCode, c.wantMsg)
 			}
 		})
+	}
+}
+
+// labelled is an ADD request whose config carries the given args.cni.labels entries.
+func labelled(entries string) *cniv1.CNIRequest {
+	return &cniv1.CNIRequest{Stdin: []byte(`{"cniVersion":"1.1.0","name":"n","type":"coordino","args":{"cni":{"labels":[` + entries + `]}}}`),
+		ContainerId: "c1", Ifname: "eth0", Netns: "/x"}
+}
+
+// TestLabelsAreKubernetesLabels: label sets that differ must stay different,
+// and a config with bad labels can still be torn down.
+func TestLabelsAreKubernetesLabels(t *testing.T) {
+	inv, err := Parse(Add, labelled(`{"key":"example.com/tier","value":"web-1.a_b"},{"key":"empty","value":""}`))
+	if err != nil || inv.Labels["example.com/tier"] != "web-1.a_b" || len(inv.Labels) != 2 {
+		t.Fatalf("valid labels: %v %v", inv, err)
+	}
+	if _, err := Parse(Del, labelled(`{"key":"a=b","value":"c"}`)); err != nil {
+		t.Fatalf("DEL refused because of labels: %v", err)
 	}
 }
 
@@ -75,6 +99,7 @@ func TestParseGood(t *testing.T) {
 func FuzzParse(f *testing.F) {
 	f.Add([]byte(goodConf), "c1", "eth0", "/x", "K8S_POD_NAMESPACE=a")
 	f.Add([]byte(`{"cniVersion":"0.4.0","name":"n","type":"coordino","prevResult":{"cniVersion":"0.4.0","ips":[{"version":"4","address":"10.0.0.2/24"}]}}`), "c", "eth0", "/x", "")
+	f.Add([]byte(`{"cniVersion":"1.1.0","name":"n","type":"coordino","args":{"cni":{"labels":[{"key":"a=b","value":"c"},{"key":"a","value":"b=c"}]}}}`), "c", "eth0", "/x", "")
 	f.Fuzz(func(t *testing.T, stdin []byte, cid, ifname, netns, args string) {
 		for _, v := range []Verb{Add, Del, Check, GC, Status} {
 			inv, err := Parse(v, &cniv1.CNIRequest{Stdin: stdin, ContainerId: cid, Ifname: ifname, Netns: netns, Args: args})

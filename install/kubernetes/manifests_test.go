@@ -3,6 +3,8 @@ package kubernetes
 import (
 	"fmt"
 	"net"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -162,6 +164,12 @@ func TestUninstallKit(t *testing.T) {
 	}
 	if !slices.Contains(container(t, spec.Containers, "hold").Args, "--hold") {
 		t.Error("main container must hold so rollout status means done")
+	}
+	// The datapath and pins go too: on the node's interfaces, by a privileged container.
+	init := container(t, spec.InitContainers, "uninstall-cni")
+	if !slices.Contains(init.Args, "--remove-node-state") || !spec.HostNetwork ||
+		init.SecurityContext == nil || init.SecurityContext.Privileged == nil || !*init.SecurityContext.Privileged {
+		t.Errorf("uninstall-cni must remove node state privileged in the host network: args %v hostNetwork %v", init.Args, spec.HostNetwork)
 	}
 	checkMounts(t, spec)
 }
@@ -457,6 +465,35 @@ func checkMounts(t *testing.T, spec corev1.PodSpec) {
 				}) {
 					t.Errorf("%s: %s is not on a mounted host path", c.Name, a)
 				}
+			}
+		}
+	}
+}
+
+// TestNodeLocalMetricsComponent: the component moves the metrics listener to
+// loopback and points every probe there, on top of either mode's overlay.
+func TestNodeLocalMetricsComponent(t *testing.T) {
+	abs, err := filepath.Abs(".")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, overlay := range []string{"primary", "chained"} {
+		dir := t.TempDir()
+		// kustomize takes only relative paths to other kustomizations.
+		res, _ := filepath.Rel(dir, filepath.Join(abs, "overlays", overlay))
+		comp, _ := filepath.Rel(dir, filepath.Join(abs, "components", "node-local-metrics"))
+		k := fmt.Sprintf("resources: [%s]\ncomponents: [%s]\n", res, comp)
+		if err := os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(k), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		ds := only[*appsv1.DaemonSet](render(t, dir))[0]
+		d := container(t, ds.Spec.Template.Spec.Containers, "daemon")
+		if !slices.Contains(d.Args, "--metrics-addr=127.0.0.1:9190") || slices.Contains(d.Args, "--metrics-addr=0.0.0.0:9190") {
+			t.Fatalf("%s: daemon args %v", overlay, d.Args)
+		}
+		for name, p := range map[string]*corev1.Probe{"startup": d.StartupProbe, "liveness": d.LivenessProbe, "readiness": d.ReadinessProbe} {
+			if p == nil || p.HTTPGet == nil || p.HTTPGet.Host != "127.0.0.1" {
+				t.Fatalf("%s: %s probe does not target 127.0.0.1: %+v", overlay, name, p)
 			}
 		}
 	}

@@ -158,6 +158,13 @@ func (n *Node) DaemonArgs() []string {
 // StartDaemon starts coordino-daemon inside the node netns and waits until
 // it serves (socket accepts connections).
 func (n *Node) StartDaemon() error {
+	if err := n.startDaemonProcess(); err != nil {
+		return err
+	}
+	return n.waitServing(15 * time.Second)
+}
+
+func (n *Node) startDaemonProcess() error {
 	if n.daemon != nil {
 		return errors.New("daemon already running")
 	}
@@ -178,7 +185,7 @@ func (n *Node) StartDaemon() error {
 	n.daemon = cmd
 	n.exited = make(chan struct{})
 	go func() { _ = cmd.Wait(); logf.Close(); close(n.exited) }()
-	return n.waitServing(15 * time.Second)
+	return nil
 }
 
 func (n *Node) waitServing(timeout time.Duration) error {

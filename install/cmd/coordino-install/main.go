@@ -18,6 +18,9 @@ import (
 	"github.com/coordino/coordino/install"
 )
 
+// defaultRunDir is the daemon's and the plugin's default run dir.
+const defaultRunDir = "/run/coordino"
+
 func main() {
 	if err := run(os.Args[1:]); err != nil {
 		fmt.Fprintf(os.Stderr, "coordino-install: %v\n", err)
@@ -31,6 +34,8 @@ func run(args []string) error {
 		cfg                    install.Config
 		mode                   string
 		watch, uninstall, hold bool
+		removeNodeState        bool
+		bpfDir                 string
 		debounce               time.Duration
 	)
 	fs.StringVar(&cfg.BinDir, "cni-bin-dir", install.DefaultBinDir, "host CNI plugin directory")
@@ -40,12 +45,14 @@ func run(args []string) error {
 	fs.StringVar(&cfg.Priority, "priority", "", "numeric file name prefix of the config written (default 10 in primary mode, 00 in chained mode)")
 	fs.StringVar(&cfg.Conflist.Name, "conflist-name", conflist.DefaultName, "network name of Coordino's conflist (primary mode)")
 	fs.StringVar(&cfg.Conflist.CNIVersion, "cni-version", conflist.DefaultCNIVersion, "cniVersion of Coordino's conflist (primary mode)")
-	fs.StringVar(&cfg.Conflist.RunDir, "run-dir", "", `plugin "runDir" (empty: plugin default /run/coordino)`)
+	fs.StringVar(&cfg.Conflist.RunDir, "run-dir", "", `plugin "runDir" (empty: plugin default /run/coordino); with --remove-node-state also the daemon's --run-dir`)
 	fs.IntVar(&cfg.Conflist.MTU, "mtu", 0, `plugin "mtu" (0: let the daemon choose)`)
 	fs.StringVar(&cfg.Conflist.LogLevel, "log-level", "", `plugin "logLevel": debug, info, warn or error (empty: plugin default)`)
 	fs.BoolVar(&watch, "watch", false, "after installing, keep the config in place until SIGTERM, rewriting it when other CNIs change theirs")
 	fs.DurationVar(&debounce, "debounce", 500*time.Millisecond, "with --watch: quiet time before reacting to changes in --cni-conf-dir")
 	fs.BoolVar(&uninstall, "uninstall", false, "remove Coordino's configs and plugin binary instead of installing")
+	fs.BoolVar(&removeNodeState, "remove-node-state", false, "with --uninstall: also detach the datapath programs and remove BPF pins and netns pins (the daemon must be stopped; needs the host network namespace and root)")
+	fs.StringVar(&bpfDir, "bpf-dir", "/sys/fs/bpf/coordino", "with --remove-node-state: the daemon's --bpf-dir")
 	fs.BoolVar(&hold, "hold", false, "after a one-shot install or uninstall, stay running until SIGTERM (for a DaemonSet's main container)")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -55,6 +62,16 @@ func run(args []string) error {
 	}
 	if watch && uninstall {
 		return errors.New("--watch and --uninstall exclude each other")
+	}
+	if removeNodeState {
+		if !uninstall {
+			return errors.New("--remove-node-state needs --uninstall")
+		}
+		runDir := cfg.Conflist.RunDir
+		if runDir == "" {
+			runDir = defaultRunDir
+		}
+		cfg.NodeState = &install.NodeState{RunDir: runDir, BPFDir: bpfDir}
 	}
 	cfg.Mode = install.Mode(mode)
 	cfg.Log = slog.New(slog.NewTextHandler(os.Stderr, nil))

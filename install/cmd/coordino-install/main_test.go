@@ -33,6 +33,7 @@ func TestRunRejectsBadFlags(t *testing.T) {
 		want string
 	}{
 		{[]string{"--watch", "--uninstall"}, "exclude each other"},
+		{[]string{"--remove-node-state"}, "needs --uninstall"},
 		{[]string{"extra"}, "unexpected arguments"},
 		{[]string{"--mode", "sidecar"}, `mode: "sidecar"`},
 		{[]string{"--log-level", "trace"}, `logLevel: "trace"`},

@@ -1,0 +1,154 @@
+package install
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+
+	"github.com/coordino/coordino/daemon/netns"
+	"github.com/coordino/coordino/plugin"
+)
+
+// ourFilterPrefix starts the name of every cls_bpf filter the datapath
+// attaches ("cdo_from_ep", "cdo_to_ep"); other CNIs' filters on the same
+// hooks are never touched.
+const ourFilterPrefix = "cdo_"
+
+// RemoveNodeState takes Coordino's datapath and pins off the node, in the
+// network namespace of the caller, in an order that never leaves a pod
+// half-enforced (see docs/install.md, "Uninstalling"):
+//
+//  1. refuse while a daemon answers on the socket;
+//  2. per interface, detach both programs back to back: the whole clsact
+//     qdisc when it holds only Coordino's filters (one atomic step), else
+//     Coordino's two filters; then each endpoint's two tcx link pins;
+//  3. remove the BPF dir (maps are freed once no program holds them);
+//  4. unmount and remove the netns pins (pods keep their namespaces through
+//     the runtime's handles).
+//
+// It is idempotent; a failed run is finished by the next one.
+func RemoveNodeState(s NodeState, log *slog.Logger) error {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	sock := filepath.Join(s.RunDir, plugin.SocketName)
+	if c, err := net.DialTimeout("unix", sock, time.Second); err == nil {
+		c.Close()
+		return fmt.Errorf("%w (%s answers): remove its DaemonSet or stop it first", ErrDaemonRunning, sock)
+	}
+	if err := detachFilters(log); err != nil {
+		return err
+	}
+	if err := unpinTCXLinks(filepath.Join(s.BPFDir, "links"), log); err != nil {
+		return err
+	}
+	if err := os.RemoveAll(s.BPFDir); err != nil {
+		return fmt.Errorf("remove BPF dir %s: %w", s.BPFDir, err)
+	}
+	pins, err := netns.ListPins(filepath.Join(s.RunDir, "netns"))
+	if err != nil {
+		return err
+	}
+	for _, p := range pins {
+		if err := netns.Unpin(p); err != nil {
+			return err
+		}
+	}
+	if len(pins) > 0 {
+		log.Info("removed netns pins", "count", len(pins))
+	}
+	return nil
+}
+
+// detachFilters removes Coordino's cls_bpf filters from every interface.
+func detachFilters(log *slog.Logger) error {
+	links, err := netlink.LinkList()
+	if err != nil {
+		return fmt.Errorf("list interfaces: %w", err)
+	}
+	var errs []error
+	for _, l := range links {
+		ours, others, err := bpfFilters(l)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if len(ours) == 0 {
+			continue
+		}
+		if others == 0 {
+			// Deleting clsact drops both hooks' filters in one step.
+			q := &netlink.GenericQdisc{QdiscAttrs: netlink.QdiscAttrs{LinkIndex: l.Attrs().Index,
+				Handle: netlink.MakeHandle(0xffff, 0), Parent: netlink.HANDLE_CLSACT}, QdiscType: "clsact"}
+			if err := netlink.QdiscDel(q); err != nil && !isGone(err) {
+				errs = append(errs, fmt.Errorf("remove clsact of %s: %w", l.Attrs().Name, err))
+			}
+		} else {
+			for _, f := range ours {
+				if err := netlink.FilterDel(f); err != nil && !isGone(err) {
+					errs = append(errs, fmt.Errorf("remove filter %s of %s: %w", f.Name, l.Attrs().Name, err))
+				}
+			}
+		}
+		log.Info("detached datapath", "interface", l.Attrs().Name, "sharedWithOtherFilters", others > 0)
+	}
+	return errors.Join(errs...)
+}
+
+// bpfFilters splits the filters on l's clsact hooks into Coordino's and others.
+func bpfFilters(l netlink.Link) (ours []*netlink.BpfFilter, others int, err error) {
+	for _, parent := range []uint32{netlink.HANDLE_MIN_INGRESS, netlink.HANDLE_MIN_EGRESS} {
+		fs, err := netlink.FilterList(l, parent)
+		if err != nil {
+			if isGone(err) {
+				continue
+			}
+			return nil, 0, fmt.Errorf("list filters of %s: %w", l.Attrs().Name, err)
+		}
+		for _, f := range fs {
+			if bf, ok := f.(*netlink.BpfFilter); ok && strings.HasPrefix(bf.Name, ourFilterPrefix) {
+				ours = append(ours, bf)
+			} else {
+				others++
+			}
+		}
+	}
+	return ours, others, nil
+}
+
+// unpinTCXLinks removes the pinned tcx links, one endpoint directory at a
+// time, so both directions of a pod go together. With the daemon stopped the
+// pin is the last reference, and removing it detaches the program.
+func unpinTCXLinks(dir string, log *slog.Logger) error {
+	eps, err := os.ReadDir(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("list tcx links in %s: %w", dir, err)
+	}
+	for _, ep := range eps {
+		if err := os.RemoveAll(filepath.Join(dir, ep.Name())); err != nil {
+			return fmt.Errorf("unpin tcx links %s: %w", filepath.Join(dir, ep.Name()), err)
+		}
+	}
+	if len(eps) > 0 {
+		log.Info("unpinned tcx links", "endpoints", len(eps))
+	}
+	return nil
+}
+
+// isGone reports errors of an interface, qdisc or filter that vanished meanwhile.
+func isGone(err error) bool {
+	var nf netlink.LinkNotFoundError
+	return errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ENODEV) || errors.Is(err, unix.EINVAL) || errors.As(err, &nf)
+}

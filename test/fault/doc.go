@@ -1,0 +1,10 @@
+// Package fault holds the randomized fault test: a seeded sequence of ADD,
+// DEL, CHECK and GC through libcni on one node, with the daemon SIGKILLed
+// at random points (inside operations and between them) and restarted, as
+// kubelet would. It ends by checking that nothing leaked (addresses, veths,
+// netns pins, store records, BPF endpoint entries, queued DELs) and that
+// every surviving pod is enforced by its default-deny policy.
+//
+// COORDINO_FAULT_SEED reruns a given sequence; COORDINO_FAULT_OPS changes
+// its length (default 1000).
+package fault
