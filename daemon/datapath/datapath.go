@@ -38,6 +38,9 @@ type Config struct {
 	Logger *zap.Logger
 	// NodeIPs are this node's addresses: traffic from them is the host identity.
 	NodeIPs []netip.Addr
+	// ConntrackSize is the conntrack table's capacity; 0 means
+	// DefaultConntrackSize. Changing it replaces the pinned table.
+	ConntrackSize int
 }
 
 // Endpoint is a pod interface to enforce policy on.
@@ -109,6 +112,10 @@ func Open(cfg Config) (*Datapath, error) {
 		cidrs: identity.NewCIDRs(),
 		eps:   map[string]*record{},
 	}
+	if err := prepareConntrack(&cfg, spec, d.log); err != nil {
+		return nil, err
+	}
+	d.cfg = cfg
 	opts := &ebpf.CollectionOptions{Maps: ebpf.MapOptions{PinPath: cfg.BPFDir}}
 	if err := spec.LoadAndAssign(&d.objs, opts); err != nil {
 		if errors.Is(err, ebpf.ErrMapIncompatible) {
@@ -168,6 +175,10 @@ func (d *Datapath) restore() error {
 		}
 		d.eps[r.Key] = r
 		d.refreshIfKeys()
+		// Adopted from a version without source validation, or a lost map.
+		if err := d.writeAddrs(r); err != nil {
+			return err
+		}
 		if err := d.attach(r); err != nil {
 			// The interface may be gone; the owner's reconciliation detaches it.
 			d.log.Warn("adopted endpoint not re-attached", zap.String("endpoint", r.Key), zap.Error(err))
@@ -271,9 +282,17 @@ func (d *Datapath) prepareAttach(r *record) error {
 		return fmt.Errorf("endpoint %q: %w", r.Key, err)
 	}
 	r.Identity = id.ID
+	// Sources first: programs attached next drop anything else it sends.
+	if err := d.writeAddrs(r); err != nil {
+		d.ids.Release(r.Identity)
+		return err
+	}
 	if old != nil {
 		r.Mode = old.Mode
 		d.ids.Release(old.Identity)
+		if err := d.deleteAddrs(old, r); err != nil {
+			d.log.Warn("stale source addresses left", zap.String("endpoint", r.Key), zap.Error(err))
+		}
 	}
 	// Record first: a crash after attaching still finds the endpoint.
 	if err := putRecord(d.state, r); err != nil {
@@ -291,6 +310,9 @@ func (d *Datapath) prepareAttach(r *record) error {
 
 // forget undoes the bookkeeping of a failed attach.
 func (d *Datapath) forget(r *record) {
+	if err := d.deleteAddrs(r, nil); err != nil {
+		d.log.Warn("source addresses left after failed attach", zap.String("endpoint", r.Key), zap.Error(err))
+	}
 	delete(d.eps, r.Key)
 	d.refreshIfKeys()
 	_ = deleteRecord(d.state, r.Key)
@@ -323,6 +345,9 @@ func (d *Datapath) DetachEndpoint(ep Endpoint) error {
 	delete(d.eps, r.Key)
 	d.refreshIfKeys()
 	d.ids.Release(r.Identity)
+	if err := d.deleteAddrs(r, nil); err != nil {
+		return err
+	}
 	if err := deleteRecord(d.state, r.Key); err != nil {
 		return err
 	}
