@@ -3,6 +3,7 @@ package datapath
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"net"
 	"net/netip"
 	"testing"
@@ -84,31 +85,51 @@ func TestForgedNodeIPv6Dropped(t *testing.T) {
 	}
 }
 
-// TestLargeUDPReplyToIsolatedPod: a reply bigger than the MTU (DNS with
-// EDNS, Kerberos) reaches a pod whose ingress is isolated. Fails on the
-// old code, which dropped the reply's later fragments.
+// TestLargeUDPReplyToIsolatedPod: a small query gets a reply bigger than
+// the MTU (DNS with EDNS, Kerberos), which reaches the querying pod whose
+// ingress is isolated. Fails on the old code, which dropped the reply's
+// later fragments (port 0, no conntrack entry).
 func TestLargeUDPReplyToIsolatedPod(t *testing.T) {
 	c := newCluster(t, AttachTC)
 	c.policies(clientDenyIngress)
-	msg := bytes.Repeat([]byte("x"), 2000) // the echo server reads up to 2048
-	err := c.pods["a"].Do(func() error {
-		conn, err := net.Dial("udp4", netip.AddrPortFrom(podIPs["b"], 81).String())
+	const port, size = 5300, 3000
+	var server net.PacketConn
+	err := c.pods["b"].Do(func() (err error) {
+		server, err = net.ListenPacket("udp4", fmt.Sprintf(":%d", port))
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer server.Close()
+	go func() {
+		buf := make([]byte, 512)
+		for {
+			_, from, err := server.ReadFrom(buf)
+			if err != nil {
+				return
+			}
+			_, _ = server.WriteTo(bytes.Repeat([]byte("r"), size), from)
+		}
+	}()
+	err = c.pods["a"].Do(func() error {
+		conn, err := net.Dial("udp4", netip.AddrPortFrom(podIPs["b"], port).String())
 		if err != nil {
 			return err
 		}
 		defer conn.Close()
 		for try := 0; ; try++ {
-			if _, err := conn.Write(msg); err != nil {
+			if _, err := conn.Write([]byte("query")); err != nil {
 				return err
 			}
 			_ = conn.SetReadDeadline(time.Now().Add(testnet.Timeout))
-			buf := make([]byte, 4096)
+			buf := make([]byte, 2*size)
 			n, err := conn.Read(buf)
-			if err == nil && n == len(msg) {
+			if err == nil && n == size {
 				return nil
 			}
 			if try == 2 {
-				return err
+				return fmt.Errorf("no %d-byte reply: read %d bytes, %v", size, n, err)
 			}
 		}
 	})
