@@ -35,7 +35,7 @@ var modes = []struct {
 // namespace default, "c" (app=client) in namespace other, and "ext", an
 // unattached host standing in for the world.
 type cluster struct {
-	t       *testing.T
+	t       testing.TB
 	dual    bool // pods also get their podIPs6 address
 	cfg     Config
 	dp      *Datapath
@@ -50,14 +50,14 @@ var podIPs = map[string]netip.Addr{
 	"ext": netip.MustParseAddr("203.0.113.10"),
 }
 
-func newCluster(t *testing.T, attach AttachMode) *cluster {
+func newCluster(t testing.TB, attach AttachMode) *cluster {
 	t.Helper()
 	return newClusterWith(t, Config{AttachMode: attach}, false)
 }
 
 // newClusterWith builds the cluster with cfg (BPF dir, logger and node
 // addresses filled in); dual gives every pod an IPv6 address too.
-func newClusterWith(t *testing.T, cfg Config, dual bool) *cluster {
+func newClusterWith(t testing.TB, cfg Config, dual bool) *cluster {
 	t.Helper()
 	privileged.Require(t)
 	c := &cluster{t: t, dual: dual, pods: map[string]*testnet.Pod{}, eps: map[string]Endpoint{}}

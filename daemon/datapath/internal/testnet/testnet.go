@@ -23,7 +23,10 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-const reexecEnv = "COORDINO_TEST_NODE_NETNS"
+const (
+	reexecEnv = "COORDINO_TEST_NODE_NETNS"
+	readyEnv  = "COORDINO_TEST_NODE_READY"
+)
 
 // Main runs the tests inside a new network namespace when root: the process
 // re-executes itself from a thread that unshared its netns, so every test
@@ -40,11 +43,14 @@ func Main(m *testing.M) {
 		fmt.Fprintln(os.Stderr, "re-exec in netns:", err)
 		os.Exit(1)
 	}
-	if os.Getenv(reexecEnv) != "" {
+	// Fuzz workers are children of the test process: same netns, same
+	// environment, so the node is set up once.
+	if os.Getenv(reexecEnv) != "" && os.Getenv(readyEnv) == "" {
 		if err := nodeSetup(); err != nil {
 			fmt.Fprintln(os.Stderr, "node netns setup:", err)
 			os.Exit(1)
 		}
+		os.Setenv(readyEnv, "1")
 	}
 	os.Exit(m.Run())
 }
@@ -85,7 +91,7 @@ func nodeSetup() error {
 }
 
 // BPFDir returns a private bpffs directory removed (with all pins) at cleanup.
-func BPFDir(t *testing.T) string {
+func BPFDir(t testing.TB) string {
 	t.Helper()
 	var st unix.Statfs_t
 	if unix.Statfs("/sys/fs/bpf", &st) == nil && uint32(st.Type) == unix.BPF_FS_MAGIC {
@@ -132,7 +138,7 @@ var (
 
 // NewPod creates a pod netns with address ip and any extra addresses (one
 // IPv6 makes it dual-stack); everything is removed at cleanup.
-func NewPod(t *testing.T, name string, ip netip.Addr, extra ...netip.Addr) *Pod {
+func NewPod(t testing.TB, name string, ip netip.Addr, extra ...netip.Addr) *Pod {
 	t.Helper()
 	p := &Pod{Name: name, IP: ip, IPs: append([]netip.Addr{ip}, extra...), HostIfName: "cdt" + randHex(5)}
 	ns, err := newNS()
@@ -272,7 +278,7 @@ func InNS(ns netns.NsHandle, fn func() error) error {
 var Ports = []int{80, 81}
 
 // Serve starts TCP and UDP echo servers on Ports inside the pod.
-func (p *Pod) Serve(t *testing.T) {
+func (p *Pod) Serve(t testing.TB) {
 	t.Helper()
 	err := p.Do(func() error {
 		for _, port := range Ports {
