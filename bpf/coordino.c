@@ -99,8 +99,12 @@ static __always_inline int handle(struct __sk_buff *skb, __u8 dir)
 	struct config *cfg = bpf_map_lookup_elem(&cdo_config, &zero);
 	__u32 revision = cfg ? cfg->policy_revision : 0;
 	int observed = cfg && (cfg->flags & CFG_EMIT_ALLOWED);
-	/* No isolated direction: no verdict depends on state, keep none. */
-	if (!(ep->flags & EP_ISOLATED) && !observed)
+	/* Nothing isolated: no verdict depends on state, so nothing is tracked
+	 * but TCP connections from their SYN: who opened a connection decides
+	 * its fate once a policy isolates the pod (its own keep working, the
+	 * others are cut and stay cut). */
+	int isolated = ep->flags & EP_ISOLATED;
+	if (!isolated && !observed && p.proto != IPPROTO_TCP)
 		return verdict(skb, dir, REASON_NOT_ISOLATED);
 
 	if (p.frag == FRAG_LATER && !frag_ports_of(ifindex, &p, now)) {
@@ -132,10 +136,11 @@ static __always_inline int handle(struct __sk_buff *skb, __u8 dir)
 		reason = decide(ep, dir, &remote, p.proto, p.dport);
 		if (!allowed(reason))
 			return drop(skb, ep, dir, &p, remote.identity, reason, now);
-		/* Any allowed packet (re)creates the entry. Mid-flow, the side
-		 * that opened the flow is unknown: if policy would also let the
-		 * other side open it, remember that (CT_AMBIGUOUS). */
-		if (p.frag != FRAG_LATER && !p.icmp_error) {
+		/* On an isolated endpoint any allowed packet (re)creates the
+		 * entry. Mid-flow, the side that opened the flow is unknown: if
+		 * policy would also let the other side open it, remember that
+		 * (CT_AMBIGUOUS). */
+		if (p.frag != FRAG_LATER && !p.icmp_error && (isolated || observed || tcp_opening(&p))) {
 			__u32 flags = 0;
 			if (!tcp_opening(&p) &&
 			    allowed(decide(ep, dir ^ 1, &remote, p.proto, p.sport)))

@@ -91,8 +91,8 @@ struct policy_value {
 };
 
 /* conntrack: per endpoint and origin direction, keyed by the original tuple.
- * Only endpoints with an isolated direction (or while allowed flows are
- * observed) get entries: elsewhere no entry can change a verdict. */
+ * Endpoints with an isolated direction (or while allowed flows are observed)
+ * track every allowed flow; the others only TCP connections, from their SYN. */
 struct ct_key {
 	__u32 ifindex;
 	__u8 dir;   /* direction of the packet that created the entry */
