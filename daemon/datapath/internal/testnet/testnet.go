@@ -23,34 +23,31 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-const (
-	reexecEnv = "COORDINO_TEST_NODE_NETNS"
-	readyEnv  = "COORDINO_TEST_NODE_READY"
-)
+const reexecEnv = "COORDINO_TEST_NODE_NETNS"
 
 // Main runs the tests inside a new network namespace when root: the process
 // re-executes itself from a thread that unshared its netns, so every test
 // runs in a private "node" netns that vanishes with the process.
 func Main(m *testing.M) {
-	if os.Geteuid() == 0 && os.Getenv(reexecEnv) == "" {
+	// The variable names the process that owns the netns: fuzz workers are
+	// its children (same netns and environment) and need their own node.
+	self := strconv.Itoa(os.Getpid())
+	if os.Geteuid() == 0 && os.Getenv(reexecEnv) != self {
 		runtime.LockOSThread()
 		if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
 			fmt.Fprintln(os.Stderr, "unshare netns:", err)
 			os.Exit(1)
 		}
-		env := append(os.Environ(), reexecEnv+"=1")
+		env := append(os.Environ(), reexecEnv+"="+self)
 		err := unix.Exec("/proc/self/exe", os.Args, env)
 		fmt.Fprintln(os.Stderr, "re-exec in netns:", err)
 		os.Exit(1)
 	}
-	// Fuzz workers are children of the test process: same netns, same
-	// environment, so the node is set up once.
-	if os.Getenv(reexecEnv) != "" && os.Getenv(readyEnv) == "" {
+	if os.Getenv(reexecEnv) == self {
 		if err := nodeSetup(); err != nil {
 			fmt.Fprintln(os.Stderr, "node netns setup:", err)
 			os.Exit(1)
 		}
-		os.Setenv(readyEnv, "1")
 	}
 	os.Exit(m.Run())
 }
