@@ -33,24 +33,43 @@ type client struct {
 	socket string
 	conn   *grpc.ClientConn
 	api    cniv1.CNIClient
+	// refused is the last trust check that failed while dialing: reported
+	// as is instead of as an unreachable daemon.
+	refused error
 }
 
-func dial(socket string) (*client, error) {
-	conn, err := grpc.NewClient("unix://"+socket,
+func dial(conf *Config) (*client, error) {
+	c := &client{socket: conf.SocketPath()}
+	conn, err := grpc.NewClient("unix://"+c.socket,
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithConnectParams(grpc.ConnectParams{
 			Backoff:           backoff.Config{BaseDelay: 50 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 500 * time.Millisecond},
 			MinConnectTimeout: time.Second,
 		}),
 		grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
-			var d net.Dialer
-			return d.DialContext(ctx, "unix", socket)
+			d, err := openRunDir(conf, false)
+			if err != nil {
+				c.noteRefusal(err)
+				return nil, err
+			}
+			defer d.close()
+			conn, err := d.dialSocket(ctx)
+			c.noteRefusal(err)
+			return conn, err
 		}),
 	)
 	if err != nil {
-		return nil, fmt.Errorf("create gRPC client for %s: %w", socket, err)
+		return nil, fmt.Errorf("create gRPC client for %s: %w", c.socket, err)
 	}
-	return &client{socket: socket, conn: conn, api: cniv1.NewCNIClient(conn)}, nil
+	c.conn, c.api = conn, cniv1.NewCNIClient(conn)
+	return c, nil
+}
+
+func (c *client) noteRefusal(err error) {
+	var e *types.Error
+	if errors.As(err, &e) {
+		c.refused = e
+	}
 }
 
 func (c *client) close() { _ = c.conn.Close() }
@@ -69,6 +88,9 @@ func (c *client) call(fn verbFunc, req *cniv1.CNIRequest, retry bool) (*cniv1.CN
 		cancel()
 		if err == nil {
 			return resp, nil
+		}
+		if c.refused != nil {
+			return nil, c.refused
 		}
 		if status.Code(err) != codes.Unavailable {
 			return nil, fromStatus(err)

@@ -46,7 +46,7 @@ func cmdAdd(args *skel.CmdArgs) error {
 	if err != nil {
 		return err
 	}
-	c, err := dial(conf.SocketPath())
+	c, err := dial(conf)
 	if err != nil {
 		return types.NewError(types.ErrTryAgainLater, err.Error(), "")
 	}
@@ -71,7 +71,7 @@ func cmdDel(args *skel.CmdArgs) error {
 		return err
 	}
 	req := request(args)
-	c, err := dial(conf.SocketPath())
+	c, err := dial(conf)
 	if err == nil {
 		defer c.close()
 		_, err = c.call(c.api.Del, req, false)
@@ -79,8 +79,23 @@ func cmdDel(args *skel.CmdArgs) error {
 	if err == nil || !errors.Is(err, errUnreachable) {
 		return err
 	}
-	if qerr := deletequeue.Write(conf.QueueDir(), req); qerr != nil {
-		return types.NewError(types.ErrIOFailure, fmt.Sprintf("%v; and queueing the DEL failed: %v", err, qerr), "")
+	return queueDel(conf, req, err)
+}
+
+// queueDel stores a DEL the daemon could not take, in the verified runDir.
+func queueDel(conf *Config, req *cniv1.CNIRequest, unreachable error) error {
+	d, err := openRunDir(conf, true)
+	if err != nil {
+		return err
+	}
+	defer d.close()
+	dir, closeDir, err := d.queueDir()
+	if err != nil {
+		return err
+	}
+	defer closeDir()
+	if qerr := deletequeue.Write(dir, req); qerr != nil {
+		return types.NewError(types.ErrIOFailure, fmt.Sprintf("%v; and queueing the DEL in %s failed: %v", unreachable, conf.QueueDir(), qerr), "")
 	}
 	return nil
 }
@@ -103,7 +118,7 @@ func forward(args *skel.CmdArgs, verb func(*client) verbFunc, unreachableCode ui
 	if err != nil {
 		return err
 	}
-	c, err := dial(conf.SocketPath())
+	c, err := dial(conf)
 	if err != nil {
 		return types.NewError(unreachableCode, err.Error(), "")
 	}

@@ -85,30 +85,71 @@ func Decode(data []byte) (*cniv1.CNIRequest, time.Time, error) {
 	return q.Request, time.Unix(0, q.QueuedUnixNano), nil
 }
 
+// Remove deletes the entry's file; an entry already removed is not an error.
+func (e Entry) Remove() error {
+	if err := os.Remove(e.Path); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("remove %s: %w", e.Path, err)
+	}
+	return nil
+}
+
 // ErrUnusable marks an entry that can never be applied; Drain sets it aside.
 var ErrUnusable = errors.New("unusable queued DEL")
 
-// Drain calls apply for every queued DEL in queue order and removes each entry
-// apply accepts. An entry that cannot be decoded is moved aside (".bad") so it
-// is neither lost nor retried forever, as is one apply rejects with
-// ErrUnusable; an entry apply fails otherwise stays queued for the next drain.
-func Drain(dir string, apply func(Entry) error) (applied int, errs []error) {
+// files lists the queue's entry files in queue order.
+func files(dir string) ([]string, error) {
 	names, err := os.ReadDir(dir)
 	if err != nil {
 		if os.IsNotExist(err) {
-			return 0, nil
+			return nil, nil
 		}
-		return 0, []error{fmt.Errorf("read delete queue %s: %w", dir, err)}
+		return nil, fmt.Errorf("read delete queue %s: %w", dir, err)
 	}
-	var files []string
+	var out []string
 	for _, n := range names {
 		if n.Type().IsRegular() && strings.HasSuffix(n.Name(), suffix) {
-			files = append(files, filepath.Join(dir, n.Name()))
+			out = append(out, filepath.Join(dir, n.Name()))
 		}
 	}
-	sort.Strings(files)
-	for _, path := range files {
+	sort.Strings(out)
+	return out, nil
+}
+
+// List returns the decodable queued DELs in queue order, leaving them queued.
+// An entry that vanishes or cannot be read meanwhile is skipped.
+func List(dir string) ([]Entry, error) {
+	paths, err := files(dir)
+	if err != nil {
+		return nil, err
+	}
+	var out []Entry
+	for _, path := range paths {
 		data, err := os.ReadFile(path)
+		if err != nil {
+			continue
+		}
+		if req, at, err := Decode(data); err == nil {
+			out = append(out, Entry{Path: path, Request: req, QueuedAt: at})
+		}
+	}
+	return out, nil
+}
+
+// Drain calls apply for every queued DEL in queue order and removes each entry
+// apply accepts (apply may have removed it already). An entry that cannot be
+// decoded is moved aside (".bad") so it is neither lost nor retried forever,
+// as is one apply rejects with ErrUnusable; an entry apply fails otherwise
+// stays queued for the next drain.
+func Drain(dir string, apply func(Entry) error) (applied int, errs []error) {
+	paths, err := files(dir)
+	if err != nil {
+		return 0, []error{err}
+	}
+	for _, path := range paths {
+		data, err := os.ReadFile(path)
+		if errors.Is(err, os.ErrNotExist) {
+			continue // applied meanwhile
+		}
 		if err != nil {
 			errs = append(errs, fmt.Errorf("read %s: %w", path, err))
 			continue
@@ -119,15 +160,16 @@ func Drain(dir string, apply func(Entry) error) (applied int, errs []error) {
 			_ = os.Rename(path, path+".bad")
 			continue
 		}
-		if err := apply(Entry{Path: path, Request: req, QueuedAt: at}); err != nil {
+		e := Entry{Path: path, Request: req, QueuedAt: at}
+		if err := apply(e); err != nil {
 			errs = append(errs, fmt.Errorf("replay %s: %w", path, err))
 			if errors.Is(err, ErrUnusable) {
 				_ = os.Rename(path, path+".bad")
 			}
 			continue
 		}
-		if err := os.Remove(path); err != nil {
-			errs = append(errs, fmt.Errorf("remove %s: %w", path, err))
+		if err := e.Remove(); err != nil {
+			errs = append(errs, err)
 			continue
 		}
 		applied++
