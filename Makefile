@@ -15,8 +15,8 @@ deps:
 
 build:
 	@mkdir -p $(BIN)
-	# grpcnotrace drops x/net/trace (and html/template): ~1.4 ms less per plugin exec.
-	CGO_ENABLED=0 $(GO) build -tags grpcnotrace -trimpath -ldflags='-s -w' -o $(BIN)/coordino ./plugin/cmd/coordino
+	# The plugin links no grpc-go or protobuf runtime (plugin/unarygrpc, plugin/wire): see docs/benchmarks.md.
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags='-s -w' -o $(BIN)/coordino ./plugin/cmd/coordino
 	CGO_ENABLED=0 $(GO) build -trimpath -o $(BIN)/coordino-daemon ./daemon/cmd/coordino-daemon
 	@if [ -f install/cmd/coordino-install/main.go ]; then CGO_ENABLED=0 $(GO) build -trimpath -o $(BIN)/coordino-install ./install/cmd/coordino-install; fi
 

@@ -10,7 +10,7 @@ import (
 	"github.com/containernetworking/cni/pkg/version"
 
 	"github.com/coordino/coordino/plugin/deletequeue"
-	cniv1 "github.com/coordino/coordino/proto/cni/v1"
+	"github.com/coordino/coordino/plugin/wire"
 )
 
 // SupportedVersions are the CNI spec versions Coordino speaks.
@@ -30,11 +30,11 @@ func Main() {
 	}, SupportedVersions, About)
 }
 
-func request(args *skel.CmdArgs) *cniv1.CNIRequest {
-	return &cniv1.CNIRequest{
-		ContainerId: args.ContainerID,
+func request(args *skel.CmdArgs) *wire.Request {
+	return &wire.Request{
+		ContainerID: args.ContainerID,
 		Netns:       args.Netns,
-		Ifname:      args.IfName,
+		IfName:      args.IfName,
 		Args:        args.Args,
 		Path:        args.Path,
 		Stdin:       args.StdinData,
@@ -46,16 +46,15 @@ func cmdAdd(args *skel.CmdArgs) error {
 	if err != nil {
 		return err
 	}
-	c, err := dial(conf)
-	if err != nil {
-		return types.NewError(types.ErrTryAgainLater, err.Error(), "")
-	}
-	defer c.close()
-	resp, err := c.call(c.api.Add, request(args), true)
+	resp, err := call(conf, methodAdd, request(args), true)
 	if err != nil {
 		return unreachableAs(err, types.ErrTryAgainLater)
 	}
-	result, err := create.CreateFromBytes(resp.Result)
+	raw, err := wire.DecodeResponse(resp)
+	if err != nil {
+		return types.NewError(types.ErrInternal, fmt.Sprintf("decode daemon response: %v", err), "")
+	}
+	result, err := create.CreateFromBytes(raw)
 	if err != nil {
 		return types.NewError(types.ErrInternal, fmt.Sprintf("decode daemon result: %v", err), "")
 	}
@@ -71,11 +70,7 @@ func cmdDel(args *skel.CmdArgs) error {
 		return err
 	}
 	req := request(args)
-	c, err := dial(conf)
-	if err == nil {
-		defer c.close()
-		_, err = c.call(c.api.Del, req, false)
-	}
+	_, err = call(conf, methodDel, req, false)
 	if err == nil || !errors.Is(err, errUnreachable) {
 		return err
 	}
@@ -83,7 +78,7 @@ func cmdDel(args *skel.CmdArgs) error {
 }
 
 // queueDel stores a DEL the daemon could not take, in the verified runDir.
-func queueDel(conf *Config, req *cniv1.CNIRequest, unreachable error) error {
+func queueDel(conf *Config, req *wire.Request, unreachable error) error {
 	d, err := openRunDir(conf, true)
 	if err != nil {
 		return err
@@ -100,30 +95,21 @@ func queueDel(conf *Config, req *cniv1.CNIRequest, unreachable error) error {
 	return nil
 }
 
-func cmdCheck(args *skel.CmdArgs) error {
-	return forward(args, func(c *client) verbFunc { return c.api.Check }, types.ErrTryAgainLater)
-}
+func cmdCheck(args *skel.CmdArgs) error { return forward(args, methodCheck, types.ErrTryAgainLater) }
 
-func cmdGC(args *skel.CmdArgs) error {
-	return forward(args, func(c *client) verbFunc { return c.api.GC }, types.ErrTryAgainLater)
-}
+func cmdGC(args *skel.CmdArgs) error { return forward(args, methodGC, types.ErrTryAgainLater) }
 
 func cmdStatus(args *skel.CmdArgs) error {
-	return forward(args, func(c *client) verbFunc { return c.api.Status }, types.ErrPluginNotAvailable)
+	return forward(args, methodStatus, types.ErrPluginNotAvailable)
 }
 
 // forward sends a verb that has no result and maps an unreachable daemon to unreachableCode.
-func forward(args *skel.CmdArgs, verb func(*client) verbFunc, unreachableCode uint) error {
+func forward(args *skel.CmdArgs, method string, unreachableCode uint) error {
 	conf, err := ParseConfig(args.StdinData)
 	if err != nil {
 		return err
 	}
-	c, err := dial(conf)
-	if err != nil {
-		return types.NewError(unreachableCode, err.Error(), "")
-	}
-	defer c.close()
-	_, err = c.call(verb(c), request(args), true)
+	_, err = call(conf, method, request(args), true)
 	return unreachableAs(err, unreachableCode)
 }
 

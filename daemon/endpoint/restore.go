@@ -10,6 +10,8 @@ import (
 	"github.com/coordino/coordino/daemon/request"
 	"github.com/coordino/coordino/daemon/store"
 	"github.com/coordino/coordino/plugin/deletequeue"
+	"github.com/coordino/coordino/plugin/wire"
+	cniv1 "github.com/coordino/coordino/proto/cni/v1"
 )
 
 // Restore rebuilds the allocator from the store. Call it once, before
@@ -40,7 +42,7 @@ func (m *Manager) Restore() error {
 // DrainDeleteQueue replays the DELs the plugin queued while the daemon was away.
 func (m *Manager) DrainDeleteQueue(dir string) (int, error) {
 	n, errs := deletequeue.Drain(dir, func(e deletequeue.Entry) error {
-		inv, err := request.Parse(request.Del, e.Request)
+		inv, err := request.Parse(request.Del, queuedRequest(e.Request))
 		if err != nil {
 			return fmt.Errorf("%w: %v", deletequeue.ErrUnusable, err)
 		}
@@ -74,7 +76,7 @@ func (m *Manager) applyQueuedDels(k store.Key) error {
 		return err
 	}
 	for _, e := range entries {
-		inv, err := request.Parse(request.Del, e.Request)
+		inv, err := request.Parse(request.Del, queuedRequest(e.Request))
 		if err != nil || inv.Key != k {
 			continue // not this key's; an unusable entry is the drain's to set aside
 		}
@@ -87,4 +89,9 @@ func (m *Manager) applyQueuedDels(k store.Key) error {
 		}
 	}
 	return nil
+}
+
+// queuedRequest is a queued DEL as the gRPC service would have received it.
+func queuedRequest(r *wire.Request) *cniv1.CNIRequest {
+	return &cniv1.CNIRequest{ContainerId: r.ContainerID, Netns: r.Netns, Ifname: r.IfName, Args: r.Args, Path: r.Path, Stdin: r.Stdin}
 }

@@ -12,24 +12,19 @@ import (
 	"strings"
 	"time"
 
-	"google.golang.org/protobuf/proto"
-
-	cniv1 "github.com/coordino/coordino/proto/cni/v1"
+	"github.com/coordino/coordino/plugin/wire"
 )
 
 const suffix = ".del"
 
 // Write stores req durably in dir: written to a temporary file, fsynced, then
 // renamed, so the daemon never reads a partial entry.
-func Write(dir string, req *cniv1.CNIRequest) error {
+func Write(dir string, req *wire.Request) error {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return fmt.Errorf("create delete queue %s: %w", dir, err)
 	}
 	now := time.Now()
-	data, err := proto.Marshal(&cniv1.QueuedDelete{Request: req, QueuedUnixNano: now.UnixNano()})
-	if err != nil {
-		return fmt.Errorf("encode queued DEL: %w", err)
-	}
+	data := wire.AppendQueuedDelete(nil, req, now.UnixNano())
 	tmp, err := os.CreateTemp(dir, ".tmp-*")
 	if err != nil {
 		return fmt.Errorf("create queue entry in %s: %w", dir, err)
@@ -69,20 +64,20 @@ func syncDir(dir string) error {
 // Entry is one queued DEL.
 type Entry struct {
 	Path     string
-	Request  *cniv1.CNIRequest
+	Request  *wire.Request
 	QueuedAt time.Time
 }
 
 // Decode parses a queue file's content.
-func Decode(data []byte) (*cniv1.CNIRequest, time.Time, error) {
-	var q cniv1.QueuedDelete
-	if err := proto.Unmarshal(data, &q); err != nil {
+func Decode(data []byte) (*wire.Request, time.Time, error) {
+	req, at, err := wire.DecodeQueuedDelete(data)
+	if err != nil {
 		return nil, time.Time{}, fmt.Errorf("decode queued DEL: %w", err)
 	}
-	if q.Request == nil || q.Request.ContainerId == "" {
+	if req == nil || req.ContainerID == "" {
 		return nil, time.Time{}, errors.New("decode queued DEL: no request or container ID")
 	}
-	return q.Request, time.Unix(0, q.QueuedUnixNano), nil
+	return req, time.Unix(0, at), nil
 }
 
 // Remove deletes the entry's file; an entry already removed is not an error.

@@ -7,10 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"google.golang.org/protobuf/proto"
-
 	"github.com/coordino/coordino/plugin"
-	cniv1 "github.com/coordino/coordino/proto/cni/v1"
+	"github.com/coordino/coordino/plugin/wire"
 	"github.com/coordino/coordino/test/harness"
 )
 
@@ -29,16 +27,10 @@ func TestQueuedDelNeverRemovesANewerAttachment(t *testing.T) {
 	if err := os.MkdirAll(queue, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	data, err := proto.Marshal(&cniv1.QueuedDelete{
-		Request: &cniv1.CNIRequest{
-			ContainerId: rt.ContainerID, Netns: p.NS.Path(), Ifname: rt.IfName,
-			Stdin: pluginConf(n.RunDir, nil),
-		},
-		QueuedUnixNano: time.Now().Add(time.Hour).UnixNano(),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	data := wire.AppendQueuedDelete(nil, &wire.Request{
+		ContainerID: rt.ContainerID, Netns: p.NS.Path(), IfName: rt.IfName,
+		Stdin: pluginConf(n.RunDir, nil),
+	}, time.Now().Add(time.Hour).UnixNano())
 	if err := os.WriteFile(filepath.Join(queue, "99999999999999999999-x.del"), data, 0o600); err != nil {
 		t.Fatal(err)
 	}
