@@ -75,6 +75,11 @@ demo: deps build ref-plugins
 bench: deps build ref-plugins
 	$(GO) run ./test/bench $(ARGS)
 
+# Sustained churn on one node: 500 pods/min for 10 min, then a leak check (ARGS="-duration 1m" for a shorter run).
+.PHONY: bench-churn
+bench-churn: deps build
+	$(GO) run ./test/churn $(ARGS)
+
 fuzz:
 	hack/fuzz.sh
 
