@@ -71,7 +71,8 @@ func attempt(conf *Config, method string, body []byte) ([]byte, error) {
 		return nil, unavailableUnlessRefused(err)
 	}
 	defer d.close()
-	conn, err := d.dialSocket(ctx)
+	deadline, _ := ctx.Deadline()
+	conn, err := d.dialSocket(deadline)
 	if err != nil {
 		return nil, unavailableUnlessRefused(err)
 	}

@@ -1,14 +1,13 @@
 package plugin
 
 import (
-	"context"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/containernetworking/cni/pkg/types"
 	"golang.org/x/sys/unix"
@@ -158,8 +157,10 @@ func checkQueueDir(fd int) error {
 
 // dialSocket connects to the daemon's socket after checking that it is a
 // socket of root's with no access for anyone else, then checks that the
-// process listening on it runs as root.
-func (d *runDir) dialSocket(ctx context.Context) (net.Conn, error) {
+// process listening on it runs as root. The socket is a blocking one whose
+// reads and writes time out at deadline: the plugin makes one call and
+// waits for it, so it keeps out of the runtime's network poller.
+func (d *runDir) dialSocket(deadline time.Time) (*os.File, error) {
 	var st unix.Stat_t
 	err := unix.Fstatat(int(d.f.Fd()), SocketName, &st, unix.AT_SYMLINK_NOFOLLOW)
 	if errors.Is(err, unix.ENOENT) {
@@ -173,40 +174,29 @@ func (d *runDir) dialSocket(ctx context.Context) (net.Conn, error) {
 			"runDir %q: %s must be a socket owned by root with mode 0600 (uid %d, mode %#o)",
 			d.conf.RunDir, d.conf.SocketPath(), st.Uid, st.Mode&0o7777|st.Mode&unix.S_IFMT), "")
 	}
-	var dialer net.Dialer
-	conn, err := dialer.DialContext(ctx, "unix", d.procPath(SocketName))
+	fd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("socket: %w", err)
 	}
-	if err := checkPeerIsRoot(conn); err != nil {
+	conn := os.NewFile(uintptr(fd), d.conf.SocketPath())
+	tv := unix.NsecToTimeval(max(time.Until(deadline), time.Millisecond).Nanoseconds())
+	for _, opt := range []int{unix.SO_RCVTIMEO, unix.SO_SNDTIMEO} {
+		if err := unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, opt, &tv); err != nil {
+			conn.Close()
+			return nil, fmt.Errorf("socket timeout: %w", err)
+		}
+	}
+	if err := unix.Connect(fd, &unix.SockaddrUnix{Name: d.procPath(SocketName)}); err != nil {
+		conn.Close()
+		return nil, fmt.Errorf("connect to %s: %w", d.conf.SocketPath(), err)
+	}
+	cred, err := unix.GetsockoptUcred(fd, unix.SOL_SOCKET, unix.SO_PEERCRED)
+	if err == nil && cred.Uid != 0 {
+		err = fmt.Errorf("the process listening on it runs as uid %d, not root", cred.Uid)
+	}
+	if err != nil {
 		conn.Close()
 		return nil, types.NewError(types.ErrInvalidNetworkConfig, fmt.Sprintf("runDir %q: %s: %v", d.conf.RunDir, d.conf.SocketPath(), err), "")
 	}
 	return conn, nil
-}
-
-// checkPeerIsRoot reads the listener's credentials from the kernel.
-func checkPeerIsRoot(conn net.Conn) error {
-	uc, ok := conn.(*net.UnixConn)
-	if !ok {
-		return errors.New("not a Unix socket connection")
-	}
-	raw, err := uc.SyscallConn()
-	if err != nil {
-		return err
-	}
-	var cred *unix.Ucred
-	var credErr error
-	if err := raw.Control(func(fd uintptr) {
-		cred, credErr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
-	}); err != nil {
-		return err
-	}
-	if credErr != nil {
-		return fmt.Errorf("peer credentials: %w", credErr)
-	}
-	if cred.Uid != 0 {
-		return fmt.Errorf("the process listening on it runs as uid %d, not root", cred.Uid)
-	}
-	return nil
 }

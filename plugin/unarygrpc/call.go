@@ -8,11 +8,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/url"
 	"os"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"golang.org/x/net/http2/hpack"
@@ -78,13 +78,15 @@ const preface = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 
 // Call sends req to method (e.g. "/coordino.cni.v1.CNI/Add") on conn, which
 // it owns for the call's duration (the caller closes it), and returns the
-// response message or a *Status.
-func Call(ctx context.Context, conn net.Conn, method string, md []Header, req []byte) ([]byte, error) {
+// response message or a *Status. ctx's deadline bounds the call: it is set
+// on conn when conn supports deadlines; otherwise the caller bounds conn's
+// reads and writes itself (a blocking socket with SO_RCVTIMEO, say).
+func Call(ctx context.Context, conn io.ReadWriter, method string, md []Header, req []byte) ([]byte, error) {
 	if deadline, ok := ctx.Deadline(); ok {
-		_ = conn.SetDeadline(deadline)
+		if d, ok := conn.(interface{ SetDeadline(time.Time) error }); ok {
+			_ = d.SetDeadline(deadline)
+		}
 	}
-	stop := context.AfterFunc(ctx, func() { _ = conn.SetDeadline(time.Unix(1, 0)) })
-	defer stop()
 	c := &call{conn: conn, r: bufio.NewReaderSize(conn, 16<<10), sendWindow: defaultWindow, connWindow: defaultWindow, maxFrame: defaultMaxFrameSize}
 	resp, err := c.run(ctx, method, md, req)
 	if err == nil {
@@ -94,7 +96,7 @@ func Call(ctx context.Context, conn net.Conn, method string, md []Header, req []
 	if errors.As(err, &st) {
 		return nil, st
 	}
-	if ctx.Err() != nil || errors.Is(err, os.ErrDeadlineExceeded) {
+	if ctx.Err() != nil || errors.Is(err, os.ErrDeadlineExceeded) || errors.Is(err, syscall.EAGAIN) {
 		if errors.Is(ctx.Err(), context.Canceled) {
 			return nil, &Status{Code: CodeCanceled, Message: err.Error()}
 		}
@@ -104,7 +106,7 @@ func Call(ctx context.Context, conn net.Conn, method string, md []Header, req []
 }
 
 type call struct {
-	conn net.Conn
+	conn io.ReadWriter
 	r    *bufio.Reader
 	// Send windows: the stream's and the connection's (RFC 9113 §6.9).
 	sendWindow, connWindow int64
@@ -433,8 +435,8 @@ func rstStatus(code uint32) *Status {
 	switch code {
 	case 0x7: // REFUSED_STREAM
 		return &Status{Code: CodeUnavailable, Message: msg}
-	case 0x8: // CANCEL
-		return &Status{Code: CodeCanceled, Message: msg}
+	case 0x8: // CANCEL: this client never cancels, so the server's deadline (grpc-timeout) expired
+		return &Status{Code: CodeDeadlineExceeded, Message: msg}
 	case 0xb: // ENHANCE_YOUR_CALM
 		return &Status{Code: CodeResourceExhausted, Message: msg}
 	case 0xc: // INADEQUATE_SECURITY
