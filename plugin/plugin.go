@@ -1,8 +1,11 @@
 package plugin
 
 import (
+	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
 
 	"github.com/containernetworking/cni/pkg/skel"
 	"github.com/containernetworking/cni/pkg/types"
@@ -54,11 +57,23 @@ func cmdAdd(args *skel.CmdArgs) error {
 	if err != nil {
 		return types.NewError(types.ErrInternal, fmt.Sprintf("decode daemon response: %v", err), "")
 	}
+	return printResult(raw, conf.CNIVersion)
+}
+
+// printResult prints the daemon's result in the version the runtime asked
+// for. A result already in that version is printed as the daemon wrote it
+// (encoding/json puts cniVersion first): decoding and re-encoding it would
+// change nothing but cost the plugin process a good part of its CPU.
+func printResult(raw []byte, cniVersion string) error {
+	if bytes.HasPrefix(raw, []byte(`{"cniVersion":"`+cniVersion+`"`)) && json.Valid(raw) {
+		_, err := os.Stdout.Write(raw)
+		return err
+	}
 	result, err := create.CreateFromBytes(raw)
 	if err != nil {
 		return types.NewError(types.ErrInternal, fmt.Sprintf("decode daemon result: %v", err), "")
 	}
-	return types.PrintResult(result, conf.CNIVersion)
+	return types.PrintResult(result, cniVersion)
 }
 
 // cmdDel never fails because the daemon is away: the request is queued on
