@@ -147,6 +147,8 @@ type bed struct {
 	empty    string
 	emptyCPU time.Duration
 	emptyN   int
+	// execCost is the plugin process alone against a stub daemon.
+	execCost *ExecCost
 }
 
 // Run sets up the nodes, runs every mode, and tears everything down. On
@@ -198,6 +200,9 @@ func (b *bed) setup() error {
 	b.dir = dir
 	if b.empty, err = buildEmpty(dir); err != nil {
 		return err
+	}
+	if b.execCost, err = measureExecCost(dir, b.empty, 100); err != nil {
+		return fmt.Errorf("plugin exec cost: %w", err)
 	}
 	newNode := func(name string, cidrs []string, extra []string) (*harness.Node, error) {
 		d := filepath.Join(dir, name)
