@@ -19,6 +19,7 @@ import (
 	"github.com/cilium/ebpf"
 	"github.com/containernetworking/cni/libcni"
 
+	"github.com/coordino/coordino/bpf"
 	"github.com/coordino/coordino/test/harness"
 )
 
@@ -102,10 +103,16 @@ type Report struct {
 	RSSSlope float64 `json:"rss_mb_per_min"`
 	// Leaks lists what differs from the state before the first pod.
 	Leaks []string `json:"leaks"`
+	// StaleConntrack counts conntrack entries that still name a deleted
+	// pod once every client is gone (the server pod still up).
+	StaleConntrack int `json:"stale_conntrack"`
 }
 
-// OK is the run's verdict: no errors, ADD p99 under 250 ms, nothing leaked.
-func (r *Report) OK() bool { return r.Errors == 0 && len(r.Leaks) == 0 && r.Add.P99 < 250 }
+// OK is the run's verdict: no errors, ADD p99 under 250 ms, nothing leaked,
+// no conntrack entry naming a deleted pod.
+func (r *Report) OK() bool {
+	return r.Errors == 0 && len(r.Leaks) == 0 && r.StaleConntrack == 0 && r.Add.P99 < 250
+}
 
 type churn struct {
 	p      Params
@@ -179,6 +186,11 @@ func Run(ctx context.Context, p Params) (*Report, error) {
 	c.churn(ctx)
 	samples()
 
+	// Every client is gone: no conntrack entry may still name one.
+	stale, err := c.staleConntrack()
+	if err != nil {
+		return nil, err
+	}
 	stopServer()
 	if err := c.del(server); err != nil {
 		c.fail(fmt.Errorf("DEL server: %w", err))
@@ -187,6 +199,7 @@ func Run(ctx context.Context, p Params) (*Report, error) {
 		return nil, ctx.Err()
 	}
 	r.Leaks = c.leaks(before)
+	r.StaleConntrack = stale
 	r.Pods = int(c.pods.Load())
 	r.Add, r.Del = harness.Summarize(c.adds, 0), harness.Summarize(c.dels, 0)
 	r.Errors, r.Failures = c.errs, c.failures
@@ -520,6 +533,42 @@ func countEntries(pin string) (int, error) {
 	it := m.Iterate()
 	for it.Next(&k, &v) {
 		n++
+	}
+	return n, it.Err()
+}
+
+// staleConntrack counts conntrack entries that name a pod address other
+// than the server's: with every client deleted, each of them is a leak.
+func (c *churn) staleConntrack() (int, error) {
+	pin := filepath.Join(c.node.BPFDir, "cdo_conntrack")
+	m, err := ebpf.LoadPinnedMap(pin, &ebpf.LoadPinOptions{ReadOnly: true})
+	if err != nil {
+		return 0, fmt.Errorf("open pinned map %s: %w", pin, err)
+	}
+	defer m.Close()
+	pods := netip.MustParsePrefix(podCIDR)
+	stale := func(family uint8, raw [16]byte) bool {
+		var a netip.Addr
+		switch family {
+		case 4:
+			a = netip.AddrFrom4([4]byte(raw[:4]))
+		case 6:
+			a = netip.AddrFrom16(raw)
+		default:
+			return false
+		}
+		return pods.Contains(a) && a != c.server
+	}
+	var (
+		k bpf.CoordinoCtKey
+		v bpf.CoordinoCtEntry
+		n int
+	)
+	it := m.Iterate()
+	for it.Next(&k, &v) {
+		if stale(k.Family, k.Src) || stale(k.Family, k.Dst) {
+			n++
+		}
 	}
 	return n, it.Err()
 }

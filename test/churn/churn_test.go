@@ -30,6 +30,10 @@ func TestChurnSmoke(t *testing.T) {
 	if len(r.Leaks) != 0 {
 		t.Errorf("leaks: %v", r.Leaks)
 	}
+	// Known datapath defect, reported by the benchmark's verdict rather than
+	// failing CI here: DEL purges conntrack by the deleted pod's interface
+	// only, so the peers' entries naming it stay. Assert it once fixed.
+	t.Logf("conntrack entries naming deleted pods: %d", r.StaleConntrack)
 	if len(r.Samples) < 3 {
 		t.Errorf("only %d samples", len(r.Samples))
 	}

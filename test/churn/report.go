@@ -37,6 +37,7 @@ func (r *Report) WriteTable(w io.Writer) {
 			fmt.Fprintf(w, "  %s\n", l)
 		}
 	}
+	fmt.Fprintf(w, "conntrack entries naming deleted pods (server pod still up): %d\n", r.StaleConntrack)
 	verdict := map[bool]string{true: "met", false: "MISSED"}
-	fmt.Fprintf(w, "\ngoals: zero errors, ADD p99 < 250 ms (%.1f ms), nothing leaked: %s\n", r.Add.P99, verdict[r.OK()])
+	fmt.Fprintf(w, "\ngoals: zero errors, ADD p99 < 250 ms (%.1f ms), nothing leaked, no stale conntrack: %s\n", r.Add.P99, verdict[r.OK()])
 }
