@@ -1,12 +1,15 @@
 package plugin
 
 import (
+	"bufio"
 	"errors"
 	"fmt"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -167,4 +170,73 @@ func TestRunDirOutsideTrustedRoots(t *testing.T) {
 			t.Errorf("runDir %s: err = %v, want code 7 naming runDir and %s", dir, err, RunDirRootsEnv)
 		}
 	}
+}
+
+// listenerHelperEnv makes the test binary a listener on the given socket:
+// TestAddRefusesListenerNotRoot starts it as another user.
+const listenerHelperEnv = "COORDINO_TEST_LISTEN_ON"
+
+func TestMain(m *testing.M) {
+	if sock := os.Getenv(listenerHelperEnv); sock != "" {
+		l, err := net.Listen("unix", sock)
+		if err != nil {
+			os.Exit(3)
+		}
+		os.Stdout.WriteString("listening\n")
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				os.Exit(0)
+			}
+			c.Close()
+		}
+	}
+	os.Exit(m.Run())
+}
+
+func TestAddRefusesListenerNotRoot(t *testing.T) {
+	root := trustRoot(t)
+	run := filepath.Join(root, "run")
+	if err := os.Mkdir(run, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	// The other user's process must be able to create its socket in run.
+	sockDir := filepath.Join(root, "helper")
+	if err := os.Mkdir(sockDir, 0o777); err != nil || os.Chmod(sockDir, 0o777) != nil || os.Chmod(root, 0o755) != nil || os.Chmod(filepath.Dir(root), 0o755) != nil {
+		t.Fatal(err)
+	}
+	helperSock := filepath.Join(sockDir, "s.sock")
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The test binary lives in a root-only temp dir: copy it where uid 65534 can run it.
+	exe := filepath.Join(sockDir, "helper.test")
+	data, err := os.ReadFile(self)
+	if err != nil || os.WriteFile(exe, data, 0o755) != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(exe)
+	cmd.Env = []string{listenerHelperEnv + "=" + helperSock}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	if line, err := bufio.NewReader(out).ReadString('\n'); err != nil || line != "listening\n" {
+		t.Fatalf("helper: %q %v", line, err)
+	}
+	// The socket file passes the ownership checks; only its listener is not root.
+	sock := filepath.Join(run, SocketName)
+	if err := os.Rename(helperSock, sock); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(sock, 0, 0); err != nil || os.Chmod(sock, 0o600) != nil {
+		t.Fatal(err)
+	}
+	wantRunDirError(t, invoke(t, cmdAdd, run), "uid 65534, not root")
 }
