@@ -77,6 +77,9 @@ func Run(ctx context.Context, o *config.Options, log *zap.Logger) error {
 		Datapath:   dp,
 		Log:        log,
 	})
+	if err := m.Register(mgr.Collectors()...); err != nil {
+		return err
+	}
 	addr, err := m.Serve(ctx, o.MetricsAddr)
 	if err != nil {
 		return err

@@ -37,7 +37,8 @@ type Config struct {
 // Manager carries out the CNI verbs. Safe for concurrent use.
 type Manager struct {
 	Config
-	locks keyedMutex
+	locks      keyedMutex
+	unrestored unrestored
 }
 
 // New returns a Manager. Call Restore before serving.
@@ -229,7 +230,7 @@ func (m *Manager) release(ep *store.Endpoint) error {
 		return err
 	}
 	if ep.Mode == store.ModePrimary {
-		m.Pool.Release(ep.IPs)
+		m.releaseAddresses(ep)
 	}
 	return nil
 }
