@@ -38,6 +38,9 @@ type Config struct {
 	Logger *zap.Logger
 	// NodeIPs are this node's addresses: traffic from them is the host identity.
 	NodeIPs []netip.Addr
+	// Identities assigns endpoint identities; nil numbers label sets on
+	// this node (standalone). See identity.Assigner for Kubernetes mode.
+	Identities identity.Assigner
 }
 
 // Endpoint is a pod interface to enforce policy on.
@@ -67,7 +70,7 @@ type Datapath struct {
 	ifKeys atomic.Pointer[map[uint32]string]
 
 	mu       sync.Mutex
-	ids      *identity.Allocator
+	ids      identity.Assigner
 	cidrs    *identity.CIDRs
 	eps      map[string]*record
 	snap     policy.Snapshot
@@ -78,6 +81,9 @@ type Datapath struct {
 	cfgFlags uint32
 	// compileErr lists the invalid policies of the last sync.
 	compileErr error
+	// remote are identities announced by an identity source
+	// (UpsertIdentity), beyond those of local endpoints.
+	remote map[identity.ID]identity.Identity
 }
 
 // Open loads the BPF objects and creates, or adopts, the pinned maps, the
@@ -102,12 +108,16 @@ func Open(cfg Config) (*Datapath, error) {
 	if err != nil {
 		return nil, fmt.Errorf("datapath: load BPF spec: %w", err)
 	}
+	if cfg.Identities == nil {
+		cfg.Identities = identity.NewAllocator()
+	}
 	d := &Datapath{
-		cfg:   cfg,
-		log:   cfg.Logger.Named("datapath"),
-		ids:   identity.NewAllocator(),
-		cidrs: identity.NewCIDRs(),
-		eps:   map[string]*record{},
+		cfg:    cfg,
+		log:    cfg.Logger.Named("datapath"),
+		ids:    cfg.Identities,
+		cidrs:  identity.NewCIDRs(),
+		eps:    map[string]*record{},
+		remote: map[identity.ID]identity.Identity{},
 	}
 	opts := &ebpf.CollectionOptions{Maps: ebpf.MapOptions{PinPath: cfg.BPFDir}}
 	if err := spec.LoadAndAssign(&d.objs, opts); err != nil {

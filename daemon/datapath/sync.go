@@ -22,7 +22,7 @@ func (d *Datapath) sync() error {
 	for _, r := range d.eps {
 		local[r.Identity] = true
 	}
-	in := policy.Input{Snapshot: d.snap, Identities: d.ids.All()}
+	in := policy.Input{Snapshot: d.snap, Identities: d.knownIdentities()}
 	for id := range local {
 		in.Local = append(in.Local, id)
 	}
