@@ -26,6 +26,9 @@ type Options struct {
 	AttachMode  string   `json:"attachMode"`
 	NoDatapath  bool     `json:"noDatapath"`
 	FlowLog     string   `json:"flowLog"`
+	// Kubeconfig is the Kubernetes mode's API client config; empty means
+	// in-cluster (service account) config.
+	Kubeconfig string `json:"kubeconfig"`
 
 	// Prefixes is PodCIDRs parsed.
 	Prefixes []netip.Prefix `json:"-"`
@@ -75,6 +78,7 @@ func Parse(args []string, stderr io.Writer) (*Options, error) {
 	fs.StringVar(&o.AttachMode, "attach-mode", o.AttachMode, "how eBPF attaches to pod interfaces: tc (clsact + cls_bpf) or tcx (falls back to tc without kernel support)")
 	fs.BoolVar(&o.NoDatapath, "no-datapath", false, "do not load eBPF: connectivity without policy enforcement")
 	fs.StringVar(&o.FlowLog, "flow-log", "", "append flow events as JSON lines to this file (\"-\": stdout)")
+	fs.StringVar(&o.Kubeconfig, "kubeconfig", "", "Kubernetes mode: kubeconfig file of the API client (default: in-cluster service account)")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -130,6 +134,7 @@ func (o *Options) applyFlags(flags *Options, explicit map[string]bool) {
 		"attach-mode":  func() { o.AttachMode = flags.AttachMode },
 		"no-datapath":  func() { o.NoDatapath = flags.NoDatapath },
 		"flow-log":     func() { o.FlowLog = flags.FlowLog },
+		"kubeconfig":   func() { o.Kubeconfig = flags.Kubeconfig },
 	}
 	for name := range explicit {
 		if f := set[name]; f != nil {
@@ -147,10 +152,19 @@ func (o *Options) validate() error {
 		}
 		o.Prefixes = append(o.Prefixes, p.Masked())
 	}
+	if !o.Standalone && len(o.PodCIDRs) > 0 {
+		return fmt.Errorf("pod-cidr is for --standalone only: in Kubernetes mode the node's blocks come from its NodeConfig")
+	}
+	if o.Standalone && o.Kubeconfig != "" {
+		return fmt.Errorf("kubeconfig is for Kubernetes mode only: drop it or --standalone")
+	}
 	for name, dir := range map[string]string{"run-dir": o.RunDir, "state-dir": o.StateDir, "bpf-dir": o.BPFDir} {
 		if !filepath.IsAbs(dir) {
 			return fmt.Errorf("%s %q must be an absolute path", name, dir)
 		}
+	}
+	if o.Kubeconfig != "" && !filepath.IsAbs(o.Kubeconfig) {
+		return fmt.Errorf("kubeconfig %q must be an absolute path", o.Kubeconfig)
 	}
 	if o.PolicyDir != "" && !filepath.IsAbs(o.PolicyDir) {
 		return fmt.Errorf("policy-dir %q must be an absolute path", o.PolicyDir)

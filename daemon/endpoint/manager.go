@@ -32,6 +32,9 @@ type Config struct {
 	// without eBPF policy enforcement.
 	Datapath *datapath.Datapath
 	Log      *zap.Logger
+	// PodLabels, when set (Kubernetes mode), is where ADD takes the pod's
+	// labels from instead of the network config's args.
+	PodLabels PodLabeler
 }
 
 // Manager carries out the CNI verbs. Safe for concurrent use.
@@ -55,6 +58,9 @@ const ResultVersion = "1.1.0"
 
 // Add attaches a pod and returns the CNI result JSON.
 func (m *Manager) Add(inv *request.Invocation) ([]byte, error) {
+	if err := m.resolveLabels(inv); err != nil {
+		return nil, err
+	}
 	unlock := m.locks.lock(inv.Key.String())
 	defer unlock()
 
