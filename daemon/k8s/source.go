@@ -112,6 +112,7 @@ type Source struct {
 	// announced is what the apply loop told the sink; only it touches it.
 	announced map[identity.ID]identity.Identity
 	applied   atomic.Int64 // NodeConfig generation whose blocks the pool has
+	tailSave  atomic.Bool  // a save of the last-known state is scheduled
 
 	mu        sync.Mutex
 	refresher Refresher
@@ -326,9 +327,9 @@ func (s *Source) Run(ctx context.Context, sink controlplane.Sink) error {
 		if s.isLive() && time.Since(lastSave) >= saveInterval {
 			s.save()
 			lastSave = time.Now()
-		} else if s.isLive() {
+		} else if s.isLive() && s.tailSave.CompareAndSwap(false, true) {
 			// Save the tail of a burst too.
-			time.AfterFunc(saveInterval, func() { s.markDirty(func(*dirtyBits) {}) })
+			time.AfterFunc(saveInterval, func() { s.tailSave.Store(false); s.markDirty(func(*dirtyBits) {}) })
 		}
 	}
 }

@@ -24,7 +24,7 @@ type apiProxy struct {
 	conns map[net.Conn]bool
 }
 
-func newAPIProxy(t *testing.T, nodeNS ns.NetNS, target string) *apiProxy {
+func newAPIProxy(t testing.TB, nodeNS ns.NetNS, target string) *apiProxy {
 	t.Helper()
 	p := &apiProxy{nodeNS: nodeNS, target: target, conns: map[net.Conn]bool{}}
 	if err := p.listen("127.0.0.1:0"); err != nil {
@@ -92,7 +92,7 @@ func (p *apiProxy) Cut() {
 }
 
 // Restore listens again on the same node-side address.
-func (p *apiProxy) Restore(t *testing.T) {
+func (p *apiProxy) Restore(t testing.TB) {
 	t.Helper()
 	if err := p.listen(p.addr); err != nil {
 		t.Fatal(err)

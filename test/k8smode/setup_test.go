@@ -32,7 +32,7 @@ type cluster struct {
 	crd  versioned.Interface
 }
 
-func newCluster(t *testing.T, cfg *rest.Config) *cluster {
+func newCluster(t testing.TB, cfg *rest.Config) *cluster {
 	t.Helper()
 	kube, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
@@ -45,13 +45,13 @@ func newCluster(t *testing.T, cfg *rest.Config) *cluster {
 	return &cluster{cfg: cfg, kube: kube, crd: crd}
 }
 
-func bg(t *testing.T) context.Context {
+func bg(t testing.TB) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	t.Cleanup(cancel)
 	return ctx
 }
 
-func (c *cluster) namespace(t *testing.T, name string, labels map[string]string) {
+func (c *cluster) namespace(t testing.TB, name string, labels map[string]string) {
 	t.Helper()
 	ctx := bg(t)
 	if _, err := c.kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels}}, metav1.CreateOptions{}); err != nil {
@@ -66,7 +66,7 @@ func (c *cluster) namespace(t *testing.T, name string, labels map[string]string)
 }
 
 // pod creates a Pod object bound to node, as the scheduler would.
-func (c *cluster) pod(t *testing.T, ns, name, node string, labels map[string]string) {
+func (c *cluster) pod(t testing.TB, ns, name, node string, labels map[string]string) {
 	t.Helper()
 	no := false
 	p := &corev1.Pod{
@@ -81,7 +81,7 @@ func (c *cluster) pod(t *testing.T, ns, name, node string, labels map[string]str
 
 // nodeConfig creates or updates the node's NodeConfig spec (the
 // controller's job, done here as a fixture).
-func (c *cluster) nodeConfig(t *testing.T, node string, blocks ...coordinov1alpha1.NodeBlock) {
+func (c *cluster) nodeConfig(t testing.TB, node string, blocks ...coordinov1alpha1.NodeBlock) {
 	t.Helper()
 	ctx := bg(t)
 	ncs := c.crd.CoordinoV1alpha1().NodeConfigs()
@@ -105,7 +105,7 @@ func (c *cluster) nodeConfig(t *testing.T, node string, blocks ...coordinov1alph
 
 // identity creates the cluster Identity of a pod label set, as the leader
 // controller would.
-func (c *cluster) identity(t *testing.T, number int, ns string, podLabels, nsLabels map[string]string) {
+func (c *cluster) identity(t testing.TB, number int, ns string, podLabels, nsLabels map[string]string) {
 	t.Helper()
 	full := coordinov1alpha1.SecurityLabels(podLabels, nsLabels, coordinov1alpha1.DefaultExcludedLabels)
 	obj := &coordinov1alpha1.Identity{
@@ -120,7 +120,7 @@ func (c *cluster) identity(t *testing.T, number int, ns string, podLabels, nsLab
 
 // kubeconfigFor writes a kubeconfig reaching the API server at server
 // (the node-side proxy address) with cfg's credentials.
-func kubeconfigFor(t *testing.T, cfg *rest.Config, server, path string) {
+func kubeconfigFor(t testing.TB, cfg *rest.Config, server, path string) {
 	t.Helper()
 	read := func(data []byte, file string) []byte {
 		if len(data) > 0 || file == "" {
@@ -145,7 +145,7 @@ func kubeconfigFor(t *testing.T, cfg *rest.Config, server, path string) {
 }
 
 // hostPort is the API server's address from its rest.Config.
-func hostPort(t *testing.T, cfg *rest.Config) string {
+func hostPort(t testing.TB, cfg *rest.Config) string {
 	t.Helper()
 	h := strings.TrimPrefix(strings.TrimPrefix(cfg.Host, "https://"), "http://")
 	return strings.TrimSuffix(h, "/")
@@ -159,7 +159,7 @@ type k8sNode struct {
 	cni   *harness.CNI
 }
 
-func newK8sNode(t *testing.T, c *cluster) *k8sNode {
+func newK8sNode(t testing.TB, c *cluster) *k8sNode {
 	t.Helper()
 	n, err := harness.NewNode(t.TempDir(), "node-"+harness.RandomSuffix(6), harness.NodeOptions{})
 	if err != nil {
@@ -188,7 +188,7 @@ type podIn struct {
 	addr netip.Addr
 }
 
-func (n *k8sNode) add(t *testing.T, ns, name string) *podIn {
+func (n *k8sNode) add(t testing.TB, ns, name string) *podIn {
 	t.Helper()
 	p, err := n.tryAdd(t, ns, name)
 	if err != nil {
@@ -197,7 +197,7 @@ func (n *k8sNode) add(t *testing.T, ns, name string) *podIn {
 	return p
 }
 
-func (n *k8sNode) tryAdd(t *testing.T, ns, name string) (*podIn, error) {
+func (n *k8sNode) tryAdd(t testing.TB, ns, name string) (*podIn, error) {
 	t.Helper()
 	hp, err := harness.NewPod(name)
 	if err != nil {
@@ -219,7 +219,7 @@ func (n *k8sNode) tryAdd(t *testing.T, ns, name string) (*podIn, error) {
 	return p, nil
 }
 
-func (n *k8sNode) del(t *testing.T, p *podIn) {
+func (n *k8sNode) del(t testing.TB, p *podIn) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -237,7 +237,7 @@ func cniCode(err error) uint {
 }
 
 // eventually polls cond until it holds or timeout passes.
-func eventually(t *testing.T, timeout time.Duration, what string, cond func() (bool, string)) {
+func eventually(t testing.TB, timeout time.Duration, what string, cond func() (bool, string)) {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
 	last := ""
@@ -252,7 +252,7 @@ func eventually(t *testing.T, timeout time.Duration, what string, cond func() (b
 	t.Fatalf("%s: not within %v (last: %s)", what, timeout, last)
 }
 
-func (n *k8sNode) metricIs(t *testing.T, name string, want float64, labels ...string) func() (bool, string) {
+func (n *k8sNode) metricIs(t testing.TB, name string, want float64, labels ...string) func() (bool, string) {
 	return func() (bool, string) {
 		v, err := n.Metric(name, labels...)
 		if err != nil {
