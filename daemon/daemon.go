@@ -34,11 +34,6 @@ const queueDrainInterval = 5 * time.Second
 // the delete queue drained and orphans reclaimed before the socket exists,
 // so no ADD can interleave with recovery.
 func Run(ctx context.Context, o *config.Options, log *zap.Logger) error {
-	if !o.Standalone {
-		// Until the controller and its CRDs exist, Kubernetes mode runs on the
-		// same static sources; say so rather than pretend to watch the API.
-		log.Warn("Kubernetes control-plane source is not implemented yet: using --pod-cidr and --policy-dir as in --standalone")
-	}
 	pool, err := ipam.NewPool(o.Prefixes)
 	if err != nil {
 		return fmt.Errorf("pod CIDRs: %w", err)
@@ -62,12 +57,28 @@ func Run(ctx context.Context, o *config.Options, log *zap.Logger) error {
 		return counts, err
 	})
 	hub := flows.NewHub()
-	dp, err := startDatapath(ctx, o, m, hub, log)
+	kube, err := newKubernetesSource(o, pool, m, log)
+	if err != nil {
+		return err
+	}
+	dp, err := startDatapath(ctx, o, m, hub, log, kube)
 	if err != nil {
 		return err
 	}
 	if dp != nil {
 		defer dp.Close() // releases FDs; pins keep pods enforced while the daemon is away
+	} else if kube != nil {
+		if err := runSource(ctx, kube, discardPolicy{}, log); err != nil {
+			return err
+		}
+	}
+	if kube != nil {
+		// Blocks arrived with the source's first state.
+		if _, v6 := pool.Families(); v6 {
+			if err := netsetup.EnableForwarding(v6); err != nil {
+				return err
+			}
+		}
 	}
 	mgr := endpoint.New(endpoint.Config{
 		PinDir:     filepath.Join(o.RunDir, "netns"),
@@ -79,6 +90,13 @@ func Run(ctx context.Context, o *config.Options, log *zap.Logger) error {
 
 		DeleteQueueDir: filepath.Join(o.RunDir, plugin.DeleteQueueDir),
 	})
+	if kube != nil {
+		mgr.PodLabels = kube
+		kube.SetRefresher(mgr.RefreshEndpoints)
+	}
+	if err := m.Register(mgr.Collectors()...); err != nil {
+		return err
+	}
 	addr, err := m.Serve(ctx, o.MetricsAddr)
 	if err != nil {
 		return err

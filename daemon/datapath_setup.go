@@ -16,6 +16,7 @@ import (
 	"github.com/coordino/coordino/daemon/controlplane"
 	"github.com/coordino/coordino/daemon/datapath"
 	"github.com/coordino/coordino/daemon/flows"
+	"github.com/coordino/coordino/daemon/k8s"
 	"github.com/coordino/coordino/daemon/metrics"
 	"github.com/coordino/coordino/daemon/policy"
 )
@@ -27,7 +28,7 @@ const bpffsRoot = "/sys/fs/bpf"
 // source; it returns once the first policy snapshot is in the maps, so no
 // pod attached afterwards is ever unprotected. It returns nil with
 // --no-datapath.
-func startDatapath(ctx context.Context, o *config.Options, m *metrics.Metrics, hub *flows.Hub, log *zap.Logger) (*datapath.Datapath, error) {
+func startDatapath(ctx context.Context, o *config.Options, m *metrics.Metrics, hub *flows.Hub, log *zap.Logger, kube *k8s.Source) (*datapath.Datapath, error) {
 	if o.NoDatapath {
 		log.Warn("eBPF datapath disabled (--no-datapath): NetworkPolicy is NOT enforced")
 		return nil, nil
@@ -43,7 +44,7 @@ func startDatapath(ctx context.Context, o *config.Options, m *metrics.Metrics, h
 		return nil, err
 	}
 	dp, err := datapath.Open(datapath.Config{BPFDir: o.BPFDir, AttachMode: datapath.AttachMode(o.AttachMode), Logger: log, NodeIPs: nodeIPs,
-		ConntrackSize: o.ConntrackSize})
+		ConntrackSize: o.ConntrackSize, Identities: identityAssigner(kube)})
 	if err != nil {
 		return nil, err
 	}
@@ -51,7 +52,12 @@ func startDatapath(ctx context.Context, o *config.Options, m *metrics.Metrics, h
 		dp.Close()
 		return nil, err
 	}
-	if o.PolicyDir == "" {
+	if kube != nil {
+		if err := runSource(ctx, kube, dp, log); err != nil {
+			dp.Close()
+			return nil, err
+		}
+	} else if o.PolicyDir == "" {
 		if err := dp.UpdatePolicy(policy.Snapshot{}); err != nil {
 			dp.Close()
 			return nil, err
@@ -79,21 +85,10 @@ func startPolicySource(ctx context.Context, dir, stateDir string, dp *datapath.D
 	if err := m.Register(src.Collectors()...); err != nil {
 		return err
 	}
-	failed := make(chan error, 1)
-	go func() {
-		if err := src.Run(ctx, dp); err != nil {
-			log.Error("policy source stopped", zap.Error(err))
-			failed <- err
-		}
-	}()
-	select {
-	case <-src.Synced():
-		return nil
-	case err := <-failed:
+	if err := runSource(ctx, src, dp, log); err != nil {
 		return fmt.Errorf("policy dir %s: %w", dir, err)
-	case <-ctx.Done():
-		return ctx.Err()
 	}
+	return nil
 }
 
 // startFlows runs the datapath's single flow-event reader, publishing to

@@ -30,6 +30,9 @@ type Options struct {
 	FlowLog     string   `json:"flowLog"`
 	// ConntrackSize is the capacity of the datapath's conntrack table.
 	ConntrackSize int `json:"conntrackSize"`
+	// Kubeconfig is the Kubernetes mode's API client config; empty means
+	// in-cluster (service account) config.
+	Kubeconfig string `json:"kubeconfig"`
 
 	// Prefixes is PodCIDRs parsed.
 	Prefixes []netip.Prefix `json:"-"`
@@ -82,6 +85,7 @@ func Parse(args []string, stderr io.Writer) (*Options, error) {
 	fs.BoolVar(&o.NoDatapath, "no-datapath", false, "do not load eBPF: connectivity without policy enforcement")
 	fs.StringVar(&o.FlowLog, "flow-log", "", "append flow events as JSON lines to this file (\"-\": stdout)")
 	fs.IntVar(&o.ConntrackSize, "conntrack-size", o.ConntrackSize, "capacity of the eBPF conntrack table (flows of pods with an isolated direction; about 120 bytes each)")
+	fs.StringVar(&o.Kubeconfig, "kubeconfig", "", "Kubernetes mode: kubeconfig file of the API client (default: in-cluster service account)")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -137,6 +141,7 @@ func (o *Options) applyFlags(flags *Options, explicit map[string]bool) {
 		"attach-mode":  func() { o.AttachMode = flags.AttachMode },
 		"no-datapath":  func() { o.NoDatapath = flags.NoDatapath },
 		"flow-log":     func() { o.FlowLog = flags.FlowLog },
+		"kubeconfig":   func() { o.Kubeconfig = flags.Kubeconfig },
 	}
 	set["conntrack-size"] = func() { o.ConntrackSize = flags.ConntrackSize }
 	for name := range explicit {
@@ -155,10 +160,19 @@ func (o *Options) validate() error {
 		}
 		o.Prefixes = append(o.Prefixes, p.Masked())
 	}
+	if !o.Standalone && len(o.PodCIDRs) > 0 {
+		return fmt.Errorf("pod-cidr is for --standalone only: in Kubernetes mode the node's blocks come from its NodeConfig")
+	}
+	if o.Standalone && o.Kubeconfig != "" {
+		return fmt.Errorf("kubeconfig is for Kubernetes mode only: drop it or --standalone")
+	}
 	for name, dir := range map[string]string{"run-dir": o.RunDir, "state-dir": o.StateDir, "bpf-dir": o.BPFDir} {
 		if !filepath.IsAbs(dir) {
 			return fmt.Errorf("%s %q must be an absolute path", name, dir)
 		}
+	}
+	if o.Kubeconfig != "" && !filepath.IsAbs(o.Kubeconfig) {
+		return fmt.Errorf("kubeconfig %q must be an absolute path", o.Kubeconfig)
 	}
 	if o.PolicyDir != "" && !filepath.IsAbs(o.PolicyDir) {
 		return fmt.Errorf("policy-dir %q must be an absolute path", o.PolicyDir)

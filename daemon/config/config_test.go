@@ -19,7 +19,7 @@ func TestFlagsAndFile(t *testing.T) {
 	if !o.Standalone || o.RunDir != "/run/y" || o.LogLevel != "debug" || o.NodeName != "n1" || len(o.Prefixes) != 1 || o.Prefixes[0].String() != "10.7.0.0/24" {
 		t.Fatalf("options = %+v", o)
 	}
-	o, err = Parse([]string{"--pod-cidr", "10.8.0.1/24", "--pod-cidr", "fd00::/64"}, io.Discard)
+	o, err = Parse([]string{"--standalone", "--pod-cidr", "10.8.0.1/24", "--pod-cidr", "fd00::/64"}, io.Discard)
 	if err != nil || len(o.Prefixes) != 2 || o.Prefixes[0].String() != "10.8.0.0/24" {
 		t.Fatalf("options = %+v, %v", o, err)
 	}
@@ -30,11 +30,13 @@ func TestErrorsNameTheOption(t *testing.T) {
 	bad := filepath.Join(dir, "bad.json")
 	os.WriteFile(bad, []byte(`{"podRange":["x"]}`), 0o600)
 	for args, want := range map[string]string{
-		"--pod-cidr nonsense":   "pod-cidr",
-		"--run-dir relative":    "run-dir",
-		"--log-level loud":      "log-level",
-		"--config " + bad:       "podRange",
-		"--policy-dir relative": "policy-dir",
+		"--standalone --pod-cidr nonsense": "pod-cidr",
+		"--pod-cidr 10.0.0.0/24":           "pod-cidr is for --standalone only",
+		"--kubeconfig relative":            "kubeconfig",
+		"--run-dir relative":               "run-dir",
+		"--log-level loud":                 "log-level",
+		"--config " + bad:                  "podRange",
+		"--policy-dir relative":            "policy-dir",
 	} {
 		_, err := Parse(strings.Fields(args), io.Discard)
 		if err == nil || !strings.Contains(err.Error(), want) {

@@ -35,12 +35,16 @@ type Config struct {
 	// unreachable; an ADD applies those of its key first.
 	DeleteQueueDir string
 	Log            *zap.Logger
+	// PodLabels, when set (Kubernetes mode), is where ADD takes the pod's
+	// labels from instead of the network config's args.
+	PodLabels PodLabeler
 }
 
 // Manager carries out the CNI verbs. Safe for concurrent use.
 type Manager struct {
 	Config
-	locks keyedMutex
+	locks      keyedMutex
+	unrestored unrestored
 }
 
 // New returns a Manager. Call Restore before serving.
@@ -57,6 +61,9 @@ const ResultVersion = "1.1.0"
 
 // Add attaches a pod and returns the CNI result JSON.
 func (m *Manager) Add(inv *request.Invocation) ([]byte, error) {
+	if err := m.resolveLabels(inv); err != nil {
+		return nil, err
+	}
 	unlock := m.lockKey(inv.Key)
 	defer unlock()
 
@@ -243,7 +250,7 @@ func (m *Manager) release(ep *store.Endpoint) error {
 		return err
 	}
 	if ep.Mode == store.ModePrimary {
-		m.Pool.Release(ep.IPs)
+		m.releaseAddresses(ep)
 	}
 	return nil
 }

@@ -3,8 +3,12 @@ package endpoint
 import (
 	"errors"
 	"fmt"
+	"net/netip"
 	"os"
+	"slices"
+	"sync"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
 	"github.com/coordino/coordino/daemon/request"
@@ -14,22 +18,62 @@ import (
 	cniv1 "github.com/coordino/coordino/proto/cni/v1"
 )
 
+// unrestored tracks stored endpoints whose addresses could not be reserved
+// at restore (their block changed: the address is now a network address,
+// or another endpoint holds it). Their DEL must not free those addresses,
+// which may belong to someone else.
+type unrestored struct {
+	mu   sync.Mutex
+	addr map[store.Key][]netip.Prefix
+}
+
+func (u *unrestored) set(k store.Key, addrs []netip.Prefix) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if u.addr == nil {
+		u.addr = map[store.Key][]netip.Prefix{}
+	}
+	u.addr[k] = addrs
+}
+
+// take forgets k and returns the addresses it could not reserve.
+func (u *unrestored) take(k store.Key) []netip.Prefix {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	a := u.addr[k]
+	delete(u.addr, k)
+	return a
+}
+
+func (u *unrestored) count() int {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return len(u.addr)
+}
+
 // Restore rebuilds the allocator from the store. Call it once, before
-// serving and before DrainDeleteQueue.
+// serving and before DrainDeleteQueue. An endpoint whose addresses no
+// longer fit the node's blocks (a pod-CIDR or block change) does not stop
+// the daemon: it is logged and counted (coordino_endpoints_unrestorable),
+// keeps running as it is, and its DEL or GC removes it.
 func (m *Manager) Restore() error {
 	eps, err := m.Store.List("")
 	if err != nil {
 		return err
 	}
+	bad := 0
 	for _, ep := range eps {
 		if ep.Mode != store.ModePrimary {
 			continue
 		}
-		if err := m.Pool.Reserve(ep.IPs); err != nil {
-			return fmt.Errorf("restore addresses of %s: %w", ep.Key, err)
+		if rejected, err := m.Pool.Reserve(ep.IPs); err != nil {
+			bad++
+			m.unrestored.set(ep.Key, rejected)
+			m.Log.Error("stored endpoint holds addresses the node's blocks cannot reserve; it keeps running, DEL or GC removes it",
+				zap.String("endpoint", ep.Key.String()), zap.String("pod", ep.PodNamespace+"/"+ep.PodName), zap.Error(err))
 		}
 	}
-	m.Log.Info("restored endpoints", zap.Int("count", len(eps)))
+	m.Log.Info("restored endpoints", zap.Int("count", len(eps)), zap.Int("unrestorable", bad))
 	return nil
 }
 
@@ -38,6 +82,19 @@ func (m *Manager) Restore() error {
 // precedes it returned, so that DEL's file exists when the ADD starts, and
 // the ADD applies and removes it before creating anything. A drain therefore
 // applies an entry only if its file still exists under the key's lock.
+// releaseAddresses frees ep's addresses, except those it never reserved.
+func (m *Manager) releaseAddresses(ep *store.Endpoint) {
+	skip := m.unrestored.take(ep.Key)
+	m.Pool.Release(slices.DeleteFunc(slices.Clone(ep.IPs), func(p netip.Prefix) bool { return slices.Contains(skip, p) }))
+}
+
+// Collectors returns the manager's Prometheus collectors.
+func (m *Manager) Collectors() []prometheus.Collector {
+	return []prometheus.Collector{prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "coordino_endpoints_unrestorable",
+		Help: "Stored endpoints whose addresses the node's blocks could not reserve at restore; DEL or GC removes them.",
+	}, func() float64 { return float64(m.unrestored.count()) })}
+}
 
 // DrainDeleteQueue replays the DELs the plugin queued while the daemon was away.
 func (m *Manager) DrainDeleteQueue(dir string) (int, error) {

@@ -22,6 +22,33 @@ type Block struct {
 	used   []uint64
 	nUsed  int
 	next   int // next-fit cursor: recently freed addresses are reused last
+	// state is the block's place in its lifecycle inside a Pool.
+	state BlockState
+}
+
+// BlockState is where a block stands in its lifecycle.
+type BlockState int
+
+const (
+	// Serving blocks hand out new addresses.
+	Serving BlockState = iota
+	// Releasing blocks hand out nothing new; the control plane takes them
+	// back once their last address is freed.
+	Releasing
+	// Removed blocks are no longer the node's: they only keep the
+	// bookkeeping of addresses still in use and vanish when empty.
+	Removed
+)
+
+// String names the state as metrics and status show it.
+func (s BlockState) String() string {
+	switch s {
+	case Releasing:
+		return "releasing"
+	case Removed:
+		return "removed"
+	}
+	return "serving"
 }
 
 // NewBlock returns an empty block for p. IPv4 blocks never hand out their

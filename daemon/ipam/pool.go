@@ -1,22 +1,38 @@
 package ipam
 
 import (
+	"errors"
 	"fmt"
 	"net/netip"
+	"slices"
 	"sync"
 )
 
 // Pool is the node's set of blocks, safe for concurrent use. A pod gets one
-// address per address family the pool has (both families → dual-stack).
+// address per address family the pool serves (both families → dual-stack).
+// Blocks can change at runtime (SetBlocks): the pool never forgets an
+// address in use, even one outside every block it holds, so no address is
+// handed out twice while blocks come and go.
 type Pool struct {
 	mu     sync.Mutex
 	blocks []*Block
+	// outside holds addresses in use that lie in no block (restored before
+	// their block arrived, or a block taken away while still in use). A
+	// block added later absorbs the ones it contains.
+	outside map[netip.Addr]bool
+}
+
+// BlockSpec is one block the node should hold.
+type BlockSpec struct {
+	Prefix netip.Prefix
+	// Releasing blocks keep their addresses but hand out no new ones.
+	Releasing bool
 }
 
 // NewPool builds a pool from the node's CIDRs; at most one per family would
 // be usual, but several are allowed and filled in order.
 func NewPool(cidrs []netip.Prefix) (*Pool, error) {
-	p := &Pool{}
+	p := &Pool{outside: map[netip.Addr]bool{}}
 	seen := map[netip.Prefix]bool{}
 	for _, c := range cidrs {
 		c = c.Masked()
@@ -38,12 +54,114 @@ func NewPool(cidrs []netip.Prefix) (*Pool, error) {
 	return p, nil
 }
 
-// Empty reports whether the pool has no blocks (a chained-only node).
-func (p *Pool) Empty() bool { return len(p.blocks) == 0 }
-
-// Families reports which address families the pool serves.
-func (p *Pool) Families() (v4, v6 bool) {
+// SetBlocks makes specs the node's blocks. New blocks start serving (and
+// take over addresses in use that they contain); listed blocks follow their
+// Releasing flag; blocks no longer listed stop serving and are dropped once
+// their last address is released. Invalid or overlapping specs are skipped
+// and reported in the error; the valid rest is applied.
+func (p *Pool) SetBlocks(specs []BlockSpec) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var errs []error
+	want := map[netip.Prefix]BlockSpec{}
+	var order []netip.Prefix
+	for _, s := range specs {
+		if !s.Prefix.IsValid() {
+			errs = append(errs, fmt.Errorf("block %v: invalid prefix", s.Prefix))
+			continue
+		}
+		c := s.Prefix.Masked()
+		if _, dup := want[c]; dup {
+			continue
+		}
+		if i := slices.IndexFunc(order, c.Overlaps); i >= 0 {
+			errs = append(errs, fmt.Errorf("block %v overlaps block %v: ignored", c, order[i]))
+			continue
+		}
+		want[c] = s
+		order = append(order, c)
+	}
+	kept := p.blocks[:0]
 	for _, b := range p.blocks {
+		s, listed := want[b.prefix]
+		switch {
+		case listed && s.Releasing:
+			b.state = Releasing
+		case listed:
+			b.state = Serving
+		default:
+			b.state = Removed
+		}
+		delete(want, b.prefix)
+		if b.state == Removed && b.nUsed == 0 {
+			continue
+		}
+		kept = append(kept, b)
+	}
+	p.blocks = kept
+	for _, c := range order {
+		s, isNew := want[c]
+		if !isNew {
+			continue
+		}
+		if b := p.overlapping(c); b != nil {
+			// A removed block still in use, overlapping a new one: keep the
+			// old one's bookkeeping until it drains; the new one waits.
+			errs = append(errs, fmt.Errorf("block %v overlaps %v, which still has addresses in use: not added yet", c, b.prefix))
+			continue
+		}
+		b, err := NewBlock(c)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if s.Releasing {
+			b.state = Releasing
+		}
+		for a := range p.outside {
+			if !b.Contains(a) {
+				continue
+			}
+			if err := b.Reserve(a); err != nil {
+				errs = append(errs, fmt.Errorf("address in use %v: %w", a, err))
+				continue
+			}
+			delete(p.outside, a)
+		}
+		p.blocks = append(p.blocks, b)
+	}
+	return errors.Join(errs...)
+}
+
+func (p *Pool) overlapping(c netip.Prefix) *Block {
+	for _, b := range p.blocks {
+		if b.prefix.Overlaps(c) {
+			return b
+		}
+	}
+	return nil
+}
+
+// Empty reports whether the pool has no blocks (a chained-only node).
+func (p *Pool) Empty() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.blocks) == 0
+}
+
+// Families reports which address families the pool serves: those of the
+// blocks the node holds (serving or releasing).
+func (p *Pool) Families() (v4, v6 bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.familiesLocked()
+}
+
+func (p *Pool) familiesLocked() (v4, v6 bool) {
+	for _, b := range p.blocks {
+		if b.state == Removed {
+			continue
+		}
 		if b.prefix.Addr().Is4() {
 			v4 = true
 		} else {
@@ -57,18 +175,21 @@ func (p *Pool) Families() (v4, v6 bool) {
 func (p *Pool) Allocate() ([]netip.Prefix, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if len(p.blocks) == 0 {
-		return nil, fmt.Errorf("%w: the daemon has no pod CIDR (start it with --pod-cidr for primary mode)", ErrExhausted)
+	v4, v6 := p.familiesLocked()
+	if !v4 && !v6 {
+		return nil, fmt.Errorf("%w: the node has no pod address block (standalone: --pod-cidr; Kubernetes: NodeConfig spec.blocks)", ErrExhausted)
 	}
 	var out []netip.Prefix
-	for _, is4 := range []bool{true, false} {
-		var lastErr error
-		found, served := false, false
+	for _, fam := range []struct{ is4, served bool }{{true, v4}, {false, v6}} {
+		if !fam.served {
+			continue
+		}
+		lastErr := fmt.Errorf("%w: every %s block of the node is being released", ErrExhausted, familyName(fam.is4))
+		found := false
 		for _, b := range p.blocks {
-			if b.prefix.Addr().Is4() != is4 {
+			if b.prefix.Addr().Is4() != fam.is4 || b.state != Serving {
 				continue
 			}
-			served = true
 			a, err := b.Allocate()
 			if err != nil {
 				lastErr = err
@@ -78,7 +199,7 @@ func (p *Pool) Allocate() ([]netip.Prefix, error) {
 			found = true
 			break
 		}
-		if served && !found {
+		if !found {
 			p.releaseLocked(out)
 			return nil, lastErr
 		}
@@ -86,19 +207,38 @@ func (p *Pool) Allocate() ([]netip.Prefix, error) {
 	return out, nil
 }
 
-// Reserve marks addresses as used (state rebuild). Addresses outside every
-// block are ignored: they belong to a block this node no longer has.
-func (p *Pool) Reserve(addrs []netip.Prefix) error {
+func familyName(is4 bool) string {
+	if is4 {
+		return "IPv4"
+	}
+	return "IPv6"
+}
+
+// Reserve marks addresses as used (state rebuild). An address outside every
+// block is remembered, and taken over by a block that arrives later. Every
+// address that can be reserved is; the others (not assignable in their
+// block, or already in use) are returned with an error naming each.
+func (p *Pool) Reserve(addrs []netip.Prefix) (rejected []netip.Prefix, err error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	var errs []error
 	for _, a := range addrs {
-		if b := p.blockFor(a.Addr()); b != nil {
-			if err := b.Reserve(a.Addr()); err != nil {
-				return err
-			}
+		b := p.blockFor(a.Addr())
+		switch {
+		case b == nil && p.outside[a.Addr()]:
+			err = fmt.Errorf("address %v is already in use", a.Addr())
+		case b == nil:
+			p.outside[a.Addr()] = true
+			continue
+		default:
+			err = b.Reserve(a.Addr())
+		}
+		if err != nil {
+			errs = append(errs, err)
+			rejected = append(rejected, a)
 		}
 	}
-	return nil
+	return rejected, errors.Join(errs...)
 }
 
 // Release frees addresses; unknown ones are ignored, so it is idempotent.
@@ -109,10 +249,16 @@ func (p *Pool) Release(addrs []netip.Prefix) {
 }
 
 func (p *Pool) releaseLocked(addrs []netip.Prefix) {
+	drained := false
 	for _, a := range addrs {
+		delete(p.outside, a.Addr())
 		if b := p.blockFor(a.Addr()); b != nil {
 			b.Release(a.Addr())
+			drained = drained || (b.state == Removed && b.nUsed == 0)
 		}
+	}
+	if drained {
+		p.blocks = slices.DeleteFunc(p.blocks, func(b *Block) bool { return b.state == Removed && b.nUsed == 0 })
 	}
 }
 
@@ -120,6 +266,9 @@ func (p *Pool) releaseLocked(addrs []netip.Prefix) {
 func (p *Pool) InUse(a netip.Addr) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if p.outside[a] {
+		return true
+	}
 	b := p.blockFor(a)
 	return b != nil && b.InUse(a)
 }
@@ -144,16 +293,29 @@ func (p *Pool) blockFor(a netip.Addr) *Block {
 type Usage struct {
 	Prefix     netip.Prefix
 	Used, Size int
+	State      BlockState
 }
 
-// Usage reports every block's fill.
+// Usage reports every block's fill, in the order blocks were added.
 func (p *Pool) Usage() []Usage {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	out := make([]Usage, 0, len(p.blocks))
 	for _, b := range p.blocks {
-		out = append(out, Usage{Prefix: b.prefix, Used: b.nUsed, Size: b.size})
+		out = append(out, Usage{Prefix: b.prefix, Used: b.nUsed, Size: b.size, State: b.state})
 	}
+	return out
+}
+
+// Outside returns the addresses in use that lie in no block of the node.
+func (p *Pool) Outside() []netip.Addr {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := make([]netip.Addr, 0, len(p.outside))
+	for a := range p.outside {
+		out = append(out, a)
+	}
+	slices.SortFunc(out, netip.Addr.Compare)
 	return out
 }
 
@@ -161,23 +323,22 @@ func (p *Pool) Usage() []Usage {
 func (p *Pool) CanAllocate() (bool, string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if len(p.blocks) == 0 {
-		return false, "no pod CIDR configured"
+	v4, v6 := p.familiesLocked()
+	if !v4 && !v6 {
+		return false, "no pod address block"
 	}
-	for _, is4 := range []bool{true, false} {
-		served, free := false, false
+	for _, fam := range []struct{ is4, served bool }{{true, v4}, {false, v6}} {
+		if !fam.served {
+			continue
+		}
+		free := false
 		for _, b := range p.blocks {
-			if b.prefix.Addr().Is4() == is4 {
-				served = true
+			if b.prefix.Addr().Is4() == fam.is4 && b.state == Serving {
 				free = free || b.Free() > 0
 			}
 		}
-		if served && !free {
-			fam := "IPv6"
-			if is4 {
-				fam = "IPv4"
-			}
-			return false, "every " + fam + " block is exhausted"
+		if !free {
+			return false, "every " + familyName(fam.is4) + " block is exhausted or being released"
 		}
 	}
 	return true, ""

@@ -37,6 +37,9 @@ type Node struct {
 	// NodeIP is the underlay address, the source of node→pod traffic.
 	NodeIP    netip.Addr
 	ExtraArgs []string
+	// Kubeconfig, when set, runs the daemon in Kubernetes mode against it
+	// (no --standalone, no --pod-cidr: blocks come from the NodeConfig).
+	Kubeconfig string
 
 	daemon  *exec.Cmd
 	exited  chan struct{}
@@ -149,6 +152,10 @@ func (n *Node) DaemonArgs() []string {
 	args := []string{"--standalone", "--node-name", n.Name,
 		"--run-dir", n.RunDir, "--state-dir", n.StateDir, "--bpf-dir", n.BPFDir,
 		"--metrics-addr", "127.0.0.1:0", "--log-level", "debug"}
+	if n.Kubeconfig != "" {
+		args = append([]string{"--kubeconfig", n.Kubeconfig}, args[1:]...)
+		return append(args, n.ExtraArgs...)
+	}
 	for _, c := range n.PodCIDRs {
 		args = append(args, "--pod-cidr", c)
 	}

@@ -1,0 +1,14 @@
+// Package k8s is the daemon's Kubernetes control-plane source: informers on
+// the node's own NodeConfig (its address blocks), the Pods of this node
+// (their labels, read at ADD), Namespaces, NetworkPolicies and Identities.
+//
+// Nothing on the ADD path waits on the API server beyond a short, bounded
+// wait for a pod the informer has not delivered yet, and nothing on it
+// writes to the API: the daemon writes only its NodeConfig's status (block
+// usage, node addresses), rate-limited, from a background loop.
+//
+// What the daemon last saw is persisted in the state directory, so a
+// daemon restarted while the API server is unreachable restores its blocks,
+// pod labels, identities and policy from it instead of flushing anything,
+// and converges when the API server is back.
+package k8s

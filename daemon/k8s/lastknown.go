@@ -1,0 +1,81 @@
+package k8s
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"time"
+
+	networkingv1 "k8s.io/api/networking/v1"
+
+	coordinov1alpha1 "github.com/coordino/coordino/api/coordino/v1alpha1"
+)
+
+// lastKnownFile is the file in the state directory holding lastKnown.
+const lastKnownFile = "k8s-last-known.json"
+
+// lastKnown is the cluster state the daemon last saw from the API server:
+// what a daemon restarted during an API outage serves from, so it keeps
+// the node's blocks, pod labels, identities and policy instead of starting
+// empty (which would flush policy and stop ADDs).
+type lastKnown struct {
+	Saved      time.Time                                `json:"saved"`
+	Blocks     []coordinov1alpha1.NodeBlock             `json:"blocks,omitempty"`
+	Generation int64                                    `json:"generation,omitempty"`
+	Pods       map[string]knownPod                      `json:"pods,omitempty"` // namespace/name
+	Namespaces map[string]map[string]string             `json:"namespaces,omitempty"`
+	Policies   []*networkingv1.NetworkPolicy            `json:"policies,omitempty"`
+	Identities map[string]coordinov1alpha1.IdentitySpec `json:"identities,omitempty"` // name (number) → spec
+}
+
+type knownPod struct {
+	UID    string            `json:"uid,omitempty"`
+	Labels map[string]string `json:"labels,omitempty"`
+}
+
+// loadLastKnown reads the state saved by a previous run; nil when none.
+func loadLastKnown(dir string) (*lastKnown, error) {
+	data, err := os.ReadFile(filepath.Join(dir, lastKnownFile))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read last-known cluster state: %w", err)
+	}
+	var lk lastKnown
+	if err := json.Unmarshal(data, &lk); err != nil {
+		return nil, fmt.Errorf("decode last-known cluster state %s: %w", filepath.Join(dir, lastKnownFile), err)
+	}
+	return &lk, nil
+}
+
+// save writes lk atomically (temporary file, fsync, rename).
+func (lk *lastKnown) save(dir string) error {
+	data, err := json.Marshal(lk)
+	if err != nil {
+		return fmt.Errorf("encode last-known cluster state: %w", err)
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	tmp, err := os.CreateTemp(dir, ".k8s-last-known-*")
+	if err != nil {
+		return fmt.Errorf("save last-known cluster state: %w", err)
+	}
+	defer os.Remove(tmp.Name())
+	if _, err := tmp.Write(data); err != nil {
+		tmp.Close()
+		return fmt.Errorf("save last-known cluster state: %w", err)
+	}
+	if err := tmp.Sync(); err != nil {
+		tmp.Close()
+		return fmt.Errorf("save last-known cluster state: %w", err)
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	return os.Rename(tmp.Name(), filepath.Join(dir, lastKnownFile))
+}

@@ -1,0 +1,263 @@
+package k8smode
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/containernetworking/cni/libcni"
+	"github.com/containernetworking/cni/pkg/types"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+
+	"github.com/coordino/coordino/api/client/clientset/versioned"
+	coordinov1alpha1 "github.com/coordino/coordino/api/coordino/v1alpha1"
+	"github.com/coordino/coordino/test/harness"
+)
+
+// cluster is one API server with clients for the test's fixtures.
+type cluster struct {
+	cfg  *rest.Config
+	kube kubernetes.Interface
+	crd  versioned.Interface
+}
+
+func newCluster(t testing.TB, cfg *rest.Config) *cluster {
+	t.Helper()
+	kube, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	crd, err := versioned.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &cluster{cfg: cfg, kube: kube, crd: crd}
+}
+
+func bg(t testing.TB) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func (c *cluster) namespace(t testing.TB, name string, labels map[string]string) {
+	t.Helper()
+	ctx := bg(t)
+	if _, err := c.kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// Pods need the namespace's default service account when the
+	// ServiceAccount admission plugin is on; no controller-manager runs here.
+	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default", Namespace: name}}
+	if _, err := c.kube.CoreV1().ServiceAccounts(name).Create(ctx, sa, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+}
+
+// pod creates a Pod object bound to node, as the scheduler would.
+func (c *cluster) pod(t testing.TB, ns, name, node string, labels map[string]string) {
+	t.Helper()
+	no := false
+	p := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: labels},
+		Spec: corev1.PodSpec{NodeName: node, AutomountServiceAccountToken: &no,
+			Containers: []corev1.Container{{Name: "c", Image: "example.invalid/pause"}}},
+	}
+	if _, err := c.kube.CoreV1().Pods(ns).Create(bg(t), p, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// nodeConfig creates or updates the node's NodeConfig spec (the
+// controller's job, done here as a fixture).
+func (c *cluster) nodeConfig(t testing.TB, node string, blocks ...coordinov1alpha1.NodeBlock) {
+	t.Helper()
+	ctx := bg(t)
+	ncs := c.crd.CoordinoV1alpha1().NodeConfigs()
+	nc, err := ncs.Get(ctx, node, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		_, err = ncs.Create(ctx, &coordinov1alpha1.NodeConfig{ObjectMeta: metav1.ObjectMeta{Name: node},
+			Spec: coordinov1alpha1.NodeConfigSpec{Blocks: blocks}}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	nc.Spec.Blocks = blocks
+	if _, err := ncs.Update(ctx, nc, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// identity creates the cluster Identity of a pod label set, as the leader
+// controller would.
+func (c *cluster) identity(t testing.TB, number int, ns string, podLabels, nsLabels map[string]string) {
+	t.Helper()
+	full := coordinov1alpha1.SecurityLabels(podLabels, nsLabels, coordinov1alpha1.DefaultExcludedLabels)
+	obj := &coordinov1alpha1.Identity{
+		ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprint(number),
+			Labels: map[string]string{coordinov1alpha1.LabelSetHashLabel: coordinov1alpha1.LabelSetHash(ns, full)}},
+		Spec: coordinov1alpha1.IdentitySpec{Namespace: ns, Labels: full},
+	}
+	if _, err := c.crd.CoordinoV1alpha1().Identities().Create(bg(t), obj, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// kubeconfigFor writes a kubeconfig reaching the API server at server
+// (the node-side proxy address) with cfg's credentials.
+func kubeconfigFor(t testing.TB, cfg *rest.Config, server, path string) {
+	t.Helper()
+	read := func(data []byte, file string) []byte {
+		if len(data) > 0 || file == "" {
+			return data
+		}
+		b, err := os.ReadFile(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	kc := clientcmdapi.NewConfig()
+	kc.Clusters["c"] = &clientcmdapi.Cluster{Server: "https://" + server, CertificateAuthorityData: read(cfg.CAData, cfg.CAFile),
+		TLSServerName: cfg.ServerName}
+	kc.AuthInfos["u"] = &clientcmdapi.AuthInfo{Token: cfg.BearerToken,
+		ClientCertificateData: read(cfg.CertData, cfg.CertFile), ClientKeyData: read(cfg.KeyData, cfg.KeyFile)}
+	kc.Contexts["c"] = &clientcmdapi.Context{Cluster: "c", AuthInfo: "u"}
+	kc.CurrentContext = "c"
+	if err := clientcmd.WriteToFile(*kc, path); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// hostPort is the API server's address from its rest.Config.
+func hostPort(t testing.TB, cfg *rest.Config) string {
+	t.Helper()
+	h := strings.TrimPrefix(strings.TrimPrefix(cfg.Host, "https://"), "http://")
+	return strings.TrimSuffix(h, "/")
+}
+
+// k8sNode is a netns node whose daemon runs in Kubernetes mode, reaching
+// the API server through its own proxy.
+type k8sNode struct {
+	*harness.Node
+	proxy *apiProxy
+	cni   *harness.CNI
+}
+
+func newK8sNode(t testing.TB, c *cluster) *k8sNode {
+	t.Helper()
+	n, err := harness.NewNode(t.TempDir(), "node-"+harness.RandomSuffix(6), harness.NodeOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("daemon log tail:\n%s", n.LogTail(80))
+		}
+		n.Close()
+	})
+	p := newAPIProxy(t, n.NS, hostPort(t, c.cfg))
+	n.Kubeconfig = filepath.Join(n.Dir, "kubeconfig")
+	kubeconfigFor(t, c.cfg, p.addr, n.Kubeconfig)
+	cni, err := n.NewCNI(n.PrimaryConflist("k8s", "1.1.0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &k8sNode{Node: n, proxy: p, cni: cni}
+}
+
+// podIn is a pod netns plus its runtime config in namespace ns.
+type podIn struct {
+	*harness.Pod
+	rt   *libcni.RuntimeConf
+	addr netip.Addr
+}
+
+func (n *k8sNode) add(t testing.TB, ns, name string) *podIn {
+	t.Helper()
+	p, err := n.tryAdd(t, ns, name)
+	if err != nil {
+		t.Fatalf("ADD %s/%s: %v", ns, name, err)
+	}
+	return p
+}
+
+func (n *k8sNode) tryAdd(t testing.TB, ns, name string) (*podIn, error) {
+	t.Helper()
+	hp, err := harness.NewPod(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(hp.Close)
+	p := &podIn{Pod: hp, rt: harness.RuntimeConfIn(hp, "eth0", ns)}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	res, err := n.cni.Add(ctx, p.rt)
+	if err != nil {
+		return nil, err
+	}
+	addrs, err := harness.Addresses(res)
+	if err != nil || len(addrs) == 0 {
+		t.Fatalf("ADD %s/%s result: %v %v", ns, name, addrs, err)
+	}
+	p.addr = addrs[0]
+	return p, nil
+}
+
+func (n *k8sNode) del(t testing.TB, p *podIn) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := n.cni.Del(ctx, p.rt); err != nil {
+		t.Fatalf("DEL %s: %v", p.Name, err)
+	}
+}
+
+// cniCode returns the CNI error code of err, or 0.
+func cniCode(err error) uint {
+	if e, ok := err.(*types.Error); ok {
+		return e.Code
+	}
+	return 0
+}
+
+// eventually polls cond until it holds or timeout passes.
+func eventually(t testing.TB, timeout time.Duration, what string, cond func() (bool, string)) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	last := ""
+	for time.Now().Before(deadline) {
+		ok, why := cond()
+		if ok {
+			return
+		}
+		last = why
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Fatalf("%s: not within %v (last: %s)", what, timeout, last)
+}
+
+func (n *k8sNode) metricIs(t testing.TB, name string, want float64, labels ...string) func() (bool, string) {
+	return func() (bool, string) {
+		v, err := n.Metric(name, labels...)
+		if err != nil {
+			return false, err.Error()
+		}
+		return v == want, fmt.Sprintf("%s = %v, want %v", name, v, want)
+	}
+}
