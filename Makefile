@@ -18,6 +18,7 @@ build:
 	# grpcnotrace drops x/net/trace (and html/template): ~1.4 ms less per plugin exec.
 	CGO_ENABLED=0 $(GO) build -tags grpcnotrace -trimpath -ldflags='-s -w' -o $(BIN)/coordino ./plugin/cmd/coordino
 	CGO_ENABLED=0 $(GO) build -trimpath -o $(BIN)/coordino-daemon ./daemon/cmd/coordino-daemon
+	CGO_ENABLED=0 $(GO) build -trimpath -o $(BIN)/coordino-wireguard ./daemon/cmd/coordino-wireguard
 	@if [ -f install/cmd/coordino-install/main.go ]; then CGO_ENABLED=0 $(GO) build -trimpath -o $(BIN)/coordino-install ./install/cmd/coordino-install; fi
 
 # Reference plugins from github.com/containernetworking/plugins at the version in go.mod.

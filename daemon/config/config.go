@@ -27,6 +27,14 @@ type Options struct {
 	NoDatapath  bool     `json:"noDatapath"`
 	FlowLog     string   `json:"flowLog"`
 
+	// Cross-node datapath (see daemon/routing, daemon/wireguard).
+	Routing             string `json:"routing"`
+	Encryption          string `json:"encryption"`
+	PeersFile           string `json:"peersFile"`
+	WireGuardDevice     string `json:"wireGuardDevice"`
+	WireGuardPort       int    `json:"wireGuardPort"`
+	WireGuardNodeToNode bool   `json:"wireGuardNodeToNode"`
+
 	// Prefixes is PodCIDRs parsed.
 	Prefixes []netip.Prefix `json:"-"`
 }
@@ -40,6 +48,12 @@ func Defaults() Options {
 		MetricsAddr: "127.0.0.1:9962",
 		LogLevel:    "info",
 		AttachMode:  "tc",
+
+		Routing:             "direct",
+		Encryption:          "none",
+		WireGuardDevice:     "coordino-wg",
+		WireGuardPort:       51871,
+		WireGuardNodeToNode: true,
 	}
 }
 
@@ -75,6 +89,12 @@ func Parse(args []string, stderr io.Writer) (*Options, error) {
 	fs.StringVar(&o.AttachMode, "attach-mode", o.AttachMode, "how eBPF attaches to pod interfaces: tc (clsact + cls_bpf) or tcx (falls back to tc without kernel support)")
 	fs.BoolVar(&o.NoDatapath, "no-datapath", false, "do not load eBPF: connectivity without policy enforcement")
 	fs.StringVar(&o.FlowLog, "flow-log", "", "append flow events as JSON lines to this file (\"-\": stdout)")
+	fs.StringVar(&o.Routing, "routing", o.Routing, "how pods reach pods on other nodes: direct (routes via peer node addresses) or vxlan")
+	fs.StringVar(&o.Encryption, "encryption", o.Encryption, "none, or wireguard (encrypts cross-node traffic; --routing is then not used)")
+	fs.StringVar(&o.PeersFile, "peers-file", "", "standalone: YAML/JSON file of all nodes (addresses, blocks, WireGuard keys), watched for changes")
+	fs.StringVar(&o.WireGuardDevice, "wireguard-device", o.WireGuardDevice, "WireGuard interface name (userspace devices share /var/run/wireguard: unique per host)")
+	fs.IntVar(&o.WireGuardPort, "wireguard-port", o.WireGuardPort, "WireGuard UDP listen port")
+	fs.BoolVar(&o.WireGuardNodeToNode, "wireguard-node-to-node", o.WireGuardNodeToNode, "also encrypt node-to-node traffic (needed for node-to-remote-pod traffic under encryption)")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -130,6 +150,13 @@ func (o *Options) applyFlags(flags *Options, explicit map[string]bool) {
 		"attach-mode":  func() { o.AttachMode = flags.AttachMode },
 		"no-datapath":  func() { o.NoDatapath = flags.NoDatapath },
 		"flow-log":     func() { o.FlowLog = flags.FlowLog },
+
+		"routing":                func() { o.Routing = flags.Routing },
+		"encryption":             func() { o.Encryption = flags.Encryption },
+		"peers-file":             func() { o.PeersFile = flags.PeersFile },
+		"wireguard-device":       func() { o.WireGuardDevice = flags.WireGuardDevice },
+		"wireguard-port":         func() { o.WireGuardPort = flags.WireGuardPort },
+		"wireguard-node-to-node": func() { o.WireGuardNodeToNode = flags.WireGuardNodeToNode },
 	}
 	for name := range explicit {
 		if f := set[name]; f != nil {
@@ -157,6 +184,9 @@ func (o *Options) validate() error {
 	}
 	if o.AttachMode != "tc" && o.AttachMode != "tcx" {
 		return fmt.Errorf("attach-mode %q: want tc or tcx", o.AttachMode)
+	}
+	if err := o.validateCrossNode(); err != nil {
+		return err
 	}
 	switch o.LogLevel {
 	case "debug", "info", "warn", "error":
