@@ -110,17 +110,25 @@ func (r *Router) directState(set peers.Set) (desired, []error) {
 	var errs []error
 	for _, p := range r.peersOf(set) {
 		for _, b := range p.Blocks {
-			gw, ok := p.Address(b.Addr().Is6())
-			if !ok {
+			rt := netlink.Route{Dst: ipNet(b)}
+			if gw, ok := p.Address(b.Addr().Is6()); ok {
+				rt.Gw = gw.AsSlice()
+			} else if gw6, ok := p.Address(true); ok && b.Addr().Is4() {
+				// IPv4 over an IPv6-only underlay: an IPv6 next hop (RTA_VIA).
+				rt.Via = &netlink.Via{AddrFamily: netlink.FAMILY_V6, Addr: gw6.AsSlice()}
+			} else {
 				errs = append(errs, fmt.Errorf("node %q: no %s address to route block %s via", p.Name, family(b.Addr()), b))
 				continue
 			}
-			d.routes = append(d.routes, netlink.Route{Dst: ipNet(b), Gw: gw.AsSlice(), Protocol: RouteProtocol})
+			d.routes = append(d.routes, rt)
 		}
 	}
 	return d, errs
 }
 
+// vxlanState routes every block of a peer, both families, via its VTEP's
+// IPv6 link-local address (IPv4 through RTA_VIA), so the inner families do
+// not depend on the underlay's; one neighbour and one FDB entry per peer.
 func (r *Router) vxlanState(set peers.Set, index int) (desired, []error) {
 	var d desired
 	var errs []error
@@ -132,39 +140,20 @@ func (r *Router) vxlanState(set peers.Set, index int) (desired, []error) {
 			continue
 		}
 		mac := vtepMAC(p.Name)
-		d.fdb = append(d.fdb, netlink.Neigh{LinkIndex: index, Family: unix.AF_BRIDGE, State: netlink.NUD_PERMANENT, Flags: netlink.NTF_SELF, IP: remote.AsSlice(), HardwareAddr: mac})
 		ll := vtepLinkLocal(mac)
-		var v6Blocks bool
+		d.fdb = append(d.fdb, netlink.Neigh{LinkIndex: index, Family: unix.AF_BRIDGE, State: netlink.NUD_PERMANENT, Flags: netlink.NTF_SELF, IP: remote.AsSlice(), HardwareAddr: mac})
+		d.neighs = append(d.neighs, netlink.Neigh{LinkIndex: index, Family: netlink.FAMILY_V6, State: netlink.NUD_PERMANENT, IP: ll.AsSlice(), HardwareAddr: mac})
 		for _, b := range p.Blocks {
+			rt := netlink.Route{Dst: ipNet(b), LinkIndex: index}
 			if b.Addr().Is6() {
-				v6Blocks = true
-				d.routes = append(d.routes, netlink.Route{Dst: ipNet(b), Gw: ll.AsSlice(), LinkIndex: index, Protocol: RouteProtocol})
-				continue
+				rt.Gw = ll.AsSlice()
+			} else {
+				rt.Via = &netlink.Via{AddrFamily: netlink.FAMILY_V6, Addr: ll.AsSlice()}
 			}
-			// IPv4 blocks go via the peer's IPv4 address, on-link on the
-			// VXLAN device; its neighbour entry names the peer's VTEP.
-			gw, ok := p.Address(false)
-			if !ok {
-				errs = append(errs, fmt.Errorf("node %q: no IPv4 address to route block %s via", p.Name, b))
-				continue
-			}
-			d.routes = append(d.routes, netlink.Route{Dst: ipNet(b), Gw: gw.AsSlice(), LinkIndex: index, Flags: int(netlink.FLAG_ONLINK), Protocol: RouteProtocol})
-			d.neighs = appendNeigh(d.neighs, netlink.Neigh{LinkIndex: index, Family: netlink.FAMILY_V4, State: netlink.NUD_PERMANENT, IP: gw.AsSlice(), HardwareAddr: mac})
-		}
-		if v6Blocks {
-			d.neighs = append(d.neighs, netlink.Neigh{LinkIndex: index, Family: netlink.FAMILY_V6, State: netlink.NUD_PERMANENT, IP: ll.AsSlice(), HardwareAddr: mac})
+			d.routes = append(d.routes, rt)
 		}
 	}
 	return d, errs
-}
-
-func appendNeigh(list []netlink.Neigh, n netlink.Neigh) []netlink.Neigh {
-	for _, o := range list {
-		if o.IP.Equal(n.IP) {
-			return list
-		}
-	}
-	return append(list, n)
 }
 
 // ensureVXLAN creates the device or adopts the one a previous run left,
@@ -252,7 +241,7 @@ func SyncTable(table int, want []netlink.Route, log *zap.Logger) []error {
 			errs = append(errs, fmt.Errorf("route %s: %w", key, err))
 			continue
 		}
-		log.Debug("route set", zap.String("dst", key), zap.Stringer("gw", w.Gw), zap.Int("link", w.LinkIndex))
+		log.Debug("route set", zap.String("dst", key), zap.Stringer("gw", w.Gw), zap.Any("via", w.Via), zap.Int("link", w.LinkIndex))
 	}
 	for key, h := range byDst {
 		if wanted[key] {
@@ -269,6 +258,9 @@ func SyncTable(table int, want []netlink.Route, log *zap.Logger) []error {
 
 func sameRoute(h, w netlink.Route) bool {
 	if !h.Gw.Equal(w.Gw) || (w.LinkIndex != 0 && h.LinkIndex != w.LinkIndex) {
+		return false
+	}
+	if (h.Via == nil) != (w.Via == nil) || (w.Via != nil && !w.Via.Equal(h.Via)) {
 		return false
 	}
 	return h.Flags&int(netlink.FLAG_ONLINK) == w.Flags&int(netlink.FLAG_ONLINK)

@@ -116,9 +116,10 @@ func vtepMAC(node string) net.HardwareAddr {
 	return mac
 }
 
-// vtepLinkLocal is the IPv6 next hop for a peer's blocks on the VXLAN
-// device: the EUI-64 link-local address of its VTEP MAC, which needs no
-// address plan and exists whatever the underlay family.
+// vtepLinkLocal is the next hop for all of a peer's blocks on the VXLAN
+// device (IPv4 ones through RTA_VIA): the EUI-64 link-local address of its
+// VTEP MAC, which needs no address plan and exists whatever the underlay
+// family.
 func vtepLinkLocal(mac net.HardwareAddr) netip.Addr {
 	var b [16]byte
 	b[0], b[1] = 0xfe, 0x80

@@ -3,6 +3,7 @@ package multinode
 import (
 	"bytes"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"net"
 	"net/netip"
@@ -59,7 +60,9 @@ func startCapture(t *testing.T, c *cluster) *underlayCapture {
 			}
 			n, _, err := unix.Recvfrom(uc.fd, buf, 0)
 			if err != nil || n <= 0 {
-				if stopping {
+				// Only a receive timeout means the queue is empty; EINTR
+				// (Go's preemption signal) does not.
+				if stopping && errors.Is(err, unix.EAGAIN) {
 					return
 				}
 				continue
@@ -105,6 +108,9 @@ func (uc *underlayCapture) check(t *testing.T, c *cluster) {
 	if c.mode.encryption != "wireguard" {
 		for _, f := range uc.frames {
 			if bytes.Contains(f, plaintextMarker) {
+				if want := outerHeader(c.mode); !bytes.HasPrefix(f[12:], want) {
+					t.Fatalf("marker frame starts % x after the MACs, want % x (the %s encapsulation)", f[12:12+len(want)], want, c.mode.name)
+				}
 				return
 			}
 		}
@@ -171,4 +177,14 @@ func classify(f []byte, nodes map[netip.Addr]bool) (desc string, ok, udp bool) {
 
 func dialEcho(from *pod, addr netip.Addr) (net.Conn, error) {
 	return harness.DialFrom(from.NS, "tcp", addr, echoPort, 3*time.Second)
+}
+
+// outerHeader is how a pod packet must start on the underlay (ethertype and
+// IP version nibble): direct carries the pod's IPv4 packet itself (the
+// marker goes over IPv4 first), vxlan an outer packet of the underlay family.
+func outerHeader(m mode) []byte {
+	if m.routing == "vxlan" && m.v6Underlay {
+		return []byte{0x86, 0xdd, 0x60}
+	}
+	return []byte{0x08, 0x00, 0x45}
 }

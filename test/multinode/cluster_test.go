@@ -30,14 +30,18 @@ type mode struct {
 	routing    string
 	encryption string
 	overhead   int
+	// v6Underlay lists only IPv6 node addresses in the peers file: IPv4
+	// pods then cross an IPv6-only underlay.
+	v6Underlay bool
 }
 
 var (
-	direct    = mode{"direct", "direct", "none", 0}
-	vxlan     = mode{"vxlan", "vxlan", "none", 50}
-	wgUser    = mode{"wireguard-userspace", "direct", "wireguard", 80}
-	allModes  = []mode{direct, vxlan, wgUser}
-	underlayN = netip.MustParsePrefix("192.0.2.0/24")
+	direct    = mode{"direct", "direct", "none", 0, false}
+	direct6   = mode{"direct-ipv6-underlay", "direct", "none", 0, true}
+	vxlan     = mode{"vxlan", "vxlan", "none", 50, false}
+	vxlan6    = mode{"vxlan-ipv6-underlay", "vxlan", "none", 70, true}
+	wgUser    = mode{"wireguard-userspace", "direct", "wireguard", 80, false}
+	allModes  = []mode{direct, direct6, vxlan, vxlan6, wgUser}
 )
 
 // cluster is the underlay namespace with its bridge and the nodes on it.
@@ -227,6 +231,9 @@ func (c *cluster) peerSet(members []*node) peers.Set {
 	s := peers.Set{}
 	for _, n := range members {
 		p := &peers.Node{Name: n.Name, Addresses: []netip.Addr{n.address(false), n.address(true)}, Blocks: n.blocks()}
+		if c.mode.v6Underlay {
+			p.Addresses = p.Addresses[1:]
+		}
 		if data, err := os.ReadFile(filepath.Join(n.StateDir, wireguard.PublicKeyFile)); err == nil {
 			p.WireGuard = &peers.WireGuard{PublicKey: strings.TrimSpace(string(data))}
 		}

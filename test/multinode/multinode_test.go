@@ -14,7 +14,9 @@ import (
 
 	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
 
+	"github.com/coordino/coordino/daemon/routing"
 	"github.com/coordino/coordino/test/harness"
 )
 
@@ -283,9 +285,11 @@ func checkRestart(t *testing.T, c *cluster) {
 			t.Errorf("new connection while daemons are down (v6=%v): %v", v6, err)
 		}
 	}
+	injectStale(t, n0, c.mode.v6Underlay)
 	for _, n := range []*node{n0, n1} {
 		c.startDaemon(n)
 	}
+	checkStaleGone(t, n0)
 	for i, s := range streams {
 		if err := s.progressing(500 * time.Millisecond); err != nil {
 			t.Errorf("stream %d after restart: %v", i, err)
@@ -303,4 +307,68 @@ func checkRestart(t *testing.T, c *cluster) {
 		}
 	}
 	checkReachability(t, c)
+}
+
+var (
+	staleDst = netip.MustParsePrefix("10.99.0.0/24")
+	staleMAC = net.HardwareAddr{0x02, 0, 0, 0, 0x99, 0x99}
+)
+
+// injectStale leaves what a previous run for a departed peer would have:
+// a route with the daemon's protocol and, on the VXLAN device, an FDB and
+// a neighbour entry.
+func injectStale(t *testing.T, n *node, v6Underlay bool) {
+	t.Helper()
+	if err := n.NS.Do(func(ns.NetNS) error {
+		rt := &netlink.Route{Dst: ipNet(staleDst), Gw: net.ParseIP("192.0.2.2"), Protocol: routing.RouteProtocol}
+		if err := netlink.RouteAdd(rt); err != nil {
+			return fmt.Errorf("stale route: %w", err)
+		}
+		l, err := netlink.LinkByName(routing.DefaultVXLANDevice)
+		if err != nil {
+			return nil // not vxlan mode
+		}
+		idx := l.Attrs().Index
+		remote := net.ParseIP("192.0.2.99")
+		if v6Underlay {
+			remote = net.ParseIP("2001:db8::99")
+		}
+		if err := netlink.NeighSet(&netlink.Neigh{LinkIndex: idx, Family: unix.AF_BRIDGE, State: netlink.NUD_PERMANENT, Flags: netlink.NTF_SELF, IP: remote, HardwareAddr: staleMAC}); err != nil {
+			return fmt.Errorf("stale fdb: %w", err)
+		}
+		return netlink.NeighSet(&netlink.Neigh{LinkIndex: idx, Family: netlink.FAMILY_V6, State: netlink.NUD_PERMANENT, IP: net.ParseIP("fe80::99"), HardwareAddr: staleMAC})
+	}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func checkStaleGone(t *testing.T, n *node) {
+	t.Helper()
+	if err := n.NS.Do(func(ns.NetNS) error {
+		routes, err := netlink.RouteListFiltered(netlink.FAMILY_V4, &netlink.Route{Dst: ipNet(staleDst)}, netlink.RT_FILTER_DST)
+		if err != nil {
+			return err
+		}
+		if len(routes) > 0 {
+			return fmt.Errorf("stale route %v survived the start-up reconcile", staleDst)
+		}
+		l, err := netlink.LinkByName(routing.DefaultVXLANDevice)
+		if err != nil {
+			return nil
+		}
+		for _, fam := range []int{unix.AF_BRIDGE, netlink.FAMILY_V6} {
+			list, err := netlink.NeighList(l.Attrs().Index, fam)
+			if err != nil {
+				return err
+			}
+			for _, e := range list {
+				if e.HardwareAddr.String() == staleMAC.String() {
+					return fmt.Errorf("stale neighbour/FDB entry %v %v survived the start-up reconcile", e.IP, e.HardwareAddr)
+				}
+			}
+		}
+		return nil
+	}); err != nil {
+		t.Error(err)
+	}
 }
