@@ -36,12 +36,12 @@ type mode struct {
 }
 
 var (
-	direct    = mode{"direct", "direct", "none", 0, false}
-	direct6   = mode{"direct-ipv6-underlay", "direct", "none", 0, true}
-	vxlan     = mode{"vxlan", "vxlan", "none", 50, false}
-	vxlan6    = mode{"vxlan-ipv6-underlay", "vxlan", "none", 70, true}
-	wgUser    = mode{"wireguard-userspace", "direct", "wireguard", 80, false}
-	allModes  = []mode{direct, direct6, vxlan, vxlan6, wgUser}
+	direct   = mode{"direct", "direct", "none", 0, false}
+	direct6  = mode{"direct-ipv6-underlay", "direct", "none", 0, true}
+	vxlan    = mode{"vxlan", "vxlan", "none", 50, false}
+	vxlan6   = mode{"vxlan-ipv6-underlay", "vxlan", "none", 70, true}
+	wgUser   = mode{"wireguard-userspace", "direct", "wireguard", 80, false}
+	allModes = []mode{direct, direct6, vxlan, vxlan6, wgUser}
 )
 
 // cluster is the underlay namespace with its bridge and the nodes on it.
