@@ -54,6 +54,9 @@ func TestMultinode(t *testing.T) {
 			t.Run("underlay-capture", func(t *testing.T) { capture.check(t, c) })
 			t.Run("peers-leave-and-join", func(t *testing.T) { checkLeaveJoin(t, c) })
 			t.Run("daemon-sigkill-under-traffic", func(t *testing.T) { checkRestart(t, c) })
+			if m.encryption == "wireguard" {
+				t.Run("userspace-device-crash", func(t *testing.T) { checkDeviceCrash(t, c) })
+			}
 			t.Logf("%s: %v", m.name, time.Since(start).Round(time.Millisecond))
 		})
 	}
@@ -370,5 +373,30 @@ func checkStaleGone(t *testing.T, n *node) {
 		return nil
 	}); err != nil {
 		t.Error(err)
+	}
+}
+
+// checkDeviceCrash kills node0's userspace WireGuard process: the daemon's
+// supervisor starts a new one and reconfigures it, and pods reach each
+// other again (new handshakes with the unchanged key).
+func checkDeviceCrash(t *testing.T, c *cluster) {
+	n0, n1 := c.nodes[0], c.nodes[1]
+	old := n0.wgPID()
+	if old == 0 {
+		t.Fatal("no userspace WireGuard PID file")
+	}
+	if err := syscall.Kill(old, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	for _, v6 := range []bool{false, true} {
+		if err := eventually(15*time.Second, func() error {
+			_, err := dialName(n0.pods[0].NS, n1.pods[0].addr(v6), time.Second)
+			return err
+		}); err != nil {
+			t.Fatalf("after the device process was killed (v6=%v): %v", v6, err)
+		}
+	}
+	if now := n0.wgPID(); now == 0 || now == old {
+		t.Errorf("device process PID %d, before %d: not restarted", now, old)
 	}
 }
