@@ -81,3 +81,9 @@ fuzz:
 
 clean:
 	rm -rf $(BIN)
+
+# Cross-node pod-to-pod throughput (1 and 4 streams) and request/response
+# rate per routing mode, each against a reference in the same run.
+.PHONY: bench-multinode
+bench-multinode: deps build ref-plugins
+	COORDINO_BENCH_MULTINODE=1 $(GO) test -count=1 -v -timeout 20m -run '^TestBenchMultinode$$' ./test/multinode/
