@@ -6,7 +6,7 @@ BIN := bin
 BINARIES := coordino coordino-daemon coordino-install
 REF_PLUGINS := bridge host-local ptp portmap macvlan
 
-.PHONY: all build ref-plugins deps generate generate-proto generate-bpf check-generated test e2e-runtime testbed-up testbed-down test-unit test-e2e demo bench fuzz lint clean
+.PHONY: all build ref-plugins deps generate generate-proto generate-bpf generate-api check-generated test e2e-runtime testbed-up testbed-down test-unit test-e2e demo bench fuzz lint clean
 
 all: build
 
@@ -26,7 +26,7 @@ ref-plugins:
 	@mkdir -p $(BIN)/ref
 	CGO_ENABLED=0 $(GO) build -trimpath -o $(BIN)/ref/ github.com/containernetworking/plugins/plugins/main/bridge github.com/containernetworking/plugins/plugins/main/ptp github.com/containernetworking/plugins/plugins/main/macvlan github.com/containernetworking/plugins/plugins/ipam/host-local github.com/containernetworking/plugins/plugins/meta/portmap
 
-generate: generate-proto generate-bpf
+generate: generate-proto generate-bpf generate-api
 
 generate-proto: deps
 	PATH="$$(dirname $$($(GO) tool -n protoc-gen-go)):$$(dirname $$($(GO) tool -n protoc-gen-go-grpc)):$$PATH" \
@@ -36,9 +36,13 @@ generate-proto: deps
 generate-bpf: deps
 	@if [ -d bpf ] && ls bpf/*.go >/dev/null 2>&1; then $(GO) generate ./bpf/...; fi
 
-# Regenerates protobuf and BPF code and fails if the committed copies differ.
+# CRD deep-copy, manifests and typed client (pinned controller-gen and code-generator).
+generate-api:
+	hack/generate-api.sh
+
+# Regenerates protobuf, BPF and API code and fails if the committed copies differ.
 check-generated: generate
-	@git diff --exit-code --stat -- proto bpf || { echo "generated code is stale: run make generate and commit"; exit 1; }
+	@git diff --exit-code --stat -- proto bpf api && [ -z "$$(git ls-files --others --exclude-standard -- api)" ] || { echo "generated code is stale: run make generate and commit"; exit 1; }
 
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed: $$out"; exit 1; fi
@@ -50,6 +54,7 @@ lint:
 # kubelet part needs kube-apiserver and kubelet builds (~25 min cold on 2
 # cores): `make e2e-runtime`.
 test: deps build ref-plugins lint check-generated
+	test/testbed/build.sh etcd kube-apiserver  # test/apiserver: real API server tests
 	$(GO) test -count=1 -timeout 20m $$($(GO) list ./... | grep -v /test/runtime)
 	test/testbed/deps.sh
 	test/testbed/build.sh cri

@@ -124,8 +124,7 @@ func FindBinaries(cache string, kube bool) (Binaries, error) {
 		Crictl:     c("crictl", CrictlVersion, "crictl"),
 	}
 	if kube {
-		b.Etcd = c("etcd", EtcdVersion, "etcd")
-		b.APIServer = c("kube-apiserver", K8sVersion, "kube-apiserver")
+		b.Etcd, b.APIServer, _ = ControlPlaneBinaries(cache)
 		b.Kubelet = c("kubelet", K8sVersion, "kubelet")
 	}
 	var missing []string

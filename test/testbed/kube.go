@@ -73,39 +73,11 @@ func (b *Bed) StartControlPlane(ctx context.Context) (*Cluster, error) {
 	etcdClient, etcdPeer, apiPort := ports[0], ports[1], ports[2]
 	c := &Cluster{PKI: pki, Server: fmt.Sprintf("https://127.0.0.1:%d", apiPort), kubeletPort: ports[3], healthzPort: ports[4]}
 
-	clientURL := fmt.Sprintf("http://127.0.0.1:%d", etcdClient)
-	peerURL := fmt.Sprintf("http://127.0.0.1:%d", etcdPeer)
-	b.Etcd = &Proc{Name: "etcd", Path: b.Bins.Etcd, Args: []string{
-		"--name", "testbed", "--data-dir", b.path("etcd"),
-		"--listen-client-urls", clientURL, "--advertise-client-urls", clientURL,
-		"--listen-peer-urls", peerURL, "--initial-advertise-peer-urls", peerURL,
-		"--initial-cluster", "testbed=" + peerURL,
-		// Throwaway data: durability only costs latency here.
-		"--unsafe-no-fsync",
-	}}
+	b.Etcd = &Proc{Name: "etcd", Path: b.Bins.Etcd, Args: EtcdArgs(b.path("etcd"), etcdClient, etcdPeer)}
 	if err := b.Start(b.Etcd); err != nil {
 		return nil, err
 	}
-	b.APIServer = &Proc{Name: "kube-apiserver", Path: b.Bins.APIServer, Args: []string{
-		"--etcd-servers=" + clientURL,
-		"--bind-address=127.0.0.1", "--secure-port=" + strconv.Itoa(apiPort), "--advertise-address=127.0.0.1",
-		"--endpoint-reconciler-type=none",
-		"--cert-dir=" + b.path("apiserver-certs"),
-		"--tls-cert-file=" + pki.Cert("apiserver"), "--tls-private-key-file=" + pki.Key("apiserver"),
-		"--client-ca-file=" + pki.Cert("ca"),
-		"--kubelet-client-certificate=" + pki.Cert("apiserver-kubelet-client"),
-		"--kubelet-client-key=" + pki.Key("apiserver-kubelet-client"),
-		"--kubelet-certificate-authority=" + pki.Cert("ca"),
-		"--kubelet-preferred-address-types=Hostname",
-		"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
-		"--service-account-key-file=" + pki.path("sa.pub"),
-		"--service-account-signing-key-file=" + pki.path("sa.key"),
-		"--service-cluster-ip-range=10.96.0.0/16",
-		"--authorization-mode=Node,RBAC",
-		"--enable-admission-plugins=NodeRestriction",
-		"--allow-privileged=true",
-		"--profiling=false",
-	}}
+	b.APIServer = &Proc{Name: "kube-apiserver", Path: b.Bins.APIServer, Args: APIServerArgs(pki, etcdClient, apiPort, b.path("apiserver-certs"))}
 	if err := b.Start(b.APIServer); err != nil {
 		return nil, err
 	}
