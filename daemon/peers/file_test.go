@@ -87,3 +87,19 @@ func FuzzParseFile(f *testing.F) {
 		}
 	})
 }
+
+func TestOverlapFoundAmongManyBlocks(t *testing.T) {
+	s := Set{}
+	for i := 0; i < 200; i++ {
+		name := "n" + netip.AddrFrom4([4]byte{10, byte(i), 0, 0}).String()
+		s[name] = &Node{Name: name, Blocks: []netip.Prefix{netip.PrefixFrom(netip.AddrFrom4([4]byte{10, byte(i), 0, 0}), 24)}}
+	}
+	if err := s.Validate(); err != nil {
+		t.Fatalf("disjoint blocks: %v", err)
+	}
+	// Nested two levels down from a neighbour in sort order.
+	s["wide"] = &Node{Name: "wide", Blocks: []netip.Prefix{netip.MustParsePrefix("10.100.0.0/14")}}
+	if err := s.Validate(); err == nil || !strings.Contains(err.Error(), "overlap") {
+		t.Fatalf("10.100.0.0/14 over 10.100-103.0.0/24: %v", err)
+	}
+}
