@@ -46,6 +46,9 @@ func startCrossNode(ctx context.Context, o *config.Options, log *zap.Logger) (in
 		go dev.Run(ctx)
 		apply = dev.Apply
 	} else {
+		if err := wireguard.RemoveStale(wireguard.Config{Device: o.WireGuardDevice, RunDir: o.RunDir}, log); err != nil {
+			log.Error("removing WireGuard state of an earlier run", zap.Error(err))
+		}
 		r, err := routing.New(routing.Config{Mode: o.Routing, Self: o.NodeName, UnderlayMTU: underlayMTU}, log)
 		if err != nil {
 			return 0, err

@@ -427,3 +427,43 @@ func syncRule(family int, present bool) error {
 	}
 	return nil
 }
+
+// RemoveStale undoes what an earlier run with encryption left when the
+// daemon now runs without it: the node-to-node rules and table, and the
+// device (the userspace process is ended through its PID file). Without
+// this, node-to-node traffic would keep flowing into an orphaned tunnel.
+func RemoveStale(cfg Config, log *zap.Logger) error {
+	errs := routing.SyncTable(NodeTable, nil, log)
+	for _, fam := range []int{netlink.FAMILY_V4, netlink.FAMILY_V6} {
+		if err := syncRule(fam, false); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	name := cfg.Device
+	if name == "" {
+		name = DefaultDevice
+	}
+	if data, err := os.ReadFile(PIDFile(cfg.RunDir, name)); err == nil {
+		if pid, err := strconv.Atoi(strings.TrimSpace(string(data))); err == nil && pid > 0 && isUserspaceDevice(pid) {
+			log.Info("stopping the userspace wireguard device of an earlier run", zap.String("device", name), zap.Int("pid", pid))
+			_ = syscall.Kill(pid, syscall.SIGTERM)
+			// Its TUN goes with it; wait so the link check below sees that.
+			for i := 0; i < 100 && syscall.Kill(pid, 0) == nil; i++ {
+				time.Sleep(20 * time.Millisecond)
+			}
+		}
+	}
+	if l, err := netlink.LinkByName(name); err == nil && (l.Type() == "wireguard" || l.Type() == "tuntap") {
+		log.Info("removing the wireguard device of an earlier run", zap.String("device", name))
+		if err := netlink.LinkDel(l); err != nil {
+			errs = append(errs, fmt.Errorf("remove %s: %w", name, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// isUserspaceDevice guards against signalling a recycled PID.
+func isUserspaceDevice(pid int) bool {
+	exe, err := os.Readlink(fmt.Sprintf("/proc/%d/exe", pid))
+	return err == nil && strings.HasSuffix(strings.TrimSuffix(exe, " (deleted)"), "/coordino-wireguard")
+}

@@ -17,6 +17,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/coordino/coordino/daemon/routing"
+	"github.com/coordino/coordino/daemon/wireguard"
 	"github.com/coordino/coordino/test/harness"
 )
 
@@ -56,6 +57,7 @@ func TestMultinode(t *testing.T) {
 			t.Run("daemon-sigkill-under-traffic", func(t *testing.T) { checkRestart(t, c) })
 			if m.encryption == "wireguard" {
 				t.Run("userspace-device-crash", func(t *testing.T) { checkDeviceCrash(t, c) })
+				t.Run("encryption-turned-off", func(t *testing.T) { checkEncryptionOff(t, c) })
 			}
 			t.Logf("%s: %v", m.name, time.Since(start).Round(time.Millisecond))
 		})
@@ -398,5 +400,44 @@ func checkDeviceCrash(t *testing.T, c *cluster) {
 	}
 	if now := n0.wgPID(); now == 0 || now == old {
 		t.Errorf("device process PID %d, before %d: not restarted", now, old)
+	}
+}
+
+// checkEncryptionOff restarts node0 without encryption: the device, its
+// process and the node-to-node steering of the earlier run must go, or
+// node-to-node traffic would keep flowing into an orphaned tunnel.
+func checkEncryptionOff(t *testing.T, c *cluster) {
+	n0 := c.nodes[0]
+	pid := n0.wgPID()
+	if err := n0.StopDaemon(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	for i, a := range n0.ExtraArgs {
+		if a == "wireguard" && i > 0 && n0.ExtraArgs[i-1] == "--encryption" {
+			n0.ExtraArgs[i] = "none"
+		}
+	}
+	c.startDaemon(n0)
+	if pid != 0 && unix.Kill(pid, 0) == nil {
+		t.Errorf("userspace WireGuard process %d still running", pid)
+	}
+	if err := n0.NS.Do(func(ns.NetNS) error {
+		if _, err := netlink.LinkByName(n0.wgDevice); err == nil {
+			return fmt.Errorf("device %s still exists", n0.wgDevice)
+		}
+		for _, fam := range []int{netlink.FAMILY_V4, netlink.FAMILY_V6} {
+			rules, err := netlink.RuleList(fam)
+			if err != nil {
+				return err
+			}
+			for _, r := range rules {
+				if r.Table == wireguard.NodeTable {
+					return fmt.Errorf("node-to-node rule still present: %v", r)
+				}
+			}
+		}
+		return nil
+	}); err != nil {
+		t.Error(err)
 	}
 }
