@@ -19,6 +19,8 @@ import (
 // It returns what the pod MTU gives up for the tunnel.
 func startCrossNode(ctx context.Context, o *config.Options, log *zap.Logger) (int, error) {
 	log = log.Named("crossnode")
+	// Standalone source. Kubernetes mode plugs peers.NodeConfigs in here
+	// (its first set arrives from Run rather than from Load).
 	src := &peers.File{Path: o.PeersFile, Log: log}
 	initial := peers.Set{}
 	if o.PeersFile != "" {
