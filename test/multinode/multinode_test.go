@@ -115,8 +115,14 @@ func checkReachability(t *testing.T, c *cluster) {
 						t.Errorf("pod %s -> pod %s (%v): %v", src.pods[0].Name, target.Name, target.addr(v6), err)
 					}
 				}
-				if got, err := dialName(src.NS, target.addr(v6), 3*time.Second); err != nil || got != target.Name {
-					t.Errorf("node %s -> pod %s (%v): %q, %v", src.Name, target.Name, target.addr(v6), got, err)
+				if err := eventually(5*time.Second, func() error {
+					got, err := dialName(src.NS, target.addr(v6), 2*time.Second)
+					if err == nil && got != target.Name {
+						err = fmt.Errorf("answered by %q", got)
+					}
+					return err
+				}); err != nil {
+					t.Errorf("node %s -> pod %s (%v): %v", src.Name, target.Name, target.addr(v6), err)
 				}
 			}
 		}
@@ -216,20 +222,29 @@ func (s *stream) finish() (int, error) {
 	return s.count, s.err
 }
 
-func (s *stream) progressing(d time.Duration) error {
-	s.mu.Lock()
-	before := s.count
-	s.mu.Unlock()
+// progressing reports, per stream, an error unless it exchanged at least
+// once during d (all watched over the same window, so a slow shared
+// machine stretches one wait, not one per stream).
+func progressing(streams []*stream, d time.Duration) []error {
+	before := make([]int, len(streams))
+	for i, s := range streams {
+		s.mu.Lock()
+		before[i] = s.count
+		s.mu.Unlock()
+	}
 	time.Sleep(d)
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.err != nil {
-		return s.err
+	errs := make([]error, len(streams))
+	for i, s := range streams {
+		s.mu.Lock()
+		switch {
+		case s.err != nil:
+			errs[i] = s.err
+		case s.count == before[i]:
+			errs[i] = fmt.Errorf("no exchange in %v", d)
+		}
+		s.mu.Unlock()
 	}
-	if s.count == before {
-		return fmt.Errorf("no exchange in %v", d)
-	}
-	return nil
+	return errs
 }
 
 // checkLeaveJoin: node2 leaves the peers file, then rejoins. Its pods stop
@@ -280,8 +295,8 @@ func checkRestart(t *testing.T, c *cluster) {
 			t.Fatal(err)
 		}
 	}
-	for i, s := range streams {
-		if err := s.progressing(500 * time.Millisecond); err != nil {
+	for i, err := range progressing(streams, 2*time.Second) {
+		if err != nil {
 			t.Errorf("stream %d with both daemons down: %v", i, err)
 		}
 	}
@@ -295,10 +310,12 @@ func checkRestart(t *testing.T, c *cluster) {
 		c.startDaemon(n)
 	}
 	checkStaleGone(t, n0)
-	for i, s := range streams {
-		if err := s.progressing(500 * time.Millisecond); err != nil {
+	for i, err := range progressing(streams, 2*time.Second) {
+		if err != nil {
 			t.Errorf("stream %d after restart: %v", i, err)
 		}
+	}
+	for i, s := range streams {
 		if n, err := s.finish(); err != nil {
 			t.Errorf("stream %d: broke after %d exchanges: %v", i, n, err)
 		}
