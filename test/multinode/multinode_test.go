@@ -104,29 +104,28 @@ func checkReachability(t *testing.T, c *cluster) {
 			for _, dst := range c.nodes {
 				target := dst.pods[0]
 				if src != dst {
-					// Right after start-up WireGuard may still be handshaking.
-					if err := eventually(5*time.Second, func() error {
-						got, err := dialName(src.pods[0].NS, target.addr(v6), 2*time.Second)
-						if err == nil && got != target.Name {
-							err = fmt.Errorf("answered by %q", got)
-						}
-						return err
-					}); err != nil {
+					if err := reach(src.pods[0].NS, target, v6); err != nil {
 						t.Errorf("pod %s -> pod %s (%v): %v", src.pods[0].Name, target.Name, target.addr(v6), err)
 					}
 				}
-				if err := eventually(5*time.Second, func() error {
-					got, err := dialName(src.NS, target.addr(v6), 2*time.Second)
-					if err == nil && got != target.Name {
-						err = fmt.Errorf("answered by %q", got)
-					}
-					return err
-				}); err != nil {
+				if err := reach(src.NS, target, v6); err != nil {
 					t.Errorf("node %s -> pod %s (%v): %v", src.Name, target.Name, target.addr(v6), err)
 				}
 			}
 		}
 	}
+}
+
+// reach dials target's name server, retrying for a few seconds (right
+// after start-up WireGuard may still be handshaking).
+func reach(from ns.NetNS, target *pod, v6 bool) error {
+	return eventually(5*time.Second, func() error {
+		got, err := dialName(from, target.addr(v6), 2*time.Second)
+		if err == nil && got != target.Name {
+			err = fmt.Errorf("answered by %q", got)
+		}
+		return err
+	})
 }
 
 // checkLargeTransfer pushes 8 MiB through an echo across nodes per family:
