@@ -18,6 +18,7 @@ build:
 	# The plugin links no grpc-go or protobuf runtime (plugin/unarygrpc, plugin/wire): see docs/benchmarks.md.
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags='-s -w' -o $(BIN)/coordino ./plugin/cmd/coordino
 	CGO_ENABLED=0 $(GO) build -trimpath -o $(BIN)/coordino-daemon ./daemon/cmd/coordino-daemon
+	CGO_ENABLED=0 $(GO) build -trimpath -o $(BIN)/coordino-wireguard ./daemon/cmd/coordino-wireguard
 	@if [ -f install/cmd/coordino-install/main.go ]; then CGO_ENABLED=0 $(GO) build -trimpath -o $(BIN)/coordino-install ./install/cmd/coordino-install; fi
 	CGO_ENABLED=0 $(GO) build -trimpath -o $(BIN)/coordino-controller ./controller/cmd/coordino-controller
 
@@ -102,3 +103,8 @@ clean:
 .PHONY: bench-policy
 bench-policy: deps build ref-plugins
 	$(GO) run ./test/policybench -scale $(ARGS)
+# Cross-node pod-to-pod throughput (1 and 4 streams) and request/response
+# rate per routing mode, each against a reference in the same run.
+.PHONY: bench-multinode
+bench-multinode: deps build ref-plugins
+	COORDINO_BENCH_MULTINODE=1 $(GO) test -count=1 -v -timeout 20m -run '^TestBenchMultinode$$' ./test/multinode/

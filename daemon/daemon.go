@@ -42,6 +42,10 @@ func Run(ctx context.Context, o *config.Options, log *zap.Logger) error {
 	if err := netsetup.EnableForwarding(v6); err != nil {
 		return err
 	}
+	mtuOverhead, err := startCrossNode(ctx, o, log)
+	if err != nil {
+		return err
+	}
 	st, err := store.Open(o.StateDir)
 	if err != nil {
 		return err
@@ -82,7 +86,7 @@ func Run(ctx context.Context, o *config.Options, log *zap.Logger) error {
 	}
 	mgr := endpoint.New(endpoint.Config{
 		PinDir:     filepath.Join(o.RunDir, "netns"),
-		DefaultMTU: netsetup.DefaultMTU(),
+		DefaultMTU: netsetup.DefaultMTU() - mtuOverhead,
 		Pool:       pool,
 		Store:      st,
 		Datapath:   dp,

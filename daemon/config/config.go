@@ -34,6 +34,14 @@ type Options struct {
 	// in-cluster (service account) config.
 	Kubeconfig string `json:"kubeconfig"`
 
+	// Cross-node datapath (see daemon/routing, daemon/wireguard).
+	Routing             string `json:"routing"`
+	Encryption          string `json:"encryption"`
+	PeersFile           string `json:"peersFile"`
+	WireGuardDevice     string `json:"wireGuardDevice"`
+	WireGuardPort       int    `json:"wireGuardPort"`
+	WireGuardNodeToNode bool   `json:"wireGuardNodeToNode"`
+
 	// Prefixes is PodCIDRs parsed.
 	Prefixes []netip.Prefix `json:"-"`
 }
@@ -49,6 +57,12 @@ func Defaults() Options {
 		AttachMode:  "tc",
 		// Mirrors datapath.DefaultConntrackSize (config does not import the datapath).
 		ConntrackSize: 1 << 18,
+
+		Routing:             "direct",
+		Encryption:          "none",
+		WireGuardDevice:     "coordino-wg",
+		WireGuardPort:       51871,
+		WireGuardNodeToNode: true,
 	}
 }
 
@@ -86,6 +100,12 @@ func Parse(args []string, stderr io.Writer) (*Options, error) {
 	fs.StringVar(&o.FlowLog, "flow-log", "", "append flow events as JSON lines to this file (\"-\": stdout)")
 	fs.IntVar(&o.ConntrackSize, "conntrack-size", o.ConntrackSize, "capacity of the eBPF conntrack table (flows of pods with an isolated direction; about 120 bytes each)")
 	fs.StringVar(&o.Kubeconfig, "kubeconfig", "", "Kubernetes mode: kubeconfig file of the API client (default: in-cluster service account)")
+	fs.StringVar(&o.Routing, "routing", o.Routing, "how pods reach pods on other nodes: direct (routes via peer node addresses) or vxlan")
+	fs.StringVar(&o.Encryption, "encryption", o.Encryption, "none, or wireguard (encrypts cross-node traffic; --routing is then not used)")
+	fs.StringVar(&o.PeersFile, "peers-file", "", "standalone: YAML/JSON file of all nodes (addresses, blocks, WireGuard keys), watched for changes")
+	fs.StringVar(&o.WireGuardDevice, "wireguard-device", o.WireGuardDevice, "WireGuard interface name (userspace devices share /var/run/wireguard: unique per host)")
+	fs.IntVar(&o.WireGuardPort, "wireguard-port", o.WireGuardPort, "WireGuard UDP listen port")
+	fs.BoolVar(&o.WireGuardNodeToNode, "wireguard-node-to-node", o.WireGuardNodeToNode, "also encrypt node-to-node traffic (needed for node-to-remote-pod traffic under encryption)")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -142,6 +162,13 @@ func (o *Options) applyFlags(flags *Options, explicit map[string]bool) {
 		"no-datapath":  func() { o.NoDatapath = flags.NoDatapath },
 		"flow-log":     func() { o.FlowLog = flags.FlowLog },
 		"kubeconfig":   func() { o.Kubeconfig = flags.Kubeconfig },
+
+		"routing":                func() { o.Routing = flags.Routing },
+		"encryption":             func() { o.Encryption = flags.Encryption },
+		"peers-file":             func() { o.PeersFile = flags.PeersFile },
+		"wireguard-device":       func() { o.WireGuardDevice = flags.WireGuardDevice },
+		"wireguard-port":         func() { o.WireGuardPort = flags.WireGuardPort },
+		"wireguard-node-to-node": func() { o.WireGuardNodeToNode = flags.WireGuardNodeToNode },
 	}
 	set["conntrack-size"] = func() { o.ConntrackSize = flags.ConntrackSize }
 	for name := range explicit {
@@ -182,6 +209,9 @@ func (o *Options) validate() error {
 	}
 	if o.AttachMode != "tc" && o.AttachMode != "tcx" {
 		return fmt.Errorf("attach-mode %q: want tc or tcx", o.AttachMode)
+	}
+	if err := o.validateCrossNode(); err != nil {
+		return err
 	}
 	switch o.LogLevel {
 	case "debug", "info", "warn", "error":

@@ -1,0 +1,26 @@
+package config
+
+import (
+	"fmt"
+	"path/filepath"
+)
+
+func (o *Options) validateCrossNode() error {
+	if o.Routing != "direct" && o.Routing != "vxlan" {
+		return fmt.Errorf("routing %q: want direct or vxlan", o.Routing)
+	}
+	if o.Encryption != "none" && o.Encryption != "wireguard" {
+		return fmt.Errorf("encryption %q: want none or wireguard", o.Encryption)
+	}
+	if o.PeersFile != "" && !filepath.IsAbs(o.PeersFile) {
+		return fmt.Errorf("peers-file %q must be an absolute path", o.PeersFile)
+	}
+	// IFNAMSIZ-1, and the UAPI socket path is built from it.
+	if n := o.WireGuardDevice; n == "" || len(n) > 15 || filepath.Base(n) != n || n == "." || n == ".." {
+		return fmt.Errorf("wireguard-device %q: want an interface name of 1..15 characters", n)
+	}
+	if o.WireGuardPort < 1 || o.WireGuardPort > 65535 {
+		return fmt.Errorf("wireguard-port %d: want 1..65535", o.WireGuardPort)
+	}
+	return nil
+}

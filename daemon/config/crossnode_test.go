@@ -1,0 +1,39 @@
+package config
+
+import (
+	"io"
+	"strings"
+	"testing"
+)
+
+func TestCrossNodeFlags(t *testing.T) {
+	o, err := Parse([]string{"--routing", "vxlan", "--encryption", "wireguard", "--peers-file", "/etc/coordino/peers.yaml", "--wireguard-device", "wg-a", "--wireguard-port", "51999", "--wireguard-node-to-node=false"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.Routing != "vxlan" || o.Encryption != "wireguard" || o.PeersFile != "/etc/coordino/peers.yaml" || o.WireGuardDevice != "wg-a" || o.WireGuardPort != 51999 || o.WireGuardNodeToNode {
+		t.Fatalf("parsed %+v", o)
+	}
+	d, err := Parse(nil, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.Routing != "direct" || d.Encryption != "none" || d.WireGuardDevice != "coordino-wg" || !d.WireGuardNodeToNode {
+		t.Fatalf("defaults %+v", d)
+	}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--routing", "bgp"}, "routing"},
+		{[]string{"--encryption", "ipsec"}, "encryption"},
+		{[]string{"--peers-file", "peers.yaml"}, "peers-file"},
+		{[]string{"--wireguard-device", "a-name-longer-than-15"}, "wireguard-device"},
+		{[]string{"--wireguard-device", "../x"}, "wireguard-device"},
+		{[]string{"--wireguard-port", "0"}, "wireguard-port"},
+	} {
+		if _, err := Parse(c.args, io.Discard); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%v: got %v, want an error naming %s", c.args, err, c.want)
+		}
+	}
+}

@@ -1,0 +1,469 @@
+package wireguard
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/vishvananda/netlink"
+	"go.uber.org/zap"
+	"golang.org/x/sys/unix"
+	"golang.zx2c4.com/wireguard/wgctrl"
+	"golang.zx2c4.com/wireguard/wgctrl/wgtypes"
+
+	"github.com/coordino/coordino/daemon/peers"
+	"github.com/coordino/coordino/daemon/routing"
+)
+
+// Defaults of the device.
+const (
+	DefaultDevice     = "coordino-wg"
+	DefaultListenPort = 51871
+	// FirewallMark is set on the device's own UDP packets; everything else
+	// consults NodeTable first, so node-to-node traffic is encrypted
+	// without looping the tunnel into itself.
+	FirewallMark = 0xc5c5
+	NodeTable    = 0xc5c5
+	rulePriority = 99
+)
+
+// superviseInterval is how often the device is checked to answer on its
+// control socket; a dead userspace process is restarted and reconfigured.
+const superviseInterval = 2 * time.Second
+
+// Config configures the node's device.
+type Config struct {
+	Self       string
+	Device     string
+	ListenPort int
+	// MTU of the device: the underlay MTU minus routing.WireGuardOverhead.
+	MTU      int
+	StateDir string
+	RunDir   string
+	// UserspaceBinary is coordino-wireguard, used when the kernel has no module.
+	UserspaceBinary string
+	// NodeToNode also routes (and accepts) peer node addresses through the
+	// tunnel, so node-to-node and node-to-remote-pod traffic is encrypted.
+	NodeToNode bool
+}
+
+// Device is this node's WireGuard device and its configuration.
+type Device struct {
+	cfg       Config
+	log       *zap.Logger
+	client    *wgctrl.Client
+	key       wgtypes.Key
+	userspace bool
+	router    *routing.Router
+
+	mu   sync.Mutex
+	last peers.Set
+}
+
+// Start loads (or creates) the key and brings the device up: an existing
+// one is adopted, so a daemon restart never interrupts the tunnel.
+func Start(cfg Config, log *zap.Logger) (*Device, error) {
+	if cfg.Device == "" {
+		cfg.Device = DefaultDevice
+	}
+	if cfg.ListenPort == 0 {
+		cfg.ListenPort = DefaultListenPort
+	}
+	key, err := LoadOrCreateKey(cfg.StateDir)
+	if err != nil {
+		return nil, fmt.Errorf("wireguard key: %w", err)
+	}
+	client, err := wgctrl.New()
+	if err != nil {
+		return nil, fmt.Errorf("wgctrl: %w", err)
+	}
+	d := &Device{cfg: cfg, log: log, client: client, key: key}
+	if err := d.ensure(); err != nil {
+		client.Close()
+		return nil, err
+	}
+	d.router, err = routing.New(routing.Config{Self: cfg.Self, Device: cfg.Device}, log)
+	if err != nil {
+		client.Close()
+		return nil, err
+	}
+	// Only the public half is ever logged.
+	log.Info("wireguard device ready", zap.String("device", cfg.Device), zap.Bool("userspace", d.userspace),
+		zap.String("publicKey", key.PublicKey().String()), zap.Int("listenPort", cfg.ListenPort),
+		zap.String("publicKeyFile", filepath.Join(cfg.StateDir, PublicKeyFile)))
+	return d, nil
+}
+
+// PublicKey is what peers need to know about this node.
+func (d *Device) PublicKey() wgtypes.Key { return d.key.PublicKey() }
+
+// Userspace reports whether the device is the userspace process.
+func (d *Device) Userspace() bool { return d.userspace }
+
+// ensure adopts a working device or creates one, then sets key, port, mark
+// and MTU where they differ.
+func (d *Device) ensure() error {
+	name := d.cfg.Device
+	if _, err := d.client.Device(name); err != nil {
+		if l, lerr := netlink.LinkByName(name); lerr == nil {
+			// A link without a control plane: the userspace process died
+			// (its TUN would be gone with it) or a foreign device squats
+			// the name. Either way it cannot carry our tunnel.
+			d.log.Warn("removing unresponsive wireguard link", zap.String("device", name))
+			if err := netlink.LinkDel(l); err != nil {
+				return fmt.Errorf("remove stale %s: %w", name, err)
+			}
+		}
+		if err := d.create(); err != nil {
+			return err
+		}
+	} else if l, err := netlink.LinkByName(name); err == nil {
+		d.userspace = l.Type() == "tuntap"
+	}
+	dev, err := d.client.Device(name)
+	if err != nil {
+		return fmt.Errorf("wireguard %s: %w", name, err)
+	}
+	var c wgtypes.Config
+	if dev.PrivateKey != d.key {
+		c.PrivateKey = &d.key
+	}
+	if dev.ListenPort != d.cfg.ListenPort {
+		c.ListenPort = &d.cfg.ListenPort
+	}
+	if dev.FirewallMark != FirewallMark {
+		mark := FirewallMark
+		c.FirewallMark = &mark
+	}
+	if c.PrivateKey != nil || c.ListenPort != nil || c.FirewallMark != nil {
+		if err := d.client.ConfigureDevice(name, c); err != nil {
+			return fmt.Errorf("configure %s: %w", name, err)
+		}
+	}
+	l, err := netlink.LinkByName(name)
+	if err != nil {
+		return err
+	}
+	if d.cfg.MTU > 0 && l.Attrs().MTU != d.cfg.MTU {
+		if err := netlink.LinkSetMTU(l, d.cfg.MTU); err != nil {
+			return fmt.Errorf("set MTU of %s: %w", name, err)
+		}
+	}
+	return netlink.LinkSetUp(l)
+}
+
+// create makes a kernel device, or starts the userspace process when the
+// kernel has no WireGuard.
+func (d *Device) create() error {
+	err := netlink.LinkAdd(&netlink.Wireguard{LinkAttrs: netlink.LinkAttrs{Name: d.cfg.Device, MTU: d.cfg.MTU}})
+	if err == nil {
+		d.userspace = false
+		d.log.Info("kernel wireguard device created", zap.String("device", d.cfg.Device))
+		return nil
+	}
+	if !errors.Is(err, unix.EOPNOTSUPP) && !errors.Is(err, unix.ENODEV) && !errors.Is(err, unix.ENOENT) && !strings.Contains(err.Error(), "not supported") {
+		return fmt.Errorf("create kernel wireguard %s: %w", d.cfg.Device, err)
+	}
+	d.userspace = true
+	return d.startUserspace()
+}
+
+// PIDFile is where the userspace process records its PID (in the run dir).
+func PIDFile(runDir, device string) string {
+	return filepath.Join(runDir, "wireguard-"+device+".pid")
+}
+
+func (d *Device) startUserspace() error {
+	bin := d.cfg.UserspaceBinary
+	if bin == "" {
+		self, err := os.Executable()
+		if err != nil {
+			return err
+		}
+		bin = filepath.Join(filepath.Dir(self), "coordino-wireguard")
+	}
+	if err := os.MkdirAll(d.cfg.RunDir, 0o700); err != nil {
+		return err
+	}
+	logf, err := os.OpenFile(filepath.Join(d.cfg.RunDir, "wireguard-"+d.cfg.Device+".log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return err
+	}
+	defer logf.Close()
+	mtu := d.cfg.MTU
+	if mtu == 0 {
+		mtu = 1420
+	}
+	cmd := exec.Command(bin, "--interface", d.cfg.Device, "--mtu", strconv.Itoa(mtu), "--pid-file", PIDFile(d.cfg.RunDir, d.cfg.Device))
+	cmd.Stdout, cmd.Stderr = logf, logf
+	// Its own session: signals to the daemon's process group and the
+	// daemon's death leave it running.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("start %s: %w", bin, err)
+	}
+	exited := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(exited) }() // reaped while we live
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		if _, err := d.client.Device(d.cfg.Device); err == nil {
+			d.log.Info("userspace wireguard started", zap.String("device", d.cfg.Device), zap.Int("pid", cmd.Process.Pid))
+			return nil
+		}
+		select {
+		case <-exited:
+			return fmt.Errorf("%s exited at start; see %s", bin, logf.Name())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	_ = cmd.Process.Kill()
+	return fmt.Errorf("%s did not open its UAPI socket within 10s", bin)
+}
+
+// Apply configures peers and routes from set: peers without a published
+// key get no routes (their blocks stay unreachable rather than cleartext).
+// Only peers that changed are reconfigured, so established sessions of the
+// others keep their keys.
+func (d *Device) Apply(set peers.Set) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.last = set
+	return d.apply(set)
+}
+
+func (d *Device) apply(set peers.Set) error {
+	dev, err := d.client.Device(d.cfg.Device)
+	if err != nil {
+		return fmt.Errorf("wireguard %s: %w", d.cfg.Device, err)
+	}
+	have := map[wgtypes.Key]wgtypes.Peer{}
+	for _, p := range dev.Peers {
+		have[p.PublicKey] = p
+	}
+	keyed := peers.Set{}
+	var c wgtypes.Config
+	want := map[wgtypes.Key]bool{}
+	var errs []error
+	for _, name := range set.Names() {
+		n := set[name]
+		if name == d.cfg.Self {
+			keyed[name] = n
+			continue
+		}
+		if n.WireGuard == nil {
+			d.log.Warn("peer has no wireguard key yet: its pods are unreachable", zap.String("peer", name))
+			continue
+		}
+		key, err := wgtypes.ParseKey(n.WireGuard.PublicKey)
+		if err != nil || key == d.key.PublicKey() {
+			errs = append(errs, fmt.Errorf("peer %q: unusable wireguard key", name))
+			continue
+		}
+		pc, ok := d.peerConfig(n, key)
+		if !ok {
+			errs = append(errs, fmt.Errorf("peer %q: no endpoint (no address, no wireGuard.endpoint)", name))
+			continue
+		}
+		keyed[name] = n
+		want[key] = true
+		if h, ok := have[key]; ok && samePeer(h, pc) {
+			continue
+		}
+		c.Peers = append(c.Peers, pc)
+	}
+	for key := range have {
+		if !want[key] {
+			c.Peers = append(c.Peers, wgtypes.PeerConfig{PublicKey: key, Remove: true})
+		}
+	}
+	if len(c.Peers) > 0 {
+		if err := d.client.ConfigureDevice(d.cfg.Device, c); err != nil {
+			return fmt.Errorf("configure peers of %s: %w", d.cfg.Device, err)
+		}
+	}
+	if err := d.router.Apply(keyed); err != nil {
+		errs = append(errs, err)
+	}
+	if err := d.syncNodeRoutes(keyed); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+func (d *Device) peerConfig(n *peers.Node, key wgtypes.Key) (wgtypes.PeerConfig, bool) {
+	ep := n.WireGuard.Endpoint
+	if !ep.IsValid() {
+		a, ok := n.Address(false)
+		if !ok {
+			if a, ok = n.Address(true); !ok {
+				return wgtypes.PeerConfig{}, false
+			}
+		}
+		ep = netip.AddrPortFrom(a, uint16(d.cfg.ListenPort))
+	}
+	pc := wgtypes.PeerConfig{PublicKey: key, ReplaceAllowedIPs: true, Endpoint: net.UDPAddrFromAddrPort(ep)}
+	for _, b := range n.Blocks {
+		pc.AllowedIPs = append(pc.AllowedIPs, net.IPNet{IP: b.Addr().AsSlice(), Mask: net.CIDRMask(b.Bits(), b.Addr().BitLen())})
+	}
+	if d.cfg.NodeToNode {
+		for _, a := range n.Addresses {
+			pc.AllowedIPs = append(pc.AllowedIPs, net.IPNet{IP: a.AsSlice(), Mask: net.CIDRMask(a.BitLen(), a.BitLen())})
+		}
+	}
+	return pc, true
+}
+
+func samePeer(h wgtypes.Peer, w wgtypes.PeerConfig) bool {
+	if h.Endpoint == nil || w.Endpoint == nil || h.Endpoint.AddrPort() != w.Endpoint.AddrPort() {
+		return false
+	}
+	norm := func(ns []net.IPNet) []string {
+		var out []string
+		for _, n := range ns {
+			out = append(out, n.String())
+		}
+		slices.Sort(out)
+		return out
+	}
+	return slices.Equal(norm(h.AllowedIPs), norm(w.AllowedIPs))
+}
+
+// Run supervises the device until ctx is done: a userspace process that
+// died is restarted and given the last peer set again.
+func (d *Device) Run(ctx context.Context) {
+	t := time.NewTicker(superviseInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if _, err := d.client.Device(d.cfg.Device); err == nil {
+			continue
+		}
+		d.log.Warn("wireguard device stopped answering: re-creating it", zap.String("device", d.cfg.Device))
+		d.mu.Lock()
+		err := d.ensure()
+		if err == nil && d.last != nil {
+			err = d.apply(d.last)
+		}
+		d.mu.Unlock()
+		if err != nil {
+			d.log.Error("re-creating wireguard device", zap.Error(err))
+		}
+	}
+}
+
+// Close releases the control client; the device keeps running.
+func (d *Device) Close() error { return d.client.Close() }
+
+// syncNodeRoutes routes peer node addresses through the tunnel (table
+// NodeTable, consulted by every packet not sent by the device itself), or
+// removes that steering when node-to-node encryption is off.
+func (d *Device) syncNodeRoutes(keyed peers.Set) error {
+	var want []netlink.Route
+	if d.cfg.NodeToNode {
+		l, err := netlink.LinkByName(d.cfg.Device)
+		if err != nil {
+			return err
+		}
+		for _, name := range keyed.Names() {
+			if name == d.cfg.Self {
+				continue
+			}
+			for _, a := range keyed[name].Addresses {
+				dst := &net.IPNet{IP: a.AsSlice(), Mask: net.CIDRMask(a.BitLen(), a.BitLen())}
+				want = append(want, netlink.Route{Dst: dst, LinkIndex: l.Attrs().Index, Scope: netlink.SCOPE_LINK})
+			}
+		}
+	}
+	errs := routing.SyncTable(NodeTable, want, d.log)
+	for _, fam := range []int{netlink.FAMILY_V4, netlink.FAMILY_V6} {
+		if err := syncRule(fam, d.cfg.NodeToNode); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// syncRule ensures "not fwmark FirewallMark lookup NodeTable" exists (or not).
+func syncRule(family int, present bool) error {
+	rules, err := netlink.RuleList(family)
+	if err != nil {
+		return fmt.Errorf("list rules: %w", err)
+	}
+	mask := uint32(0xffffffff)
+	want := netlink.NewRule()
+	want.Family, want.Priority, want.Table, want.Mark, want.Mask, want.Invert = family, rulePriority, NodeTable, FirewallMark, &mask, true
+	found := false
+	for _, r := range rules {
+		if r.Table != NodeTable {
+			continue
+		}
+		if present && r.Priority == rulePriority && r.Mark == FirewallMark && r.Invert && !found {
+			found = true
+			continue
+		}
+		if err := netlink.RuleDel(&r); err != nil {
+			return fmt.Errorf("delete rule %v: %w", r, err)
+		}
+	}
+	if present && !found {
+		if err := netlink.RuleAdd(want); err != nil {
+			return fmt.Errorf("add rule %v: %w", want, err)
+		}
+	}
+	return nil
+}
+
+// RemoveStale undoes what an earlier run with encryption left when the
+// daemon now runs without it: the node-to-node rules and table, and the
+// device (the userspace process is ended through its PID file). Without
+// this, node-to-node traffic would keep flowing into an orphaned tunnel.
+func RemoveStale(cfg Config, log *zap.Logger) error {
+	errs := routing.SyncTable(NodeTable, nil, log)
+	for _, fam := range []int{netlink.FAMILY_V4, netlink.FAMILY_V6} {
+		if err := syncRule(fam, false); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	name := cfg.Device
+	if name == "" {
+		name = DefaultDevice
+	}
+	if data, err := os.ReadFile(PIDFile(cfg.RunDir, name)); err == nil {
+		if pid, err := strconv.Atoi(strings.TrimSpace(string(data))); err == nil && pid > 0 && isUserspaceDevice(pid) {
+			log.Info("stopping the userspace wireguard device of an earlier run", zap.String("device", name), zap.Int("pid", pid))
+			_ = syscall.Kill(pid, syscall.SIGTERM)
+			// Its TUN goes with it; wait so the link check below sees that.
+			for i := 0; i < 100 && syscall.Kill(pid, 0) == nil; i++ {
+				time.Sleep(20 * time.Millisecond)
+			}
+		}
+	}
+	if l, err := netlink.LinkByName(name); err == nil && (l.Type() == "wireguard" || l.Type() == "tuntap") {
+		log.Info("removing the wireguard device of an earlier run", zap.String("device", name))
+		if err := netlink.LinkDel(l); err != nil {
+			errs = append(errs, fmt.Errorf("remove %s: %w", name, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// isUserspaceDevice guards against signalling a recycled PID.
+func isUserspaceDevice(pid int) bool {
+	exe, err := os.Readlink(fmt.Sprintf("/proc/%d/exe", pid))
+	return err == nil && strings.HasSuffix(strings.TrimSuffix(exe, " (deleted)"), "/coordino-wireguard")
+}

@@ -1,0 +1,84 @@
+package wireguard
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"golang.zx2c4.com/wireguard/wgctrl/wgtypes"
+)
+
+// Key file names in the state dir.
+const (
+	PrivateKeyFile = "wireguard.key"
+	PublicKeyFile  = "wireguard.pub"
+)
+
+// LoadOrCreateKey returns the node's private key, generating it at first
+// start. The key is written to a temporary 0600 file and renamed, so a
+// crash never leaves a truncated key. The public key is written next to it
+// for the operator to distribute.
+func LoadOrCreateKey(stateDir string) (wgtypes.Key, error) {
+	path := filepath.Join(stateDir, PrivateKeyFile)
+	data, err := os.ReadFile(path)
+	switch {
+	case err == nil:
+		fi, err := os.Stat(path)
+		if err != nil {
+			return wgtypes.Key{}, err
+		}
+		if fi.Mode().Perm()&0o077 != 0 {
+			return wgtypes.Key{}, fmt.Errorf("%s is readable by others (mode %v): want 0600", path, fi.Mode().Perm())
+		}
+		k, err := wgtypes.ParseKey(strings.TrimSpace(string(data)))
+		if err != nil {
+			// Never echo the content: it is (part of) a secret.
+			return wgtypes.Key{}, fmt.Errorf("%s does not hold a WireGuard private key", path)
+		}
+		return k, writePublic(stateDir, k)
+	case !errors.Is(err, fs.ErrNotExist):
+		return wgtypes.Key{}, err
+	}
+	k, err := wgtypes.GeneratePrivateKey()
+	if err != nil {
+		return wgtypes.Key{}, err
+	}
+	if err := os.MkdirAll(stateDir, 0o700); err != nil {
+		return wgtypes.Key{}, err
+	}
+	if err := writeAtomic(path, []byte(k.String()+"\n"), 0o600); err != nil {
+		return wgtypes.Key{}, err
+	}
+	return k, writePublic(stateDir, k)
+}
+
+func writePublic(stateDir string, k wgtypes.Key) error {
+	return writeAtomic(filepath.Join(stateDir, PublicKeyFile), []byte(k.PublicKey().String()+"\n"), 0o644)
+}
+
+func writeAtomic(path string, data []byte, mode os.FileMode) error {
+	f, err := os.CreateTemp(filepath.Dir(path), ".tmp-"+filepath.Base(path))
+	if err != nil {
+		return err
+	}
+	defer os.Remove(f.Name())
+	if err := f.Chmod(mode); err != nil {
+		f.Close()
+		return err
+	}
+	if _, err := f.Write(data); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	return os.Rename(f.Name(), path)
+}
