@@ -3,7 +3,7 @@
 SHELL := /bin/bash
 GO ?= go
 BIN := bin
-BINARIES := coordino coordino-daemon coordino-install
+BINARIES := coordino coordino-daemon coordino-install coordinoctl
 REF_PLUGINS := bridge host-local ptp portmap macvlan
 
 .PHONY: all build ref-plugins deps generate generate-proto generate-bpf check-generated test e2e-runtime testbed-up testbed-down test-unit test-e2e demo bench fuzz lint clean
@@ -18,6 +18,7 @@ build:
 	# grpcnotrace drops x/net/trace (and html/template): ~1.4 ms less per plugin exec.
 	CGO_ENABLED=0 $(GO) build -tags grpcnotrace -trimpath -ldflags='-s -w' -o $(BIN)/coordino ./plugin/cmd/coordino
 	CGO_ENABLED=0 $(GO) build -trimpath -o $(BIN)/coordino-daemon ./daemon/cmd/coordino-daemon
+	CGO_ENABLED=0 $(GO) build -trimpath -o $(BIN)/coordinoctl ./daemon/cmd/coordinoctl
 	@if [ -f install/cmd/coordino-install/main.go ]; then CGO_ENABLED=0 $(GO) build -trimpath -o $(BIN)/coordino-install ./install/cmd/coordino-install; fi
 
 # Reference plugins from github.com/containernetworking/plugins at the version in go.mod.
@@ -30,7 +31,7 @@ generate: generate-proto generate-bpf
 generate-proto: deps
 	PATH="$$(dirname $$($(GO) tool -n protoc-gen-go)):$$(dirname $$($(GO) tool -n protoc-gen-go-grpc)):$$PATH" \
 	  protoc --go_out=. --go_opt=paths=source_relative \
-	         --go-grpc_out=. --go-grpc_opt=paths=source_relative proto/cni/v1/cni.proto proto/flow/v1/flow.proto
+	         --go-grpc_out=. --go-grpc_opt=paths=source_relative proto/cni/v1/cni.proto proto/flow/v1/flow.proto proto/inspect/v1/inspect.proto
 
 generate-bpf: deps
 	@if [ -d bpf ] && ls bpf/*.go >/dev/null 2>&1; then $(GO) generate ./bpf/...; fi

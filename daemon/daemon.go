@@ -105,6 +105,12 @@ func Run(ctx context.Context, o *config.Options, log *zap.Logger) error {
 		return err
 	}
 
+	stopInspect, err := startInspect(ctx, o, st, pool, dp, hub, log)
+	if err != nil {
+		return err
+	}
+	defer stopInspect()
+
 	socket := filepath.Join(o.RunDir, plugin.SocketName)
 	l, err := server.Listen(socket)
 	if err != nil {

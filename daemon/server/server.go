@@ -61,8 +61,7 @@ func Listen(socketPath string) (net.Listener, error) {
 // GRPCServer returns a gRPC server with s registered, admitting root and the
 // daemon's own user only.
 func (s *Server) GRPCServer() *grpc.Server {
-	allowed := map[uint32]bool{0: true, uint32(os.Geteuid()): true}
-	g := grpc.NewServer(grpc.Creds(&peerCredentials{allowedUIDs: allowed}))
+	g := grpc.NewServer(grpc.Creds(PeerCredentials()))
 	cniv1.RegisterCNIServer(g, s)
 	return g
 }
