@@ -48,14 +48,14 @@ func runStatus(ctx context.Context, c *client, _ []string) error {
 			row(w, "IP blocks:", "none (chained attachments only)")
 		}
 		for i, b := range st.Blocks {
-			label := ""
+			label := " "
 			if i == 0 {
 				label = "IP blocks:"
 			}
 			row(w, label, fmt.Sprintf("%s  %d/%d used (%s), %d free", b.Cidr, b.Used, b.Size, percent(b.Used, b.Size), b.Free))
 		}
 		for i, m := range st.Maps {
-			label := ""
+			label := " "
 			if i == 0 {
 				label = "BPF maps:"
 			}

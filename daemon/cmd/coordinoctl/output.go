@@ -14,7 +14,11 @@ import (
 // marshal renders m as JSON (every field present, so scripts need no
 // defaults) or YAML.
 func marshal(m proto.Message, format string, multiline bool) ([]byte, error) {
-	b, err := protojson.MarshalOptions{EmitUnpopulated: true, Multiline: multiline, Indent: "  "}.Marshal(m)
+	opts := protojson.MarshalOptions{EmitUnpopulated: true}
+	if multiline {
+		opts.Indent = "  " // a set Indent alone already means multi-line
+	}
+	b, err := opts.Marshal(m)
 	if err != nil {
 		return nil, err
 	}
