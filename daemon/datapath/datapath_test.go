@@ -51,10 +51,19 @@ var podIPs = map[string]netip.Addr{
 
 func newCluster(t *testing.T, attach AttachMode) *cluster {
 	t.Helper()
+	return newClusterWith(t, attach, nil)
+}
+
+// newClusterWith is newCluster with tweak applied to the config first.
+func newClusterWith(t *testing.T, attach AttachMode, tweak func(*Config)) *cluster {
+	t.Helper()
 	privileged.Require(t)
 	c := &cluster{t: t, pods: map[string]*testnet.Pod{}, eps: map[string]Endpoint{}}
 	c.cfg = Config{BPFDir: testnet.BPFDir(t), AttachMode: attach, Logger: zaptest.NewLogger(t),
 		NodeIPs: []netip.Addr{testnet.NodeIP}}
+	if tweak != nil {
+		tweak(&c.cfg)
+	}
 	c.open()
 	if err := c.dp.UpdatePolicy(policy.Snapshot{}); err != nil {
 		t.Fatal(err)

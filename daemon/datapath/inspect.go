@@ -11,6 +11,7 @@ import (
 	"maps"
 	"net/netip"
 	"slices"
+	"strings"
 
 	"github.com/cilium/ebpf"
 	"github.com/coordino/coordino/bpf"
@@ -52,19 +53,35 @@ func (d *Datapath) EndpointStates() []EndpointState {
 	return out
 }
 
-// Identities returns the pod identities in use, ordered by number.
-func (d *Datapath) Identities() []identity.Identity { return d.ids.All() }
-
-// PolicyRevision returns the revision last written to the config map and
-// the number of policies the last compilation skipped as invalid.
-func (d *Datapath) PolicyRevision() (revision uint32, invalid int) {
+// Identities returns the identities of this node's endpoints, ordered by
+// number.
+func (d *Datapath) Identities() []identity.Identity {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if u, ok := d.compileErr.(interface{ Unwrap() []error }); ok {
-		invalid = len(u.Unwrap())
-	} else if d.compileErr != nil {
-		invalid = 1
+	return d.localIdentities()
+}
+
+// localIdentities lists the identities of d.eps; callers hold mu.
+func (d *Datapath) localIdentities() []identity.Identity {
+	byID := map[identity.ID]identity.Identity{}
+	for _, r := range d.eps {
+		byID[r.Identity] = identity.Identity{ID: r.Identity, Namespace: r.Namespace, Labels: maps.Clone(r.Labels)}
 	}
+	out := make([]identity.Identity, 0, len(byID))
+	for _, id := range slices.Sorted(maps.Keys(byID)) {
+		out = append(out, byID[id])
+	}
+	return out
+}
+
+// PolicyRevision returns the revision last written to the config map and
+// the number of policies of the last snapshot skipped as invalid.
+func (d *Datapath) PolicyRevision() (revision uint32, invalid int) {
+	d.snapMu.Lock()
+	invalid = len(d.snap.invalid)
+	d.snapMu.Unlock()
+	d.mu.Lock()
+	defer d.mu.Unlock()
 	return d.revision, invalid
 }
 
@@ -174,34 +191,32 @@ func (d *Datapath) Decide(hostIfIndex int, dir policy.Direction, peer netip.Addr
 	return dec, nil
 }
 
-// Provenance names the policies behind a decision: those selecting the local
-// identity for dir, and the rules ("namespace/name spec.ingress[0]") whose
-// compiled entries allow the flow. Each policy, and each of its rules, is
-// compiled on its own by the same compiler that fills the maps.
-func (d *Datapath) Provenance(dec Decision, dir policy.Direction, proto uint8, port uint16) (selectedBy, allowedBy []string) {
+// Provenance names the policies behind a decision at a local endpoint:
+// those selecting its identity for dir, and the rules ("namespace/name
+// spec.ingress[0]") that allow the flow with peer. Each policy, and each of
+// its rules, is compiled on its own by the same pipeline that fills the
+// maps; the peer's CIDR identity is re-resolved in each such compilation,
+// since an ipBlock matches by address. Pod peers are matched among this
+// node's identities (peers known only from a cluster source are not named).
+func (d *Datapath) Provenance(dec Decision, dir policy.Direction, peer netip.Addr, proto uint8, port uint16) (selectedBy, allowedBy []string) {
+	d.snapMu.Lock()
+	nps := slices.Collect(maps.Values(d.snap.policies))
+	namespaces := slices.Collect(maps.Values(d.snap.namespaces))
+	d.snapMu.Unlock()
+	slices.SortFunc(nps, func(a, b *networkingv1.NetworkPolicy) int {
+		return strings.Compare(a.Namespace+"/"+a.Name, b.Namespace+"/"+b.Name)
+	})
 	d.mu.Lock()
-	snap := d.snap
+	ids := d.localIdentities()
 	d.mu.Unlock()
-	ids := d.ids.All()
-	f := policy.Flow{Local: dec.Local, Isolation: policy.IngressIsolated | policy.EgressIsolated, Dir: dir,
-		Remote: dec.Remote, RemoteCIDR: dec.RemoteCIDR, Proto: proto, Port: port}
-	// An ipBlock matches every known prefix inside it, including prefixes
-	// other policies name; carriers (every policy moved to a namespace no
-	// pod has) keep those prefixes known without selecting anything.
-	carriers := make([]*networkingv1.NetworkPolicy, 0, len(snap.Policies)+1)
-	for _, np := range snap.Policies {
-		c := np.DeepCopy()
-		c.Namespace = provenanceCarrierNS
-		carriers = append(carriers, c)
-	}
 	compile := func(np *networkingv1.NetworkPolicy) *policy.Result {
 		res, _ := policy.Compile(policy.Input{
-			Snapshot:   policy.Snapshot{Policies: append(carriers, np), Namespaces: snap.Namespaces},
+			Snapshot:   policy.Snapshot{Policies: []*networkingv1.NetworkPolicy{np}, Namespaces: namespaces},
 			Identities: ids, Local: []identity.ID{dec.Local},
 		}, d.cidrs)
 		return res
 	}
-	for _, np := range snap.Policies {
+	for _, np := range nps {
 		res := compile(np)
 		if res == nil || !res.Isolation[dec.Local].Has(dir) {
 			continue
@@ -219,17 +234,22 @@ func (d *Datapath) Provenance(dec Decision, dir policy.Direction, proto uint8, p
 			} else {
 				one.Spec.Ingress = one.Spec.Ingress[i : i+1]
 			}
-			if r := compile(one); r != nil && r.Table().Allowed(f) {
+			r := compile(one)
+			if r == nil {
+				continue
+			}
+			f := policy.Flow{Local: dec.Local, Isolation: r.Isolation[dec.Local], Dir: dir,
+				Remote: dec.Remote, RemoteCIDR: r.CIDRIdentity(peer), Proto: proto, Port: port}
+			if dec.Remote.IsCIDR() || dec.Remote == identity.World {
+				f.Remote = f.RemoteCIDR
+			}
+			if r.Table().Allowed(f) {
 				allowedBy = append(allowedBy, fmt.Sprintf("%s spec.%s[%d]", name, field, i))
 			}
 		}
 	}
 	return selectedBy, allowedBy
 }
-
-// provenanceCarrierNS is a namespace name no pod can have (uppercase is
-// invalid in Kubernetes names).
-const provenanceCarrierNS = "Coordino-Explain-Carrier"
 
 // DumpMaps writes the datapath maps as JSON, for bug reports: config,
 // endpoints, ipcache, policy and up to maxConntrack conntrack entries.

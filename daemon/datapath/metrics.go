@@ -57,12 +57,16 @@ var (
 type metrics struct {
 	d             *Datapath
 	invalidPolicy prometheus.Gauge
+	syncFailures  prometheus.Counter
 }
 
 func newMetrics(d *Datapath) *metrics {
 	return &metrics{d: d, invalidPolicy: prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "coordino_policy_invalid",
 		Help: "Network policies skipped by the last compilation because they are invalid.",
+	}), syncFailures: prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "coordino_policy_map_update_failures_total",
+		Help: "Policy map updates that failed part-way (fail-closed; retried with backoff).",
 	})}
 }
 
@@ -130,5 +134,5 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 // Collectors returns the datapath's Prometheus collectors: packet and byte
 // counters by direction, verdict and reason, and policy state gauges.
 func (d *Datapath) Collectors() []prometheus.Collector {
-	return []prometheus.Collector{d.metrics, d.metrics.invalidPolicy}
+	return []prometheus.Collector{d.metrics, d.metrics.invalidPolicy, d.metrics.syncFailures}
 }

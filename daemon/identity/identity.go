@@ -21,10 +21,15 @@ const (
 	World ID = 2
 	// FirstPod is the lowest identity handed out for a label set.
 	FirstPod ID = 256
+	// LastCluster is the highest cluster-wide identity (coordino.io Identity
+	// objects number [FirstPod, LastCluster]).
+	LastCluster ID = 0x7FFFFF
+	// FirstNodeLocal and LastNodeLocal bound the temporary identities a
+	// daemon assigns to a label set before its cluster Identity exists.
+	FirstNodeLocal ID = 0x800000
+	LastNodeLocal  ID = 0xFFFFFF
 	// CIDRFlag marks node-local identities of ipBlock prefixes.
 	CIDRFlag ID = 0x01000000
-	// maxPod bounds pod identities below the CIDR range.
-	maxPod ID = CIDRFlag - 1
 	// maxCIDR bounds CIDR identities.
 	maxCIDR ID = 0x01ffffff
 )
@@ -72,18 +77,45 @@ type entry struct {
 	refs int
 }
 
+// Assigner gives endpoints their identity; it is the seam between the
+// datapath and where identities come from. Standalone, *Allocator numbers
+// label sets on the node. In Kubernetes mode an implementation returns the
+// cluster Identity of the label set, or a temporary one in
+// [FirstNodeLocal, LastNodeLocal] until that exists; the endpoint moves to
+// the cluster identity when its owner attaches it again
+// (datapath.AttachEndpoint with the same key and interface).
+//
+// The datapath calls Acquire once per attached endpoint and Release once
+// per detached one, and Restore for endpoints adopted after a restart.
+type Assigner interface {
+	// Acquire returns the identity for (namespace, labels) and takes a
+	// reference; created reports that the number is new.
+	Acquire(namespace string, labels map[string]string) (id Identity, created bool, err error)
+	// Release drops a reference and reports whether the identity is gone.
+	Release(id ID) bool
+	// Restore takes a reference to an identity found in pinned state.
+	Restore(id Identity) error
+}
+
 // Allocator hands out pod identities and counts their references (one per
 // endpoint). It is safe for concurrent use.
 type Allocator struct {
-	mu    sync.Mutex
-	byKey map[string]*entry
-	byID  map[ID]*entry
-	next  ID
+	mu          sync.Mutex
+	byKey       map[string]*entry
+	byID        map[ID]*entry
+	next        ID
+	first, last ID
 }
 
-// NewAllocator returns an empty allocator.
-func NewAllocator() *Allocator {
-	return &Allocator{byKey: map[string]*entry{}, byID: map[ID]*entry{}, next: FirstPod}
+// NewAllocator returns an empty allocator of node-wide identities
+// (standalone mode: the whole pod range).
+func NewAllocator() *Allocator { return NewRangeAllocator(FirstPod, CIDRFlag-1) }
+
+// NewRangeAllocator returns an allocator handing out numbers in
+// [first, last] only, e.g. [FirstNodeLocal, LastNodeLocal] for temporary
+// identities in Kubernetes mode.
+func NewRangeAllocator(first, last ID) *Allocator {
+	return &Allocator{byKey: map[string]*entry{}, byID: map[ID]*entry{}, next: first, first: first, last: last}
 }
 
 // Acquire returns the identity of (namespace, labels), allocating one when
@@ -110,8 +142,8 @@ func (a *Allocator) Acquire(namespace string, labels map[string]string) (id Iden
 func (a *Allocator) Restore(id Identity) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if id.ID < FirstPod || id.ID > maxPod {
-		return fmt.Errorf("restore identity %d: not a pod identity", id.ID)
+	if id.ID < a.first || id.ID > a.last {
+		return fmt.Errorf("restore identity %d: not in this allocator's range %d-%d", id.ID, a.first, a.last)
 	}
 	k := Key(id.Namespace, id.Labels)
 	if e, ok := a.byKey[k]; ok {
@@ -169,14 +201,14 @@ func (a *Allocator) All() []Identity {
 
 // free finds the next unused pod identity, wrapping around once.
 func (a *Allocator) free() (ID, error) {
-	for range maxPod - FirstPod + 1 {
+	for range a.last - a.first + 1 {
 		n := a.next
-		if a.next++; a.next > maxPod {
-			a.next = FirstPod
+		if a.next++; a.next > a.last {
+			a.next = a.first
 		}
 		if _, used := a.byID[n]; !used {
 			return n, nil
 		}
 	}
-	return 0, fmt.Errorf("allocate identity: all %d pod identities in use", maxPod-FirstPod+1)
+	return 0, fmt.Errorf("allocate identity: all %d identities in use", a.last-a.first+1)
 }

@@ -75,3 +75,19 @@ func TestCIDRIdentities(t *testing.T) {
 		t.Fatal("unexpected identity names")
 	}
 }
+
+func TestRangeAllocatorStaysInRange(t *testing.T) {
+	a := NewRangeAllocator(FirstNodeLocal, FirstNodeLocal+1)
+	x, _, _ := a.Acquire("ns", map[string]string{"a": "1"})
+	y, _, _ := a.Acquire("ns", map[string]string{"a": "2"})
+	if x.ID != FirstNodeLocal || y.ID != FirstNodeLocal+1 {
+		t.Fatalf("got %d, %d", x.ID, y.ID)
+	}
+	if _, _, err := a.Acquire("ns", map[string]string{"a": "3"}); err == nil {
+		t.Fatal("allocation past the range succeeded")
+	}
+	if err := a.Restore(Identity{ID: 300, Namespace: "ns"}); err == nil {
+		t.Fatal("restore outside the range succeeded")
+	}
+	var _ Assigner = a
+}

@@ -96,7 +96,7 @@ func (s *Service) ExplainPolicy(_ context.Context, req *inspectv1.ExplainPolicyR
 			v.Verdict = "denied"
 		}
 		if dec.Isolation.Has(st.dir) && dec.Reason != "host" {
-			v.SelectedBy, v.AllowedBy = dp.Provenance(dec, st.dir, proto, port)
+			v.SelectedBy, v.AllowedBy = dp.Provenance(dec, st.dir, st.peer, proto, port)
 		}
 		v.Detail = describe(dec, st.dir, v, st.at.name(), st.peerName, req.Protocol, port)
 		if v.Verdict == "denied" {
