@@ -105,7 +105,7 @@ func Run(ctx context.Context, o *config.Options, log *zap.Logger) error {
 		return err
 	}
 
-	stopInspect, err := startInspect(ctx, o, st, pool, dp, hub, log)
+	stopInspect, err := startInspect(ctx, o, st, pool, dp, hub, m, log)
 	if err != nil {
 		return err
 	}

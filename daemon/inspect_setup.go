@@ -4,6 +4,7 @@ import (
 	"context"
 	"path/filepath"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
 	"github.com/coordino/coordino/daemon/config"
@@ -11,18 +12,35 @@ import (
 	"github.com/coordino/coordino/daemon/flows"
 	"github.com/coordino/coordino/daemon/inspect"
 	"github.com/coordino/coordino/daemon/ipam"
+	"github.com/coordino/coordino/daemon/metrics"
 	"github.com/coordino/coordino/daemon/store"
 	"github.com/coordino/coordino/plugin"
 )
 
-// startInspect serves the read-only inspection socket for coordinoctl.
-func startInspect(ctx context.Context, o *config.Options, st *store.Store, pool *ipam.Pool, dp *datapath.Datapath, hub *flows.Hub, log *zap.Logger) (stop func(), err error) {
+// startInspect serves the read-only inspection socket for coordinoctl and
+// registers the metrics of the same facts (DEL queue, BPF map fill).
+func startInspect(ctx context.Context, o *config.Options, st *store.Store, pool *ipam.Pool, dp *datapath.Datapath, hub *flows.Hub, m *metrics.Metrics, log *zap.Logger) (stop func(), err error) {
+	queueDir := filepath.Join(o.RunDir, plugin.DeleteQueueDir)
+	collectors := []prometheus.Collector{metrics.NewDeleteQueueCollector(queueDir)}
+	if dp != nil {
+		collectors = append(collectors, metrics.NewMapCollector(func() ([]metrics.MapUsage, error) {
+			usage, err := dp.MapUsage()
+			out := make([]metrics.MapUsage, len(usage))
+			for i, u := range usage {
+				out[i] = metrics.MapUsage{Name: u.Name, Entries: u.Entries, Capacity: u.Capacity}
+			}
+			return out, err
+		}))
+	}
+	if err := m.Register(collectors...); err != nil {
+		return nil, err
+	}
 	svc := inspect.New(inspect.Config{
 		NodeName:   o.NodeName,
 		Standalone: o.Standalone,
 		AttachMode: o.AttachMode,
 		RunDir:     o.RunDir,
-		QueueDir:   filepath.Join(o.RunDir, plugin.DeleteQueueDir),
+		QueueDir:   queueDir,
 		Store:      st,
 		Pool:       pool,
 		Datapath:   dp,

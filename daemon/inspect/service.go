@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net"
-	"os"
 	"path/filepath"
 	"runtime/debug"
 	"time"
@@ -112,30 +111,4 @@ func Version() string {
 		return fmt.Sprintf("%s (%s%s, %s)", v, rev, modified, bi.GoVersion)
 	}
 	return fmt.Sprintf("%s (%s)", v, bi.GoVersion)
-}
-
-// queueSuffix ends committed entries of the plugin's DEL queue
-// (plugin/deletequeue); entries set aside as undecodable end in ".bad".
-const queueSuffix = ".del"
-
-// deleteQueue counts DELs waiting in the plugin's on-disk queue and the age
-// of the oldest one.
-func (s *Service) deleteQueue() (n int, oldest time.Duration, err error) {
-	entries, err := os.ReadDir(s.cfg.QueueDir)
-	if os.IsNotExist(err) {
-		return 0, 0, nil
-	}
-	if err != nil {
-		return 0, 0, fmt.Errorf("read delete queue: %w", err)
-	}
-	for _, e := range entries {
-		if !e.Type().IsRegular() || filepath.Ext(e.Name()) != queueSuffix {
-			continue
-		}
-		n++
-		if info, err := e.Info(); err == nil && time.Since(info.ModTime()) > oldest {
-			oldest = time.Since(info.ModTime())
-		}
-	}
-	return n, oldest, nil
 }

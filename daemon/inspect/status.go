@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/coordino/coordino/daemon/metrics"
 	"github.com/coordino/coordino/daemon/store"
 	inspectv1 "github.com/coordino/coordino/proto/inspect/v1"
 )
@@ -77,7 +78,7 @@ func (s *Service) GetStatus(context.Context, *inspectv1.GetStatusRequest) (*insp
 		st.AttachMode = "none"
 		problems = append(problems, "eBPF datapath disabled (--no-datapath): NetworkPolicy is not enforced")
 	}
-	n, oldest, err := s.deleteQueue()
+	n, oldest, err := metrics.DeleteQueue(s.cfg.QueueDir)
 	if err != nil {
 		return nil, status.Errorf(codes.Internal, "%v", err)
 	}
