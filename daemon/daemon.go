@@ -39,6 +39,11 @@ func Run(ctx context.Context, o *config.Options, log *zap.Logger) error {
 		// same static sources; say so rather than pretend to watch the API.
 		log.Warn("Kubernetes control-plane source is not implemented yet: using --pod-cidr and --policy-dir as in --standalone")
 	}
+	stopTracing, err := startTracing(ctx, o, log)
+	if err != nil {
+		return err
+	}
+	defer stopTracing()
 	pool, err := ipam.NewPool(o.Prefixes)
 	if err != nil {
 		return fmt.Errorf("pod CIDRs: %w", err)

@@ -26,6 +26,8 @@ type Options struct {
 	AttachMode  string   `json:"attachMode"`
 	NoDatapath  bool     `json:"noDatapath"`
 	FlowLog     string   `json:"flowLog"`
+	// OTLPEndpoint receives OpenTelemetry traces; empty defers to OTEL_*.
+	OTLPEndpoint string `json:"otlpEndpoint"`
 
 	// Prefixes is PodCIDRs parsed.
 	Prefixes []netip.Prefix `json:"-"`
@@ -75,6 +77,7 @@ func Parse(args []string, stderr io.Writer) (*Options, error) {
 	fs.StringVar(&o.AttachMode, "attach-mode", o.AttachMode, "how eBPF attaches to pod interfaces: tc (clsact + cls_bpf) or tcx (falls back to tc without kernel support)")
 	fs.BoolVar(&o.NoDatapath, "no-datapath", false, "do not load eBPF: connectivity without policy enforcement")
 	fs.StringVar(&o.FlowLog, "flow-log", "", "append flow events as JSON lines to this file (\"-\": stdout)")
+	fs.StringVar(&o.OTLPEndpoint, "otlp-endpoint", "", "export OpenTelemetry traces of CNI verbs over OTLP/gRPC to host:port (plaintext) or a URL (https://…); default: the OTEL_EXPORTER_OTLP_* variables, else no tracing")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -131,6 +134,7 @@ func (o *Options) applyFlags(flags *Options, explicit map[string]bool) {
 		"no-datapath":  func() { o.NoDatapath = flags.NoDatapath },
 		"flow-log":     func() { o.FlowLog = flags.FlowLog },
 	}
+	set["otlp-endpoint"] = func() { o.OTLPEndpoint = flags.OTLPEndpoint }
 	for name := range explicit {
 		if f := set[name]; f != nil {
 			f()

@@ -3,6 +3,7 @@ package daemon
 import (
 	"context"
 	"path/filepath"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
@@ -14,6 +15,7 @@ import (
 	"github.com/coordino/coordino/daemon/ipam"
 	"github.com/coordino/coordino/daemon/metrics"
 	"github.com/coordino/coordino/daemon/store"
+	"github.com/coordino/coordino/daemon/tracing"
 	"github.com/coordino/coordino/plugin"
 )
 
@@ -49,4 +51,25 @@ func startInspect(ctx context.Context, o *config.Options, st *store.Store, pool 
 		Log:        log.Named("inspect"),
 	})
 	return svc.Serve(ctx)
+}
+
+// startTracing exports OpenTelemetry traces of CNI verbs when an OTLP
+// endpoint is configured; the returned stop flushes what is queued.
+func startTracing(ctx context.Context, o *config.Options, log *zap.Logger) (stop func(), err error) {
+	shutdown, err := tracing.Setup(ctx, tracing.Options{
+		Endpoint: o.OTLPEndpoint, ServiceName: "coordino-daemon", Version: inspect.Version(), NodeName: o.NodeName,
+	})
+	if err != nil {
+		return nil, err
+	}
+	if tracing.Enabled() {
+		log.Info("exporting traces over OTLP", zap.String("endpoint", o.OTLPEndpoint))
+	}
+	return func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := shutdown(sctx); err != nil {
+			log.Warn("flush traces", zap.Error(err))
+		}
+	}, nil
 }
