@@ -81,6 +81,8 @@ func Run(ctx context.Context, o *config.Options, log *zap.Logger) error {
 		Store:      st,
 		Datapath:   dp,
 		Log:        log,
+
+		DeleteQueueDir: filepath.Join(o.RunDir, plugin.DeleteQueueDir),
 	})
 	addr, err := m.Serve(ctx, o.MetricsAddr)
 	if err != nil {

@@ -4,17 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"time"
 
 	"github.com/containernetworking/cni/pkg/types"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/backoff"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/status"
 
-	cniv1 "github.com/coordino/coordino/proto/cni/v1"
+	"github.com/coordino/coordino/plugin/unarygrpc"
+	"github.com/coordino/coordino/plugin/wire"
 )
 
 // Timeouts of one plugin invocation. Kubelet's own CNI deadline is minutes,
@@ -26,72 +21,84 @@ const (
 	CallTimeout = 2 * time.Minute
 )
 
+// Methods of the daemon's CNI service (proto/cni/v1/cni.proto).
+const (
+	methodAdd    = "/coordino.cni.v1.CNI/Add"
+	methodDel    = "/coordino.cni.v1.CNI/Del"
+	methodCheck  = "/coordino.cni.v1.CNI/Check"
+	methodGC     = "/coordino.cni.v1.CNI/GC"
+	methodStatus = "/coordino.cni.v1.CNI/Status"
+)
+
 // errUnreachable marks a call that never reached the daemon.
 var errUnreachable = errors.New("coordino daemon unreachable")
 
-type client struct {
-	socket string
-	conn   *grpc.ClientConn
-	api    cniv1.CNIClient
-}
-
-func dial(socket string) (*client, error) {
-	conn, err := grpc.NewClient("unix://"+socket,
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithConnectParams(grpc.ConnectParams{
-			Backoff:           backoff.Config{BaseDelay: 50 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 500 * time.Millisecond},
-			MinConnectTimeout: time.Second,
-		}),
-		grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
-			var d net.Dialer
-			return d.DialContext(ctx, "unix", socket)
-		}),
-	)
-	if err != nil {
-		return nil, fmt.Errorf("create gRPC client for %s: %w", socket, err)
-	}
-	return &client{socket: socket, conn: conn, api: cniv1.NewCNIClient(conn)}, nil
-}
-
-func (c *client) close() { _ = c.conn.Close() }
-
-type verbFunc func(context.Context, *cniv1.CNIRequest, ...grpc.CallOption) (*cniv1.CNIResponse, error)
-
-// call runs one verb. With retry, a daemon that is not (yet) listening is
-// retried with backoff until ConnectTimeout; without, the first failure to
-// reach it is returned as errUnreachable.
-func (c *client) call(fn verbFunc, req *cniv1.CNIRequest, retry bool) (*cniv1.CNIResponse, error) {
+// call runs one verb and returns the daemon's response message. With retry,
+// a daemon that is not (yet) listening is retried with backoff until
+// ConnectTimeout; without, the first failure to reach it is returned as
+// errUnreachable. A runDir that fails the trust checks is never retried.
+func call(conf *Config, method string, req *wire.Request, retry bool) ([]byte, error) {
+	body := wire.AppendRequest(nil, req)
 	deadline := time.Now().Add(ConnectTimeout)
 	delay := 20 * time.Millisecond
 	for {
-		ctx, cancel := context.WithTimeout(context.Background(), CallTimeout)
-		resp, err := fn(ctx, req)
-		cancel()
+		resp, err := attempt(conf, method, body)
 		if err == nil {
 			return resp, nil
 		}
-		if status.Code(err) != codes.Unavailable {
-			return nil, fromStatus(err)
+		var st *unarygrpc.Status
+		if !errors.As(err, &st) {
+			return nil, err
+		}
+		if st.Code != unarygrpc.CodeUnavailable {
+			return nil, fromStatus(st)
 		}
 		if !retry || time.Now().Add(delay).After(deadline) {
-			return nil, fmt.Errorf("%w at %s: %v", errUnreachable, c.socket, status.Convert(err).Message())
+			return nil, fmt.Errorf("%w at %s: %s", errUnreachable, conf.SocketPath(), st.Message)
 		}
 		time.Sleep(delay)
 		delay = min(delay*2, 400*time.Millisecond)
 	}
 }
 
-// fromStatus turns a gRPC error into the CNI error the daemon attached, or an
-// internal error when it attached none.
-func fromStatus(err error) error {
-	st := status.Convert(err)
-	for _, d := range st.Details() {
-		if ce, ok := d.(*cniv1.CNIError); ok {
+// attempt is one connection and one call. Failing to reach the daemon is an
+// Unavailable status, as a gRPC client reports it.
+func attempt(conf *Config, method string, body []byte) ([]byte, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), CallTimeout)
+	defer cancel()
+	d, err := openRunDir(conf, false)
+	if err != nil {
+		return nil, unavailableUnlessRefused(err)
+	}
+	defer d.close()
+	deadline, _ := ctx.Deadline()
+	conn, err := d.dialSocket(deadline)
+	if err != nil {
+		return nil, unavailableUnlessRefused(err)
+	}
+	defer conn.Close()
+	return unarygrpc.Call(ctx, conn, method, outgoingMetadata(ctx), body)
+}
+
+func unavailableUnlessRefused(err error) error {
+	var refused *types.Error
+	if errors.As(err, &refused) {
+		return refused
+	}
+	return &unarygrpc.Status{Code: unarygrpc.CodeUnavailable, Message: err.Error()}
+}
+
+// fromStatus turns a gRPC status into the CNI error the daemon attached, or
+// an internal error when it attached none.
+func fromStatus(st *unarygrpc.Status) error {
+	if len(st.Details) > 0 {
+		if details, err := wire.DecodeStatus(st.Details); err == nil && details.CNIError != nil {
+			ce := details.CNIError
 			return types.NewError(uint(ce.Code), ce.Msg, ce.Details)
 		}
 	}
-	if st.Code() == codes.DeadlineExceeded {
-		return types.NewError(types.ErrTryAgainLater, "coordino daemon did not answer in time: "+st.Message(), "")
+	if st.Code == unarygrpc.CodeDeadlineExceeded {
+		return types.NewError(types.ErrTryAgainLater, "coordino daemon did not answer in time: "+st.Message, "")
 	}
-	return types.NewError(types.ErrInternal, "coordino daemon: "+st.Message(), "")
+	return types.NewError(types.ErrInternal, "coordino daemon: "+st.Message, "")
 }

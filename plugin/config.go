@@ -3,13 +3,21 @@ package plugin
 import (
 	"encoding/json"
 	"fmt"
+	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/containernetworking/cni/pkg/types"
 )
 
 // DefaultRunDir is where the daemon listens when the network config has no runDir.
 const DefaultRunDir = "/run/coordino"
+
+// RunDirRootsEnv names the environment variable through which the container
+// runtime (never the network config) may trust further runDir roots: a
+// colon-separated list of absolute directories. The network config is not
+// trusted: with Multus, namespace users may write one.
+const RunDirRootsEnv = "COORDINO_RUN_DIR_ROOTS"
 
 // SocketName is the daemon's socket file inside runDir.
 const SocketName = "coordino.sock"
@@ -23,6 +31,8 @@ type Config struct {
 	CNIVersion string `json:"cniVersion"`
 	Name       string `json:"name"`
 	RunDir     string `json:"runDir"`
+	// runDirRoot is the trusted root runDir lies in (DefaultRunDir or one of RunDirRootsEnv).
+	runDirRoot string
 }
 
 // ParseConfig decodes stdin. A malformed document is a decoding failure (6);
@@ -39,7 +49,26 @@ func ParseConfig(stdin []byte) (*Config, error) {
 		return nil, types.NewError(types.ErrInvalidNetworkConfig, fmt.Sprintf("runDir %q must be an absolute path", c.RunDir), "")
 	}
 	c.RunDir = filepath.Clean(c.RunDir)
-	return &c, nil
+	roots := TrustedRunDirRoots()
+	for _, r := range roots {
+		if c.RunDir == r || strings.HasPrefix(c.RunDir, r+"/") || r == "/" {
+			c.runDirRoot = r
+			return &c, nil
+		}
+	}
+	return nil, types.NewError(types.ErrInvalidNetworkConfig,
+		fmt.Sprintf("runDir %q is outside the trusted roots %s (set by the runtime through %s)", c.RunDir, strings.Join(roots, ":"), RunDirRootsEnv), "")
+}
+
+// TrustedRunDirRoots are DefaultRunDir and the clean absolute paths listed in RunDirRootsEnv.
+func TrustedRunDirRoots() []string {
+	roots := []string{DefaultRunDir}
+	for _, r := range strings.Split(os.Getenv(RunDirRootsEnv), ":") {
+		if filepath.IsAbs(r) {
+			roots = append(roots, filepath.Clean(r))
+		}
+	}
+	return roots
 }
 
 // SocketPath is the daemon socket for this config.

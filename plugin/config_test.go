@@ -13,10 +13,11 @@ func TestParseConfig(t *testing.T) {
 		t.Fatalf("defaults: %+v %v", c, err)
 	}
 	for in, code := range map[string]uint{
-		`{`:                    types.ErrDecodingFailure,
-		`{"runDir":"x/y"}`:     types.ErrInvalidNetworkConfig,
-		`{"runDir":12}`:        types.ErrDecodingFailure,
-		`{"runDir":"/a/../b"}`: 0,
+		`{`:                                 types.ErrDecodingFailure,
+		`{"runDir":"x/y"}`:                  types.ErrInvalidNetworkConfig,
+		`{"runDir":12}`:                     types.ErrDecodingFailure,
+		`{"runDir":"/run/x/../coordino/a"}`: 0,
+		`{"runDir":"/a/../b"}`:              types.ErrInvalidNetworkConfig,
 	} {
 		_, err := ParseConfig([]byte(in))
 		var e *types.Error

@@ -1,8 +1,11 @@
 package plugin
 
 import (
+	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
 
 	"github.com/containernetworking/cni/pkg/skel"
 	"github.com/containernetworking/cni/pkg/types"
@@ -10,7 +13,7 @@ import (
 	"github.com/containernetworking/cni/pkg/version"
 
 	"github.com/coordino/coordino/plugin/deletequeue"
-	cniv1 "github.com/coordino/coordino/proto/cni/v1"
+	"github.com/coordino/coordino/plugin/wire"
 )
 
 // SupportedVersions are the CNI spec versions Coordino speaks.
@@ -30,11 +33,11 @@ func Main() {
 	}, SupportedVersions, About)
 }
 
-func request(args *skel.CmdArgs) *cniv1.CNIRequest {
-	return &cniv1.CNIRequest{
-		ContainerId: args.ContainerID,
+func request(args *skel.CmdArgs) *wire.Request {
+	return &wire.Request{
+		ContainerID: args.ContainerID,
 		Netns:       args.Netns,
-		Ifname:      args.IfName,
+		IfName:      args.IfName,
 		Args:        args.Args,
 		Path:        args.Path,
 		Stdin:       args.StdinData,
@@ -46,20 +49,31 @@ func cmdAdd(args *skel.CmdArgs) error {
 	if err != nil {
 		return err
 	}
-	c, err := dial(conf.SocketPath())
-	if err != nil {
-		return types.NewError(types.ErrTryAgainLater, err.Error(), "")
-	}
-	defer c.close()
-	resp, err := c.call(c.api.Add, request(args), true)
+	resp, err := call(conf, methodAdd, request(args), true)
 	if err != nil {
 		return unreachableAs(err, types.ErrTryAgainLater)
 	}
-	result, err := create.CreateFromBytes(resp.Result)
+	raw, err := wire.DecodeResponse(resp)
+	if err != nil {
+		return types.NewError(types.ErrInternal, fmt.Sprintf("decode daemon response: %v", err), "")
+	}
+	return printResult(raw, conf.CNIVersion)
+}
+
+// printResult prints the daemon's result in the version the runtime asked
+// for. A result already in that version is printed as the daemon wrote it
+// (encoding/json puts cniVersion first): decoding and re-encoding it would
+// change nothing but cost the plugin process a good part of its CPU.
+func printResult(raw []byte, cniVersion string) error {
+	if bytes.HasPrefix(raw, []byte(`{"cniVersion":"`+cniVersion+`"`)) && json.Valid(raw) {
+		_, err := os.Stdout.Write(raw)
+		return err
+	}
+	result, err := create.CreateFromBytes(raw)
 	if err != nil {
 		return types.NewError(types.ErrInternal, fmt.Sprintf("decode daemon result: %v", err), "")
 	}
-	return types.PrintResult(result, conf.CNIVersion)
+	return types.PrintResult(result, cniVersion)
 }
 
 // cmdDel never fails because the daemon is away: the request is queued on
@@ -71,44 +85,46 @@ func cmdDel(args *skel.CmdArgs) error {
 		return err
 	}
 	req := request(args)
-	c, err := dial(conf.SocketPath())
-	if err == nil {
-		defer c.close()
-		_, err = c.call(c.api.Del, req, false)
-	}
+	_, err = call(conf, methodDel, req, false)
 	if err == nil || !errors.Is(err, errUnreachable) {
 		return err
 	}
-	if qerr := deletequeue.Write(conf.QueueDir(), req); qerr != nil {
-		return types.NewError(types.ErrIOFailure, fmt.Sprintf("%v; and queueing the DEL failed: %v", err, qerr), "")
+	return queueDel(conf, req, err)
+}
+
+// queueDel stores a DEL the daemon could not take, in the verified runDir.
+func queueDel(conf *Config, req *wire.Request, unreachable error) error {
+	d, err := openRunDir(conf, true)
+	if err != nil {
+		return err
+	}
+	defer d.close()
+	dir, closeDir, err := d.queueDir()
+	if err != nil {
+		return err
+	}
+	defer closeDir()
+	if qerr := deletequeue.Write(dir, req); qerr != nil {
+		return types.NewError(types.ErrIOFailure, fmt.Sprintf("%v; and queueing the DEL in %s failed: %v", unreachable, conf.QueueDir(), qerr), "")
 	}
 	return nil
 }
 
-func cmdCheck(args *skel.CmdArgs) error {
-	return forward(args, func(c *client) verbFunc { return c.api.Check }, types.ErrTryAgainLater)
-}
+func cmdCheck(args *skel.CmdArgs) error { return forward(args, methodCheck, types.ErrTryAgainLater) }
 
-func cmdGC(args *skel.CmdArgs) error {
-	return forward(args, func(c *client) verbFunc { return c.api.GC }, types.ErrTryAgainLater)
-}
+func cmdGC(args *skel.CmdArgs) error { return forward(args, methodGC, types.ErrTryAgainLater) }
 
 func cmdStatus(args *skel.CmdArgs) error {
-	return forward(args, func(c *client) verbFunc { return c.api.Status }, types.ErrPluginNotAvailable)
+	return forward(args, methodStatus, types.ErrPluginNotAvailable)
 }
 
 // forward sends a verb that has no result and maps an unreachable daemon to unreachableCode.
-func forward(args *skel.CmdArgs, verb func(*client) verbFunc, unreachableCode uint) error {
+func forward(args *skel.CmdArgs, method string, unreachableCode uint) error {
 	conf, err := ParseConfig(args.StdinData)
 	if err != nil {
 		return err
 	}
-	c, err := dial(conf.SocketPath())
-	if err != nil {
-		return types.NewError(unreachableCode, err.Error(), "")
-	}
-	defer c.close()
-	_, err = c.call(verb(c), request(args), true)
+	_, err = call(conf, method, request(args), true)
 	return unreachableAs(err, unreachableCode)
 }
 

@@ -32,7 +32,10 @@ type Config struct {
 	// Datapath may be nil (--no-datapath): attachments then get connectivity
 	// without eBPF policy enforcement.
 	Datapath *datapath.Datapath
-	Log      *zap.Logger
+	// DeleteQueueDir holds the DELs the plugin queued while the daemon was
+	// unreachable; an ADD applies those of its key first.
+	DeleteQueueDir string
+	Log            *zap.Logger
 }
 
 // Manager carries out the CNI verbs. Safe for concurrent use.
@@ -57,6 +60,12 @@ const ResultVersion = "1.1.0"
 func (m *Manager) Add(inv *request.Invocation) ([]byte, error) {
 	unlock := m.locks.lock(inv.Key.String())
 	defer unlock()
+
+	// A DEL the runtime saw succeed (queued) before it issued this ADD must
+	// land on the old attachment, never on the one this ADD creates.
+	if err := m.applyQueuedDels(inv.Key); err != nil {
+		return nil, types.NewError(types.ErrTryAgainLater, fmt.Sprintf("apply queued DEL of %s first: %v", inv.Key, err), "")
+	}
 
 	// A second ADD of the same attachment (a runtime retrying after a
 	// timeout) starts from a clean slate rather than failing on leftovers.
@@ -190,14 +199,19 @@ func marshalResult(res *current.Result) ([]byte, error) {
 // Del detaches a pod. It succeeds for unknown attachments, without netns and
 // without prevResult, so a runtime can always finish tearing a pod down.
 func (m *Manager) Del(inv *request.Invocation) error {
-	return m.del(inv.Key, time.Time{})
+	return m.del(inv.Key, 0)
 }
 
-// del removes the attachment k. A non-zero notAfter skips records created
-// after it (a queued DEL must not remove a newer attachment of the same key).
-func (m *Manager) del(k store.Key, notAfter time.Time) error {
+// del removes the attachment k. A non-zero generation removes only that
+// attachment, not a newer one of the same key.
+func (m *Manager) del(k store.Key, generation uint64) error {
 	unlock := m.locks.lock(k.String())
 	defer unlock()
+	return m.delLocked(k, generation)
+}
+
+// delLocked is del for a caller that holds k's lock.
+func (m *Manager) delLocked(k store.Key, generation uint64) error {
 	ep, err := m.Store.Get(k)
 	if errors.Is(err, store.ErrNotFound) {
 		return nil
@@ -205,7 +219,7 @@ func (m *Manager) del(k store.Key, notAfter time.Time) error {
 	if err != nil {
 		return internalError("%v", err)
 	}
-	if !notAfter.IsZero() && ep.Created.After(notAfter) {
+	if generation != 0 && ep.Generation != generation {
 		return nil
 	}
 	if err := m.release(ep); err != nil {

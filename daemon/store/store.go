@@ -50,6 +50,10 @@ type Endpoint struct {
 	MTU          int               `json:"mtu,omitempty"`
 	Identity     uint32            `json:"identity,omitempty"`
 	Created      time.Time         `json:"created"`
+	// Generation identifies this attachment among all attachments of the key
+	// over time: assigned by the first Put from a persisted counter, it only
+	// grows, whatever the clocks do.
+	Generation uint64 `json:"generation,omitempty"`
 }
 
 var bucketEndpoints = []byte("endpoints")
@@ -82,14 +86,23 @@ func Open(stateDir string) (*Store, error) {
 // Close closes the file.
 func (s *Store) Close() error { return s.db.Close() }
 
-// Put writes ep durably (fsync) in one transaction, replacing any record with the same key.
+// Put writes ep durably (fsync) in one transaction, replacing any record
+// with the same key. A record without a Generation gets the next one.
 func (s *Store) Put(ep *Endpoint) error {
-	data, err := json.Marshal(ep)
-	if err != nil {
-		return fmt.Errorf("encode endpoint %s: %w", ep.Key, err)
-	}
 	if err := s.db.Update(func(tx *bolt.Tx) error {
-		return tx.Bucket(bucketEndpoints).Put(ep.Key.bytes(), data)
+		b := tx.Bucket(bucketEndpoints)
+		if ep.Generation == 0 {
+			gen, err := b.NextSequence()
+			if err != nil {
+				return err
+			}
+			ep.Generation = gen
+		}
+		data, err := json.Marshal(ep)
+		if err != nil {
+			return fmt.Errorf("encode: %w", err)
+		}
+		return b.Put(ep.Key.bytes(), data)
 	}); err != nil {
 		return fmt.Errorf("store endpoint %s: %w", ep.Key, err)
 	}

@@ -47,3 +47,35 @@ func TestPutGetListDeleteSurvivesReopen(t *testing.T) {
 		t.Fatalf("Get after delete err = %v", err)
 	}
 }
+
+func TestGenerationGrowsAcrossDeleteAndReopen(t *testing.T) {
+	dir := t.TempDir()
+	s, err := Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := Key{"net1", "c1", "eth0"}
+	first := &Endpoint{Key: k}
+	if err := s.Put(first); err != nil || first.Generation == 0 {
+		t.Fatalf("first Put: gen %d, %v", first.Generation, err)
+	}
+	// Rewriting a record keeps its generation.
+	if err := s.Put(first); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := s.Get(k); got.Generation != first.Generation {
+		t.Fatalf("rewrite changed generation %d → %d", first.Generation, got.Generation)
+	}
+	if err := s.Delete(k); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	if s, err = Open(dir); err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	second := &Endpoint{Key: k}
+	if err := s.Put(second); err != nil || second.Generation <= first.Generation {
+		t.Fatalf("re-ADD after reopen: gen %d after %d, %v", second.Generation, first.Generation, err)
+	}
+}

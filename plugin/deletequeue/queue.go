@@ -12,24 +12,19 @@ import (
 	"strings"
 	"time"
 
-	"google.golang.org/protobuf/proto"
-
-	cniv1 "github.com/coordino/coordino/proto/cni/v1"
+	"github.com/coordino/coordino/plugin/wire"
 )
 
 const suffix = ".del"
 
 // Write stores req durably in dir: written to a temporary file, fsynced, then
 // renamed, so the daemon never reads a partial entry.
-func Write(dir string, req *cniv1.CNIRequest) error {
+func Write(dir string, req *wire.Request) error {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return fmt.Errorf("create delete queue %s: %w", dir, err)
 	}
 	now := time.Now()
-	data, err := proto.Marshal(&cniv1.QueuedDelete{Request: req, QueuedUnixNano: now.UnixNano()})
-	if err != nil {
-		return fmt.Errorf("encode queued DEL: %w", err)
-	}
+	data := wire.AppendQueuedDelete(nil, req, now.UnixNano())
 	tmp, err := os.CreateTemp(dir, ".tmp-*")
 	if err != nil {
 		return fmt.Errorf("create queue entry in %s: %w", dir, err)
@@ -69,46 +64,87 @@ func syncDir(dir string) error {
 // Entry is one queued DEL.
 type Entry struct {
 	Path     string
-	Request  *cniv1.CNIRequest
+	Request  *wire.Request
 	QueuedAt time.Time
 }
 
 // Decode parses a queue file's content.
-func Decode(data []byte) (*cniv1.CNIRequest, time.Time, error) {
-	var q cniv1.QueuedDelete
-	if err := proto.Unmarshal(data, &q); err != nil {
+func Decode(data []byte) (*wire.Request, time.Time, error) {
+	req, at, err := wire.DecodeQueuedDelete(data)
+	if err != nil {
 		return nil, time.Time{}, fmt.Errorf("decode queued DEL: %w", err)
 	}
-	if q.Request == nil || q.Request.ContainerId == "" {
+	if req == nil || req.ContainerID == "" {
 		return nil, time.Time{}, errors.New("decode queued DEL: no request or container ID")
 	}
-	return q.Request, time.Unix(0, q.QueuedUnixNano), nil
+	return req, time.Unix(0, at), nil
+}
+
+// Remove deletes the entry's file; an entry already removed is not an error.
+func (e Entry) Remove() error {
+	if err := os.Remove(e.Path); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("remove %s: %w", e.Path, err)
+	}
+	return nil
 }
 
 // ErrUnusable marks an entry that can never be applied; Drain sets it aside.
 var ErrUnusable = errors.New("unusable queued DEL")
 
-// Drain calls apply for every queued DEL in queue order and removes each entry
-// apply accepts. An entry that cannot be decoded is moved aside (".bad") so it
-// is neither lost nor retried forever, as is one apply rejects with
-// ErrUnusable; an entry apply fails otherwise stays queued for the next drain.
-func Drain(dir string, apply func(Entry) error) (applied int, errs []error) {
+// files lists the queue's entry files in queue order.
+func files(dir string) ([]string, error) {
 	names, err := os.ReadDir(dir)
 	if err != nil {
 		if os.IsNotExist(err) {
-			return 0, nil
+			return nil, nil
 		}
-		return 0, []error{fmt.Errorf("read delete queue %s: %w", dir, err)}
+		return nil, fmt.Errorf("read delete queue %s: %w", dir, err)
 	}
-	var files []string
+	var out []string
 	for _, n := range names {
 		if n.Type().IsRegular() && strings.HasSuffix(n.Name(), suffix) {
-			files = append(files, filepath.Join(dir, n.Name()))
+			out = append(out, filepath.Join(dir, n.Name()))
 		}
 	}
-	sort.Strings(files)
-	for _, path := range files {
+	sort.Strings(out)
+	return out, nil
+}
+
+// List returns the decodable queued DELs in queue order, leaving them queued.
+// An entry that vanishes or cannot be read meanwhile is skipped.
+func List(dir string) ([]Entry, error) {
+	paths, err := files(dir)
+	if err != nil {
+		return nil, err
+	}
+	var out []Entry
+	for _, path := range paths {
 		data, err := os.ReadFile(path)
+		if err != nil {
+			continue
+		}
+		if req, at, err := Decode(data); err == nil {
+			out = append(out, Entry{Path: path, Request: req, QueuedAt: at})
+		}
+	}
+	return out, nil
+}
+
+// Drain calls apply for every queued DEL in queue order and removes each entry
+// apply accepts (apply may have removed it already). An entry that cannot be
+// decoded is moved aside (".bad") so it is neither lost nor retried forever,
+// as is one apply rejects with ErrUnusable; an entry apply fails otherwise
+// stays queued for the next drain.
+func Drain(dir string, apply func(Entry) error) (applied int, errs []error) {
+	paths, err := files(dir)
+	if err != nil {
+		return 0, []error{err}
+	}
+	for _, path := range paths {
+		data, err := os.ReadFile(path)
+		if errors.Is(err, os.ErrNotExist) {
+			continue // applied meanwhile
+		}
 		if err != nil {
 			errs = append(errs, fmt.Errorf("read %s: %w", path, err))
 			continue
@@ -119,15 +155,16 @@ func Drain(dir string, apply func(Entry) error) (applied int, errs []error) {
 			_ = os.Rename(path, path+".bad")
 			continue
 		}
-		if err := apply(Entry{Path: path, Request: req, QueuedAt: at}); err != nil {
+		e := Entry{Path: path, Request: req, QueuedAt: at}
+		if err := apply(e); err != nil {
 			errs = append(errs, fmt.Errorf("replay %s: %w", path, err))
 			if errors.Is(err, ErrUnusable) {
 				_ = os.Rename(path, path+".bad")
 			}
 			continue
 		}
-		if err := os.Remove(path); err != nil {
-			errs = append(errs, fmt.Errorf("remove %s: %w", path, err))
+		if err := e.Remove(); err != nil {
+			errs = append(errs, err)
 			continue
 		}
 		applied++

@@ -6,13 +6,13 @@ import (
 	"path/filepath"
 	"testing"
 
-	cniv1 "github.com/coordino/coordino/proto/cni/v1"
+	"github.com/coordino/coordino/plugin/wire"
 )
 
 func TestWriteDrainInOrder(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "q")
 	for _, id := range []string{"a", "b", "c"} {
-		if err := Write(dir, &cniv1.CNIRequest{ContainerId: id, Ifname: "eth0", Stdin: []byte("{}")}); err != nil {
+		if err := Write(dir, &wire.Request{ContainerID: id, IfName: "eth0", Stdin: []byte("{}")}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -23,8 +23,8 @@ func TestWriteDrainInOrder(t *testing.T) {
 	var seen []string
 	failB := true
 	n, errs := Drain(dir, func(e Entry) error {
-		seen = append(seen, e.Request.ContainerId)
-		if e.Request.ContainerId == "b" && failB {
+		seen = append(seen, e.Request.ContainerID)
+		if e.Request.ContainerID == "b" && failB {
 			return errors.New("transient")
 		}
 		if e.QueuedAt.IsZero() {
@@ -38,7 +38,7 @@ func TestWriteDrainInOrder(t *testing.T) {
 	// The failed entry stays for the next drain.
 	failB = false
 	seen = nil
-	if n, errs := Drain(dir, func(e Entry) error { seen = append(seen, e.Request.ContainerId); return nil }); n != 1 || len(errs) != 0 || seen[0] != "b" {
+	if n, errs := Drain(dir, func(e Entry) error { seen = append(seen, e.Request.ContainerID); return nil }); n != 1 || len(errs) != 0 || seen[0] != "b" {
 		t.Fatalf("second drain: n=%d errs=%v seen=%v", n, errs, seen)
 	}
 	left, _ := os.ReadDir(dir)
@@ -50,7 +50,7 @@ func TestWriteDrainInOrder(t *testing.T) {
 func TestCorruptAndUnusableEntriesAreSetAside(t *testing.T) {
 	dir := t.TempDir()
 	os.WriteFile(filepath.Join(dir, "1-x.del"), []byte("garbage"), 0o600)
-	Write(dir, &cniv1.CNIRequest{ContainerId: "u"})
+	Write(dir, &wire.Request{ContainerID: "u"})
 	n, errs := Drain(dir, func(Entry) error { return ErrUnusable })
 	if n != 0 || len(errs) != 2 {
 		t.Fatalf("n=%d errs=%v", n, errs)
@@ -75,7 +75,7 @@ func FuzzDecode(f *testing.F) {
 	f.Add([]byte{0x0a, 0x03, 0x0a, 0x01, 0x61})
 	f.Fuzz(func(t *testing.T, data []byte) {
 		req, _, err := Decode(data)
-		if err == nil && (req == nil || req.ContainerId == "") {
+		if err == nil && (req == nil || req.ContainerID == "") {
 			t.Fatal("accepted an entry without a container ID")
 		}
 	})

@@ -143,6 +143,12 @@ type bed struct {
 	daemonArgs []string
 	// binaries fingerprints bin/ when the run starts.
 	binaries map[string]string
+	// empty is the empty Go binary; emptyCPU is what emptyN execs of it cost.
+	empty    string
+	emptyCPU time.Duration
+	emptyN   int
+	// execCost is the plugin process alone against a stub daemon.
+	execCost *ExecCost
 }
 
 // Run sets up the nodes, runs every mode, and tears everything down. On
@@ -192,6 +198,12 @@ func (b *bed) setup() error {
 		return err
 	}
 	b.dir = dir
+	if b.empty, err = buildEmpty(dir); err != nil {
+		return err
+	}
+	if b.execCost, err = measureExecCost(dir, b.empty, 100); err != nil {
+		return fmt.Errorf("plugin exec cost: %w", err)
+	}
 	newNode := func(name string, cidrs []string, extra []string) (*harness.Node, error) {
 		d := filepath.Join(dir, name)
 		if err := os.MkdirAll(d, 0o700); err != nil {
@@ -324,6 +336,12 @@ func (b *bed) runMode(ctx context.Context, m mode, rounds int, start time.Time) 
 			b.phase(ctx, m, s, pools[s], VerbAdd)
 			// DEL runs even after a cancel or a failed ADD: it is what cleans up.
 			b.phase(context.Background(), m, s, pools[s], VerbDel)
+		}
+		if m.Workers == 1 {
+			// The floor for one plugin exec, measured alongside the systems.
+			if err := b.execEmpty(m.PerWorker); err != nil {
+				return err
+			}
 		}
 		fmt.Fprintf(b.progress, "%s round %d/%d done (%s)\n", m.Name, r+1, rounds, time.Since(start).Round(time.Second))
 	}

@@ -1,12 +1,10 @@
 package main
 
 import (
-	"fmt"
-	"os"
-	"strconv"
-	"strings"
 	"syscall"
 	"time"
+
+	"github.com/coordino/coordino/test/harness"
 )
 
 // CPU is the processor time one operation cost on average, in
@@ -36,31 +34,13 @@ func readCPU(daemonPID int) cpuSnap {
 		s.self = rusageTime(ru)
 	}
 	if daemonPID > 0 {
-		s.daemon = procCPU(daemonPID)
+		s.daemon = harness.ProcCPU(daemonPID)
 	}
 	return s
 }
 
 func rusageTime(ru syscall.Rusage) time.Duration {
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
-
-// procCPU is utime+stime of a live process from /proc/<pid>/stat.
-func procCPU(pid int) time.Duration {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0
-	}
-	// Fields after the parenthesised command name; utime and stime are the
-	// 14th and 15th fields of the line, in clock ticks (USER_HZ, 100).
-	s := string(data)
-	fields := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
-	if len(fields) < 13 {
-		return 0
-	}
-	u, _ := strconv.ParseInt(fields[11], 10, 64)
-	st, _ := strconv.ParseInt(fields[12], 10, 64)
-	return time.Duration(u+st) * (time.Second / 100)
 }
 
 func (a cpuSnap) sub(b cpuSnap) cpuSnap {

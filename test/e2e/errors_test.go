@@ -42,6 +42,7 @@ func TestInputErrorsCarrySpecCodes(t *testing.T) {
 		{"long ifname", harness.Invocation{Command: "ADD", ContainerID: "c1", Netns: p.NS.Path(), IfName: "abcdefghijklmnop", Stdin: good}, types.ErrInvalidEnvironmentVariables, "interface name"},
 		{"bad json", harness.Invocation{Command: "ADD", ContainerID: "c1", Netns: p.NS.Path(), IfName: "eth0", Stdin: []byte("{nope")}, types.ErrDecodingFailure, ""},
 		{"relative runDir", harness.Invocation{Command: "ADD", ContainerID: "c1", Netns: p.NS.Path(), IfName: "eth0", Stdin: pluginConf("run", nil)}, types.ErrInvalidNetworkConfig, "runDir"},
+		{"untrusted runDir", harness.Invocation{Command: "ADD", ContainerID: "c1", Netns: p.NS.Path(), IfName: "eth0", Stdin: pluginConf("/etc/coordino", nil)}, types.ErrInvalidNetworkConfig, "runDir"},
 		{"bad mtu", harness.Invocation{Command: "ADD", ContainerID: "c1", Netns: p.NS.Path(), IfName: "eth0", Stdin: pluginConf(n.RunDir, map[string]any{"mtu": 70000})}, types.ErrInvalidNetworkConfig, "mtu"},
 		{"netns not a namespace", harness.Invocation{Command: "ADD", ContainerID: "c1", Netns: notNS, IfName: "eth0", Stdin: good}, types.ErrInvalidEnvironmentVariables, "CNI_NETNS"},
 		{"netns missing", harness.Invocation{Command: "ADD", ContainerID: "c1", Netns: "/run/netns/does-not-exist-" + harness.RandomSuffix(6), IfName: "eth0", Stdin: good}, types.ErrInvalidEnvironmentVariables, "CNI_NETNS"},

@@ -101,6 +101,10 @@ func startNodeWithReceiver(t *testing.T, cidr string) (*harness.Node, *otlpRecei
 func TestTracesShowAddSpanTree(t *testing.T) {
 	n, recv := startNodeWithReceiver(t, "10.97.0.0/24")
 	c := newCNI(t, n, n.PrimaryConflist("coordino", "1.1.0"))
+	// The runtime's trace context, as a process receives it (the plugin
+	// inherits the environment through libcni).
+	const traceID, parentID = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
+	t.Setenv("TRACEPARENT", "00-"+traceID+"-"+parentID+"-01")
 	pod, rt, _ := addPod(t, c, "traced")
 	if err := c.Del(ctx(t), rt); err != nil {
 		t.Fatal(err)
@@ -133,6 +137,9 @@ func TestTracesShowAddSpanTree(t *testing.T) {
 		if root != nil && sawDel && len(children) == len(want) {
 			if !slices.Equal(children, want) {
 				t.Fatalf("ADD children = %v, want %v in order", children, want)
+			}
+			if hex.EncodeToString(root.TraceId) != traceID || hex.EncodeToString(root.ParentSpanId) != parentID {
+				t.Fatalf("ADD span is in trace %x under %x, want the runtime's %s under %s", root.TraceId, root.ParentSpanId, traceID, parentID)
 			}
 			if root.Kind != tracev1.Span_SPAN_KIND_SERVER || spanAttr(root, "k8s.pod.name") != pod.Name || spanAttr(root, "cni.ifname") != "eth0" {
 				t.Fatalf("root span %v", root)

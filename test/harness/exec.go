@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/containernetworking/cni/pkg/types"
+
+	"github.com/coordino/coordino/plugin"
 )
 
 // Invocation is a raw plugin call, for the error paths libcni would catch
@@ -32,7 +34,7 @@ func ExecPlugin(inv Invocation) ([]byte, *types.Error, time.Duration, error) {
 		delete(env, k)
 	}
 	cmd := exec.Command(filepath.Join(BinDir(), "coordino"))
-	cmd.Env = append(os.Environ()[:0:0], "PATH="+os.Getenv("PATH"))
+	cmd.Env = append(os.Environ()[:0:0], "PATH="+os.Getenv("PATH"), plugin.RunDirRootsEnv+"="+os.Getenv(plugin.RunDirRootsEnv))
 	for k, v := range env {
 		cmd.Env = append(cmd.Env, k+"="+v)
 	}

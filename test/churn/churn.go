@@ -1,0 +1,540 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/cilium/ebpf"
+	"github.com/containernetworking/cni/libcni"
+
+	"github.com/coordino/coordino/test/harness"
+)
+
+// Params shape one churn run.
+type Params struct {
+	Duration time.Duration `json:"duration"`
+	// Rate is pods started per minute; each is deleted after its lifetime.
+	Rate int `json:"pods_per_minute"`
+	// Lifetime is the mean time between a pod's ADD and its DEL.
+	Lifetime time.Duration `json:"lifetime"`
+	// FreshLabels is the share of pods with a label set never seen before;
+	// the rest draw from a few repeated sets.
+	FreshLabels float64 `json:"fresh_labels"`
+	// SampleEvery is the daemon CPU/RSS sampling period.
+	SampleEvery time.Duration `json:"sample_every"`
+	Progress    io.Writer     `json:"-"`
+}
+
+// DefaultParams are `make bench-churn`: 500 pods/min for 10 minutes.
+func DefaultParams() Params {
+	return Params{Duration: 10 * time.Minute, Rate: 500, Lifetime: 6 * time.Second, FreshLabels: 0.3, SampleEvery: 10 * time.Second}
+}
+
+const (
+	podCIDR    = "10.94.0.0/16"
+	serverPort = 8080
+	network    = "coordino"
+	opTimeout  = 60 * time.Second
+)
+
+// repeatedLabels are the label sets most pods share; the policies select them.
+var repeatedLabels = []map[string]string{
+	{"app": "web", "tier": "frontend"}, {"app": "api", "tier": "backend"}, {"app": "db", "tier": "data"},
+	{"app": "cache", "tier": "data"}, {"app": "batch"}, {"app": "web", "tier": "canary"},
+}
+
+// policies isolate the server (ingress from every pod of the namespace) and
+// the data tier (ingress only from the backend), so policy is computed for
+// every new identity.
+const policies = `apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata: {name: server-from-namespace, namespace: default}
+spec:
+  podSelector: {matchLabels: {role: server}}
+  policyTypes: [Ingress]
+  ingress: [{from: [{podSelector: {}}]}]
+---
+apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata: {name: data-from-backend, namespace: default}
+spec:
+  podSelector: {matchLabels: {tier: data}}
+  policyTypes: [Ingress, Egress]
+  ingress: [{from: [{podSelector: {matchLabels: {tier: backend}}}]}]
+  egress: [{to: [{podSelector: {matchLabels: {role: server}}}]}]
+`
+
+// Sample is one reading of the daemon.
+type Sample struct {
+	At     float64 `json:"t_s"`
+	CPUPct float64 `json:"cpu_pct"` // over the last period, of one core
+	RSSMB  float64 `json:"rss_mb"`
+	Live   int     `json:"live_pods"`
+}
+
+// Report is the outcome of one run.
+type Report struct {
+	Date    string        `json:"date"`
+	Params  Params        `json:"params"`
+	LoadAvg string        `json:"loadavg"`
+	Pods    int           `json:"pods"`
+	Add     harness.Stats `json:"add"`
+	Del     harness.Stats `json:"del"`
+	// Errors counts failed ADDs, DELs and connections; Failures holds the first few.
+	Errors   int      `json:"errors"`
+	Failures []string `json:"failures,omitempty"`
+	Samples  []Sample `json:"samples"`
+	// Slopes are least-squares fits, per minute, over the samples taken
+	// between ramp-up (two lifetimes) and the last pod start.
+	CPUSlope float64 `json:"cpu_pct_per_min"`
+	RSSSlope float64 `json:"rss_mb_per_min"`
+	// Leaks lists what differs from the state before the first pod.
+	Leaks []string `json:"leaks"`
+}
+
+// OK is the run's verdict: no errors, ADD p99 under 250 ms, nothing leaked.
+func (r *Report) OK() bool { return r.Errors == 0 && len(r.Leaks) == 0 && r.Add.P99 < 250 }
+
+type churn struct {
+	p      Params
+	node   *harness.Node
+	server netip.Addr
+
+	mu       sync.Mutex
+	free     []*harness.Pod // idle pod netns, reused
+	cnis     map[string]*harness.CNI
+	adds     []time.Duration
+	dels     []time.Duration
+	errs     int
+	failures []string
+	live     atomic.Int64
+	pods     atomic.Int64
+}
+
+// Run sets up the node, churns for p.Duration, drains, checks for leaks and
+// tears everything down.
+func Run(ctx context.Context, p Params) (*Report, error) {
+	if os.Geteuid() != 0 {
+		return nil, errors.New("the churn benchmark needs root: it creates network namespaces")
+	}
+	if err := harness.RequireBinaries(); err != nil {
+		return nil, err
+	}
+	if p.Progress == nil {
+		p.Progress = io.Discard
+	}
+	dir, err := os.MkdirTemp("", "coordino-churn-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(dir)
+	policyDir := filepath.Join(dir, "policies")
+	if err := os.MkdirAll(policyDir, 0o700); err != nil {
+		return nil, err
+	}
+	if err := os.WriteFile(filepath.Join(policyDir, "policies.yaml"), []byte(policies), 0o600); err != nil {
+		return nil, err
+	}
+	nodeDir := filepath.Join(dir, "node")
+	if err := os.MkdirAll(nodeDir, 0o700); err != nil {
+		return nil, err
+	}
+	n, err := harness.NewNode(nodeDir, "churn-"+harness.RandomSuffix(4), harness.NodeOptions{
+		PodCIDRs:  []string{podCIDR},
+		ExtraArgs: []string{"--policy-dir", policyDir, "--flow-log", filepath.Join(dir, "flows.jsonl")},
+	})
+	if err != nil {
+		return nil, err
+	}
+	defer n.Close()
+	if err := n.StartDaemon(); err != nil {
+		return nil, err
+	}
+	c := &churn{p: p, node: n, cnis: map[string]*harness.CNI{}}
+	defer c.closePods()
+
+	before, err := c.snapshot()
+	if err != nil {
+		return nil, err
+	}
+	server, stopServer, err := c.startServer()
+	if err != nil {
+		return nil, err
+	}
+
+	r := &Report{Date: time.Now().UTC().Format(time.RFC3339), Params: p}
+	samples := c.sample(ctx, &r.Samples)
+	c.churn(ctx)
+	samples()
+
+	stopServer()
+	if err := c.del(server); err != nil {
+		c.fail(fmt.Errorf("DEL server: %w", err))
+	}
+	if ctx.Err() != nil {
+		return nil, ctx.Err()
+	}
+	r.Leaks = c.leaks(before)
+	r.Pods = int(c.pods.Load())
+	r.Add, r.Del = harness.Summarize(c.adds, 0), harness.Summarize(c.dels, 0)
+	r.Errors, r.Failures = c.errs, c.failures
+	steady := steadyState(r.Samples, 2*p.Lifetime, p.Duration)
+	r.CPUSlope = slope(steady, func(s Sample) float64 { return s.CPUPct })
+	r.RSSSlope = slope(steady, func(s Sample) float64 { return s.RSSMB })
+	if la, err := os.ReadFile("/proc/loadavg"); err == nil {
+		r.LoadAvg = strings.TrimSpace(string(la))
+	}
+	return r, nil
+}
+
+// slot is a pod being churned: a netns and the attachment made in it.
+type slot struct {
+	pod *harness.Pod
+	cni *harness.CNI
+	rt  *libcni.RuntimeConf
+}
+
+func (c *churn) fail(err error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.errs++
+	if len(c.failures) < 10 {
+		c.failures = append(c.failures, err.Error())
+	}
+}
+
+// acquire returns an idle pod netns under a fresh container ID.
+func (c *churn) acquire(labels map[string]string) (*slot, error) {
+	c.mu.Lock()
+	var pod *harness.Pod
+	if k := len(c.free); k > 0 {
+		pod, c.free = c.free[k-1], c.free[:k-1]
+	}
+	c.mu.Unlock()
+	if pod == nil {
+		var err error
+		if pod, err = harness.NewPod("churn"); err != nil {
+			return nil, err
+		}
+	}
+	cni, err := c.cniFor(labels)
+	if err != nil {
+		c.release(pod)
+		return nil, err
+	}
+	rt := harness.RuntimeConf(pod, "eth0")
+	rt.ContainerID = "c" + harness.RandomSuffix(31)
+	return &slot{pod: pod, cni: cni, rt: rt}, nil
+}
+
+func (c *churn) release(pod *harness.Pod) {
+	c.mu.Lock()
+	c.free = append(c.free, pod)
+	c.mu.Unlock()
+}
+
+func (c *churn) closePods() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, p := range c.free {
+		p.Close()
+	}
+	c.free = nil
+}
+
+// cniFor returns the conflist carrying labels the standalone way
+// (args.cni.labels); repeated sets share one.
+func (c *churn) cniFor(labels map[string]string) (*harness.CNI, error) {
+	keyb, _ := json.Marshal(labels)
+	key := string(keyb)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if cni := c.cnis[key]; cni != nil {
+		return cni, nil
+	}
+	var ls []map[string]string
+	for k, v := range labels {
+		ls = append(ls, map[string]string{"key": k, "value": v})
+	}
+	conf, err := json.Marshal(map[string]any{"cniVersion": "1.1.0", "name": network, "plugins": []any{
+		map[string]any{"type": "coordino", "runDir": c.node.RunDir, "args": map[string]any{"cni": map[string]any{"labels": ls}}},
+	}})
+	if err != nil {
+		return nil, err
+	}
+	cni, err := c.node.NewCNI(conf)
+	if err != nil {
+		return nil, err
+	}
+	if labels["fresh"] == "" {
+		c.cnis[key] = cni
+	}
+	return cni, nil
+}
+
+func (c *churn) add(s *slot) (netip.Addr, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+	defer cancel()
+	start := time.Now()
+	res, err := s.cni.Add(ctx, s.rt)
+	took := time.Since(start)
+	if err != nil {
+		return netip.Addr{}, err
+	}
+	c.mu.Lock()
+	c.adds = append(c.adds, took)
+	c.mu.Unlock()
+	addrs, err := harness.Addresses(res)
+	if err != nil || len(addrs) == 0 {
+		return netip.Addr{}, fmt.Errorf("ADD result without address: %v", err)
+	}
+	return addrs[0], nil
+}
+
+func (c *churn) del(s *slot) error {
+	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+	defer cancel()
+	start := time.Now()
+	err := s.cni.Del(ctx, s.rt)
+	took := time.Since(start)
+	if err == nil {
+		c.mu.Lock()
+		c.dels = append(c.dels, took)
+		c.mu.Unlock()
+	}
+	return err
+}
+
+// startServer adds the pod every churned pod connects to.
+func (c *churn) startServer() (*slot, func(), error) {
+	s, err := c.acquire(map[string]string{"role": "server"})
+	if err != nil {
+		return nil, nil, err
+	}
+	addr, err := c.add(s)
+	if err != nil {
+		return nil, nil, fmt.Errorf("ADD server: %w", err)
+	}
+	stop, err := harness.Serve(s.pod.NS, addr, serverPort, "server")
+	if err != nil {
+		return nil, nil, err
+	}
+	c.server = addr
+	return s, stop, nil
+}
+
+// churn starts pods at p.Rate until p.Duration has passed, then waits for
+// every started pod's DEL.
+func (c *churn) churn(ctx context.Context) {
+	interval := time.Minute / time.Duration(c.p.Rate)
+	tick := time.NewTicker(interval)
+	defer tick.Stop()
+	end := time.After(c.p.Duration)
+	var wg sync.WaitGroup
+	start := time.Now()
+	lastReport := start
+loop:
+	for i := 0; ; i++ {
+		select {
+		case <-ctx.Done():
+			break loop
+		case <-end:
+			break loop
+		case <-tick.C:
+		}
+		labels := repeatedLabels[i%len(repeatedLabels)]
+		if rand.Float64() < c.p.FreshLabels {
+			labels = map[string]string{"app": "job", "fresh": strconv.Itoa(i)}
+		}
+		lifetime := time.Duration((0.5 + rand.Float64()) * float64(c.p.Lifetime))
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c.onePod(ctx, labels, lifetime)
+		}()
+		if time.Since(lastReport) >= time.Minute {
+			lastReport = time.Now()
+			fmt.Fprintf(c.p.Progress, "churn: %s, %d pods started, %d live, %d errors\n",
+				time.Since(start).Round(time.Second), c.pods.Load(), c.live.Load(), c.errCount())
+		}
+	}
+	wg.Wait()
+}
+
+func (c *churn) errCount() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.errs
+}
+
+// onePod is one pod's life: ADD, one connection to the server, DEL.
+func (c *churn) onePod(ctx context.Context, labels map[string]string, lifetime time.Duration) {
+	s, err := c.acquire(labels)
+	if err != nil {
+		c.fail(fmt.Errorf("pod netns: %w", err))
+		return
+	}
+	c.pods.Add(1)
+	c.live.Add(1)
+	defer c.live.Add(-1)
+	if _, err := c.add(s); err != nil {
+		c.fail(fmt.Errorf("ADD %v: %w", labels, err))
+	} else if got, err := harness.Dial(s.pod.NS, c.server, serverPort); err != nil || got != "server" {
+		c.fail(fmt.Errorf("connect from %v to the server: %q %v", labels, got, err))
+	}
+	select {
+	case <-ctx.Done():
+	case <-time.After(lifetime):
+	}
+	// DEL runs even after a failed ADD or a cancel: it is what cleans up.
+	if err := c.del(s); err != nil {
+		c.fail(fmt.Errorf("DEL %v: %w", labels, err))
+		return // keep the netns out of the pool: its attachment may still exist
+	}
+	c.release(s.pod)
+}
+
+// sample reads the daemon's CPU and RSS every p.SampleEvery until the
+// returned function is called.
+func (c *churn) sample(ctx context.Context, out *[]Sample) (stop func()) {
+	pid := c.node.DaemonPID()
+	done := make(chan struct{})
+	finished := make(chan struct{})
+	go func() {
+		defer close(finished)
+		start := time.Now()
+		lastCPU, lastAt := harness.ProcCPU(pid), start
+		tick := time.NewTicker(c.p.SampleEvery)
+		defer tick.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-ctx.Done():
+				return
+			case now := <-tick.C:
+				cpu := harness.ProcCPU(pid)
+				*out = append(*out, Sample{
+					At:     now.Sub(start).Seconds(),
+					CPUPct: 100 * float64(cpu-lastCPU) / float64(now.Sub(lastAt)),
+					RSSMB:  harness.ProcRSS(pid),
+					Live:   int(c.live.Load()),
+				})
+				lastCPU, lastAt = cpu, now
+			}
+		}
+	}()
+	return func() { close(done); <-finished }
+}
+
+// steadyState are the samples after the population has ramped up and
+// before pods stop being started: the slopes are read over those.
+func steadyState(s []Sample, rampUp, end time.Duration) []Sample {
+	var out []Sample
+	for _, x := range s {
+		if t := time.Duration(x.At * float64(time.Second)); t >= rampUp && t <= end {
+			out = append(out, x)
+		}
+	}
+	return out
+}
+
+// slope is the least-squares slope of pick over the samples, per minute.
+func slope(s []Sample, pick func(Sample) float64) float64 {
+	if len(s) < 2 {
+		return 0
+	}
+	var sx, sy, sxx, sxy float64
+	for _, x := range s {
+		t, y := x.At/60, pick(x)
+		sx, sy, sxx, sxy = sx+t, sy+y, sxx+t*t, sxy+t*y
+	}
+	n := float64(len(s))
+	den := n*sxx - sx*sx
+	if den == 0 {
+		return 0
+	}
+	return (n*sxy - sx*sy) / den
+}
+
+// state is what a pod leaves on the node.
+type state map[string]int
+
+// bpfMaps are the pinned maps that hold per-pod entries.
+var bpfMaps = []string{"cdo_endpoints", "cdo_ipcache", "cdo_policy", "cdo_conntrack"}
+
+func (c *churn) snapshot() (state, error) {
+	n := c.node
+	st := state{}
+	veths, err := n.HostVeths()
+	if err != nil {
+		return nil, err
+	}
+	pins, err := n.Pins()
+	if err != nil {
+		return nil, err
+	}
+	st["host veths"], st["netns pins"] = len(veths), len(pins)
+	for name, labels := range map[string][]string{
+		"used addresses":   {"coordino_ipam_addresses", `state="used"`},
+		"endpoint records": {"coordino_endpoints", `mode="primary"`},
+	} {
+		v, err := n.Metric(labels[0], labels[1:]...)
+		if err != nil {
+			return nil, err
+		}
+		st[name] = int(v)
+	}
+	queued, _ := filepath.Glob(filepath.Join(n.RunDir, "delete-queue", "*"))
+	st["queued DELs"] = len(queued)
+	for _, name := range bpfMaps {
+		count, err := countEntries(filepath.Join(n.BPFDir, name))
+		if err != nil {
+			return nil, err
+		}
+		st["BPF "+name+" entries"] = count
+	}
+	return st, nil
+}
+
+func countEntries(pin string) (int, error) {
+	m, err := ebpf.LoadPinnedMap(pin, &ebpf.LoadPinOptions{ReadOnly: true})
+	if err != nil {
+		return 0, fmt.Errorf("open pinned map %s: %w", pin, err)
+	}
+	defer m.Close()
+	var k, v []byte
+	n := 0
+	it := m.Iterate()
+	for it.Next(&k, &v) {
+		n++
+	}
+	return n, it.Err()
+}
+
+// leaks compares the node with its state before the first pod.
+func (c *churn) leaks(before state) []string {
+	after, err := c.snapshot()
+	if err != nil {
+		return []string{"inspect node: " + err.Error()}
+	}
+	out := []string{}
+	for k, b := range before {
+		if a := after[k]; a != b {
+			out = append(out, fmt.Sprintf("%s: %d before the first pod, %d after the last", k, b, a))
+		}
+	}
+	return out
+}
