@@ -102,9 +102,11 @@ func noResult(f func(*request.Invocation) error) func(*request.Invocation) ([]by
 func (s *Server) serve(ctx context.Context, verb request.Verb, req *cniv1.CNIRequest, do func(*request.Invocation) ([]byte, error)) (*cniv1.CNIResponse, error) {
 	start := time.Now()
 	log := s.log.With(zap.String("verb", string(verb)), zap.String("containerID", req.ContainerId), zap.String("ifname", req.Ifname))
-	ctx, span := tracing.StartServer(ctx, "cni."+string(verb), tracing.VerbKey.String(string(verb)),
-		tracing.ContainerIDKey.String(req.ContainerId), tracing.IfNameKey.String(req.Ifname))
+	ctx, span := tracing.StartServer(ctx, "cni."+string(verb))
 	defer span.End()
+	if span.IsRecording() {
+		span.SetAttributes(tracing.VerbKey.String(string(verb)), tracing.ContainerIDKey.String(req.ContainerId), tracing.IfNameKey.String(req.Ifname))
+	}
 	result, err := func() ([]byte, error) {
 		inv, err := request.Parse(verb, req)
 		if err != nil {

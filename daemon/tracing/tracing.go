@@ -36,7 +36,7 @@ const (
 var (
 	// tracer is nil while tracing is off: Start then does nothing at all.
 	tracer atomic.Pointer[trace.Tracer]
-	noSpan = noop.Span{}
+	noSpan trace.Span = noop.Span{}
 	w3c    = propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{})
 )
 
@@ -98,8 +98,9 @@ func Setup(ctx context.Context, o Options) (shutdown func(context.Context) error
 }
 
 // StartServer starts the span of one gRPC request, as a child of the W3C
-// trace context the caller sent in its metadata (if any).
-func StartServer(ctx context.Context, name string, attrs ...attribute.KeyValue) (context.Context, trace.Span) {
+// trace context the caller sent in its metadata (if any). Set attributes
+// only when span.IsRecording(): building them costs allocations.
+func StartServer(ctx context.Context, name string) (context.Context, trace.Span) {
 	t := tracer.Load()
 	if t == nil {
 		return ctx, noSpan
@@ -107,11 +108,11 @@ func StartServer(ctx context.Context, name string, attrs ...attribute.KeyValue) 
 	if md, ok := metadata.FromIncomingContext(ctx); ok {
 		ctx = w3c.Extract(ctx, metadataCarrier(md))
 	}
-	return (*t).Start(ctx, name, trace.WithSpanKind(trace.SpanKindServer), trace.WithAttributes(attrs...))
+	return (*t).Start(ctx, name, trace.WithSpanKind(trace.SpanKindServer))
 }
 
 // Start starts a child span of the span in ctx (a nil ctx is background).
-func Start(ctx context.Context, name string, attrs ...attribute.KeyValue) (context.Context, trace.Span) {
+func Start(ctx context.Context, name string) (context.Context, trace.Span) {
 	t := tracer.Load()
 	if t == nil {
 		return ctx, noSpan
@@ -119,7 +120,7 @@ func Start(ctx context.Context, name string, attrs ...attribute.KeyValue) (conte
 	if ctx == nil {
 		ctx = context.Background()
 	}
-	return (*t).Start(ctx, name, trace.WithAttributes(attrs...))
+	return (*t).Start(ctx, name)
 }
 
 // End records err on span, if any, and ends it.
