@@ -37,7 +37,7 @@ var (
 	// tracer is nil while tracing is off: Start then does nothing at all.
 	tracer atomic.Pointer[trace.Tracer]
 	noSpan trace.Span = noop.Span{}
-	w3c    = propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{})
+	w3c               = propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{})
 )
 
 // Options configure Setup.
