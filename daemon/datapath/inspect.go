@@ -22,13 +22,8 @@ import (
 
 // EndpointState is an attached endpoint as the datapath holds it.
 type EndpointState struct {
-	Key         string
-	HostIfName  string
-	HostIfIndex int
-	IPs         []netip.Addr
-	Namespace   string
-	Labels      map[string]string
-	Identity    identity.ID
+	Endpoint
+	Identity identity.ID
 	// Mode is the attach mode, "tc" or "tcx".
 	Mode string
 	// Isolation is read from the kernel's endpoints map.
@@ -42,8 +37,8 @@ func (d *Datapath) EndpointStates() []EndpointState {
 	out := make([]EndpointState, 0, len(d.eps))
 	for _, k := range slices.Sorted(maps.Keys(d.eps)) {
 		r := d.eps[k]
-		s := EndpointState{Key: r.Key, HostIfName: r.HostIfName, HostIfIndex: r.HostIfIndex,
-			IPs: slices.Clone(r.IPs), Namespace: r.Namespace, Labels: maps.Clone(r.Labels), Identity: r.Identity, Mode: r.Mode}
+		s := EndpointState{Endpoint: Endpoint{Key: r.Key, HostIfName: r.HostIfName, HostIfIndex: r.HostIfIndex,
+			IPs: slices.Clone(r.IPs), Namespace: r.Namespace, Labels: maps.Clone(r.Labels)}, Identity: r.Identity, Mode: r.Mode}
 		var info bpf.CoordinoEndpointInfo
 		if d.objs.CdoEndpoints.Lookup(uint32(r.HostIfIndex), &info) == nil {
 			s.Isolation = policy.Isolation(info.Flags)

@@ -92,12 +92,7 @@ func TestCoordinoctlAgainstLiveDaemon(t *testing.T) {
 		t.Fatalf("bin/coordinoctl missing: run make build first")
 	}
 	dir := t.TempDir()
-	policyDir := filepath.Join(dir, "policies")
-	os.MkdirAll(policyDir, 0o700)
-	if err := os.WriteFile(filepath.Join(policyDir, "db.yaml"), []byte(dbAllowWeb), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	n := newNode(t, harness.NodeOptions{PodCIDRs: []string{"10.94.0.0/24"}, ExtraArgs: []string{"--policy-dir", policyDir}})
+	n, policyDir := newPolicyNode(t, harness.NodeOptions{PodCIDRs: []string{"10.94.0.0/24"}}, map[string]string{"db.yaml": dbAllowWeb})
 	pods := map[string]ctlPod{}
 	for _, role := range []string{"db", "web", "other"} {
 		p, _, addrs := addPod(t, newCNI(t, n, labelledConflist(t, n, map[string]string{"role": role})), role)

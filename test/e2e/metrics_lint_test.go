@@ -22,13 +22,7 @@ func TestMetricsPassPromtoolLint(t *testing.T) {
 		}
 		t.Skip("promtool missing: run hack/deps.sh")
 	}
-	dir := t.TempDir()
-	policyDir := filepath.Join(dir, "policies")
-	os.MkdirAll(policyDir, 0o700)
-	if err := os.WriteFile(filepath.Join(policyDir, "db.yaml"), []byte(dbAllowWeb), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	n := newNode(t, harness.NodeOptions{PodCIDRs: []string{"10.96.0.0/24", "fd96::/64"}, ExtraArgs: []string{"--policy-dir", policyDir}})
+	n, _ := newPolicyNode(t, harness.NodeOptions{PodCIDRs: []string{"10.96.0.0/24", "fd96::/64"}}, map[string]string{"db.yaml": dbAllowWeb})
 	addPod(t, newCNI(t, n, labelledConflist(t, n, map[string]string{"role": "db"})), "db")
 	if _, err := newCNI(t, n, []byte(`{"cniVersion":"1.1.0","name":"x","plugins":[{"type":"coordino","runDir":"`+n.RunDir+`","mtu":1}]}`)).Add(ctx(t), harness.RuntimeConf(newPod(t, "bad"), "eth0")); err == nil {
 		t.Fatal("ADD with mtu 1 succeeded")

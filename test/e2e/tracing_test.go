@@ -16,7 +16,6 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/coordino/coordino/test/harness"
-	"github.com/coordino/coordino/test/privileged"
 )
 
 // otlpReceiver is an in-test OTLP/gRPC trace collector.
@@ -62,20 +61,7 @@ func spanAttr(s *tracev1.Span, key string) string {
 // receiver listening inside the node's netns (the daemon's loopback).
 func startNodeWithReceiver(t *testing.T, cidr string) (*harness.Node, *otlpReceiver) {
 	t.Helper()
-	privileged.Require(t)
-	if err := harness.RequireBinaries(); err != nil {
-		t.Fatal(err)
-	}
-	n, err := harness.NewNode(t.TempDir(), "node-"+harness.RandomSuffix(6), harness.NodeOptions{PodCIDRs: []string{cidr}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("daemon log tail:\n%s", n.LogTail(40))
-		}
-		n.Close()
-	})
+	n := newIdleNode(t, harness.NodeOptions{PodCIDRs: []string{cidr}})
 	var l net.Listener
 	if err := n.NS.Do(func(ns.NetNS) error {
 		var lerr error
