@@ -442,3 +442,23 @@ func readTarball(t *testing.T, path string) map[string]string {
 		files[rel] = string(b)
 	}
 }
+
+// Without the datapath the verdict says policy is not enforced, and policy
+// explain refuses rather than explain a model the node does not enforce.
+func TestCoordinoctlWithoutDatapath(t *testing.T) {
+	n := newNode(t, harness.NodeOptions{PodCIDRs: []string{"10.98.0.0/30"}, ExtraArgs: []string{"--no-datapath"}})
+	c := newCNI(t, n, n.PrimaryConflist("coordino", "1.1.0"))
+	addPod(t, c, "a")
+	addPod(t, c, "b")
+	var st inspectv1.Status
+	ctlJSON(t, n, &st, "status")
+	// A /30 has two pod addresses: both in use is an exhausted block.
+	if st.Verdict != "failing" || st.AttachMode != "none" || len(st.Maps) != 0 || st.PrimaryEndpoints != 2 ||
+		!slices.ContainsFunc(st.Problems, func(p string) bool { return strings.Contains(p, "exhausted") }) ||
+		!slices.ContainsFunc(st.Problems, func(p string) bool { return strings.Contains(p, "NetworkPolicy is not enforced") }) {
+		t.Fatalf("status = %v", &st)
+	}
+	if out, err := coordinoctl(t, n, "policy", "explain", "--from", "a", "--to", "b", "--port", "80/TCP"); err == nil || !strings.Contains(err.Error(), "datapath is disabled") {
+		t.Fatalf("explain without datapath: %v %s", err, out)
+	}
+}
