@@ -1,6 +1,11 @@
 package inspect
 
 import (
+	"context"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -8,6 +13,8 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/coordino/coordino/daemon/datapath"
+	"github.com/coordino/coordino/daemon/ipam"
+	"github.com/coordino/coordino/daemon/store"
 	inspectv1 "github.com/coordino/coordino/proto/inspect/v1"
 )
 
@@ -48,5 +55,42 @@ func TestHistoryKeepsNewestInOrder(t *testing.T) {
 	}
 	if got := h.since(t0.Add(4 * time.Second).UnixNano()); len(got) != 2 || got[0].DstPort != 4 {
 		t.Fatalf("since = %v", got)
+	}
+}
+
+func TestStatusVerdictForAStuckDeleteQueue(t *testing.T) {
+	dir := t.TempDir()
+	st, err := store.Open(filepath.Join(dir, "state"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	pool, err := ipam.NewPool([]netip.Prefix{netip.MustParsePrefix("10.0.0.0/24")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	queue := filepath.Join(dir, "delete-queue")
+	os.MkdirAll(queue, 0o700)
+	s := New(Config{Standalone: true, AttachMode: "tc", RunDir: dir, QueueDir: queue, Store: st, Pool: pool})
+	status := func() *inspectv1.Status {
+		t.Helper()
+		got, err := s.GetStatus(context.Background(), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return got
+	}
+	// Without a datapath the node is degraded already; a fresh queue entry adds nothing.
+	entry := filepath.Join(queue, "00000000000000000001-x.del")
+	os.WriteFile(entry, []byte("x"), 0o600)
+	os.WriteFile(filepath.Join(queue, "00000000000000000000-y.del.bad"), []byte("x"), 0o600)
+	if got := status(); got.DeleteQueue != 1 || len(got.Problems) != 1 || got.Verdict != "degraded" {
+		t.Fatalf("fresh entry: %v", got)
+	}
+	old := time.Now().Add(-2 * queueStuckAfter)
+	os.Chtimes(entry, old, old)
+	got := status()
+	if got.DeleteQueue != 1 || len(got.Problems) != 2 || !strings.Contains(got.Problems[1], "delete queue not draining") {
+		t.Fatalf("stuck entry: %v", got)
 	}
 }
