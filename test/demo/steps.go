@@ -558,9 +558,9 @@ func (d *demo) metrics() error {
 		wantChained = 1
 	}
 	var verr error
-	if counts[`verb="ADD"`] < 2 || eps[`mode="primary"`] != 3 || eps[`mode="chained"`] != wantChained ||
+	if counts[`code="0",verb="ADD"`] < 2 || eps[`mode="primary"`] != 3 || eps[`mode="chained"`] != wantChained ||
 		blocks[podCIDR4] == nil || blocks[podCIDR4].used != 3 || blocks[podCIDR4].free != 251 {
-		verr = fmt.Errorf("ADD count %v, endpoints %v, %s %+v", counts[`verb="ADD"`], eps, podCIDR4, blocks[podCIDR4])
+		verr = fmt.Errorf("ADD count %v, endpoints %v, %s %+v", counts[`code="0",verb="ADD"`], eps, podCIDR4, blocks[podCIDR4])
 	}
 	u.check(verr, "metrics agree with the node: 3 primary pods, %.0f chained, %s 3 used / 251 free", wantChained, podCIDR4)
 	return nil
