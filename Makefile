@@ -3,7 +3,7 @@
 SHELL := /bin/bash
 GO ?= go
 BIN := bin
-BINARIES := coordino coordino-daemon coordino-install coordino-controller
+BINARIES := coordino coordino-daemon coordino-install coordino-controller coordinoctl coordino-wireguard
 REF_PLUGINS := bridge host-local ptp portmap macvlan
 
 .PHONY: all build ref-plugins deps generate generate-proto generate-bpf generate-api check-generated test e2e-runtime testbed-up testbed-down test-unit test-e2e demo bench bench-controller fuzz lint clean
@@ -19,6 +19,7 @@ build:
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags='-s -w' -o $(BIN)/coordino ./plugin/cmd/coordino
 	CGO_ENABLED=0 $(GO) build -trimpath -o $(BIN)/coordino-daemon ./daemon/cmd/coordino-daemon
 	CGO_ENABLED=0 $(GO) build -trimpath -o $(BIN)/coordino-wireguard ./daemon/cmd/coordino-wireguard
+	CGO_ENABLED=0 $(GO) build -trimpath -o $(BIN)/coordinoctl ./daemon/cmd/coordinoctl
 	@if [ -f install/cmd/coordino-install/main.go ]; then CGO_ENABLED=0 $(GO) build -trimpath -o $(BIN)/coordino-install ./install/cmd/coordino-install; fi
 	CGO_ENABLED=0 $(GO) build -trimpath -o $(BIN)/coordino-controller ./controller/cmd/coordino-controller
 
@@ -32,7 +33,7 @@ generate: generate-proto generate-bpf generate-api
 generate-proto: deps
 	PATH="$$(dirname $$($(GO) tool -n protoc-gen-go)):$$(dirname $$($(GO) tool -n protoc-gen-go-grpc)):$$PATH" \
 	  protoc --go_out=. --go_opt=paths=source_relative \
-	         --go-grpc_out=. --go-grpc_opt=paths=source_relative proto/cni/v1/cni.proto proto/flow/v1/flow.proto
+	         --go-grpc_out=. --go-grpc_opt=paths=source_relative proto/cni/v1/cni.proto proto/flow/v1/flow.proto proto/inspect/v1/inspect.proto
 
 generate-bpf: deps
 	@if [ -d bpf ] && ls bpf/*.go >/dev/null 2>&1; then $(GO) generate ./bpf/...; fi

@@ -34,6 +34,11 @@ const queueDrainInterval = 5 * time.Second
 // the delete queue drained and orphans reclaimed before the socket exists,
 // so no ADD can interleave with recovery.
 func Run(ctx context.Context, o *config.Options, log *zap.Logger) error {
+	stopTracing, err := startTracing(ctx, o, log)
+	if err != nil {
+		return err
+	}
+	defer stopTracing()
 	pool, err := ipam.NewPool(o.Prefixes)
 	if err != nil {
 		return fmt.Errorf("pod CIDRs: %w", err)
@@ -128,6 +133,12 @@ func Run(ctx context.Context, o *config.Options, log *zap.Logger) error {
 	if err := mgr.ReconcileDatapath(); err != nil {
 		return err
 	}
+
+	stopInspect, err := startInspect(ctx, o, st, pool, dp, hub, m, log)
+	if err != nil {
+		return err
+	}
+	defer stopInspect()
 
 	socket := filepath.Join(o.RunDir, plugin.SocketName)
 	l, err := server.Listen(socket)

@@ -11,6 +11,7 @@ command -v clang >/dev/null || need+=(clang llvm)
 command -v iperf3 >/dev/null || need+=(iperf3)
 command -v nft >/dev/null || need+=(nftables)
 command -v iptables >/dev/null || need+=(iptables)
+command -v promtool >/dev/null || need+=(prometheus)  # promtool: metric-name lint in tests
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" -ne 0 ]; then echo "missing packages ${need[*]}; run as root to install them" >&2; exit 1; fi
   export DEBIAN_FRONTEND=noninteractive

@@ -80,10 +80,6 @@ func attempt(conf *Config, method string, body []byte) ([]byte, error) {
 	return unarygrpc.Call(ctx, conn, method, outgoingMetadata(ctx), body)
 }
 
-// outgoingMetadata is the request metadata of every call: the one place to
-// attach headers such as a W3C traceparent.
-func outgoingMetadata(context.Context) []unarygrpc.Header { return nil }
-
 func unavailableUnlessRefused(err error) error {
 	var refused *types.Error
 	if errors.As(err, &refused) {

@@ -41,6 +41,8 @@ type Options struct {
 	WireGuardDevice     string `json:"wireGuardDevice"`
 	WireGuardPort       int    `json:"wireGuardPort"`
 	WireGuardNodeToNode bool   `json:"wireGuardNodeToNode"`
+	// OTLPEndpoint receives OpenTelemetry traces; empty defers to OTEL_*.
+	OTLPEndpoint string `json:"otlpEndpoint"`
 
 	// Prefixes is PodCIDRs parsed.
 	Prefixes []netip.Prefix `json:"-"`
@@ -106,6 +108,7 @@ func Parse(args []string, stderr io.Writer) (*Options, error) {
 	fs.StringVar(&o.WireGuardDevice, "wireguard-device", o.WireGuardDevice, "WireGuard interface name (userspace devices share /var/run/wireguard: unique per host)")
 	fs.IntVar(&o.WireGuardPort, "wireguard-port", o.WireGuardPort, "WireGuard UDP listen port")
 	fs.BoolVar(&o.WireGuardNodeToNode, "wireguard-node-to-node", o.WireGuardNodeToNode, "also encrypt node-to-node traffic (needed for node-to-remote-pod traffic under encryption)")
+	fs.StringVar(&o.OTLPEndpoint, "otlp-endpoint", "", "export OpenTelemetry traces of CNI verbs over OTLP/gRPC to host:port (plaintext) or a URL (https://…); default: the OTEL_EXPORTER_OTLP_* variables, else no tracing")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -171,6 +174,7 @@ func (o *Options) applyFlags(flags *Options, explicit map[string]bool) {
 		"wireguard-node-to-node": func() { o.WireGuardNodeToNode = flags.WireGuardNodeToNode },
 	}
 	set["conntrack-size"] = func() { o.ConntrackSize = flags.ConntrackSize }
+	set["otlp-endpoint"] = func() { o.OTLPEndpoint = flags.OTLPEndpoint }
 	for name := range explicit {
 		if f := set[name]; f != nil {
 			f()

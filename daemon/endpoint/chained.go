@@ -9,6 +9,7 @@ import (
 	"github.com/coordino/coordino/daemon/chaining"
 	"github.com/coordino/coordino/daemon/request"
 	"github.com/coordino/coordino/daemon/store"
+	"github.com/coordino/coordino/daemon/tracing"
 )
 
 // addChained attaches to the interface another plugin created: no IPAM, no
@@ -39,7 +40,10 @@ func (m *Manager) addChained(inv *request.Invocation) (_ []byte, err error) {
 	ep := m.newEndpoint(inv, store.ModeChained)
 	ep.HostIfName = peer.Name
 	ep.IPs = ips
-	if err := m.Store.Put(ep); err != nil {
+	_, span := tracing.Start(inv.Ctx, "store.commit")
+	err = m.Store.Put(ep)
+	tracing.End(span, err)
+	if err != nil {
 		return nil, internalError("%v", err)
 	}
 	defer func() {
@@ -48,7 +52,10 @@ func (m *Manager) addChained(inv *request.Invocation) (_ []byte, err error) {
 		}
 	}()
 	if m.Datapath != nil {
-		if err := m.Datapath.AttachEndpoint(datapathEndpoint(ep, peer.Index)); err != nil {
+		_, span := tracing.Start(inv.Ctx, "bpf.attach")
+		err = m.Datapath.AttachEndpoint(datapathEndpoint(ep, peer.Index))
+		tracing.End(span, err)
+		if err != nil {
 			return nil, internalError("attach datapath to %s: %v", peer.Name, err)
 		}
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/coordino/coordino/daemon/netsetup"
 	"github.com/coordino/coordino/daemon/request"
 	"github.com/coordino/coordino/daemon/store"
+	"github.com/coordino/coordino/daemon/tracing"
 )
 
 // Config wires a Manager.
@@ -104,7 +105,9 @@ func (m *Manager) addPrimary(inv *request.Invocation) (_ []byte, err error) {
 	if err := verifyNetns(inv.Netns); err != nil {
 		return nil, err
 	}
+	_, span := tracing.Start(inv.Ctx, "ipam.allocate")
 	ips, err := m.Pool.Allocate()
+	tracing.End(span, err)
 	if err != nil {
 		return nil, types.NewError(types.ErrTryAgainLater, fmt.Sprintf("allocate pod address: %v", err), "")
 	}
@@ -119,7 +122,10 @@ func (m *Manager) addPrimary(inv *request.Invocation) (_ []byte, err error) {
 
 	// The record commits before any kernel state exists, so whatever a crash
 	// leaves behind is named by a record that DEL, GC or restart finds.
-	if err := m.Store.Put(ep); err != nil {
+	_, span = tracing.Start(inv.Ctx, "store.commit")
+	err = m.Store.Put(ep)
+	tracing.End(span, err)
+	if err != nil {
 		m.Pool.Release(ips)
 		return nil, internalError("%v", err)
 	}
@@ -131,9 +137,13 @@ func (m *Manager) addPrimary(inv *request.Invocation) (_ []byte, err error) {
 		}
 	}()
 
-	if err := pin(inv.Netns, ep.PinPath); err != nil {
+	_, span = tracing.Start(inv.Ctx, "netns.pin")
+	err = pin(inv.Netns, ep.PinPath)
+	tracing.End(span, err)
+	if err != nil {
 		return nil, err
 	}
+	_, span = tracing.Start(inv.Ctx, "netlink.setup")
 	att, err := netsetup.SetupPod(netsetup.PodConfig{
 		NetNSPath:  ep.PinPath,
 		IfName:     inv.Key.IfName,
@@ -141,11 +151,15 @@ func (m *Manager) addPrimary(inv *request.Invocation) (_ []byte, err error) {
 		MTU:        ep.MTU,
 		Addrs:      ips,
 	})
+	tracing.End(span, err)
 	if err != nil {
 		return nil, internalError("set up pod network: %v", err)
 	}
 	if m.Datapath != nil {
-		if err := m.Datapath.AttachEndpoint(datapathEndpoint(ep, att.HostIfIndex)); err != nil {
+		_, span = tracing.Start(inv.Ctx, "bpf.attach")
+		err = m.Datapath.AttachEndpoint(datapathEndpoint(ep, att.HostIfIndex))
+		tracing.End(span, err)
+		if err != nil {
 			return nil, internalError("attach datapath to %s: %v", ep.HostIfName, err)
 		}
 	}

@@ -24,14 +24,15 @@ func (s *Service) FollowFlows(req *flowv1.FollowFlowsRequest, stream flowv1.Obse
 		case <-ctx.Done():
 			return nil
 		case ev := <-events:
-			if err := stream.Send(toProto(ev)); err != nil {
+			if err := stream.Send(ToProto(ev)); err != nil {
 				return err
 			}
 		}
 	}
 }
 
-func toProto(f datapath.Flow) *flowv1.FlowEvent {
+// ToProto converts a datapath flow to its wire form.
+func ToProto(f datapath.Flow) *flowv1.FlowEvent {
 	ev := &flowv1.FlowEvent{
 		TimeUnixNano:   f.Time.UnixNano(),
 		Endpoint:       f.Endpoint,

@@ -34,9 +34,9 @@ func New(pool *ipam.Pool, endpoints EndpointCounter) *Metrics {
 		Registry: prometheus.NewRegistry(),
 		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "coordino_cni_request_duration_seconds",
-			Help:    "Time the daemon spent serving a CNI verb, by verb.",
+			Help:    "Time the daemon spent serving a CNI verb, by verb and CNI result code (0: success).",
 			Buckets: []float64{.0005, .001, .002, .005, .01, .02, .05, .1, .25, .5, 1, 2.5, 5, 10},
-		}, []string{"verb"}),
+		}, []string{"verb", "code"}),
 		errors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "coordino_cni_errors_total",
 			Help: "CNI verbs that returned an error, by verb and CNI error code.",
@@ -50,25 +50,38 @@ func New(pool *ipam.Pool, endpoints EndpointCounter) *Metrics {
 
 // ObserveRequest records one served verb; code 0 means success.
 func (m *Metrics) ObserveRequest(verb string, took time.Duration, code uint) {
-	m.duration.WithLabelValues(verb).Observe(took.Seconds())
+	c := strconv.FormatUint(uint64(code), 10)
+	m.duration.WithLabelValues(verb, c).Observe(took.Seconds())
 	if code != 0 {
-		m.errors.WithLabelValues(verb, strconv.FormatUint(uint64(code), 10)).Inc()
+		m.errors.WithLabelValues(verb, c).Inc()
 	}
 }
 
 // SetReady flips /readyz.
 func (m *Metrics) SetReady(ready bool) { m.ready.Store(ready) }
 
-var ipamDesc = prometheus.NewDesc("coordino_ipam_addresses", "Pod addresses per block, by state (used, free).", []string{"block", "state"}, nil)
+var (
+	ipamDesc       = prometheus.NewDesc("coordino_ipam_addresses", "Pod addresses per block, by family (ipv4, ipv6) and state (used, free).", []string{"block", "family", "state"}, nil)
+	ipamBlocksDesc = prometheus.NewDesc("coordino_ipam_blocks", "Address blocks of this node, by family (ipv4, ipv6).", []string{"family"}, nil)
+)
 
 type ipamCollector struct{ pool *ipam.Pool }
 
-func (c *ipamCollector) Describe(ch chan<- *prometheus.Desc) { ch <- ipamDesc }
+func (c *ipamCollector) Describe(ch chan<- *prometheus.Desc) { ch <- ipamDesc; ch <- ipamBlocksDesc }
 
 func (c *ipamCollector) Collect(ch chan<- prometheus.Metric) {
+	blocks := map[string]int{"ipv4": 0, "ipv6": 0}
 	for _, u := range c.pool.Usage() {
-		ch <- prometheus.MustNewConstMetric(ipamDesc, prometheus.GaugeValue, float64(u.Used), u.Prefix.String(), "used")
-		ch <- prometheus.MustNewConstMetric(ipamDesc, prometheus.GaugeValue, float64(u.Size-u.Used), u.Prefix.String(), "free")
+		family := "ipv6"
+		if u.Prefix.Addr().Is4() {
+			family = "ipv4"
+		}
+		blocks[family]++
+		ch <- prometheus.MustNewConstMetric(ipamDesc, prometheus.GaugeValue, float64(u.Used), u.Prefix.String(), family, "used")
+		ch <- prometheus.MustNewConstMetric(ipamDesc, prometheus.GaugeValue, float64(u.Size-u.Used), u.Prefix.String(), family, "free")
+	}
+	for family, n := range blocks {
+		ch <- prometheus.MustNewConstMetric(ipamBlocksDesc, prometheus.GaugeValue, float64(n), family)
 	}
 }
 

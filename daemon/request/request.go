@@ -1,6 +1,7 @@
 package request
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"strings"
@@ -58,6 +59,8 @@ type Invocation struct {
 	PodName      string
 	PodUID       string
 	Labels       map[string]string
+	// Ctx is the request's context (deadline, trace); set by the server.
+	Ctx context.Context
 }
 
 // Parse validates req for verb.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"os"
 
 	"golang.org/x/sys/unix"
 	"google.golang.org/grpc/credentials"
@@ -14,6 +15,12 @@ import (
 // from anything the client says.
 type peerCredentials struct {
 	allowedUIDs map[uint32]bool
+}
+
+// PeerCredentials returns gRPC transport credentials admitting only root and
+// the daemon's own user; every socket of the daemon uses them.
+func PeerCredentials() credentials.TransportCredentials {
+	return &peerCredentials{allowedUIDs: map[uint32]bool{0: true, uint32(os.Geteuid()): true}}
 }
 
 // PeerAuthInfo carries the verified credentials of a connection.

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/containernetworking/cni/pkg/types"
+	otelcodes "go.opentelemetry.io/otel/codes"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -18,6 +19,7 @@ import (
 	"github.com/coordino/coordino/daemon/endpoint"
 	"github.com/coordino/coordino/daemon/metrics"
 	"github.com/coordino/coordino/daemon/request"
+	"github.com/coordino/coordino/daemon/tracing"
 	cniv1 "github.com/coordino/coordino/proto/cni/v1"
 )
 
@@ -61,50 +63,58 @@ func Listen(socketPath string) (net.Listener, error) {
 // GRPCServer returns a gRPC server with s registered, admitting root and the
 // daemon's own user only.
 func (s *Server) GRPCServer() *grpc.Server {
-	allowed := map[uint32]bool{0: true, uint32(os.Geteuid()): true}
-	g := grpc.NewServer(grpc.Creds(&peerCredentials{allowedUIDs: allowed}))
+	g := grpc.NewServer(grpc.Creds(PeerCredentials()))
 	cniv1.RegisterCNIServer(g, s)
 	return g
 }
 
 // Add implements the ADD verb.
-func (s *Server) Add(_ context.Context, req *cniv1.CNIRequest) (*cniv1.CNIResponse, error) {
-	return s.serve(request.Add, req, s.mgr.Add)
+func (s *Server) Add(ctx context.Context, req *cniv1.CNIRequest) (*cniv1.CNIResponse, error) {
+	return s.serve(ctx, request.Add, req, s.mgr.Add)
 }
 
 // Del implements the DEL verb.
-func (s *Server) Del(_ context.Context, req *cniv1.CNIRequest) (*cniv1.CNIResponse, error) {
-	return s.serve(request.Del, req, noResult(s.mgr.Del))
+func (s *Server) Del(ctx context.Context, req *cniv1.CNIRequest) (*cniv1.CNIResponse, error) {
+	return s.serve(ctx, request.Del, req, noResult(s.mgr.Del))
 }
 
 // Check implements the CHECK verb.
-func (s *Server) Check(_ context.Context, req *cniv1.CNIRequest) (*cniv1.CNIResponse, error) {
-	return s.serve(request.Check, req, noResult(s.mgr.Check))
+func (s *Server) Check(ctx context.Context, req *cniv1.CNIRequest) (*cniv1.CNIResponse, error) {
+	return s.serve(ctx, request.Check, req, noResult(s.mgr.Check))
 }
 
 // GC implements the GC verb.
-func (s *Server) GC(_ context.Context, req *cniv1.CNIRequest) (*cniv1.CNIResponse, error) {
-	return s.serve(request.GC, req, noResult(func(inv *request.Invocation) error {
+func (s *Server) GC(ctx context.Context, req *cniv1.CNIRequest) (*cniv1.CNIResponse, error) {
+	return s.serve(ctx, request.GC, req, noResult(func(inv *request.Invocation) error {
 		return s.mgr.GC(inv, inv.Conf.ValidAttachments)
 	}))
 }
 
 // Status implements the STATUS verb.
-func (s *Server) Status(_ context.Context, req *cniv1.CNIRequest) (*cniv1.CNIResponse, error) {
-	return s.serve(request.Status, req, noResult(func(*request.Invocation) error { return s.mgr.Status() }))
+func (s *Server) Status(ctx context.Context, req *cniv1.CNIRequest) (*cniv1.CNIResponse, error) {
+	return s.serve(ctx, request.Status, req, noResult(func(*request.Invocation) error { return s.mgr.Status() }))
 }
 
 func noResult(f func(*request.Invocation) error) func(*request.Invocation) ([]byte, error) {
 	return func(inv *request.Invocation) ([]byte, error) { return nil, f(inv) }
 }
 
-func (s *Server) serve(verb request.Verb, req *cniv1.CNIRequest, do func(*request.Invocation) ([]byte, error)) (*cniv1.CNIResponse, error) {
+func (s *Server) serve(ctx context.Context, verb request.Verb, req *cniv1.CNIRequest, do func(*request.Invocation) ([]byte, error)) (*cniv1.CNIResponse, error) {
 	start := time.Now()
 	log := s.log.With(zap.String("verb", string(verb)), zap.String("containerID", req.ContainerId), zap.String("ifname", req.Ifname))
+	ctx, span := tracing.StartServer(ctx, "cni."+string(verb))
+	defer span.End()
+	if span.IsRecording() {
+		span.SetAttributes(tracing.VerbKey.String(string(verb)), tracing.ContainerIDKey.String(req.ContainerId), tracing.IfNameKey.String(req.Ifname))
+	}
 	result, err := func() ([]byte, error) {
 		inv, err := request.Parse(verb, req)
 		if err != nil {
 			return nil, err
+		}
+		inv.Ctx = ctx
+		if span.IsRecording() {
+			span.SetAttributes(tracing.NetworkKey.String(inv.Key.Network), tracing.PodKey.String(inv.PodName), tracing.NamespaceKey.String(inv.PodNamespace))
 		}
 		return do(inv)
 	}()
@@ -118,6 +128,12 @@ func (s *Server) serve(verb request.Verb, req *cniv1.CNIRequest, do func(*reques
 		log.Debug("CNI request done", zap.Duration("took", elapsed))
 	}
 	s.metrics.ObserveRequest(string(verb), elapsed, code)
+	if span.IsRecording() {
+		span.SetAttributes(tracing.CodeKey.Int(int(code)))
+		if cniErr != nil {
+			span.SetStatus(otelcodes.Error, cniErr.Msg)
+		}
+	}
 	if cniErr != nil {
 		return nil, toStatus(cniErr)
 	}

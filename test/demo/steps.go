@@ -498,16 +498,22 @@ func (d *demo) metrics() error {
 	}
 	var rows [][]string
 	for _, verb := range []string{"ADD", "DEL", "CHECK", "GC", "STATUS"} {
-		key := `verb="` + verb + `"`
-		n, ok := counts[key]
+		// Summed over result codes.
+		var n, sum float64
+		ok := false
+		for labels, v := range counts {
+			if labelValue(labels, "verb") == verb {
+				n, sum, ok = n+v, sum+sums[labels], true
+			}
+		}
 		if !ok {
 			continue
 		}
 		mean := "—"
 		if n > 0 {
-			mean = fmt.Sprintf("%.2f ms", sums[key]/n*1000)
+			mean = fmt.Sprintf("%.2f ms", sum/n*1000)
 		}
-		rows = append(rows, []string{verb, fmt.Sprintf("%.0f", n), fmt.Sprintf("%.2f ms", sums[key]*1000), mean})
+		rows = append(rows, []string{verb, fmt.Sprintf("%.0f", n), fmt.Sprintf("%.2f ms", sum*1000), mean})
 	}
 	u.table([]string{"VERB", "COUNT", "SUM", "MEAN"}, rows)
 	u.printf("\n")
@@ -552,9 +558,9 @@ func (d *demo) metrics() error {
 		wantChained = 1
 	}
 	var verr error
-	if counts[`verb="ADD"`] < 2 || eps[`mode="primary"`] != 3 || eps[`mode="chained"`] != wantChained ||
+	if counts[`code="0",verb="ADD"`] < 2 || eps[`mode="primary"`] != 3 || eps[`mode="chained"`] != wantChained ||
 		blocks[podCIDR4] == nil || blocks[podCIDR4].used != 3 || blocks[podCIDR4].free != 251 {
-		verr = fmt.Errorf("ADD count %v, endpoints %v, %s %+v", counts[`verb="ADD"`], eps, podCIDR4, blocks[podCIDR4])
+		verr = fmt.Errorf("ADD count %v, endpoints %v, %s %+v", counts[`code="0",verb="ADD"`], eps, podCIDR4, blocks[podCIDR4])
 	}
 	u.check(verr, "metrics agree with the node: 3 primary pods, %.0f chained, %s 3 used / 251 free", wantChained, podCIDR4)
 	return nil

@@ -216,9 +216,9 @@ func TestMetricsAndHealth(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, want := range []string{
-		`coordino_cni_request_duration_seconds_count{verb="ADD"} 1`,
-		`coordino_cni_request_duration_seconds_count{verb="DEL"} 1`,
-		`coordino_ipam_addresses{block="10.88.0.0/24",state="free"} 254`,
+		`coordino_cni_request_duration_seconds_count{code="0",verb="ADD"} 1`,
+		`coordino_cni_request_duration_seconds_count{code="0",verb="DEL"} 1`,
+		`coordino_ipam_addresses{block="10.88.0.0/24",family="ipv4",state="free"} 254`,
 		`coordino_endpoints{mode="primary"} 0`,
 	} {
 		if !strings.Contains(body, want) {

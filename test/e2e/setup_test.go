@@ -2,6 +2,8 @@ package e2e
 
 import (
 	"context"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -11,6 +13,16 @@ import (
 
 // newNode starts a node with a running daemon for t, cleaned up with t.
 func newNode(t *testing.T, opts harness.NodeOptions) *harness.Node {
+	t.Helper()
+	n := newIdleNode(t, opts)
+	if err := n.StartDaemon(); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// newIdleNode is newNode before its daemon starts.
+func newIdleNode(t *testing.T, opts harness.NodeOptions) *harness.Node {
 	t.Helper()
 	privileged.Require(t)
 	if err := harness.RequireBinaries(); err != nil {
@@ -26,10 +38,24 @@ func newNode(t *testing.T, opts harness.NodeOptions) *harness.Node {
 		}
 		n.Close()
 	})
-	if err := n.StartDaemon(); err != nil {
+	return n
+}
+
+// newPolicyNode starts a node whose daemon reads policy from a directory
+// holding the given files (name → YAML); it returns the node and the dir.
+func newPolicyNode(t *testing.T, opts harness.NodeOptions, files map[string]string) (*harness.Node, string) {
+	t.Helper()
+	policyDir := filepath.Join(t.TempDir(), "policies")
+	if err := os.MkdirAll(policyDir, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	return n
+	for name, data := range files {
+		if err := os.WriteFile(filepath.Join(policyDir, name), []byte(data), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	opts.ExtraArgs = append(opts.ExtraArgs, "--policy-dir", policyDir)
+	return newNode(t, opts), policyDir
 }
 
 func newPod(t *testing.T, name string) *harness.Pod {

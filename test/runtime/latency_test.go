@@ -79,8 +79,8 @@ func TestLatency(t *testing.T) {
 	// The daemon's own view: mean time serving ADD and DEL (its histogram).
 	if m, err := e.d.Metrics(); err == nil {
 		for _, verb := range []string{"ADD", "DEL"} {
-			sum := m[`coordino_cni_request_duration_seconds_sum{verb="`+verb+`"}`]
-			n := m[`coordino_cni_request_duration_seconds_count{verb="`+verb+`"}`]
+			sum := m[`coordino_cni_request_duration_seconds_sum{code="0",verb="`+verb+`"}`]
+			n := m[`coordino_cni_request_duration_seconds_count{code="0",verb="`+verb+`"}`]
 			if n > 0 {
 				t.Logf("coordino-daemon %s: mean %s over %v requests", verb, time.Duration(sum/n*float64(time.Second)).Round(10*time.Microsecond), n)
 			}

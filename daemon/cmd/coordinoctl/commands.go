@@ -1,0 +1,184 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"maps"
+	"slices"
+	"strings"
+	"time"
+
+	inspectv1 "github.com/coordino/coordino/proto/inspect/v1"
+)
+
+var commands []command
+
+func init() {
+	commands = []command{
+		{name: "status", summary: "daemon health with a verdict line", args: exactArgs(0, ""), run: runStatus},
+		{name: "endpoints", summary: "list pod attachments", args: exactArgs(0, ""), run: runEndpoints},
+		{name: "endpoint get", summary: "one attachment by pod (namespace/name, name) or container ID", args: exactArgs(1, "a pod or container ID"), run: runEndpointGet},
+		{name: "identities", summary: "security identities of this node", args: exactArgs(0, ""), run: runIdentities},
+		{name: "ipam", summary: "address blocks, usage and allocations", args: exactArgs(0, ""), run: runIPAM},
+		{name: "policy explain", summary: "why a flow is allowed or denied (--from, --to, --port P/proto)", flags: explainFlags, args: exactArgs(0, ""), run: runExplain},
+		{name: "flows", summary: "dropped (and, with --follow, allowed) flows, filtered", flags: flowFlags, args: exactArgs(0, ""), run: runFlows},
+		{name: "bugtool", summary: "write a bug-report tarball (secrets removed)", flags: bugtoolFlags, args: exactArgs(0, ""), run: runBugtool},
+		{name: "version", summary: "coordinoctl and daemon versions", args: exactArgs(0, ""), run: runVersion},
+		{name: "completion", summary: "print a shell completion script (bash)", args: exactArgs(1, "a shell: bash"), run: runCompletion},
+	}
+}
+
+func runStatus(ctx context.Context, c *client, _ []string) error {
+	ctx, cancel := c.rpcContext(ctx)
+	defer cancel()
+	st, err := c.inspect.GetStatus(ctx, &inspectv1.GetStatusRequest{})
+	if err != nil {
+		return err
+	}
+	return c.print(st, func(w io.Writer) {
+		row(w, "Node:", fmt.Sprintf("%s (%s mode, control plane %s)", st.NodeName, st.Mode, st.ControlPlane))
+		row(w, "Version:", st.Version)
+		row(w, "Up since:", time.Unix(st.StartedUnix, 0).UTC().Format(time.RFC3339))
+		row(w, "Datapath:", "attach mode "+st.AttachMode)
+		row(w, "Endpoints:", fmt.Sprintf("%d primary, %d chained", st.PrimaryEndpoints, st.ChainedEndpoints))
+		row(w, "Identities:", st.Identities)
+		row(w, "Policy revision:", fmt.Sprintf("%d (%d invalid policies)", st.PolicyRevision, st.InvalidPolicies))
+		if len(st.Blocks) == 0 {
+			row(w, "IP blocks:", "none (chained attachments only)")
+		}
+		for i, b := range st.Blocks {
+			label := " "
+			if i == 0 {
+				label = "IP blocks:"
+			}
+			row(w, label, fmt.Sprintf("%s  %d/%d used (%s), %d free", b.Cidr, b.Used, b.Size, percent(b.Used, b.Size), b.Free))
+		}
+		for i, m := range st.Maps {
+			label := " "
+			if i == 0 {
+				label = "BPF maps:"
+			}
+			row(w, label, fmt.Sprintf("%-14s %d/%d (%s)", m.Name, m.Entries, m.Capacity, percent(m.Entries, m.Capacity)))
+		}
+		row(w, "Delete queue:", fmt.Sprintf("%d pending", st.DeleteQueue))
+		for _, p := range st.Problems {
+			row(w, "Problem:", p)
+		}
+		row(w, "Verdict:", strings.ToUpper(st.Verdict))
+	})
+}
+
+func runEndpoints(ctx context.Context, c *client, _ []string) error {
+	ctx, cancel := c.rpcContext(ctx)
+	defer cancel()
+	resp, err := c.inspect.ListEndpoints(ctx, &inspectv1.ListEndpointsRequest{})
+	if err != nil {
+		return err
+	}
+	return c.print(resp, func(w io.Writer) {
+		row(w, "POD", "CONTAINER", "IFNAME", "MODE", "IPS", "HOST IF", "IDENTITY", "ISOLATED", "ATTACH")
+		for _, e := range resp.Endpoints {
+			row(w, podOf(e), short(e.ContainerId), e.Ifname, e.Mode, strings.Join(e.Ips, ","), e.HostInterface, e.Identity, isolation(e), e.AttachMode)
+		}
+	})
+}
+
+func runEndpointGet(ctx context.Context, c *client, args []string) error {
+	ctx, cancel := c.rpcContext(ctx)
+	defer cancel()
+	e, err := c.inspect.GetEndpoint(ctx, &inspectv1.GetEndpointRequest{Query: args[0]})
+	if err != nil {
+		return err
+	}
+	return c.print(e, func(w io.Writer) {
+		row(w, "Key:", e.Key)
+		row(w, "Pod:", podOf(e))
+		row(w, "Pod UID:", e.PodUid)
+		row(w, "Container:", e.ContainerId)
+		row(w, "Interface:", e.Ifname)
+		row(w, "Mode:", e.Mode)
+		row(w, "Addresses:", strings.Join(e.Ips, ", "))
+		row(w, "Host interface:", fmt.Sprintf("%s (ifindex %d)", e.HostInterface, e.HostIfindex))
+		row(w, "Netns:", e.Netns)
+		row(w, "Identity:", e.Identity)
+		row(w, "Labels:", labels(e.Labels))
+		row(w, "Isolated:", isolation(e))
+		row(w, "Attach mode:", e.AttachMode)
+		row(w, "Created:", time.Unix(e.CreatedUnix, 0).UTC().Format(time.RFC3339))
+	})
+}
+
+func runIdentities(ctx context.Context, c *client, _ []string) error {
+	ctx, cancel := c.rpcContext(ctx)
+	defer cancel()
+	resp, err := c.inspect.ListIdentities(ctx, &inspectv1.ListIdentitiesRequest{})
+	if err != nil {
+		return err
+	}
+	return c.print(resp, func(w io.Writer) {
+		row(w, "ID", "NAMESPACE", "LABELS", "ENDPOINTS")
+		for _, id := range resp.Identities {
+			row(w, id.Id, id.Namespace, labels(id.Labels), id.Endpoints)
+		}
+	})
+}
+
+func runIPAM(ctx context.Context, c *client, _ []string) error {
+	ctx, cancel := c.rpcContext(ctx)
+	defer cancel()
+	resp, err := c.inspect.GetIPAM(ctx, &inspectv1.GetIPAMRequest{})
+	if err != nil {
+		return err
+	}
+	return c.print(resp, func(w io.Writer) {
+		row(w, "BLOCK", "SIZE", "USED", "FREE", "USAGE")
+		for _, b := range resp.Blocks {
+			row(w, b.Cidr, b.Size, b.Used, b.Free, percent(b.Used, b.Size))
+		}
+		fmt.Fprintln(w)
+		row(w, "ADDRESS", "POD", "ENDPOINT")
+		for _, a := range resp.Allocations {
+			row(w, a.Ip, a.Pod, a.Endpoint)
+		}
+	})
+}
+
+func runVersion(ctx context.Context, c *client, _ []string) error {
+	fmt.Fprintln(c.out, "coordinoctl:", clientVersion())
+	ctx, cancel := c.rpcContext(ctx)
+	defer cancel()
+	st, err := c.inspect.GetStatus(ctx, &inspectv1.GetStatusRequest{})
+	if err != nil {
+		return err
+	}
+	fmt.Fprintln(c.out, "daemon:     ", st.Version)
+	return nil
+}
+
+func podOf(e *inspectv1.Endpoint) string {
+	if e.PodName == "" {
+		return ""
+	}
+	return e.PodNamespace + "/" + e.PodName
+}
+
+func short(id string) string {
+	if len(id) > 12 {
+		return id[:12]
+	}
+	return id
+}
+
+func isolation(e *inspectv1.Endpoint) string {
+	var s []string
+	if e.IngressIsolated {
+		s = append(s, "ingress")
+	}
+	if e.EgressIsolated {
+		s = append(s, "egress")
+	}
+	return strings.Join(s, "+")
+}
+
+func sortedKeys(m map[string]string) []string { return slices.Sorted(maps.Keys(m)) }

@@ -1,0 +1,320 @@
+package datapath
+
+// Read-only views for the inspection service (daemon/inspect). Nothing here
+// writes a map or changes the datapath's state.
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"net/netip"
+	"slices"
+	"strings"
+
+	"github.com/cilium/ebpf"
+	"github.com/coordino/coordino/bpf"
+	"github.com/coordino/coordino/daemon/identity"
+	"github.com/coordino/coordino/daemon/policy"
+	networkingv1 "k8s.io/api/networking/v1"
+)
+
+// EndpointState is an attached endpoint as the datapath holds it.
+type EndpointState struct {
+	Endpoint
+	Identity identity.ID
+	// Mode is the attach mode, "tc" or "tcx".
+	Mode string
+	// Isolation is read from the kernel's endpoints map.
+	Isolation policy.Isolation
+}
+
+// EndpointStates returns every attached endpoint, ordered by key.
+func (d *Datapath) EndpointStates() []EndpointState {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	out := make([]EndpointState, 0, len(d.eps))
+	for _, k := range slices.Sorted(maps.Keys(d.eps)) {
+		r := d.eps[k]
+		s := EndpointState{Endpoint: Endpoint{Key: r.Key, HostIfName: r.HostIfName, HostIfIndex: r.HostIfIndex,
+			IPs: slices.Clone(r.IPs), Namespace: r.Namespace, Labels: maps.Clone(r.Labels)}, Identity: r.Identity, Mode: r.Mode}
+		var info bpf.CoordinoEndpointInfo
+		if d.objs.CdoEndpoints.Lookup(uint32(r.HostIfIndex), &info) == nil {
+			s.Isolation = policy.Isolation(info.Flags)
+		}
+		out = append(out, s)
+	}
+	return out
+}
+
+// Identities returns the identities of this node's endpoints, ordered by
+// number.
+func (d *Datapath) Identities() []identity.Identity {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.localIdentities()
+}
+
+// localIdentities lists the identities of d.eps; callers hold mu.
+func (d *Datapath) localIdentities() []identity.Identity {
+	byID := map[identity.ID]identity.Identity{}
+	for _, r := range d.eps {
+		byID[r.Identity] = identity.Identity{ID: r.Identity, Namespace: r.Namespace, Labels: maps.Clone(r.Labels)}
+	}
+	out := make([]identity.Identity, 0, len(byID))
+	for _, id := range slices.Sorted(maps.Keys(byID)) {
+		out = append(out, byID[id])
+	}
+	return out
+}
+
+// PolicyRevision returns the revision last written to the config map and
+// the number of policies of the last snapshot skipped as invalid.
+func (d *Datapath) PolicyRevision() (revision uint32, invalid int) {
+	d.snapMu.Lock()
+	invalid = len(d.snap.invalid)
+	d.snapMu.Unlock()
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.revision, invalid
+}
+
+// MapUsage is the fill of one BPF map.
+type MapUsage struct {
+	Name     string
+	Entries  int
+	Capacity int
+}
+
+// MapUsage reports entries and capacity of the maps that can fill up. The
+// daemon-written maps are counted from their mirrors (which equal the
+// kernel's content); conntrack, written by the programs, is walked.
+func (d *Datapath) MapUsage() ([]MapUsage, error) {
+	d.mu.Lock()
+	out := []MapUsage{
+		{Name: bpf.CoordinoMapCdoEndpoints, Entries: len(d.mirror.endpoints), Capacity: int(d.objs.CdoEndpoints.MaxEntries())},
+		{Name: bpf.CoordinoMapCdoIpcache, Entries: len(d.mirror.ipcache), Capacity: int(d.objs.CdoIpcache.MaxEntries())},
+		{Name: bpf.CoordinoMapCdoPolicy, Entries: len(d.mirror.policy), Capacity: int(d.objs.CdoPolicy.MaxEntries())},
+		{Name: stateMapName, Entries: len(d.eps), Capacity: maxEndpoints},
+	}
+	d.mu.Unlock()
+	ct, err := countEntries(d.objs.CdoConntrack)
+	if err != nil {
+		return nil, fmt.Errorf("datapath: count conntrack entries: %w", err)
+	}
+	out = append(out, MapUsage{Name: bpf.CoordinoMapCdoConntrack, Entries: ct, Capacity: int(d.objs.CdoConntrack.MaxEntries())})
+	return out, nil
+}
+
+func countEntries(m *ebpf.Map) (int, error) {
+	var (
+		k bpf.CoordinoCtKey
+		v bpf.CoordinoCtEntry
+		n int
+	)
+	it := m.Iterate()
+	for it.Next(&k, &v) {
+		n++
+	}
+	return n, it.Err()
+}
+
+// Decision is the verdict the programs would reach for a new flow at one
+// endpoint, with the map values that led to it.
+type Decision struct {
+	Local      identity.ID
+	Remote     identity.ID
+	RemoteCIDR identity.ID
+	Isolation  policy.Isolation
+	// Reason is a verdict reason name: "host", "not-isolated", "policy" or "policy-denied".
+	Reason string
+}
+
+// Allowed reports whether the decision lets the flow pass.
+func (dec Decision) Allowed() bool {
+	return dec.Reason != ReasonName(uint8(bpf.CoordinoReasonREASON_POLICY_DENIED))
+}
+
+// Decide looks up the kernel maps exactly as the programs' decide() does
+// for the first packet of a flow at the endpoint on hostIfIndex: the
+// endpoint's identity and isolation, the peer's identity from the ipcache,
+// then the policy trie for the peer's identity, its CIDR identity and any
+// peer. port is the destination port of the connection.
+func (d *Datapath) Decide(hostIfIndex int, dir policy.Direction, peer netip.Addr, proto uint8, port uint16) (Decision, error) {
+	var info bpf.CoordinoEndpointInfo
+	if err := d.objs.CdoEndpoints.Lookup(uint32(hostIfIndex), &info); err != nil {
+		return Decision{}, fmt.Errorf("datapath: endpoint ifindex %d not in the endpoints map: %w", hostIfIndex, err)
+	}
+	remote := bpf.CoordinoIpcacheValue{Identity: uint32(identity.World), CidrIdentity: uint32(identity.World)}
+	peer = peer.Unmap()
+	k := ipcacheKey(netip.PrefixFrom(peer, peer.BitLen()))
+	if err := d.objs.CdoIpcache.Lookup(&k, &remote); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+		return Decision{}, fmt.Errorf("datapath: ipcache lookup %s: %w", peer, err)
+	}
+	dec := Decision{Local: identity.ID(info.Identity), Remote: identity.ID(remote.Identity),
+		RemoteCIDR: identity.ID(remote.CidrIdentity), Isolation: policy.Isolation(info.Flags)}
+	switch {
+	case dir == policy.Ingress && dec.Remote == identity.Host:
+		dec.Reason = ReasonName(uint8(bpf.CoordinoReasonREASON_HOST))
+		return dec, nil
+	case !dec.Isolation.Has(dir):
+		dec.Reason = ReasonName(uint8(bpf.CoordinoReasonREASON_NOT_ISOLATED))
+		return dec, nil
+	}
+	if proto != policy.ProtoTCP && proto != policy.ProtoUDP && proto != policy.ProtoSCTP {
+		port = 0
+	}
+	remotes := []identity.ID{dec.Remote}
+	if dec.RemoteCIDR != dec.Remote {
+		remotes = append(remotes, dec.RemoteCIDR)
+	}
+	remotes = append(remotes, identity.Any)
+	dec.Reason = ReasonName(uint8(bpf.CoordinoReasonREASON_POLICY_DENIED))
+	for _, r := range remotes {
+		pk := policyKey(policy.Key{Prefix: policy.PrefixFull, Local: dec.Local, Remote: r, Dir: dir, Proto: proto, Port: port})
+		var pv bpf.CoordinoPolicyValue
+		err := d.objs.CdoPolicy.Lookup(&pk, &pv)
+		if err == nil {
+			dec.Reason = ReasonName(uint8(bpf.CoordinoReasonREASON_POLICY))
+			break
+		}
+		if !errors.Is(err, ebpf.ErrKeyNotExist) {
+			return Decision{}, fmt.Errorf("datapath: policy lookup: %w", err)
+		}
+	}
+	return dec, nil
+}
+
+// Provenance names the policies behind a decision at a local endpoint:
+// those selecting its identity for dir, and the rules ("namespace/name
+// spec.ingress[0]") that allow the flow with peer. Each policy, and each of
+// its rules, is compiled on its own by the same pipeline that fills the
+// maps; the peer's CIDR identity is re-resolved in each such compilation,
+// since an ipBlock matches by address. Pod peers are matched among this
+// node's identities (peers known only from a cluster source are not named).
+func (d *Datapath) Provenance(dec Decision, dir policy.Direction, peer netip.Addr, proto uint8, port uint16) (selectedBy, allowedBy []string) {
+	d.snapMu.Lock()
+	nps := slices.Collect(maps.Values(d.snap.policies))
+	namespaces := slices.Collect(maps.Values(d.snap.namespaces))
+	d.snapMu.Unlock()
+	slices.SortFunc(nps, func(a, b *networkingv1.NetworkPolicy) int {
+		return strings.Compare(a.Namespace+"/"+a.Name, b.Namespace+"/"+b.Name)
+	})
+	d.mu.Lock()
+	ids := d.localIdentities()
+	d.mu.Unlock()
+	compile := func(np *networkingv1.NetworkPolicy) *policy.Result {
+		res, _ := policy.Compile(policy.Input{
+			Snapshot:   policy.Snapshot{Policies: []*networkingv1.NetworkPolicy{np}, Namespaces: namespaces},
+			Identities: ids, Local: []identity.ID{dec.Local},
+		}, d.cidrs)
+		return res
+	}
+	for _, np := range nps {
+		res := compile(np)
+		if res == nil || !res.Isolation[dec.Local].Has(dir) {
+			continue
+		}
+		name := np.Namespace + "/" + np.Name
+		selectedBy = append(selectedBy, name)
+		n, field := len(np.Spec.Ingress), "ingress"
+		if dir == policy.Egress {
+			n, field = len(np.Spec.Egress), "egress"
+		}
+		for i := range n {
+			one := np.DeepCopy()
+			if dir == policy.Egress {
+				one.Spec.Egress = one.Spec.Egress[i : i+1]
+			} else {
+				one.Spec.Ingress = one.Spec.Ingress[i : i+1]
+			}
+			r := compile(one)
+			if r == nil {
+				continue
+			}
+			f := policy.Flow{Local: dec.Local, Isolation: r.Isolation[dec.Local], Dir: dir,
+				Remote: dec.Remote, RemoteCIDR: r.CIDRIdentity(peer), Proto: proto, Port: port}
+			if dec.Remote.IsCIDR() || dec.Remote == identity.World {
+				f.Remote = f.RemoteCIDR
+			}
+			if r.Table().Allowed(f) {
+				allowedBy = append(allowedBy, fmt.Sprintf("%s spec.%s[%d]", name, field, i))
+			}
+		}
+	}
+	return selectedBy, allowedBy
+}
+
+// DumpMaps writes the datapath maps as JSON, for bug reports: config,
+// endpoints, ipcache, policy and up to maxConntrack conntrack entries.
+func (d *Datapath) DumpMaps(w io.Writer, maxConntrack int) error {
+	type entry struct {
+		Key   any `json:"key"`
+		Value any `json:"value"`
+	}
+	out := map[string]any{}
+	var cfg bpf.CoordinoConfig
+	if err := d.objs.CdoConfig.Lookup(uint32(0), &cfg); err != nil {
+		return fmt.Errorf("datapath: read config map: %w", err)
+	}
+	out[bpf.CoordinoMapCdoConfig] = map[string]uint32{"policyRevision": cfg.PolicyRevision, "flags": cfg.Flags}
+
+	var eps []entry
+	var ek uint32
+	var ev bpf.CoordinoEndpointInfo
+	it := d.objs.CdoEndpoints.Iterate()
+	for it.Next(&ek, &ev) {
+		eps = append(eps, entry{ek, map[string]uint32{"identity": ev.Identity, "flags": ev.Flags}})
+	}
+	out[bpf.CoordinoMapCdoEndpoints] = eps
+
+	var ips []entry
+	var ik bpf.CoordinoIpcacheKey
+	var iv bpf.CoordinoIpcacheValue
+	it2 := d.objs.CdoIpcache.Iterate()
+	for it2.Next(&ik, &iv) {
+		p, err := prefixOf(ik)
+		if err != nil {
+			continue
+		}
+		ips = append(ips, entry{p.String(), map[string]uint32{"identity": iv.Identity, "cidrIdentity": iv.CidrIdentity}})
+	}
+	out[bpf.CoordinoMapCdoIpcache] = ips
+
+	var pol []string
+	var pk bpf.CoordinoPolicyKey
+	var pv bpf.CoordinoPolicyValue
+	it3 := d.objs.CdoPolicy.Iterate()
+	for it3.Next(&pk, &pv) {
+		k := fromPolicyKey(pk)
+		pol = append(pol, fmt.Sprintf("local=%s remote=%s dir=%s proto=%d port=%d/%d", k.Local, k.Remote, k.Dir, k.Proto, k.Port, k.Prefix))
+	}
+	out[bpf.CoordinoMapCdoPolicy] = pol
+
+	var cts []string
+	var ck bpf.CoordinoCtKey
+	var cv bpf.CoordinoCtEntry
+	it4 := d.objs.CdoConntrack.Iterate()
+	for len(cts) < maxConntrack && it4.Next(&ck, &cv) {
+		src, dst := ctAddr(ck.Family, ck.Src), ctAddr(ck.Family, ck.Dst)
+		cts = append(cts, fmt.Sprintf("ifindex=%d dir=%d proto=%d %s:%d -> %s:%d revision=%d flags=%#x",
+			ck.Ifindex, ck.Dir, ck.Proto, src, ntohs(ck.Sport), dst, ntohs(ck.Dport), cv.Revision, cv.Flags))
+	}
+	out[bpf.CoordinoMapCdoConntrack] = cts
+	for _, err := range []error{it.Err(), it2.Err(), it3.Err(), it4.Err()} {
+		if err != nil {
+			return fmt.Errorf("datapath: dump maps: %w", err)
+		}
+	}
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(out)
+}
+
+func ctAddr(family uint8, b [16]uint8) netip.Addr {
+	if family == 4 {
+		return netip.AddrFrom4([4]byte(b[:4]))
+	}
+	return netip.AddrFrom16(b)
+}

@@ -1,0 +1,96 @@
+package inspect
+
+import (
+	"context"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/coordino/coordino/daemon/datapath"
+	"github.com/coordino/coordino/daemon/ipam"
+	"github.com/coordino/coordino/daemon/store"
+	inspectv1 "github.com/coordino/coordino/proto/inspect/v1"
+)
+
+func TestFindEndpoint(t *testing.T) {
+	eps := []*inspectv1.Endpoint{
+		{Key: "n/c0ffee11/eth0", ContainerId: "c0ffee11", PodNamespace: "default", PodName: "web"},
+		{Key: "n/c0ffee22/eth0", ContainerId: "c0ffee22", PodNamespace: "prod", PodName: "web"},
+		{Key: "n/deadbeef/eth0", ContainerId: "deadbeef", PodNamespace: "default", PodName: "db"},
+	}
+	for q, want := range map[string]string{
+		"db": "deadbeef", "default/web": "c0ffee11", "prod/web": "c0ffee22", "c0ffee22": "c0ffee22",
+		"dead": "deadbeef", "n/c0ffee11/eth0": "c0ffee11",
+	} {
+		e, err := findEndpoint(eps, q)
+		if err != nil || e.ContainerId != want {
+			t.Errorf("findEndpoint(%q) = %v, %v; want %s", q, e, err, want)
+		}
+	}
+	for q, code := range map[string]codes.Code{
+		"web": codes.FailedPrecondition, "c0ffee": codes.FailedPrecondition, "dea": codes.NotFound,
+		"nosuch": codes.NotFound, "": codes.InvalidArgument,
+	} {
+		if _, err := findEndpoint(eps, q); status.Code(err) != code {
+			t.Errorf("findEndpoint(%q): %v, want %v", q, err, code)
+		}
+	}
+}
+
+func TestHistoryKeepsNewestInOrder(t *testing.T) {
+	h := newHistory(4)
+	t0 := time.Unix(1000, 0)
+	for i := range 6 {
+		h.add(datapath.Flow{Time: t0.Add(time.Duration(i) * time.Second), DstPort: uint16(i)})
+	}
+	got := h.since(0)
+	if len(got) != 4 || got[0].DstPort != 2 || got[3].DstPort != 5 {
+		t.Fatalf("history = %v", got)
+	}
+	if got := h.since(t0.Add(4 * time.Second).UnixNano()); len(got) != 2 || got[0].DstPort != 4 {
+		t.Fatalf("since = %v", got)
+	}
+}
+
+func TestStatusVerdictForAStuckDeleteQueue(t *testing.T) {
+	dir := t.TempDir()
+	st, err := store.Open(filepath.Join(dir, "state"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	pool, err := ipam.NewPool([]netip.Prefix{netip.MustParsePrefix("10.0.0.0/24")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	queue := filepath.Join(dir, "delete-queue")
+	os.MkdirAll(queue, 0o700)
+	s := New(Config{Standalone: true, AttachMode: "tc", RunDir: dir, QueueDir: queue, Store: st, Pool: pool})
+	status := func() *inspectv1.Status {
+		t.Helper()
+		got, err := s.GetStatus(context.Background(), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return got
+	}
+	// Without a datapath the node is degraded already; a fresh queue entry adds nothing.
+	entry := filepath.Join(queue, "00000000000000000001-x.del")
+	os.WriteFile(entry, []byte("x"), 0o600)
+	os.WriteFile(filepath.Join(queue, "00000000000000000000-y.del.bad"), []byte("x"), 0o600)
+	if got := status(); got.DeleteQueue != 1 || len(got.Problems) != 1 || got.Verdict != "degraded" {
+		t.Fatalf("fresh entry: %v", got)
+	}
+	old := time.Now().Add(-2 * queueStuckAfter)
+	os.Chtimes(entry, old, old)
+	got := status()
+	if got.DeleteQueue != 1 || len(got.Problems) != 2 || !strings.Contains(got.Problems[1], "delete queue not draining") {
+		t.Fatalf("stuck entry: %v", got)
+	}
+}

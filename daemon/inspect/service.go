@@ -1,0 +1,114 @@
+package inspect
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"path/filepath"
+	"runtime/debug"
+	"time"
+
+	"go.uber.org/zap"
+	"google.golang.org/grpc"
+
+	"github.com/coordino/coordino/daemon/datapath"
+	"github.com/coordino/coordino/daemon/flows"
+	"github.com/coordino/coordino/daemon/ipam"
+	"github.com/coordino/coordino/daemon/server"
+	"github.com/coordino/coordino/daemon/store"
+	flowv1 "github.com/coordino/coordino/proto/flow/v1"
+	inspectv1 "github.com/coordino/coordino/proto/inspect/v1"
+)
+
+// SocketName is the inspection socket's file name in the run dir.
+const SocketName = "inspect.sock"
+
+// Config wires the service to the daemon's state; everything is read only.
+type Config struct {
+	NodeName string
+	// Standalone is the control-plane mode.
+	Standalone bool
+	// AttachMode is the configured datapath attach mode.
+	AttachMode string
+	// RunDir holds the delete queue.
+	RunDir string
+	// QueueDir is the plugin's on-disk DEL queue.
+	QueueDir string
+	Store    *store.Store
+	Pool     *ipam.Pool
+	// Datapath is nil with --no-datapath.
+	Datapath *datapath.Datapath
+	Hub      *flows.Hub
+	// Options is the daemon's effective configuration, for bug reports.
+	Options any
+	Log     *zap.Logger
+}
+
+// Service implements coordino.inspect.v1.Inspector.
+type Service struct {
+	inspectv1.UnimplementedInspectorServer
+	cfg     Config
+	started time.Time
+	history *history
+}
+
+// New returns the service; Run records recent drops until ctx ends.
+func New(cfg Config) *Service {
+	if cfg.Log == nil {
+		cfg.Log = zap.NewNop()
+	}
+	return &Service{cfg: cfg, started: time.Now(), history: newHistory(historySize)}
+}
+
+// Serve listens on <run dir>/inspect.sock (0600, root and the daemon's user
+// only) and serves the Inspector and the flow Observer until ctx ends.
+func (s *Service) Serve(ctx context.Context) (stop func(), err error) {
+	socket := filepath.Join(s.cfg.RunDir, SocketName)
+	l, err := server.Listen(socket)
+	if err != nil {
+		return nil, err
+	}
+	g := grpc.NewServer(grpc.Creds(server.PeerCredentials()))
+	inspectv1.RegisterInspectorServer(g, s)
+	if s.cfg.Hub != nil {
+		flowv1.RegisterObserverServer(g, flows.NewService(s.cfg.Hub))
+		s.history.follow(ctx, s.cfg.Hub)
+	}
+	go func() {
+		if err := g.Serve(l); err != nil {
+			s.cfg.Log.Error("inspection socket stopped", zap.Error(err))
+		}
+	}()
+	s.cfg.Log.Info("serving inspection", zap.String("socket", socket))
+	return func() { g.Stop(); _ = l.Close() }, nil
+}
+
+// Listen is server.Listen, re-exported for tests that serve on their own listener.
+func Listen(socket string) (net.Listener, error) { return server.Listen(socket) }
+
+// Version is the daemon's module version and VCS revision from build info.
+func Version() string {
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return "unknown"
+	}
+	v := bi.Main.Version
+	var rev, modified string
+	for _, s := range bi.Settings {
+		switch s.Key {
+		case "vcs.revision":
+			rev = s.Value
+		case "vcs.modified":
+			if s.Value == "true" {
+				modified = "-dirty"
+			}
+		}
+	}
+	if len(rev) > 12 {
+		rev = rev[:12]
+	}
+	if rev != "" {
+		return fmt.Sprintf("%s (%s%s, %s)", v, rev, modified, bi.GoVersion)
+	}
+	return fmt.Sprintf("%s (%s)", v, bi.GoVersion)
+}

@@ -1,0 +1,144 @@
+package inspect
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/coordino/coordino/daemon/metrics"
+	"github.com/coordino/coordino/daemon/store"
+	inspectv1 "github.com/coordino/coordino/proto/inspect/v1"
+)
+
+// Thresholds of the status verdict; the PrometheusRule alerts use the same.
+const (
+	// mapPressureWarn is the fill above which a BPF map is a problem.
+	mapPressureWarn = 0.8
+	// queueStuckAfter is how old a queued DEL may get before the queue
+	// counts as not draining (the daemon drains it every 5 s).
+	queueStuckAfter = time.Minute
+)
+
+// GetStatus implements Inspector.GetStatus.
+func (s *Service) GetStatus(context.Context, *inspectv1.GetStatusRequest) (*inspectv1.Status, error) {
+	st := &inspectv1.Status{
+		Version:      Version(),
+		NodeName:     s.cfg.NodeName,
+		Mode:         "kubernetes",
+		ControlPlane: "static (--pod-cidr, --policy-dir)",
+		AttachMode:   s.cfg.AttachMode,
+		StartedUnix:  s.started.Unix(),
+		Blocks:       s.blocks(),
+	}
+	if s.cfg.Standalone {
+		st.Mode = "standalone"
+	}
+	var problems, failures []string
+	eps, err := s.cfg.Store.List("")
+	if err != nil {
+		return nil, status.Errorf(codes.Internal, "list endpoints: %v", err)
+	}
+	for _, ep := range eps {
+		if ep.Mode == store.ModeChained {
+			st.ChainedEndpoints++
+		} else {
+			st.PrimaryEndpoints++
+		}
+	}
+	for _, b := range st.Blocks {
+		if b.Free == 0 {
+			failures = append(failures, fmt.Sprintf("block %s is exhausted (%d/%d used)", b.Cidr, b.Used, b.Size))
+		} else if float64(b.Used) >= mapPressureWarn*float64(b.Size) {
+			problems = append(problems, fmt.Sprintf("block %s is %d%% used", b.Cidr, 100*b.Used/b.Size))
+		}
+	}
+	if dp := s.cfg.Datapath; dp != nil {
+		st.Identities = uint32(len(dp.Identities()))
+		rev, invalid := dp.PolicyRevision()
+		st.PolicyRevision, st.InvalidPolicies = rev, uint32(invalid)
+		if invalid > 0 {
+			problems = append(problems, fmt.Sprintf("%d invalid network policies skipped", invalid))
+		}
+		usage, err := dp.MapUsage()
+		if err != nil {
+			return nil, status.Errorf(codes.Internal, "map usage: %v", err)
+		}
+		for _, u := range usage {
+			st.Maps = append(st.Maps, &inspectv1.MapPressure{Name: u.Name, Entries: uint32(u.Entries), Capacity: uint32(u.Capacity)})
+			if u.Capacity > 0 && float64(u.Entries) >= mapPressureWarn*float64(u.Capacity) {
+				problems = append(problems, fmt.Sprintf("BPF map %s is %d%% full (%d/%d)", u.Name, 100*u.Entries/u.Capacity, u.Entries, u.Capacity))
+			}
+		}
+	} else {
+		st.AttachMode = "none"
+		problems = append(problems, "eBPF datapath disabled (--no-datapath): NetworkPolicy is not enforced")
+	}
+	n, oldest, err := metrics.DeleteQueue(s.cfg.QueueDir)
+	if err != nil {
+		return nil, status.Errorf(codes.Internal, "%v", err)
+	}
+	st.DeleteQueue = uint32(n)
+	if n > 0 && oldest > queueStuckAfter {
+		problems = append(problems, fmt.Sprintf("delete queue not draining: %d DELs, oldest %s", n, oldest.Round(time.Second)))
+	}
+	switch {
+	case len(failures) > 0:
+		st.Verdict = "failing"
+	case len(problems) > 0:
+		st.Verdict = "degraded"
+	default:
+		st.Verdict = "ok"
+	}
+	st.Problems = append(failures, problems...)
+	return st, nil
+}
+
+func (s *Service) blocks() []*inspectv1.Block {
+	var out []*inspectv1.Block
+	for _, u := range s.cfg.Pool.Usage() {
+		out = append(out, &inspectv1.Block{Cidr: u.Prefix.String(), Size: uint32(u.Size), Used: uint32(u.Used), Free: uint32(u.Size - u.Used)})
+	}
+	return out
+}
+
+// GetIPAM implements Inspector.GetIPAM.
+func (s *Service) GetIPAM(context.Context, *inspectv1.GetIPAMRequest) (*inspectv1.IPAM, error) {
+	eps, err := s.cfg.Store.List("")
+	if err != nil {
+		return nil, status.Errorf(codes.Internal, "list endpoints: %v", err)
+	}
+	out := &inspectv1.IPAM{Blocks: s.blocks()}
+	for _, ep := range eps {
+		if ep.Mode != store.ModePrimary {
+			continue
+		}
+		for _, p := range ep.IPs {
+			out.Allocations = append(out.Allocations, &inspectv1.Allocation{Ip: p.Addr().String(), Endpoint: ep.Key.String(), Pod: podName(ep)})
+		}
+	}
+	return out, nil
+}
+
+// ListIdentities implements Inspector.ListIdentities.
+func (s *Service) ListIdentities(context.Context, *inspectv1.ListIdentitiesRequest) (*inspectv1.ListIdentitiesResponse, error) {
+	out := &inspectv1.ListIdentitiesResponse{}
+	if s.cfg.Datapath == nil {
+		return out, nil
+	}
+	counts := map[uint32]uint32{}
+	for _, e := range s.cfg.Datapath.EndpointStates() {
+		counts[uint32(e.Identity)]++
+	}
+	for _, id := range s.cfg.Datapath.Identities() {
+		out.Identities = append(out.Identities, &inspectv1.Identity{
+			Id: uint32(id.ID), Namespace: id.Namespace, Labels: maps.Clone(id.Labels), Endpoints: counts[uint32(id.ID)],
+		})
+	}
+	slices.SortFunc(out.Identities, func(a, b *inspectv1.Identity) int { return int(a.Id) - int(b.Id) })
+	return out, nil
+}
