@@ -2,6 +2,8 @@ package kubernetes
 
 import (
 	"context"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -12,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"sigs.k8s.io/yaml"
 
 	"github.com/coordino/coordino/api/client/clientset/versioned"
 	coordinov1alpha1 "github.com/coordino/coordino/api/coordino/v1alpha1"
@@ -50,6 +53,21 @@ func TestRBACOnAPIServer(t *testing.T) {
 		}
 		if err != nil && !apierrors.IsAlreadyExists(err) {
 			t.Fatalf("apply %T: %v", o, err)
+		}
+	}
+	// The example pools pass the CRD schema.
+	examples, _ := filepath.Glob("examples/ippool-*.yaml")
+	for _, f := range examples {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var p coordinov1alpha1.IPPool
+		if err := yaml.UnmarshalStrict(b, &p); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := crdAdmin.CoordinoV1alpha1().IPPools().Create(ctx, &p, metav1.CreateOptions{}); err != nil {
+			t.Errorf("%s rejected: %v", f, err)
 		}
 	}
 	for _, n := range []string{"node-a", "node-b"} {
