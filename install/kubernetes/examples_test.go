@@ -13,20 +13,8 @@ import (
 // TestExamplePools: every example decodes strictly as an IPPool the
 // controller accepts; together they cover IPv4, IPv6 and dual-stack.
 func TestExamplePools(t *testing.T) {
-	files, err := filepath.Glob("examples/ippool-*.yaml")
-	if err != nil || len(files) == 0 {
-		t.Fatalf("no examples: %v", err)
-	}
 	var sawV4, sawV6, sawDual bool
-	for _, f := range files {
-		b, err := os.ReadFile(f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var p coordinov1alpha1.IPPool
-		if err := yaml.UnmarshalStrict(b, &p); err != nil {
-			t.Fatalf("%s: %v", f, err)
-		}
+	for f, p := range examplePools(t) {
 		if p.Kind != "IPPool" || p.APIVersion != "coordino.io/v1alpha1" || p.Name == "" {
 			t.Errorf("%s: %s %s %q", f, p.APIVersion, p.Kind, p.Name)
 		}
@@ -43,4 +31,26 @@ func TestExamplePools(t *testing.T) {
 	if !sawV4 || !sawV6 || !sawDual {
 		t.Errorf("examples cover IPv4 %v, IPv6 %v, dual-stack %v", sawV4, sawV6, sawDual)
 	}
+}
+
+// examplePools decodes examples/ippool-*.yaml strictly, by file name.
+func examplePools(t *testing.T) map[string]*coordinov1alpha1.IPPool {
+	t.Helper()
+	files, err := filepath.Glob("examples/ippool-*.yaml")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no examples: %v", err)
+	}
+	out := map[string]*coordinov1alpha1.IPPool{}
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := &coordinov1alpha1.IPPool{}
+		if err := yaml.UnmarshalStrict(b, p); err != nil {
+			t.Fatalf("%s: %v", f, err)
+		}
+		out[f] = p
+	}
+	return out
 }

@@ -2,8 +2,6 @@ package kubernetes
 
 import (
 	"context"
-	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -14,7 +12,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
-	"sigs.k8s.io/yaml"
 
 	"github.com/coordino/coordino/api/client/clientset/versioned"
 	coordinov1alpha1 "github.com/coordino/coordino/api/coordino/v1alpha1"
@@ -56,17 +53,8 @@ func TestRBACOnAPIServer(t *testing.T) {
 		}
 	}
 	// The example pools pass the CRD schema.
-	examples, _ := filepath.Glob("examples/ippool-*.yaml")
-	for _, f := range examples {
-		b, err := os.ReadFile(f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var p coordinov1alpha1.IPPool
-		if err := yaml.UnmarshalStrict(b, &p); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := crdAdmin.CoordinoV1alpha1().IPPools().Create(ctx, &p, metav1.CreateOptions{}); err != nil {
+	for f, p := range examplePools(t) {
+		if _, err := crdAdmin.CoordinoV1alpha1().IPPools().Create(ctx, p, metav1.CreateOptions{}); err != nil {
 			t.Errorf("%s rejected: %v", f, err)
 		}
 	}
