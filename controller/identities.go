@@ -71,13 +71,17 @@ func holdsAddress(p *corev1.Pod) bool {
 func (c *Controller) accountPod(pod *corev1.Pod, deleted bool) {
 	key := pod.Namespace + "/" + pod.Name
 	var hash string
-	var lbls map[string]string
+	var lbls func() map[string]string
 	node := ""
 	if !deleted && holdsAddress(pod) {
 		node = pod.Spec.NodeName
 		if o, ok, _ := c.Namespaces.GetByKey(pod.Namespace); ok {
-			lbls = coordinov1alpha1.SecurityLabels(pod.Labels, o.(*corev1.Namespace).Labels, c.opts.ExcludedLabels)
-			hash = coordinov1alpha1.LabelSetHash(pod.Namespace, lbls)
+			nsLabels := o.(*corev1.Namespace).Labels
+			hash = coordinov1alpha1.SecurityLabelSetHash(pod.Namespace, pod.Labels, nsLabels, c.opts.ExcludedLabels)
+			// Built only for a set seen for the first time.
+			lbls = func() map[string]string {
+				return coordinov1alpha1.SecurityLabels(pod.Labels, nsLabels, c.opts.ExcludedLabels)
+			}
 		}
 		// Namespace not seen yet: OnNamespace accounts the pod later.
 	}
@@ -94,7 +98,7 @@ func (c *Controller) accountPod(pod *corev1.Pod, deleted bool) {
 
 // setPod moves a pod to a set (hash "" = none) and node; it reports
 // whether the set still needs an Identity and the pod's previous node.
-func (x *identityIndex) setPod(key, hash, namespace string, lbls map[string]string, node string, deleted bool) (bool, string) {
+func (x *identityIndex) setPod(key, hash, namespace string, lbls func() map[string]string, node string, deleted bool) (bool, string) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	old, had := x.pods[key]
@@ -124,7 +128,7 @@ func (x *identityIndex) setPod(key, hash, namespace string, lbls map[string]stri
 		if s == nil {
 			s = &labelSet{hash: hash, namespace: namespace}
 			if len(x.byHash[hash]) == 0 {
-				s.labels = lbls
+				s.labels = lbls()
 			}
 			x.sets[hash] = s
 		}

@@ -79,7 +79,9 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options, log *zap.Logger) e
 	}
 	// A standby replica is ready: it serves health and takes over.
 	srv.ready.Store(true)
-	errc := make(chan error, 1)
+	// lead's goroutines must be gone before Run returns: wait for it
+	// whenever it started.
+	started, finished := make(chan struct{}), make(chan error, 1)
 	parent := ctx
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -92,8 +94,9 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options, log *zap.Logger) e
 		Name:            LeaseName,
 		Callbacks: leaderelection.LeaderCallbacks{
 			OnStartedLeading: func(ctx context.Context) {
+				close(started)
 				log.Info("leading", zap.String("id", id))
-				errc <- lead(ctx)
+				finished <- lead(ctx)
 				cancel()
 			},
 			OnStoppedLeading: func() { log.Info("stopped leading", zap.String("id", id)) },
@@ -105,8 +108,8 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options, log *zap.Logger) e
 		},
 	})
 	select {
-	case err := <-errc:
-		if err != nil {
+	case <-started:
+		if err := <-finished; err != nil {
 			return err
 		}
 	default:

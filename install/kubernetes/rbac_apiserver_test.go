@@ -52,6 +52,12 @@ func TestRBACOnAPIServer(t *testing.T) {
 			t.Fatalf("apply %T: %v", o, err)
 		}
 	}
+	// The example pools pass the CRD schema.
+	for f, p := range examplePools(t) {
+		if _, err := crdAdmin.CoordinoV1alpha1().IPPools().Create(ctx, p, metav1.CreateOptions{}); err != nil {
+			t.Errorf("%s rejected: %v", f, err)
+		}
+	}
 	for _, n := range []string{"node-a", "node-b"} {
 		if _, err := admin.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n}}, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
