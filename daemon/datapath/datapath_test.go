@@ -99,6 +99,14 @@ func (c *cluster) addPod(name, ns string, labels map[string]string) {
 
 func (c *cluster) policies(docs ...string) {
 	c.t.Helper()
+	if err := c.tryPolicies(docs...); err != nil {
+		c.t.Fatalf("UpdatePolicy: %v", err)
+	}
+}
+
+// tryPolicies applies docs as the whole policy snapshot.
+func (c *cluster) tryPolicies(docs ...string) error {
+	c.t.Helper()
 	s := policy.Snapshot{}
 	for _, d := range docs {
 		np := &networkingv1.NetworkPolicy{}
@@ -107,9 +115,7 @@ func (c *cluster) policies(docs ...string) {
 		}
 		s.Policies = append(s.Policies, np)
 	}
-	if err := c.dp.UpdatePolicy(s); err != nil {
-		c.t.Fatalf("UpdatePolicy: %v", err)
-	}
+	return c.dp.UpdatePolicy(s)
 }
 
 // expect checks "from>to proto/port" probes; from "node" probes from the node.
