@@ -371,6 +371,13 @@ func TestDetachRemovesAttachmentAndEntries(t *testing.T) {
 			if err := c.dp.objs.CdoEndpoints.Lookup(uint32(ep.HostIfIndex), &info); err == nil {
 				t.Fatal("endpoint map entry left behind")
 			}
+			for _, ip := range ep.IPs {
+				k := epAddrKey(ep.HostIfIndex, ip)
+				var v uint32
+				if err := c.dp.objs.CdoEpAddrs.Lookup(&k, &v); err == nil {
+					t.Fatalf("source address %s left behind", ip)
+				}
+			}
 			if _, err := os.Stat(c.dp.linkDir(ep.Key)); !os.IsNotExist(err) {
 				t.Fatalf("link pins left behind: %v", err)
 			}

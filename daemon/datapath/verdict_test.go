@@ -2,8 +2,10 @@ package datapath
 
 import (
 	"net/netip"
+	"path/filepath"
 	"testing"
 
+	"github.com/cilium/ebpf"
 	"github.com/coordino/coordino/bpf"
 	"github.com/coordino/coordino/daemon/datapath/internal/testnet"
 	"github.com/prometheus/client_golang/prometheus"
@@ -264,4 +266,37 @@ func TestLaterFragmentsOfReplies(t *testing.T) {
 	if reasonCount(t, c, "fragment-unknown") == 0 {
 		t.Error("no packet counted as fragment-unknown")
 	}
+}
+
+// TestRestartRestoresSourceAddresses: a daemon adopting endpoints whose
+// allowed sources are missing (upgrade from a version without source
+// validation, or a lost pin) writes them before re-attaching, so adopted
+// pods keep their connectivity.
+func TestRestartRestoresSourceAddresses(t *testing.T) {
+	c := newCluster(t, AttachTC)
+	if err := c.dp.Close(); err != nil {
+		t.Fatal(err)
+	}
+	m, err := ebpf.LoadPinnedMap(filepath.Join(c.cfg.BPFDir, bpf.CoordinoMapCdoEpAddrs), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var (
+		k    bpf.CoordinoEpAddrKey
+		v    uint32
+		keys []bpf.CoordinoEpAddrKey
+	)
+	for it := m.Iterate(); it.Next(&k, &v); {
+		keys = append(keys, k)
+	}
+	for i := range keys {
+		_ = m.Delete(&keys[i])
+	}
+	m.Close()
+	if len(keys) != 3 {
+		t.Fatalf("%d source addresses pinned for 3 pods", len(keys))
+	}
+	c.expect(false, "a>b tcp/80") // the pinned programs drop every source now
+	c.open()
+	c.expect(true, "a>b tcp/80", "b>c udp/81")
 }
