@@ -3,6 +3,7 @@ package datapath
 import (
 	"net/netip"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/cilium/ebpf"
@@ -318,4 +319,28 @@ func TestRestartRestoresSourceAddresses(t *testing.T) {
 	c.expect(false, "a>b tcp/80") // the pinned programs drop every source now
 	c.open()
 	c.expect(true, "a>b tcp/80", "b>c udp/81")
+}
+
+// TestConntrackSizeChangeReplacesPin: a restart with another
+// --conntrack-size replaces the pinned table instead of refusing to start,
+// and a size out of range is refused with the flag's name.
+func TestConntrackSizeChangeReplacesPin(t *testing.T) {
+	c := newClusterWith(t, Config{AttachMode: AttachTC, ConntrackSize: 1024}, false)
+	c.policies(clientDenyIngress)
+	if err := c.dp.Close(); err != nil {
+		t.Fatal(err)
+	}
+	bad := c.cfg
+	bad.ConntrackSize = 10
+	if _, err := Open(bad); err == nil || !strings.Contains(err.Error(), "conntrack-size") {
+		t.Fatalf("Open with conntrack size 10: %v", err)
+	}
+	c.cfg.ConntrackSize = 2048
+	c.open()
+	if got := c.dp.objs.CdoConntrack.MaxEntries(); got != 2048 {
+		t.Fatalf("conntrack capacity %d after resize, want 2048", got)
+	}
+	c.policies(clientDenyIngress)
+	c.expect(true, "a>b tcp/80", "a>b udp/81")
+	c.expect(false, "b>a tcp/80")
 }
