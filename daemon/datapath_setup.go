@@ -42,7 +42,8 @@ func startDatapath(ctx context.Context, o *config.Options, m *metrics.Metrics, h
 	if err != nil {
 		return nil, err
 	}
-	dp, err := datapath.Open(datapath.Config{BPFDir: o.BPFDir, AttachMode: datapath.AttachMode(o.AttachMode), Logger: log, NodeIPs: nodeIPs})
+	dp, err := datapath.Open(datapath.Config{BPFDir: o.BPFDir, AttachMode: datapath.AttachMode(o.AttachMode), Logger: log, NodeIPs: nodeIPs,
+		ConntrackSize: o.ConntrackSize})
 	if err != nil {
 		return nil, err
 	}

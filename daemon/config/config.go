@@ -26,6 +26,8 @@ type Options struct {
 	AttachMode  string   `json:"attachMode"`
 	NoDatapath  bool     `json:"noDatapath"`
 	FlowLog     string   `json:"flowLog"`
+	// ConntrackSize is the capacity of the datapath's conntrack table.
+	ConntrackSize int `json:"conntrackSize"`
 
 	// Prefixes is PodCIDRs parsed.
 	Prefixes []netip.Prefix `json:"-"`
@@ -40,6 +42,8 @@ func Defaults() Options {
 		MetricsAddr: "127.0.0.1:9962",
 		LogLevel:    "info",
 		AttachMode:  "tc",
+		// Mirrors datapath.DefaultConntrackSize (config does not import the datapath).
+		ConntrackSize: 1 << 18,
 	}
 }
 
@@ -75,6 +79,7 @@ func Parse(args []string, stderr io.Writer) (*Options, error) {
 	fs.StringVar(&o.AttachMode, "attach-mode", o.AttachMode, "how eBPF attaches to pod interfaces: tc (clsact + cls_bpf) or tcx (falls back to tc without kernel support)")
 	fs.BoolVar(&o.NoDatapath, "no-datapath", false, "do not load eBPF: connectivity without policy enforcement")
 	fs.StringVar(&o.FlowLog, "flow-log", "", "append flow events as JSON lines to this file (\"-\": stdout)")
+	fs.IntVar(&o.ConntrackSize, "conntrack-size", o.ConntrackSize, "capacity of the eBPF conntrack table (flows of pods with an isolated direction; about 120 bytes each)")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -131,6 +136,7 @@ func (o *Options) applyFlags(flags *Options, explicit map[string]bool) {
 		"no-datapath":  func() { o.NoDatapath = flags.NoDatapath },
 		"flow-log":     func() { o.FlowLog = flags.FlowLog },
 	}
+	set["conntrack-size"] = func() { o.ConntrackSize = flags.ConntrackSize }
 	for name := range explicit {
 		if f := set[name]; f != nil {
 			f()

@@ -42,6 +42,9 @@ type Config struct {
 	// Identities assigns endpoint identities; nil numbers label sets on
 	// this node (standalone). See identity.Assigner for Kubernetes mode.
 	Identities identity.Assigner
+	// ConntrackSize is the conntrack table's capacity; 0 means
+	// DefaultConntrackSize. Changing it replaces the pinned table.
+	ConntrackSize int
 
 	// Tests only: a smaller policy map, and a faster retry after a failed
 	// map update.
@@ -135,6 +138,10 @@ func Open(cfg Config) (*Datapath, error) {
 	if cfg.policyMapEntries > 0 {
 		spec.Maps["cdo_policy"].MaxEntries = cfg.policyMapEntries
 	}
+	if err := prepareConntrack(&cfg, spec, d.log); err != nil {
+		return nil, err
+	}
+	d.cfg = cfg
 	opts := &ebpf.CollectionOptions{Maps: ebpf.MapOptions{PinPath: cfg.BPFDir}}
 	if err := spec.LoadAndAssign(&d.objs, opts); err != nil {
 		if errors.Is(err, ebpf.ErrMapIncompatible) {
@@ -196,6 +203,10 @@ func (d *Datapath) restore() error {
 		d.engine.AddLocal(id)
 		d.eps[r.Key] = r
 		d.refreshIfKeys()
+		// Adopted from a version without source validation, or a lost map.
+		if err := d.writeAddrs(r); err != nil {
+			return err
+		}
 		if err := d.attach(r); err != nil {
 			// The interface may be gone; the owner's reconciliation detaches it.
 			d.log.Warn("adopted endpoint not re-attached", zap.String("endpoint", r.Key), zap.Error(err))
@@ -295,6 +306,11 @@ func (d *Datapath) prepareAttach(r *record) error {
 		return fmt.Errorf("endpoint %q: %w", r.Key, err)
 	}
 	r.Identity = id.ID
+	// Sources first: programs attached next drop anything else it sends.
+	if err := d.writeAddrs(r); err != nil {
+		d.ids.Release(r.Identity)
+		return err
+	}
 	// Record first: a crash after attaching still finds the endpoint.
 	if err := putRecord(d.state, r); err != nil {
 		d.ids.Release(r.Identity)
@@ -309,6 +325,9 @@ func (d *Datapath) prepareAttach(r *record) error {
 		d.engine.RemoveLocal(old.Identity)
 		d.ids.Release(old.Identity)
 		d.markEndpoint(old)
+		if err := d.deleteAddrs(old, r); err != nil {
+			d.log.Warn("stale source addresses left", zap.String("endpoint", r.Key), zap.Error(err))
+		}
 	}
 	d.eps[r.Key] = r
 	d.refreshIfKeys()
@@ -326,6 +345,9 @@ func (d *Datapath) prepareAttach(r *record) error {
 
 // forget undoes the bookkeeping of a failed attach.
 func (d *Datapath) forget(r *record) {
+	if err := d.deleteAddrs(r, nil); err != nil {
+		d.log.Warn("source addresses left after failed attach", zap.String("endpoint", r.Key), zap.Error(err))
+	}
 	delete(d.eps, r.Key)
 	d.refreshIfKeys()
 	_ = deleteRecord(d.state, r.Key)
@@ -361,6 +383,9 @@ func (d *Datapath) DetachEndpoint(ep Endpoint) error {
 	d.refreshIfKeys()
 	d.engine.RemoveLocal(r.Identity)
 	d.ids.Release(r.Identity)
+	if err := d.deleteAddrs(r, nil); err != nil {
+		return err
+	}
 	if err := deleteRecord(d.state, r.Key); err != nil {
 		return err
 	}
