@@ -139,8 +139,10 @@ static __always_inline int handle(struct __sk_buff *skb, __u8 dir)
 		/* On an isolated endpoint any allowed packet (re)creates the
 		 * entry. Mid-flow, the side that opened the flow is unknown: if
 		 * policy would also let the other side open it, remember that
-		 * (CT_AMBIGUOUS). */
-		if (p.frag != FRAG_LATER && !p.icmp_error && (isolated || observed || tcp_opening(&p))) {
+		 * (CT_AMBIGUOUS). Elsewhere a TCP entry needs its SYN, and other
+		 * flows are tracked only to report each once while observed. */
+		int track = isolated || tcp_opening(&p) || (observed && p.proto != IPPROTO_TCP);
+		if (p.frag != FRAG_LATER && !p.icmp_error && track) {
 			__u32 flags = 0;
 			if (!tcp_opening(&p) &&
 			    allowed(decide(ep, dir ^ 1, &remote, p.proto, p.sport)))

@@ -133,6 +133,7 @@ func (s *Standalone) reload(sink Sink) error {
 	}
 	s.reloads.Inc()
 	seen := map[string]bool{}
+	save := map[string][]byte{} // new last valid content (nil: file deleted)
 	for _, e := range entries {
 		name := e.Name()
 		if strings.HasPrefix(name, ".") || !isPolicyFile(name) {
@@ -169,20 +170,12 @@ func (s *Standalone) reload(sink Sink) error {
 		}
 		delete(s.broken, name)
 		s.files[name] = objs
-		if s.StateDir != "" {
-			if err := s.last().save(name, data); err != nil {
-				s.log.Error("cannot save the last valid policy file", zap.String("file", path), zap.Error(err))
-			}
-		}
+		save[name] = data
 	}
 	for name := range s.files {
 		if !seen[name] {
 			delete(s.files, name)
-			if s.StateDir != "" {
-				if err := s.last().remove(name); err != nil {
-					s.log.Error("cannot remove the saved copy of a deleted policy file", zap.String("file", name), zap.Error(err))
-				}
-			}
+			save[name] = nil
 		}
 	}
 	for name := range s.broken {
@@ -206,7 +199,27 @@ func (s *Standalone) reload(sink Sink) error {
 	s.log.Info("policy loaded", zap.Int("policies", len(snap.Policies)), zap.Int("namespaces", len(snap.Namespaces)),
 		zap.Int("invalidFiles", len(s.broken)))
 	s.syncedOnce.Do(func() { close(s.synced) })
+	// After applying: the fsyncs do not delay enforcement.
+	s.saveLastValid(save)
 	return nil
+}
+
+// saveLastValid records the new last valid content of changed files.
+func (s *Standalone) saveLastValid(save map[string][]byte) {
+	if s.StateDir == "" {
+		return
+	}
+	for name, data := range save {
+		var err error
+		if data == nil {
+			err = s.last().remove(name)
+		} else {
+			err = s.last().save(name, data)
+		}
+		if err != nil {
+			s.log.Error("cannot keep the last valid policy file in the state dir", zap.String("file", name), zap.Error(err))
+		}
+	}
 }
 
 func readPolicyFile(path string) ([]byte, *Objects, error) {

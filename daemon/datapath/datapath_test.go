@@ -112,6 +112,14 @@ func (c *cluster) addPod(name, ns string, labels map[string]string) {
 
 func (c *cluster) policies(docs ...string) {
 	c.t.Helper()
+	if err := c.tryPolicies(docs...); err != nil {
+		c.t.Fatalf("UpdatePolicy: %v", err)
+	}
+}
+
+// tryPolicies applies docs as the whole policy snapshot.
+func (c *cluster) tryPolicies(docs ...string) error {
+	c.t.Helper()
 	s := policy.Snapshot{}
 	for _, d := range docs {
 		np := &networkingv1.NetworkPolicy{}
@@ -120,9 +128,7 @@ func (c *cluster) policies(docs ...string) {
 		}
 		s.Policies = append(s.Policies, np)
 	}
-	if err := c.dp.UpdatePolicy(s); err != nil {
-		c.t.Fatalf("UpdatePolicy: %v", err)
-	}
+	return c.dp.UpdatePolicy(s)
 }
 
 // expect checks "from>to proto/port" probes; from "node" probes from the node.
@@ -370,6 +376,13 @@ func TestDetachRemovesAttachmentAndEntries(t *testing.T) {
 			var info struct{ Identity, Flags uint32 }
 			if err := c.dp.objs.CdoEndpoints.Lookup(uint32(ep.HostIfIndex), &info); err == nil {
 				t.Fatal("endpoint map entry left behind")
+			}
+			for _, ip := range ep.IPs {
+				k := epAddrKey(ep.HostIfIndex, ip)
+				var v uint32
+				if err := c.dp.objs.CdoEpAddrs.Lookup(&k, &v); err == nil {
+					t.Fatalf("source address %s left behind", ip)
+				}
 			}
 			if _, err := os.Stat(c.dp.linkDir(ep.Key)); !os.IsNotExist(err) {
 				t.Fatalf("link pins left behind: %v", err)

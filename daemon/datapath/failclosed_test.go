@@ -9,8 +9,6 @@ import (
 	"github.com/cilium/ebpf"
 	"github.com/coordino/coordino/bpf"
 	"github.com/coordino/coordino/daemon/policy"
-	networkingv1 "k8s.io/api/networking/v1"
-	"sigs.k8s.io/yaml"
 )
 
 // Map-update failure tests (a policy map shrunk to 20 entries). Pods: a
@@ -48,19 +46,6 @@ metadata: {name: server-from-client, namespace: default}
 spec:
   podSelector: {matchLabels: {app: server}}
   ingress: [{from: [{podSelector: {matchLabels: {app: client}}}], ports: [{port: 80}]}]`
-
-func (c *cluster) tryPolicies(docs ...string) error {
-	c.t.Helper()
-	s := policy.Snapshot{}
-	for _, d := range docs {
-		np := &networkingv1.NetworkPolicy{}
-		if err := yaml.UnmarshalStrict([]byte(d), np); err != nil {
-			c.t.Fatalf("bad policy: %v", err)
-		}
-		s.Policies = append(s.Policies, np)
-	}
-	return c.dp.UpdatePolicy(s)
-}
 
 // TestMapFullFailsClosed: before, b's ingress is closed and a's egress
 // open; the wanted state opens b to a but closes a's egress, so a>b is

@@ -2,8 +2,11 @@ package datapath
 
 import (
 	"net/netip"
+	"path/filepath"
+	"strings"
 	"testing"
 
+	"github.com/cilium/ebpf"
 	"github.com/coordino/coordino/bpf"
 	"github.com/coordino/coordino/daemon/datapath/internal/testnet"
 	"github.com/prometheus/client_golang/prometheus"
@@ -12,6 +15,30 @@ import (
 // Verdict tests drive the attached endpoints' programs through
 // BPF_PROG_TEST_RUN with crafted frames: exact headers no socket API can
 // send, against the real maps the daemon wrote.
+
+// TestVerdicts runs the verdict cases on one dual-stack cluster (building
+// one costs more than all cases), each from an empty policy.
+func TestVerdicts(t *testing.T) {
+	c := newClusterWith(t, Config{AttachMode: AttachTC}, true)
+	for _, tc := range []struct {
+		name string
+		fn   func(*testing.T, *cluster)
+	}{
+		{"SpoofedSourcesDropped", spoofedSourcesDropped},
+		{"ARPAndNeighbourClaims", arpAndNeighbourClaims},
+		{"ICMPv6FastPathOnlyForLinkControl", icmpv6FastPathOnlyForLinkControl},
+		{"ICMPErrorsFollowQuotedFlow", icmpErrorsFollowQuotedFlow},
+		{"LaterFragmentsOfReplies", laterFragmentsOfReplies},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			parent := c.t
+			c.t = t
+			defer func() { c.t = parent }()
+			c.policies()
+			tc.fn(t, c)
+		})
+	}
+}
 
 const (
 	clientDenyIngress = `
@@ -39,11 +66,10 @@ func reasonCount(t *testing.T, c *cluster, reason string) float64 {
 	return counterValue(t, reg, "coordino_datapath_packets_total", reason)
 }
 
-// TestSpoofedSourcesDropped: a pod may send only from its own addresses,
+// spoofedSourcesDropped: a pod may send only from its own addresses,
 // even where nothing is isolated; link-scope IPv6 may use link-local and
 // (ICMPv6) unspecified sources. Fails on the code before source validation.
-func TestSpoofedSourcesDropped(t *testing.T) {
-	c := newClusterWith(t, Config{AttachMode: AttachTC}, true)
+func spoofedSourcesDropped(t *testing.T, c *cluster) {
 	a4, a6, b4, b6 := podIPs["a"], podIPs6["a"], podIPs["b"], podIPs6["b"]
 	udp53 := udp(5353, 53, []byte("q"))
 	for _, tc := range []struct {
@@ -80,11 +106,10 @@ func TestSpoofedSourcesDropped(t *testing.T) {
 	}
 }
 
-// TestARPAndNeighbourClaims: ARP and neighbour advertisements from a pod
+// arpAndNeighbourClaims: ARP and neighbour advertisements from a pod
 // may claim only its own addresses, and a pod is no router (chained bridge
 // mode puts pods on one link). Fails on the code before source validation.
-func TestARPAndNeighbourClaims(t *testing.T) {
-	c := newClusterWith(t, Config{AttachMode: AttachTC}, true)
+func arpAndNeighbourClaims(t *testing.T, c *cluster) {
 	a4, a6, b4, b6 := podIPs["a"], podIPs6["a"], podIPs["b"], podIPs6["b"]
 	na := func(target netip.Addr) []byte {
 		return eth(etherIPv6, ipv6(linkLocalA, allNodes, protoICMPv6, 255, icmp(136, 0, 0x20000000, target.AsSlice())))
@@ -121,11 +146,10 @@ func TestARPAndNeighbourClaims(t *testing.T) {
 	}
 }
 
-// TestICMPv6FastPathOnlyForLinkControl: with b under default-deny
+// icmpv6FastPathOnlyForLinkControl: with b under default-deny
 // ingress, only genuine ND and MLD skip policy. Fails on the code that
 // parsed IPv4 protocol 58 as ICMPv6 and let any ND/MLD type through.
-func TestICMPv6FastPathOnlyForLinkControl(t *testing.T) {
-	c := newClusterWith(t, Config{AttachMode: AttachTC}, true)
+func icmpv6FastPathOnlyForLinkControl(t *testing.T, c *cluster) {
 	c.policies(denyServerIngress)
 	a4, a6, b4, b6 := podIPs["a"], podIPs6["a"], podIPs["b"], podIPs6["b"]
 	ns := icmp(135, 0, 0, b6.AsSlice())
@@ -169,13 +193,12 @@ func (c *cluster) ctEntry(from string, dir bpf.CoordinoDirection, src, dst netip
 	return e, err == nil
 }
 
-// TestICMPErrorsFollowQuotedFlow: an ICMP error is related when the flow
+// icmpErrorsFollowQuotedFlow: an ICMP error is related when the flow
 // it quotes is tracked, whoever sent it (a router), with the 8 bytes of
 // L4 RFC 792 guarantees; the quote never changes the flow. Fails on the
 // old code on every count: 8-byte quotes rejected (PMTU discovery broken),
 // quoted RST closing the flow, the router's identity re-deciding the flow.
-func TestICMPErrorsFollowQuotedFlow(t *testing.T) {
-	c := newCluster(t, AttachTC)
+func icmpErrorsFollowQuotedFlow(t *testing.T, c *cluster) {
 	c.policies(clientEgress, clientDenyIngress)
 	a4, b4 := podIPs["a"], podIPs["b"]
 	syn := frame(a4, b4, protoTCP, tcp(40000, 80, tcpSYN))
@@ -220,11 +243,10 @@ func TestICMPErrorsFollowQuotedFlow(t *testing.T) {
 	}
 }
 
-// TestLaterFragmentsOfReplies: later fragments of a reply to an isolated
+// laterFragmentsOfReplies: later fragments of a reply to an isolated
 // pod borrow the first fragment's ports; without a first fragment they are
 // dropped. Fails on the old code, which matched later fragments as port 0.
-func TestLaterFragmentsOfReplies(t *testing.T) {
-	c := newClusterWith(t, Config{AttachMode: AttachTC}, true)
+func laterFragmentsOfReplies(t *testing.T, c *cluster) {
 	c.policies(clientEgress, clientDenyIngress)
 	for _, fam := range []struct {
 		name       string
@@ -264,4 +286,61 @@ func TestLaterFragmentsOfReplies(t *testing.T) {
 	if reasonCount(t, c, "fragment-unknown") == 0 {
 		t.Error("no packet counted as fragment-unknown")
 	}
+}
+
+// TestRestartRestoresSourceAddresses: a daemon adopting endpoints whose
+// allowed sources are missing (upgrade from a version without source
+// validation, or a lost pin) writes them before re-attaching, so adopted
+// pods keep their connectivity.
+func TestRestartRestoresSourceAddresses(t *testing.T) {
+	c := newCluster(t, AttachTC)
+	if err := c.dp.Close(); err != nil {
+		t.Fatal(err)
+	}
+	m, err := ebpf.LoadPinnedMap(filepath.Join(c.cfg.BPFDir, bpf.CoordinoMapCdoEpAddrs), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var (
+		k    bpf.CoordinoEpAddrKey
+		v    uint32
+		keys []bpf.CoordinoEpAddrKey
+	)
+	for it := m.Iterate(); it.Next(&k, &v); {
+		keys = append(keys, k)
+	}
+	for i := range keys {
+		_ = m.Delete(&keys[i])
+	}
+	m.Close()
+	if len(keys) != 3 {
+		t.Fatalf("%d source addresses pinned for 3 pods", len(keys))
+	}
+	c.expect(false, "a>b tcp/80") // the pinned programs drop every source now
+	c.open()
+	c.expect(true, "a>b tcp/80", "b>c udp/81")
+}
+
+// TestConntrackSizeChangeReplacesPin: a restart with another
+// --conntrack-size replaces the pinned table instead of refusing to start,
+// and a size out of range is refused with the flag's name.
+func TestConntrackSizeChangeReplacesPin(t *testing.T) {
+	c := newClusterWith(t, Config{AttachMode: AttachTC, ConntrackSize: 1024}, false)
+	c.policies(clientDenyIngress)
+	if err := c.dp.Close(); err != nil {
+		t.Fatal(err)
+	}
+	bad := c.cfg
+	bad.ConntrackSize = 10
+	if _, err := Open(bad); err == nil || !strings.Contains(err.Error(), "conntrack-size") {
+		t.Fatalf("Open with conntrack size 10: %v", err)
+	}
+	c.cfg.ConntrackSize = 2048
+	c.open()
+	if got := c.dp.objs.CdoConntrack.MaxEntries(); got != 2048 {
+		t.Fatalf("conntrack capacity %d after resize, want 2048", got)
+	}
+	c.policies(clientDenyIngress)
+	c.expect(true, "a>b tcp/80", "a>b udp/81")
+	c.expect(false, "b>a tcp/80")
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"strconv"
@@ -49,23 +50,33 @@ func main() {
 		p.Sizes = q.Sizes
 	}
 	if *sizes != "" {
-		p.Sizes = nil
-		for _, s := range strings.Split(*sizes, ",") {
-			n, err := strconv.Atoi(strings.TrimSpace(s))
-			if err != nil || n < 2 {
-				fmt.Fprintf(os.Stderr, "policybench: bad -sizes entry %q (want integers ≥ 2)\n", s)
-				os.Exit(2)
-			}
-			p.Sizes = append(p.Sizes, n)
-		}
+		p.Sizes = parseSizes(*sizes, 2)
 	}
 	p.Progress = os.Stderr
+	runReport(*asJSON, func(ctx context.Context) (*Report, error) { return Run(ctx, p) })
+}
 
-	// SIGINT/SIGTERM cancel: the measurement in flight stops and every
-	// netns, daemon, pod and nft table goes.
+// parseSizes parses the -sizes list; entries below least exit with usage.
+func parseSizes(list string, least int) []int {
+	var out []int
+	for _, s := range strings.Split(list, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(s))
+		if err != nil || n < least {
+			fmt.Fprintf(os.Stderr, "policybench: bad -sizes entry %q (want integers ≥ %d)\n", s, least)
+			os.Exit(2)
+		}
+		out = append(out, n)
+	}
+	return out
+}
+
+// runReport runs one measurement; SIGINT/SIGTERM cancel it (the
+// measurement in flight stops and every netns, daemon, pod and nft table
+// goes), then prints the report as a table or JSON.
+func runReport[R interface{ WriteTable(io.Writer) }](asJSON bool, run func(context.Context) (R, error)) {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	r, err := Run(ctx, p)
+	r, err := run(ctx)
 	if errors.Is(err, context.Canceled) {
 		fmt.Fprintln(os.Stderr, "policybench: interrupted; cleaned up")
 		os.Exit(130)
@@ -74,7 +85,7 @@ func main() {
 		fmt.Fprintln(os.Stderr, "policybench:", err)
 		os.Exit(1)
 	}
-	if *asJSON {
+	if asJSON {
 		enc := json.NewEncoder(os.Stdout)
 		enc.SetIndent("", "  ")
 		_ = enc.Encode(r)
@@ -105,33 +116,8 @@ func runScale(p ScaleParams, quick bool, sizes string, asJSON bool, rounds int) 
 		p.Rounds = rounds
 	}
 	if sizes != "" {
-		p.Sizes = nil
-		for _, s := range strings.Split(sizes, ",") {
-			n, err := strconv.Atoi(strings.TrimSpace(s))
-			if err != nil || n < 0 {
-				fmt.Fprintf(os.Stderr, "policybench: bad -sizes entry %q\n", s)
-				os.Exit(2)
-			}
-			p.Sizes = append(p.Sizes, n)
-		}
+		p.Sizes = parseSizes(sizes, 0)
 	}
 	p.Progress = os.Stderr
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	r, err := RunScale(ctx, p)
-	if errors.Is(err, context.Canceled) {
-		fmt.Fprintln(os.Stderr, "policybench: interrupted; cleaned up")
-		os.Exit(130)
-	}
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "policybench:", err)
-		os.Exit(1)
-	}
-	if asJSON {
-		enc := json.NewEncoder(os.Stdout)
-		enc.SetIndent("", "  ")
-		_ = enc.Encode(r)
-		return
-	}
-	r.WriteTable(os.Stdout)
+	runReport(asJSON, func(ctx context.Context) (*ScaleReport, error) { return RunScale(ctx, p) })
 }

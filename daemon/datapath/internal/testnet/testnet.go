@@ -15,6 +15,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -38,7 +39,12 @@ func Main(m *testing.M) {
 			fmt.Fprintln(os.Stderr, "unshare netns:", err)
 			os.Exit(1)
 		}
-		env := append(os.Environ(), reexecEnv+"="+self)
+		env := []string{reexecEnv + "=" + self}
+		for _, kv := range os.Environ() {
+			if !strings.HasPrefix(kv, reexecEnv+"=") {
+				env = append(env, kv)
+			}
+		}
 		err := unix.Exec("/proc/self/exe", os.Args, env)
 		fmt.Fprintln(os.Stderr, "re-exec in netns:", err)
 		os.Exit(1)
