@@ -297,6 +297,7 @@ func (d *Datapath) prepareAttach(r *record) error {
 	// Record first: a crash after attaching still finds the endpoint.
 	if err := putRecord(d.state, r); err != nil {
 		d.ids.Release(r.Identity)
+		_ = d.deleteAddrs(r, old) // those the old attachment still uses stay
 		return err
 	}
 	d.eps[r.Key] = r
