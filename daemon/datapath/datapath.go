@@ -176,8 +176,9 @@ func (d *Datapath) restore() error {
 		d.eps[r.Key] = r
 		d.refreshIfKeys()
 		// Adopted from a version without source validation, or a lost map.
+		// Failing here only leaves this pod's traffic dropped (fail closed).
 		if err := d.writeAddrs(r); err != nil {
-			return err
+			d.log.Warn("adopted endpoint's source addresses not written", zap.String("endpoint", r.Key), zap.Error(err))
 		}
 		if err := d.attach(r); err != nil {
 			// The interface may be gone; the owner's reconciliation detaches it.
