@@ -204,8 +204,9 @@ func (d *Datapath) restore() error {
 		d.eps[r.Key] = r
 		d.refreshIfKeys()
 		// Adopted from a version without source validation, or a lost map.
+		// Failing here only leaves this pod's traffic dropped (fail closed).
 		if err := d.writeAddrs(r); err != nil {
-			return err
+			d.log.Warn("adopted endpoint's source addresses not written", zap.String("endpoint", r.Key), zap.Error(err))
 		}
 		if err := d.attach(r); err != nil {
 			// The interface may be gone; the owner's reconciliation detaches it.
@@ -314,6 +315,7 @@ func (d *Datapath) prepareAttach(r *record) error {
 	// Record first: a crash after attaching still finds the endpoint.
 	if err := putRecord(d.state, r); err != nil {
 		d.ids.Release(r.Identity)
+		_ = d.deleteAddrs(r, old) // those the old attachment still uses stay
 		return err
 	}
 	// Only the new identity's rules are expanded here, never the policy set.
