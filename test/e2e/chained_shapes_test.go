@@ -32,15 +32,15 @@ spec:
 // sandbox-less primary do. Before Coordino looked the pod interface up by
 // CNI_NETNS and CNI_IFNAME, the host-side-only shapes failed ADD with code 7.
 func TestChainedOntoOtherPrimaryShapes(t *testing.T) {
-	fakeDir, err := harness.FakePrimaryDir()
-	if err != nil {
-		t.Fatal(err)
-	}
 	policyDir, err := harness.NewPolicyDir(t.TempDir(), "server.yaml", allowFromClients)
 	if err != nil {
 		t.Fatal(err)
 	}
 	n := newNode(t, harness.NodeOptions{ExtraArgs: []string{"--policy-dir", policyDir}})
+	fakeDir, err := harness.FakePrimaryDir()
+	if err != nil {
+		t.Fatal(err)
+	}
 	cases := []struct {
 		shape, version, subnet string
 		delegate               map[string]any
