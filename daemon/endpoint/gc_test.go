@@ -6,24 +6,25 @@ import (
 	"testing"
 
 	"github.com/containernetworking/plugins/pkg/ns"
-	"github.com/containernetworking/plugins/pkg/testutils"
 	"github.com/vishvananda/netlink"
 
 	"github.com/coordino/coordino/daemon/ipam"
 	nsfile "github.com/coordino/coordino/daemon/netns"
 	"github.com/coordino/coordino/daemon/request"
 	"github.com/coordino/coordino/daemon/store"
+	"github.com/coordino/coordino/test/harness"
 	"github.com/coordino/coordino/test/privileged"
 )
 
+// newTestNS is a throwaway network namespace (a harness pod) removed at test end.
 func newTestNS(t *testing.T) ns.NetNS {
 	t.Helper()
-	n, err := testutils.NewNS()
+	p, err := harness.NewPod("ns")
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { n.Close(); _ = testutils.UnmountNS(n) })
-	return n
+	t.Cleanup(p.Close)
+	return p.NS
 }
 
 // newTestManager is a Manager without datapath whose pins live in a temp dir.

@@ -7,6 +7,9 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
 )
 
 // sysctlNet is where the network sysctls of the opening thread's netns live.
@@ -20,11 +23,11 @@ const sysctlNet = "/proc/sys/net"
 // per-interface switch before kernel 6.17's force_forwarding), and setting it
 // makes every interface a router: interfaces with accept_ra=1 stop accepting
 // RAs, and the kernel at once deletes RA-learned default routes except on
-// interfaces with accept_ra=2. So every interface that accepts RAs now
-// (accept_ra=1, not forwarding) is first moved to accept_ra=2, which keeps
-// it accepting them with forwarding on; only then is forwarding enabled.
-// Interfaces created later (pod veths) inherit forwarding from conf/default
-// and so ignore RAs, which is what a pod-facing interface must do.
+// interfaces with accept_ra=2. So every interface the node relies on RAs
+// through is first moved to accept_ra=2, which keeps it accepting them with
+// forwarding on; only then is forwarding enabled. Every other interface,
+// pod-facing ones above all, ends up ignoring RAs, as must any interface a
+// pod can send an RA to.
 func EnableForwarding(v6 bool) error {
 	if err := setNetSysctl("ipv4/ip_forward", "1"); err != nil {
 		return err
@@ -44,19 +47,17 @@ func EnableForwarding(v6 bool) error {
 }
 
 // keepAcceptingRAs sets accept_ra=2 on every interface that accepts router
-// advertisements now, so that turning on forwarding changes nothing for it.
+// advertisements now (accept_ra=1, not forwarding) and that the node relies
+// on them through: it has a route learned from an RA or an address with a
+// lifetime (SLAAC or DHCPv6, both driven by RAs).
 func keepAcceptingRAs() error {
-	entries, err := os.ReadDir(filepath.Join(sysctlNet, "ipv6/conf"))
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil // IPv6 disabled in this netns
-	}
+	links, err := raDependentLinks()
 	if err != nil {
-		return fmt.Errorf("list IPv6 interfaces: %w", err)
+		return err
 	}
-	for _, e := range entries {
-		name := e.Name()
-		if name == "all" || name == "default" || name == "lo" || strings.HasPrefix(name, HostIfPrefix) {
-			continue // pod-facing veths must never accept RAs from pods
+	for _, name := range links {
+		if strings.HasPrefix(name, HostIfPrefix) {
+			continue // a pod's veth: never let pods steer the node
 		}
 		conf := "ipv6/conf/" + name + "/"
 		acceptRA, err1 := netSysctl(conf + "accept_ra")
@@ -75,6 +76,35 @@ func keepAcceptingRAs() error {
 		}
 	}
 	return nil
+}
+
+// raDependentLinks names the interfaces with an RA-learned IPv6 route or a
+// global IPv6 address that is not permanent.
+func raDependentLinks() ([]string, error) {
+	idx := map[int]bool{}
+	routes, err := netlink.RouteListFiltered(netlink.FAMILY_V6, &netlink.Route{Protocol: unix.RTPROT_RA}, netlink.RT_FILTER_PROTOCOL)
+	if err != nil {
+		return nil, fmt.Errorf("list RA-learned routes: %w", err)
+	}
+	for _, r := range routes {
+		idx[r.LinkIndex] = true
+	}
+	addrs, err := netlink.AddrList(nil, netlink.FAMILY_V6)
+	if err != nil {
+		return nil, fmt.Errorf("list IPv6 addresses: %w", err)
+	}
+	for _, a := range addrs {
+		if a.Scope == unix.RT_SCOPE_UNIVERSE && a.Flags&unix.IFA_F_PERMANENT == 0 {
+			idx[a.LinkIndex] = true
+		}
+	}
+	var names []string
+	for i := range idx {
+		if l, err := netlink.LinkByIndex(i); err == nil {
+			names = append(names, l.Attrs().Name)
+		}
+	}
+	return names, nil
 }
 
 func netSysctl(name string) (string, error) {

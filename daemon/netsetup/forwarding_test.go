@@ -44,18 +44,24 @@ func raSender(t *testing.T, ifname string) (func() error, error) {
 }
 
 // raDefaultRoute reports whether the calling thread's netns has a default
-// route learned from a router advertisement.
+// route learned from a router advertisement, and through which interfaces.
 func raDefaultRoute() (bool, error) {
+	via, err := raDefaultVia()
+	return len(via) > 0, err
+}
+
+func raDefaultVia() (map[int]bool, error) {
 	routes, err := netlink.RouteListFiltered(netlink.FAMILY_V6, &netlink.Route{Protocol: unix.RTPROT_RA}, netlink.RT_FILTER_PROTOCOL)
 	if err != nil {
-		return false, err
+		return nil, err
 	}
+	via := map[int]bool{}
 	for _, r := range routes {
 		if r.Dst == nil || r.Dst.IP.IsUnspecified() {
-			return true, nil
+			via[r.LinkIndex] = true
 		}
 	}
-	return false, nil
+	return via, nil
 }
 
 // waitRADefaultRoute waits until node has (want) or lacks an RA-learned
@@ -81,52 +87,61 @@ func waitRADefaultRoute(node ns.NetNS, want bool, sendRA func() error) error {
 	}
 }
 
-// TestEnableForwardingKeepsRouterAdvertisements: a node whose default route
-// comes from router advertisements keeps it when the daemon turns on IPv6
-// forwarding, and keeps accepting RAs after. Before, flipping
-// conf/all/forwarding made the kernel drop the route and ignore RAs.
-func TestEnableForwardingKeepsRouterAdvertisements(t *testing.T) {
-	privileged.Require(t)
-	node, router := newNS(t), newNS(t)
+// raNeighbour links node's interface nodeIf by a veth to a new netns whose
+// end has the link-local address ll, and returns a func sending RAs from it.
+func raNeighbour(t *testing.T, node ns.NetNS, nodeIf, ll string) func() error {
+	t.Helper()
+	peer := newNS(t)
 	do(t, node, func() error {
-		v := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "uplink0"}, PeerName: "rtr0", PeerNamespace: netlink.NsFd(int(router.Fd()))}
+		v := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: nodeIf}, PeerName: "ra0", PeerNamespace: netlink.NsFd(int(peer.Fd()))}
 		if err := netlink.LinkAdd(v); err != nil {
 			return err
 		}
-		if v, _ := netSysctl("ipv6/conf/uplink0/accept_ra"); v != "1" {
-			return fmt.Errorf("uplink0 accept_ra = %q, the test needs the kernel default 1", v)
+		if v, _ := netSysctl("ipv6/conf/" + nodeIf + "/accept_ra"); v != "1" {
+			return fmt.Errorf("%s accept_ra = %q, the test needs the kernel default 1", nodeIf, v)
 		}
 		return netlink.LinkSetUp(v)
 	})
-	var sendRA func() error
-	do(t, router, func() error {
-		l, err := netlink.LinkByName("rtr0")
+	var send func() error
+	do(t, peer, func() error {
+		l, err := netlink.LinkByName("ra0")
 		if err != nil {
 			return err
 		}
-		ll, _ := netlink.ParseIPNet("fe80::1/64")
-		if err := netlink.AddrAdd(l, &netlink.Addr{IPNet: ll, Flags: unix.IFA_F_NODAD}); err != nil {
+		a, _ := netlink.ParseIPNet(ll)
+		if err := netlink.AddrAdd(l, &netlink.Addr{IPNet: a, Flags: unix.IFA_F_NODAD}); err != nil {
 			return err
 		}
 		if err := netlink.LinkSetUp(l); err != nil {
 			return err
 		}
-		sendRA, err = raSender(t, "rtr0")
+		send, err = raSender(t, "ra0")
 		return err
 	})
+	return send
+}
+
+// TestEnableForwardingKeepsRouterAdvertisements: a node whose default route
+// comes from router advertisements keeps it when the daemon turns on IPv6
+// forwarding, and keeps accepting RAs after; an interface the node does not
+// rely on RAs through (a pod-facing veth of another CNI) ignores them. Before,
+// flipping conf/all/forwarding made the kernel drop the route and ignore RAs.
+func TestEnableForwardingKeepsRouterAdvertisements(t *testing.T) {
+	privileged.Require(t)
+	node := newNS(t)
+	sendRA := raNeighbour(t, node, "uplink0", "fe80::1/64")
+	podRA := raNeighbour(t, node, "calx0", "fe80::2/64")
 	if err := waitRADefaultRoute(node, true, sendRA); err != nil {
 		t.Fatalf("before EnableForwarding: %v", err)
 	}
 	do(t, node, func() error { return EnableForwarding(true) })
 	do(t, node, func() error {
-		for name, want := range map[string]string{"ipv6/conf/all/forwarding": "1", "ipv6/conf/uplink0/accept_ra": "2"} {
+		for name, want := range map[string]string{"ipv6/conf/all/forwarding": "1", "ipv6/conf/uplink0/accept_ra": "2",
+			"ipv6/conf/calx0/accept_ra": "1", "ipv6/conf/calx0/forwarding": "1"} {
 			if v, err := netSysctl(name); err != nil || v != want {
 				t.Errorf("%s = %q (%v), want %s", name, v, err, want)
 			}
 		}
-		return nil
-	})
-	do(t, node, func() error {
 		if have, err := raDefaultRoute(); err != nil || !have {
 			t.Fatalf("turning on forwarding cost the node its RA-learned default route (%v)", err)
 		}
@@ -148,6 +163,24 @@ func TestEnableForwardingKeepsRouterAdvertisements(t *testing.T) {
 	if err := waitRADefaultRoute(node, true, sendRA); err != nil {
 		t.Fatalf("after EnableForwarding the node ignores RAs: %v", err)
 	}
+	// A pod's RA through the other interface is ignored.
+	for range 5 {
+		if err := podRA(); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	do(t, node, func() error {
+		l, err := netlink.LinkByName("calx0")
+		if err != nil {
+			return err
+		}
+		via, err := raDefaultVia()
+		if err == nil && via[l.Attrs().Index] {
+			t.Error("the node took a default route from an RA sent by a pod")
+		}
+		return err
+	})
 	// A pod-facing veth created afterwards inherits forwarding and ignores RAs.
 	do(t, node, func() error {
 		v := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: HostIfName("t", "c", "eth0")}, PeerName: "podside0"}

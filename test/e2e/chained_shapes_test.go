@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"net/netip"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -32,15 +33,15 @@ spec:
 // sandbox-less primary do. Before Coordino looked the pod interface up by
 // CNI_NETNS and CNI_IFNAME, the host-side-only shapes failed ADD with code 7.
 func TestChainedOntoOtherPrimaryShapes(t *testing.T) {
-	fakeDir, err := harness.FakePrimaryDir()
-	if err != nil {
-		t.Fatal(err)
-	}
 	policyDir, err := harness.NewPolicyDir(t.TempDir(), "server.yaml", allowFromClients)
 	if err != nil {
 		t.Fatal(err)
 	}
 	n := newNode(t, harness.NodeOptions{ExtraArgs: []string{"--policy-dir", policyDir}})
+	fakeDir, err := harness.FakePrimaryDir()
+	if err != nil {
+		t.Fatal(err)
+	}
 	cases := []struct {
 		shape, version, subnet string
 		delegate               map[string]any
@@ -99,6 +100,20 @@ func TestChainedOntoOtherPrimaryShapes(t *testing.T) {
 			}
 			if v, err := n.Metric("coordino_endpoints", `mode="chained"`); err != nil || v != 3 {
 				t.Fatalf("chained endpoints recorded = %v %v, want 3", v, err)
+			}
+			if tc.shape == "calico" {
+				// A host-side-only prevResult whose address is not on the pod
+				// interface says nothing Coordino can trust: code 7, no state.
+				prev := map[string]any{"cniVersion": "1.0.0", "interfaces": []any{map[string]any{"name": "cali0"}},
+					"ips": []any{map[string]any{"address": "10.95.9.9/32"}}}
+				stdin := pluginConf(n.RunDir, map[string]any{"name": "net-" + tc.shape, "cniVersion": "1.0.0", "prevResult": prev})
+				_, cniErr, _, err := harness.ExecPlugin(harness.Invocation{Command: "ADD", ContainerID: "stray", Netns: pods["server"].pod.NS.Path(), IfName: "eth0", Stdin: stdin})
+				if err != nil || cniErr == nil || cniErr.Code != 7 || !strings.Contains(cniErr.Msg, "prevResult.ips") {
+					t.Fatalf("ADD with addresses not on the pod interface = %+v %v, want code 7 naming prevResult.ips", cniErr, err)
+				}
+				if v, err := n.Metric("coordino_endpoints", `mode="chained"`); err != nil || v != 3 {
+					t.Fatalf("a refused ADD left a record: %v %v", v, err)
+				}
 			}
 			server := pods["server"]
 			stop, err := harness.ServeTCPEcho(server.pod.NS, server.addr, 80)

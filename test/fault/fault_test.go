@@ -16,6 +16,7 @@ import (
 
 	"github.com/containernetworking/cni/libcni"
 	"github.com/containernetworking/cni/pkg/types"
+	current "github.com/containernetworking/cni/pkg/types/100"
 	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/vishvananda/netlink"
 
@@ -25,11 +26,13 @@ import (
 )
 
 const (
-	network  = "fault"
-	podCIDR  = "10.97.0.0/24"
-	maxLive  = 20 // pods alive at once: bounds netns count and the final probes
-	killPct  = 7  // share of operations during which the daemon is SIGKILLed
-	maxDelay = 40 * time.Millisecond
+	podCIDR    = "10.97.0.0/24"
+	bridgeCIDR = "10.98.0.0/24" // the chained network's primary (bridge + host-local)
+	chainedPct = 30             // share of ADDs on the chained network
+	reusePct   = 10             // share of ADDs that reuse a deleted container ID (a container restart)
+	maxLive    = 20             // pods alive at once: bounds netns count and the final probes
+	killPct    = 7              // share of operations during which the daemon is SIGKILLed
+	maxDelay   = 40 * time.Millisecond
 )
 
 // denyAllIngress isolates every pod of namespace default for ingress.
@@ -41,11 +44,27 @@ spec:
   policyTypes: [Ingress]
 `
 
+// network is one conflist on the node: Coordino as primary, or chained
+// after the reference bridge plugin.
+type network struct {
+	name    string
+	chained bool
+	cni     *harness.CNI
+}
+
 // pod is an attachment the runtime believes exists (its ADD succeeded).
 type pod struct {
-	p    *harness.Pod
-	rt   *libcni.RuntimeConf
-	addr netip.Addr
+	p      *harness.Pod
+	rt     *libcni.RuntimeConf
+	net    *network
+	addr   netip.Addr
+	hostIf string // where Coordino's programs sit
+}
+
+// gone is a deleted attachment whose container ID a restart may reuse.
+type gone struct {
+	id  string
+	net *network
 }
 
 // run is the state of one randomized run, as a container runtime sees it.
@@ -53,8 +72,9 @@ type run struct {
 	t      *testing.T
 	rng    *rand.Rand
 	node   *harness.Node
-	cni    *harness.CNI
+	nets   []*network // primary, chained
 	live   map[string]*pod
+	gone   []gone   // recently deleted, for reuse
 	order  []string // container IDs of live, in creation order (deterministic picks)
 	client *pod     // never deleted: the source of the final probes
 	trail  []string // the last operations, for the failure report
@@ -62,6 +82,9 @@ type run struct {
 	kills  int
 	// recoveryKills counts crashes during the daemon's start-up recovery.
 	recoveryKills int
+	// chainedAdds and restarts count ADDs on the chained network and ADDs
+	// that reuse a deleted container ID.
+	chainedAdds, restarts int
 }
 
 func envUint(name string, def uint64) uint64 {
@@ -106,11 +129,20 @@ func TestRandomFaults(t *testing.T) {
 	if err := node.StartDaemon(); err != nil {
 		t.Fatal(err)
 	}
-	if r.cni, err = node.NewCNI(node.PrimaryConflist(network, "1.1.0")); err != nil {
+	primary, err := node.NewCNI(node.PrimaryConflist("fault", "1.1.0"))
+	if err != nil {
 		t.Fatal(err)
 	}
+	chained, err := node.NewCNI([]byte(fmt.Sprintf(`{"cniVersion":"1.1.0","name":"fault-chained","plugins":[
+		{"type":"bridge","bridge":"cbrf%s","isGateway":true,"ipMasq":false,
+		 "ipam":{"type":"host-local","ranges":[[{"subnet":%q}]],"dataDir":%q}},
+		{"type":"coordino","runDir":%q}]}`, harness.RandomSuffix(4), bridgeCIDR, filepath.Join(dir, "host-local"), node.RunDir)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.nets = []*network{{name: "fault", cni: primary}, {name: "fault-chained", chained: true, cni: chained}}
 	start := time.Now()
-	r.client = r.add(false)
+	r.client = r.add(r.nets[0], "", false)
 	if r.client == nil {
 		t.Fatal("could not attach the probe client")
 	}
@@ -123,8 +155,8 @@ func TestRandomFaults(t *testing.T) {
 			return
 		}
 	}
-	t.Logf("%d operations (%v) with %d daemon kills (%d more during recovery) in %v; %d pods alive",
-		ops, counts, r.kills, r.recoveryKills, time.Since(start).Round(time.Millisecond), len(r.live))
+	t.Logf("%d operations (%v; %d ADDs chained, %d container restarts) with %d daemon kills (%d more during recovery) in %v; %d pods alive",
+		ops, counts, r.chainedAdds, r.restarts, r.kills, r.recoveryKills, time.Since(start).Round(time.Millisecond), len(r.live))
 	r.settle()
 	r.assertNoLeaks()
 	r.assertEnforced()
@@ -217,61 +249,97 @@ func (r *run) step(i int, op string) {
 
 	switch op {
 	case "ADD":
-		if p := r.add(killed); p == nil && !killed {
+		net, id := r.nets[0], ""
+		if r.rng.IntN(100) < chainedPct {
+			net = r.nets[1]
+		}
+		if len(r.gone) > 0 && r.rng.IntN(100) < reusePct {
+			g := r.gone[r.rng.IntN(len(r.gone))]
+			net, id = g.net, g.id
+			r.gone = slices.DeleteFunc(r.gone, func(x gone) bool { return x.id == g.id })
+			r.note("  restart of %s on %s", id, net.name)
+			r.restarts++
+		}
+		if net.chained {
+			r.chainedAdds++
+		}
+		if p := r.add(net, id, killed); p == nil && !killed {
 			r.t.Fatalf("#%d: ADD failed without a crash", i)
 		}
 	case "DEL":
 		r.del(victim)
 	case "CHECK":
-		err := r.cni.Check(r.ctx(), r.live[victim].rt)
+		p := r.live[victim]
+		err := p.net.cni.Check(r.ctx(), p.rt)
 		if err != nil && !killed {
 			r.t.Fatalf("#%d: CHECK %s without a crash: %v", i, victim, err)
 		}
 		if err != nil {
 			waitCrash()
-			if err := r.cni.Check(r.ctx(), r.live[victim].rt); err != nil {
+			if err := p.net.cni.Check(r.ctx(), p.rt); err != nil {
 				r.t.Fatalf("#%d: CHECK %s after the daemon restarted: %v", i, victim, err)
 			}
 		}
 	case "GC":
-		err := r.cni.GC(r.ctx(), r.valid())
+		net := r.nets[r.rng.IntN(len(r.nets))]
+		err := net.cni.GC(r.ctx(), r.valid(net))
 		if err != nil && !killed {
 			r.t.Fatalf("#%d: GC without a crash: %v", i, err)
 		}
 		if err != nil {
 			waitCrash()
-			if err := r.cni.GC(r.ctx(), r.valid()); err != nil {
+			if err := net.cni.GC(r.ctx(), r.valid(net)); err != nil {
 				r.t.Fatalf("#%d: GC after the daemon restarted: %v", i, err)
 			}
 		}
 	}
 }
 
-// add attaches a new pod; on failure it does what a runtime does, DEL,
-// and returns nil.
-func (r *run) add(mayFail bool) *pod {
+// add attaches a new pod on net (with container ID id, or a fresh one); on
+// failure it does what a runtime does, DEL, and returns nil.
+func (r *run) add(net *network, id string, mayFail bool) *pod {
 	p, err := harness.NewPod("p")
 	if err != nil {
 		r.t.Fatal(err)
 	}
 	rt := harness.RuntimeConf(p, "eth0")
-	res, err := r.cni.Add(r.ctx(), rt)
+	if id != "" {
+		rt.ContainerID = id
+	}
+	res, err := net.cni.Add(r.ctx(), rt)
 	if err != nil {
 		r.note("  ADD %s failed: %v", rt.ContainerID, err)
 		if !mayFail {
 			r.t.Errorf("ADD %s: %v", rt.ContainerID, err)
 		}
-		if err := r.cni.Del(r.ctx(), rt); err != nil {
+		if err := net.cni.Del(r.ctx(), rt); err != nil {
 			r.t.Fatalf("DEL after a failed ADD of %s: %v", rt.ContainerID, err)
 		}
 		p.Close()
+		r.gone = append(r.gone, gone{rt.ContainerID, net})
 		return nil
 	}
 	addrs, err := harness.Addresses(res)
 	if err != nil || len(addrs) != 1 {
 		r.t.Fatalf("ADD %s result: %v %v", rt.ContainerID, addrs, err)
 	}
-	np := &pod{p: p, rt: rt, addr: addrs[0]}
+	np := &pod{p: p, rt: rt, net: net, addr: addrs[0], hostIf: netsetup.HostIfName(net.name, rt.ContainerID, "eth0")}
+	if net.chained {
+		// The bridge's host-side veth: the result's interface outside any sandbox that is not the bridge.
+		cur, err := current.NewResultFromResult(res)
+		if err != nil {
+			r.t.Fatal(err)
+		}
+		np.hostIf = ""
+		for _, itf := range cur.Interfaces {
+			if itf.Sandbox == "" && strings.HasPrefix(itf.Name, "veth") {
+				np.hostIf = itf.Name
+			}
+		}
+		if np.hostIf == "" {
+			r.t.Fatalf("bridge result names no host veth: %s", harness.ResultJSON(res))
+		}
+	}
 	r.live[rt.ContainerID] = np
 	r.order = append(r.order, rt.ContainerID)
 	return np
@@ -281,18 +349,24 @@ func (r *run) add(mayFail bool) *pod {
 // queued while the daemon is away).
 func (r *run) del(id string) {
 	p := r.live[id]
-	if err := r.cni.Del(r.ctx(), p.rt); err != nil {
+	if err := p.net.cni.Del(r.ctx(), p.rt); err != nil {
 		r.t.Fatalf("DEL %s: %v", id, err)
 	}
 	p.p.Close()
 	delete(r.live, id)
+	if r.gone = append(r.gone, gone{id, p.net}); len(r.gone) > 10 {
+		r.gone = r.gone[1:]
+	}
 	r.order = slices.DeleteFunc(r.order, func(s string) bool { return s == id })
 }
 
-func (r *run) valid() []types.GCAttachment {
+// valid lists net's live attachments, as a runtime's GC does.
+func (r *run) valid(net *network) []types.GCAttachment {
 	var out []types.GCAttachment
 	for _, id := range r.order {
-		out = append(out, types.GCAttachment{ContainerID: id, IfName: "eth0"})
+		if r.live[id].net == net {
+			out = append(out, types.GCAttachment{ContainerID: id, IfName: "eth0"})
+		}
 	}
 	return out
 }
@@ -306,8 +380,10 @@ func (r *run) settle() {
 	if err := r.node.StartDaemon(); err != nil {
 		r.t.Fatal(err)
 	}
-	if err := r.cni.GC(r.ctx(), r.valid()); err != nil {
-		r.t.Fatalf("final GC: %v", err)
+	for _, net := range r.nets {
+		if err := net.cni.GC(r.ctx(), r.valid(net)); err != nil {
+			r.t.Fatalf("final GC of %s: %v", net.name, err)
+		}
 	}
 }
 
@@ -315,25 +391,32 @@ func (r *run) settle() {
 // BPF endpoints exist, and no DEL is left queued.
 func (r *run) assertNoLeaks() {
 	t := r.t
-	if err := r.node.Leaks(len(r.live)); err != nil {
+	var primaries, wantVeths, hostIfs []string
+	for id, p := range r.live {
+		hostIfs = append(hostIfs, p.hostIf)
+		if !p.net.chained {
+			primaries = append(primaries, id)
+			wantVeths = append(wantVeths, p.hostIf)
+		}
+	}
+	if err := r.node.Leaks(len(primaries)); err != nil {
 		t.Fatalf("leak: %v", err)
+	}
+	if n, err := r.node.Metric("coordino_endpoints", `mode="chained"`); err != nil || int(n) != len(r.live)-len(primaries) {
+		t.Fatalf("%v chained records (%v), want %d", n, err, len(r.live)-len(primaries))
 	}
 	veths, err := r.node.HostVeths()
 	if err != nil {
 		t.Fatal(err)
 	}
-	var want []string
-	for id := range r.live {
-		want = append(want, netsetup.HostIfName(network, id, "eth0"))
-	}
-	slices.Sort(want)
+	slices.Sort(wantVeths)
 	slices.Sort(veths)
-	if !slices.Equal(veths, want) {
-		t.Fatalf("host veths %v, want those of the live pods %v", veths, want)
+	if !slices.Equal(veths, wantVeths) {
+		t.Fatalf("host veths %v, want those of the live primary pods %v", veths, wantVeths)
 	}
 	var wantIdx []int
 	if err := r.node.NS.Do(func(ns.NetNS) error {
-		for _, name := range want {
+		for _, name := range hostIfs {
 			l, err := netlink.LinkByName(name)
 			if err != nil {
 				return err
@@ -366,10 +449,9 @@ func (r *run) assertEnforced() {
 	var targets []string
 	for _, id := range r.order {
 		p := r.live[id]
-		hostIf := netsetup.HostIfName(network, id, "eth0")
-		in, eg, err := r.node.BPFFilters(hostIf)
+		in, eg, err := r.node.BPFFilters(p.hostIf)
 		if err != nil || in < 1 || eg < 1 {
-			t.Fatalf("pod %s: BPF filters on %s ingress=%d egress=%d (%v)", id, hostIf, in, eg, err)
+			t.Fatalf("pod %s: BPF filters on %s ingress=%d egress=%d (%v)", id, p.hostIf, in, eg, err)
 		}
 		probes = append(probes, harness.Probe{From: r.node.NS, To: p.addr, Port: 9, Proto: "tcp"})
 		targets = append(targets, "node→"+id)
