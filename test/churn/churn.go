@@ -202,6 +202,9 @@ func Run(ctx context.Context, p Params) (*Report, error) {
 	r.Add, r.Del = harness.Summarize(c.adds, 0), harness.Summarize(c.dels, 0)
 	r.Errors, r.Failures = c.errs, c.failures
 	steady := steadyState(r.Samples, 2*p.Lifetime, p.Duration)
+	if len(steady) < 2 { // a run too short to ramp up: fit what there is
+		steady = steadyState(r.Samples, 0, p.Duration)
+	}
 	r.CPUSlope = slope(steady, func(s Sample) float64 { return s.CPUPct })
 	r.RSSSlope = slope(steady, func(s Sample) float64 { return s.RSSMB })
 	if la, err := os.ReadFile("/proc/loadavg"); err == nil {
