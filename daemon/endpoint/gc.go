@@ -31,7 +31,7 @@ func (m *Manager) GC(inv *request.Invocation, valid []types.GCAttachment) error 
 			continue
 		}
 		m.Log.Info("GC: reclaiming stale attachment", zap.String("endpoint", ep.Key.String()), zap.String("containerID", ep.ContainerID))
-		if err := m.del(ep.Key, ep.Generation); err != nil {
+		if err := m.del(ep.Key, &ep.Generation); err != nil {
 			errs = append(errs, err)
 		}
 	}

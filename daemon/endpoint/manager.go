@@ -206,19 +206,20 @@ func marshalResult(res *current.Result) ([]byte, error) {
 // Del detaches a pod. It succeeds for unknown attachments, without netns and
 // without prevResult, so a runtime can always finish tearing a pod down.
 func (m *Manager) Del(inv *request.Invocation) error {
-	return m.del(inv.Key, 0)
+	return m.del(inv.Key, nil)
 }
 
-// del removes the attachment k. A non-zero generation removes only that
-// attachment, not a newer one of the same key.
-func (m *Manager) del(k store.Key, generation uint64) error {
+// del removes the attachment k. With only set, it removes k only while k's
+// record has that generation, never a newer attachment of the same key
+// (records from before generations existed have generation 0).
+func (m *Manager) del(k store.Key, only *uint64) error {
 	unlock := m.lockKey(k)
 	defer unlock()
-	return m.delLocked(k, generation)
+	return m.delLocked(k, only)
 }
 
 // delLocked is del for a caller that holds k's lock.
-func (m *Manager) delLocked(k store.Key, generation uint64) error {
+func (m *Manager) delLocked(k store.Key, only *uint64) error {
 	ep, err := m.Store.Get(k)
 	if errors.Is(err, store.ErrNotFound) {
 		return nil
@@ -226,7 +227,7 @@ func (m *Manager) delLocked(k store.Key, generation uint64) error {
 	if err != nil {
 		return internalError("%v", err)
 	}
-	if generation != 0 && ep.Generation != generation {
+	if only != nil && ep.Generation != *only {
 		return nil
 	}
 	if err := m.release(ep); err != nil {

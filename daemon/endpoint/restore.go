@@ -109,7 +109,7 @@ func (m *Manager) DrainDeleteQueue(dir string) (int, error) {
 			return nil // an ADD of the key applied it meanwhile
 		}
 		m.Log.Info("replaying queued DEL", zap.String("endpoint", inv.Key.String()), zap.Time("queuedAt", e.QueuedAt))
-		if err := m.delLocked(inv.Key, 0); err != nil {
+		if err := m.delLocked(inv.Key, nil); err != nil {
 			return err
 		}
 		return e.Remove()
@@ -138,7 +138,7 @@ func (m *Manager) applyQueuedDels(k store.Key) error {
 			continue // not this key's; an unusable entry is the drain's to set aside
 		}
 		m.Log.Info("applying queued DEL before ADD", zap.String("endpoint", k.String()), zap.Time("queuedAt", e.QueuedAt))
-		if err := m.delLocked(k, 0); err != nil {
+		if err := m.delLocked(k, nil); err != nil {
 			return err
 		}
 		if err := e.Remove(); err != nil {

@@ -71,7 +71,7 @@ func TestRestoreSurvivesAddressesTheNewBlockCannotReserve(t *testing.T) {
 	}
 
 	// DEL of the duplicate must not free the address its holder uses.
-	if err := m.del(dup.Key, 0); err != nil {
+	if err := m.del(dup.Key, nil); err != nil {
 		t.Fatal(err)
 	}
 	if !pool.InUse(netip.MustParseAddr("10.6.0.5")) {
@@ -80,7 +80,7 @@ func TestRestoreSurvivesAddressesTheNewBlockCannotReserve(t *testing.T) {
 	if got := testutil.ToFloat64(m.Collectors()[0]); got != 0 {
 		t.Fatalf("coordino_endpoints_unrestorable = %v after DELs, want 0", got)
 	}
-	if err := m.del(holder.Key, 0); err != nil {
+	if err := m.del(holder.Key, nil); err != nil {
 		t.Fatal(err)
 	}
 	if pool.InUse(netip.MustParseAddr("10.6.0.5")) {

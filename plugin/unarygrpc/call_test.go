@@ -125,6 +125,7 @@ func FuzzResponseFrames(f *testing.F) {
 	f.Add([]byte{0, 0, 0, 4, 0, 0, 0, 0, 0, 0, 0, 1, 1, 5, 0, 0, 0, 1, 0x88})
 	f.Fuzz(func(t *testing.T, data []byte) {
 		a, b := net.Pipe()
+		defer a.Close() // unblocks the server side when Call stops reading early
 		go func() {
 			go func() {
 				buf := make([]byte, 4096)

@@ -16,10 +16,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/cilium/ebpf"
 	"github.com/containernetworking/cni/libcni"
 
-	"github.com/coordino/coordino/bpf"
 	"github.com/coordino/coordino/test/harness"
 )
 
@@ -204,6 +202,9 @@ func Run(ctx context.Context, p Params) (*Report, error) {
 	r.Add, r.Del = harness.Summarize(c.adds, 0), harness.Summarize(c.dels, 0)
 	r.Errors, r.Failures = c.errs, c.failures
 	steady := steadyState(r.Samples, 2*p.Lifetime, p.Duration)
+	if len(steady) < 2 { // a run too short to ramp up: fit what there is
+		steady = steadyState(r.Samples, 0, p.Duration)
+	}
 	r.CPUSlope = slope(steady, func(s Sample) float64 { return s.CPUPct })
 	r.RSSSlope = slope(steady, func(s Sample) float64 { return s.RSSMB })
 	if la, err := os.ReadFile("/proc/loadavg"); err == nil {
@@ -417,173 +418,4 @@ func (c *churn) onePod(ctx context.Context, labels map[string]string, lifetime t
 		return // keep the netns out of the pool: its attachment may still exist
 	}
 	c.release(s.pod)
-}
-
-// sample reads the daemon's CPU and RSS every p.SampleEvery until the
-// returned function is called.
-func (c *churn) sample(ctx context.Context, out *[]Sample) (stop func()) {
-	pid := c.node.DaemonPID()
-	done := make(chan struct{})
-	finished := make(chan struct{})
-	go func() {
-		defer close(finished)
-		start := time.Now()
-		lastCPU, lastAt := harness.ProcCPU(pid), start
-		tick := time.NewTicker(c.p.SampleEvery)
-		defer tick.Stop()
-		for {
-			select {
-			case <-done:
-				return
-			case <-ctx.Done():
-				return
-			case now := <-tick.C:
-				cpu := harness.ProcCPU(pid)
-				*out = append(*out, Sample{
-					At:     now.Sub(start).Seconds(),
-					CPUPct: 100 * float64(cpu-lastCPU) / float64(now.Sub(lastAt)),
-					RSSMB:  harness.ProcRSS(pid),
-					Live:   int(c.live.Load()),
-				})
-				lastCPU, lastAt = cpu, now
-			}
-		}
-	}()
-	return func() { close(done); <-finished }
-}
-
-// steadyState are the samples after the population has ramped up and
-// before pods stop being started: the slopes are read over those.
-func steadyState(s []Sample, rampUp, end time.Duration) []Sample {
-	var out []Sample
-	for _, x := range s {
-		if t := time.Duration(x.At * float64(time.Second)); t >= rampUp && t <= end {
-			out = append(out, x)
-		}
-	}
-	return out
-}
-
-// slope is the least-squares slope of pick over the samples, per minute.
-func slope(s []Sample, pick func(Sample) float64) float64 {
-	if len(s) < 2 {
-		return 0
-	}
-	var sx, sy, sxx, sxy float64
-	for _, x := range s {
-		t, y := x.At/60, pick(x)
-		sx, sy, sxx, sxy = sx+t, sy+y, sxx+t*t, sxy+t*y
-	}
-	n := float64(len(s))
-	den := n*sxx - sx*sx
-	if den == 0 {
-		return 0
-	}
-	return (n*sxy - sx*sy) / den
-}
-
-// state is what a pod leaves on the node.
-type state map[string]int
-
-// bpfMaps are the pinned maps that hold per-pod entries.
-var bpfMaps = []string{"cdo_endpoints", "cdo_ipcache", "cdo_policy", "cdo_conntrack"}
-
-func (c *churn) snapshot() (state, error) {
-	n := c.node
-	st := state{}
-	veths, err := n.HostVeths()
-	if err != nil {
-		return nil, err
-	}
-	pins, err := n.Pins()
-	if err != nil {
-		return nil, err
-	}
-	st["host veths"], st["netns pins"] = len(veths), len(pins)
-	for name, labels := range map[string][]string{
-		"used addresses":   {"coordino_ipam_addresses", `state="used"`},
-		"endpoint records": {"coordino_endpoints", `mode="primary"`},
-	} {
-		v, err := n.Metric(labels[0], labels[1:]...)
-		if err != nil {
-			return nil, err
-		}
-		st[name] = int(v)
-	}
-	queued, _ := filepath.Glob(filepath.Join(n.RunDir, "delete-queue", "*"))
-	st["queued DELs"] = len(queued)
-	for _, name := range bpfMaps {
-		count, err := countEntries(filepath.Join(n.BPFDir, name))
-		if err != nil {
-			return nil, err
-		}
-		st["BPF "+name+" entries"] = count
-	}
-	return st, nil
-}
-
-func countEntries(pin string) (int, error) {
-	m, err := ebpf.LoadPinnedMap(pin, &ebpf.LoadPinOptions{ReadOnly: true})
-	if err != nil {
-		return 0, fmt.Errorf("open pinned map %s: %w", pin, err)
-	}
-	defer m.Close()
-	var k, v []byte
-	n := 0
-	it := m.Iterate()
-	for it.Next(&k, &v) {
-		n++
-	}
-	return n, it.Err()
-}
-
-// staleConntrack counts conntrack entries that name a pod address other
-// than the server's: with every client deleted, each of them is a leak.
-func (c *churn) staleConntrack() (int, error) {
-	pin := filepath.Join(c.node.BPFDir, "cdo_conntrack")
-	m, err := ebpf.LoadPinnedMap(pin, &ebpf.LoadPinOptions{ReadOnly: true})
-	if err != nil {
-		return 0, fmt.Errorf("open pinned map %s: %w", pin, err)
-	}
-	defer m.Close()
-	pods := netip.MustParsePrefix(podCIDR)
-	stale := func(family uint8, raw [16]byte) bool {
-		var a netip.Addr
-		switch family {
-		case 4:
-			a = netip.AddrFrom4([4]byte(raw[:4]))
-		case 6:
-			a = netip.AddrFrom16(raw)
-		default:
-			return false
-		}
-		return pods.Contains(a) && a != c.server
-	}
-	var (
-		k bpf.CoordinoCtKey
-		v bpf.CoordinoCtEntry
-		n int
-	)
-	it := m.Iterate()
-	for it.Next(&k, &v) {
-		if stale(k.Family, k.Src) || stale(k.Family, k.Dst) {
-			n++
-		}
-	}
-	return n, it.Err()
-}
-
-// leaks compares the node with its state before the first pod.
-func (c *churn) leaks(before state) []string {
-	after, err := c.snapshot()
-	if err != nil {
-		return []string{"inspect node: " + err.Error()}
-	}
-	out := []string{}
-	for k, b := range before {
-		if a := after[k]; a != b {
-			out = append(out, fmt.Sprintf("%s: %d before the first pod, %d after the last", k, b, a))
-		}
-	}
-	return out
 }

@@ -1,0 +1,117 @@
+package main
+
+import (
+	"fmt"
+	"net/netip"
+	"path/filepath"
+
+	"github.com/cilium/ebpf"
+
+	"github.com/coordino/coordino/bpf"
+)
+
+// state is what a pod leaves on the node.
+type state map[string]int
+
+// bpfMaps are the pinned maps that hold per-pod entries.
+var bpfMaps = []string{"cdo_endpoints", "cdo_ipcache", "cdo_policy", "cdo_conntrack"}
+
+func (c *churn) snapshot() (state, error) {
+	n := c.node
+	st := state{}
+	veths, err := n.HostVeths()
+	if err != nil {
+		return nil, err
+	}
+	pins, err := n.Pins()
+	if err != nil {
+		return nil, err
+	}
+	st["host veths"], st["netns pins"] = len(veths), len(pins)
+	for name, labels := range map[string][]string{
+		"used addresses":   {"coordino_ipam_addresses", `state="used"`},
+		"endpoint records": {"coordino_endpoints", `mode="primary"`},
+	} {
+		v, err := n.Metric(labels[0], labels[1:]...)
+		if err != nil {
+			return nil, err
+		}
+		st[name] = int(v)
+	}
+	queued, _ := filepath.Glob(filepath.Join(n.RunDir, "delete-queue", "*"))
+	st["queued DELs"] = len(queued)
+	for _, name := range bpfMaps {
+		count, err := countEntries(filepath.Join(n.BPFDir, name))
+		if err != nil {
+			return nil, err
+		}
+		st["BPF "+name+" entries"] = count
+	}
+	return st, nil
+}
+
+func countEntries(pin string) (int, error) {
+	m, err := ebpf.LoadPinnedMap(pin, &ebpf.LoadPinOptions{ReadOnly: true})
+	if err != nil {
+		return 0, fmt.Errorf("open pinned map %s: %w", pin, err)
+	}
+	defer m.Close()
+	var k, v []byte
+	n := 0
+	it := m.Iterate()
+	for it.Next(&k, &v) {
+		n++
+	}
+	return n, it.Err()
+}
+
+// staleConntrack counts conntrack entries that name a pod address other
+// than the server's: with every client deleted, each of them is a leak.
+func (c *churn) staleConntrack() (int, error) {
+	pin := filepath.Join(c.node.BPFDir, "cdo_conntrack")
+	m, err := ebpf.LoadPinnedMap(pin, &ebpf.LoadPinOptions{ReadOnly: true})
+	if err != nil {
+		return 0, fmt.Errorf("open pinned map %s: %w", pin, err)
+	}
+	defer m.Close()
+	pods := netip.MustParsePrefix(podCIDR)
+	stale := func(family uint8, raw [16]byte) bool {
+		var a netip.Addr
+		switch family {
+		case 4:
+			a = netip.AddrFrom4([4]byte(raw[:4]))
+		case 6:
+			a = netip.AddrFrom16(raw)
+		default:
+			return false
+		}
+		return pods.Contains(a) && a != c.server
+	}
+	var (
+		k bpf.CoordinoCtKey
+		v bpf.CoordinoCtEntry
+		n int
+	)
+	it := m.Iterate()
+	for it.Next(&k, &v) {
+		if stale(k.Family, k.Src) || stale(k.Family, k.Dst) {
+			n++
+		}
+	}
+	return n, it.Err()
+}
+
+// leaks compares the node with its state before the first pod.
+func (c *churn) leaks(before state) []string {
+	after, err := c.snapshot()
+	if err != nil {
+		return []string{"inspect node: " + err.Error()}
+	}
+	out := []string{}
+	for k, b := range before {
+		if a := after[k]; a != b {
+			out = append(out, fmt.Sprintf("%s: %d before the first pod, %d after the last", k, b, a))
+		}
+	}
+	return out
+}
