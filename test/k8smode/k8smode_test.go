@@ -243,7 +243,7 @@ func TestKubernetesMode(t *testing.T) {
 			t.Fatal(err)
 		}
 		node.proxy.Restore(t)
-		eventually(t, 30*time.Second, "daemon live again", node.metricIs(t, "coordino_k8s_live", 1))
+		eventually(t, 90*time.Second, "daemon live again", node.metricIs(t, "coordino_k8s_live", 1))
 		eventually(t, 30*time.Second, "NodeConfig status reports both blocks at the current generation", func() (bool, string) {
 			nc, err := c.crd.CoordinoV1alpha1().NodeConfigs().Get(context.Background(), node.Name, metav1.GetOptions{})
 			if err != nil {
