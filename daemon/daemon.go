@@ -101,7 +101,6 @@ func Run(ctx context.Context, o *config.Options, log *zap.Logger) error {
 	})
 	if kube != nil {
 		mgr.PodLabels = kube
-		kube.SetRefresher(mgr.RefreshEndpoints)
 	}
 	if err := m.Register(mgr.Collectors()...); err != nil {
 		return err
@@ -132,6 +131,10 @@ func Run(ctx context.Context, o *config.Options, log *zap.Logger) error {
 	}
 	if err := mgr.ReconcileDatapath(); err != nil {
 		return err
+	}
+	if kube != nil {
+		// Only now may label and identity changes re-attach endpoints.
+		kube.SetRefresher(mgr.RefreshEndpoints)
 	}
 
 	stopInspect, err := startInspect(ctx, o, st, pool, dp, hub, m, log)

@@ -8,10 +8,7 @@ import (
 	"testing"
 	"time"
 
-	coordinov1alpha1 "github.com/coordino/coordino/api/coordino/v1alpha1"
-	"github.com/coordino/coordino/test/apiserver"
 	"github.com/coordino/coordino/test/harness"
-	"github.com/coordino/coordino/test/privileged"
 )
 
 var benchPods = flag.Int("k8s-bench-pods", 40, "ADDs measured per mode in BenchmarkAddKubernetesVsStandalone")
@@ -23,16 +20,7 @@ var benchPods = flag.Int("k8s-bench-pods", 40, "ADDs measured per mode in Benchm
 // set's Identity exist beforehand, as in steady state. Run with
 // go test ./test/k8smode -run '^$' -bench AddKubernetesVsStandalone -benchtime 1x
 func BenchmarkAddKubernetesVsStandalone(b *testing.B) {
-	privileged.Require(b)
-	if err := harness.RequireBinaries(); err != nil {
-		b.Fatal(err)
-	}
-	srv := apiserver.Start(b)
-	c := newCluster(b, srv.Config)
-	ns := "bench-" + harness.RandomSuffix(6)
-	c.namespace(b, ns, nsLabels)
-	kn := newK8sNode(b, c)
-	c.nodeConfig(b, kn.Name, coordinov1alpha1.NodeBlock{CIDR: "10.62.0.0/24", Pool: "bench"})
+	_, c, ns, kn := setup(b, "10.62.0.0/24")
 	c.identity(b, 2000, ns, clientLabels, nsLabels)
 	n := *benchPods
 	for i := range n {

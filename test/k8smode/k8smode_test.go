@@ -16,9 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 
 	coordinov1alpha1 "github.com/coordino/coordino/api/coordino/v1alpha1"
-	"github.com/coordino/coordino/test/apiserver"
 	"github.com/coordino/coordino/test/harness"
-	"github.com/coordino/coordino/test/privileged"
 )
 
 const port = 8080
@@ -134,16 +132,7 @@ func (s *stream) check(t *testing.T, what string) {
 // cluster identities under traffic, an API server outage (with a daemon
 // restart in the middle of it) and convergence afterwards.
 func TestKubernetesMode(t *testing.T) {
-	privileged.Require(t)
-	if err := harness.RequireBinaries(); err != nil {
-		t.Fatal(err)
-	}
-	srv := apiserver.Start(t)
-	c := newCluster(t, srv.Config)
-	ns := "team-" + harness.RandomSuffix(6)
-	c.namespace(t, ns, nsLabels)
-	node := newK8sNode(t, c)
-	c.nodeConfig(t, node.Name, coordinov1alpha1.NodeBlock{CIDR: "10.61.0.0/26", Pool: "test"})
+	srv, c, ns, node := setup(t, "10.61.0.0/26")
 	if _, err := c.kube.NetworkingV1().NetworkPolicies(ns).Create(bg(t), serverIngress(ns), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -254,7 +243,7 @@ func TestKubernetesMode(t *testing.T) {
 			t.Fatal(err)
 		}
 		node.proxy.Restore(t)
-		eventually(t, 30*time.Second, "daemon live again", node.metricIs(t, "coordino_k8s_live", 1))
+		eventually(t, 90*time.Second, "daemon live again", node.metricIs(t, "coordino_k8s_live", 1))
 		eventually(t, 30*time.Second, "NodeConfig status reports both blocks at the current generation", func() (bool, string) {
 			nc, err := c.crd.CoordinoV1alpha1().NodeConfigs().Get(context.Background(), node.Name, metav1.GetOptions{})
 			if err != nil {

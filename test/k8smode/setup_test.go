@@ -22,8 +22,27 @@ import (
 
 	"github.com/coordino/coordino/api/client/clientset/versioned"
 	coordinov1alpha1 "github.com/coordino/coordino/api/coordino/v1alpha1"
+	"github.com/coordino/coordino/test/apiserver"
 	"github.com/coordino/coordino/test/harness"
+	"github.com/coordino/coordino/test/privileged"
 )
+
+// setup starts an API server with a namespace (labelled nsLabels) and a
+// Kubernetes-mode node (daemon not started) whose NodeConfig holds block.
+func setup(t testing.TB, block string) (*apiserver.Server, *cluster, string, *k8sNode) {
+	t.Helper()
+	privileged.Require(t)
+	if err := harness.RequireBinaries(); err != nil {
+		t.Fatal(err)
+	}
+	srv := apiserver.Start(t)
+	c := newCluster(t, srv.Config)
+	ns := "team-" + harness.RandomSuffix(6)
+	c.namespace(t, ns, nsLabels)
+	node := newK8sNode(t, c)
+	c.nodeConfig(t, node.Name, coordinov1alpha1.NodeBlock{CIDR: block, Pool: "test"})
+	return srv, c, ns, node
+}
 
 // cluster is one API server with clients for the test's fixtures.
 type cluster struct {
