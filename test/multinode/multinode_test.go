@@ -57,6 +57,7 @@ func TestMultinode(t *testing.T) {
 			t.Run("daemon-sigkill-under-traffic", func(t *testing.T) { checkRestart(t, c) })
 			if m.encryption == "wireguard" {
 				t.Run("userspace-device-crash", func(t *testing.T) { checkDeviceCrash(t, c) })
+				t.Run("device-name-collision", func(t *testing.T) { checkNameCollision(t, c) })
 				t.Run("encryption-turned-off", func(t *testing.T) { checkEncryptionOff(t, c) })
 			}
 			t.Logf("%s: %v", m.name, time.Since(start).Round(time.Millisecond))
@@ -455,5 +456,26 @@ func checkEncryptionOff(t *testing.T, c *cluster) {
 		return nil
 	}); err != nil {
 		t.Error(err)
+	}
+}
+
+// checkNameCollision starts a fourth node with node0's device name: the
+// name's control socket answers, but for a device in another namespace,
+// and the daemon must refuse rather than reconfigure node0's tunnel.
+func checkNameCollision(t *testing.T, c *cluster) {
+	n := c.addNode()
+	for i, a := range n.ExtraArgs {
+		if a == "--wireguard-device" {
+			n.ExtraArgs[i+1] = c.nodes[0].wgDevice
+		}
+	}
+	if err := n.StartDaemon(); err == nil {
+		t.Fatal("daemon started with another namespace's WireGuard device name")
+	}
+	if !n.LogContains("another namespace uses the name") {
+		t.Fatalf("no clear error; log:\n%s", n.LogTail(10))
+	}
+	if err := reach(c.nodes[1].pods[0].NS, c.nodes[0].pods[0], false); err != nil {
+		t.Fatalf("node0's tunnel disturbed: %v", err)
 	}
 }
