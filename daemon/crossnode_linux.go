@@ -3,6 +3,8 @@ package daemon
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 
 	"go.uber.org/zap"
 
@@ -24,6 +26,10 @@ func startCrossNode(ctx context.Context, o *config.Options, log *zap.Logger) (in
 	src := &peers.File{Path: o.PeersFile, Log: log}
 	initial := peers.Set{}
 	if o.PeersFile != "" {
+		// The file may appear later, its directory must exist to be watched.
+		if fi, err := os.Stat(filepath.Dir(o.PeersFile)); err != nil || !fi.IsDir() {
+			return 0, fmt.Errorf("peers-file %s: its directory must exist to be watched", o.PeersFile)
+		}
 		s, err := src.Load()
 		if err != nil {
 			return 0, err

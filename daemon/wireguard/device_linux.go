@@ -128,7 +128,13 @@ func (d *Device) ensure() error {
 		if err := d.create(); err != nil {
 			return err
 		}
-	} else if l, err := netlink.LinkByName(name); err == nil {
+	} else {
+		l, err := netlink.LinkByName(name)
+		if err != nil {
+			// Userspace sockets are per host, links per network namespace:
+			// configuring this device would reconfigure another node's.
+			return fmt.Errorf("wireguard device %s answers on its control socket but has no link in this network namespace: another namespace uses the name; choose another --wireguard-device", name)
+		}
 		d.userspace = l.Type() == "tuntap"
 	}
 	dev, err := d.client.Device(name)

@@ -47,8 +47,10 @@ func TestBenchMultinode(t *testing.T) {
 	var rows []string
 	for _, m := range []mode{direct, vxlan, wgUser} {
 		t.Run(m.name, func(t *testing.T) {
-			c := newCluster(t, m, 2)
+			c := newCluster(t, m, 3)
 			src, dst := c.addPod(c.nodes[0]), c.addPod(c.nodes[1])
+			join := joinLatency(t, c, src, dst, c.addPod(c.nodes[2]))
+			rows = append(rows, fmt.Sprintf("| %s | new node's pod reachable from all nodes (peers file written → first answer) | %v | — | — |", m.name, join.Round(time.Millisecond)))
 			refName, refFrom, refTo, refAddr := "underlay", c.nodes[0].NS, c.nodes[1].NS, c.nodes[1].address(false)
 			if m.encryption == "wireguard" {
 				refName = "bare wireguard-go"
@@ -65,6 +67,44 @@ func TestBenchMultinode(t *testing.T) {
 		})
 	}
 	t.Logf("\n| mode | test | pod to pod | reference | ratio |\n|---|---|---|---|---|\n%s", joinLines(rows))
+}
+
+// joinLatency removes node2 from the peers file, writes it back and times
+// until the pods of node0 and node1 both get an answer from node2's pod;
+// median of three. It includes the file watch's 100 ms debounce.
+func joinLatency(t *testing.T, c *cluster, a, b, joiner *pod) time.Duration {
+	t.Helper()
+	stop, err := harness.Serve(joiner.NS, joiner.addr(false), namePort, joiner.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	var times []float64
+	for round := 0; round < 3; round++ {
+		c.writePeers(c.nodes[:2])
+		time.Sleep(time.Second)
+		start := time.Now()
+		c.writePeers(c.nodes)
+		done := make(chan time.Duration, 2)
+		for _, from := range []*pod{a, b} {
+			go func() {
+				for time.Since(start) < 20*time.Second {
+					if _, err := dialName(from.NS, joiner.addr(false), 200*time.Millisecond); err == nil {
+						done <- time.Since(start)
+						return
+					}
+					time.Sleep(5 * time.Millisecond)
+				}
+				done <- time.Hour
+			}()
+		}
+		last := max(<-done, <-done)
+		if last == time.Hour {
+			t.Fatal("joined node's pod never became reachable")
+		}
+		times = append(times, float64(last))
+	}
+	return time.Duration(median(times))
 }
 
 // benchRounds alternates measurement and reference so a noisy neighbour

@@ -52,11 +52,13 @@ func TestMultinode(t *testing.T) {
 			t.Run("pod-mtu", func(t *testing.T) { checkPodMTU(t, c) })
 			t.Run("reachability", func(t *testing.T) { checkReachability(t, c) })
 			t.Run("large-transfer", func(t *testing.T) { checkLargeTransfer(t, c) })
+			t.Run("full-size-datagrams", func(t *testing.T) { checkFullSizeDatagrams(t, c) })
 			t.Run("underlay-capture", func(t *testing.T) { capture.check(t, c) })
 			t.Run("peers-leave-and-join", func(t *testing.T) { checkLeaveJoin(t, c) })
 			t.Run("daemon-sigkill-under-traffic", func(t *testing.T) { checkRestart(t, c) })
 			if m.encryption == "wireguard" {
 				t.Run("userspace-device-crash", func(t *testing.T) { checkDeviceCrash(t, c) })
+				t.Run("device-name-collision", func(t *testing.T) { checkNameCollision(t, c) })
 				t.Run("encryption-turned-off", func(t *testing.T) { checkEncryptionOff(t, c) })
 			}
 			t.Logf("%s: %v", m.name, time.Since(start).Round(time.Millisecond))
@@ -456,4 +458,92 @@ func checkEncryptionOff(t *testing.T, c *cluster) {
 	}); err != nil {
 		t.Error(err)
 	}
+}
+
+// checkNameCollision starts a fourth node with node0's device name: the
+// name's control socket answers, but for a device in another namespace,
+// and the daemon must refuse rather than reconfigure node0's tunnel.
+func checkNameCollision(t *testing.T, c *cluster) {
+	n := c.addNode()
+	for i, a := range n.ExtraArgs {
+		if a == "--wireguard-device" {
+			n.ExtraArgs[i+1] = c.nodes[0].wgDevice
+		}
+	}
+	if err := n.StartDaemon(); err == nil {
+		t.Fatal("daemon started with another namespace's WireGuard device name")
+	}
+	if !n.LogContains("another namespace uses the name") {
+		t.Fatalf("no clear error; log:\n%s", n.LogTail(10))
+	}
+	if err := reach(c.nodes[1].pods[0].NS, c.nodes[0].pods[0], false); err != nil {
+		t.Fatalf("node0's tunnel disturbed: %v", err)
+	}
+}
+
+// checkFullSizeDatagrams sends UDP datagrams that fill the pod MTU exactly
+// (no local fragmentation) across nodes: if the tunnel cannot carry a
+// full-size pod packet, they are lost, whatever TCP's MSS would hide.
+func checkFullSizeDatagrams(t *testing.T, c *cluster) {
+	src, dst := c.nodes[0].pods[0], c.nodes[1].pods[0]
+	mtu := 1500 - c.mode.overhead
+	for _, v6 := range []bool{false, true} {
+		stop, err := harness.ServeUDPEcho(dst.NS, dst.addr(v6), echoPort)
+		if err != nil {
+			t.Fatal(err)
+		}
+		size := mtu - 28
+		if v6 {
+			size = mtu - 48
+		}
+		conn, err := harness.DialFrom(src.NS, "udp", dst.addr(v6), echoPort, time.Second)
+		if err != nil {
+			stop()
+			t.Fatal(err)
+		}
+		// DF on, path MTU cache ignored: a datagram the tunnel cannot
+		// carry is dropped every time instead of being fragmented after
+		// the first ICMP "too big".
+		if err := probeMTU(conn, v6); err != nil {
+			conn.Close()
+			stop()
+			t.Fatal(err)
+		}
+		payload := make([]byte, size)
+		_, _ = rand.Read(payload)
+		got := make([]byte, 2048)
+		var n int
+		err = eventually(3*time.Second, func() error {
+			if _, err := conn.Write(payload); err != nil {
+				return err
+			}
+			_ = conn.SetReadDeadline(time.Now().Add(300 * time.Millisecond))
+			var rerr error
+			n, rerr = conn.Read(got)
+			return rerr
+		})
+		conn.Close()
+		stop()
+		if err != nil || !bytes.Equal(got[:n], payload) {
+			t.Errorf("v6=%v: %d-byte datagram (pod MTU %d) not echoed intact: %v", v6, size, mtu, err)
+		}
+	}
+}
+
+func probeMTU(conn net.Conn, v6 bool) error {
+	raw, err := conn.(*net.UDPConn).SyscallConn()
+	if err != nil {
+		return err
+	}
+	var serr error
+	if err := raw.Control(func(fd uintptr) {
+		if v6 {
+			serr = unix.SetsockoptInt(int(fd), unix.IPPROTO_IPV6, unix.IPV6_MTU_DISCOVER, unix.IPV6_PMTUDISC_PROBE)
+		} else {
+			serr = unix.SetsockoptInt(int(fd), unix.IPPROTO_IP, unix.IP_MTU_DISCOVER, unix.IP_PMTUDISC_PROBE)
+		}
+	}); err != nil {
+		return err
+	}
+	return serr
 }
