@@ -13,6 +13,7 @@ import (
 	"github.com/coordino/coordino/daemon/config"
 	"github.com/coordino/coordino/daemon/endpoint"
 	"github.com/coordino/coordino/daemon/flows"
+	"github.com/coordino/coordino/daemon/inspect"
 	"github.com/coordino/coordino/daemon/ipam"
 	"github.com/coordino/coordino/daemon/metrics"
 	"github.com/coordino/coordino/daemon/netsetup"
@@ -39,6 +40,7 @@ func Run(ctx context.Context, o *config.Options, log *zap.Logger) error {
 		// same static sources; say so rather than pretend to watch the API.
 		log.Warn("Kubernetes control-plane source is not implemented yet: using --pod-cidr and --policy-dir as in --standalone")
 	}
+	log, logs := inspect.RecordLogs(log) // kept for coordinoctl bugtool
 	stopTracing, err := startTracing(ctx, o, log)
 	if err != nil {
 		return err
@@ -112,7 +114,7 @@ func Run(ctx context.Context, o *config.Options, log *zap.Logger) error {
 		return err
 	}
 
-	stopInspect, err := startInspect(ctx, o, st, pool, dp, hub, m, log)
+	stopInspect, err := startInspect(ctx, o, st, pool, dp, hub, m, logs, log)
 	if err != nil {
 		return err
 	}
