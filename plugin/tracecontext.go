@@ -2,7 +2,6 @@ package plugin
 
 import (
 	"context"
-	"fmt"
 	"math/rand/v2"
 	"os"
 	"strconv"
@@ -26,23 +25,35 @@ const pluginSpanKey = "coordino-plugin-span"
 // it exports traces (and ignores all of it when it does not). Malformed
 // runtime values are dropped, never forwarded.
 func outgoingMetadata(context.Context) []unarygrpc.Header {
-	traceID, parent, flags := "", "0000000000000000", "01"
+	parent, flags := "0000000000000000", "01"
 	tp := os.Getenv("TRACEPARENT")
 	inherited := validTraceparent(tp)
+	b := make([]byte, 0, 55)
+	b = append(b, "00-"...)
 	if inherited {
-		traceID, parent, flags = tp[3:35], tp[36:52], tp[53:]
+		b = append(b, tp[3:35]...)
+		parent, flags = tp[36:52], tp[53:]
 	} else {
-		traceID = fmt.Sprintf("%016x%016x", rand.Uint64(), rand.Uint64()|1)
+		b = appendHex64(appendHex64(b, rand.Uint64()), rand.Uint64()|1)
 	}
-	span := fmt.Sprintf("%016x", rand.Uint64()|1)
+	b = append(appendHex64(append(b, '-'), rand.Uint64()|1), '-')
+	b = append(b, flags...)
 	md := []unarygrpc.Header{
-		{Name: "traceparent", Value: "00-" + traceID + "-" + span + "-" + flags},
+		{Name: "traceparent", Value: string(b)},
 		{Name: pluginSpanKey, Value: parent + "-" + strconv.FormatInt(started.UnixNano(), 10)},
 	}
 	if ts := os.Getenv("TRACESTATE"); inherited && validTracestate(ts) {
 		md = append(md, unarygrpc.Header{Name: "tracestate", Value: ts})
 	}
 	return md
+}
+
+// appendHex64 appends v as 16 lower-case hex digits.
+func appendHex64(b []byte, v uint64) []byte {
+	for shift := 60; shift >= 0; shift -= 4 {
+		b = append(b, "0123456789abcdef"[v>>uint(shift)&0xf])
+	}
+	return b
 }
 
 // validTraceparent accepts version 00 of the W3C header:
