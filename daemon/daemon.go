@@ -13,6 +13,7 @@ import (
 	"github.com/coordino/coordino/daemon/config"
 	"github.com/coordino/coordino/daemon/endpoint"
 	"github.com/coordino/coordino/daemon/flows"
+	"github.com/coordino/coordino/daemon/inspect"
 	"github.com/coordino/coordino/daemon/ipam"
 	"github.com/coordino/coordino/daemon/metrics"
 	"github.com/coordino/coordino/daemon/netsetup"
@@ -34,6 +35,7 @@ const queueDrainInterval = 5 * time.Second
 // the delete queue drained and orphans reclaimed before the socket exists,
 // so no ADD can interleave with recovery.
 func Run(ctx context.Context, o *config.Options, log *zap.Logger) error {
+	log, logs := inspect.RecordLogs(log) // kept for coordinoctl bugtool
 	stopTracing, err := startTracing(ctx, o, log)
 	if err != nil {
 		return err
@@ -137,7 +139,7 @@ func Run(ctx context.Context, o *config.Options, log *zap.Logger) error {
 		kube.SetRefresher(mgr.RefreshEndpoints)
 	}
 
-	stopInspect, err := startInspect(ctx, o, st, pool, dp, hub, m, log)
+	stopInspect, err := startInspect(ctx, o, st, pool, dp, hub, m, logs, log)
 	if err != nil {
 		return err
 	}

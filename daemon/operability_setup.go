@@ -21,7 +21,7 @@ import (
 
 // startInspect serves the read-only inspection socket for coordinoctl and
 // registers the metrics of the same facts (DEL queue, BPF map fill).
-func startInspect(ctx context.Context, o *config.Options, st *store.Store, pool *ipam.Pool, dp *datapath.Datapath, hub *flows.Hub, m *metrics.Metrics, log *zap.Logger) (stop func(), err error) {
+func startInspect(ctx context.Context, o *config.Options, st *store.Store, pool *ipam.Pool, dp *datapath.Datapath, hub *flows.Hub, m *metrics.Metrics, logs *inspect.LogRing, log *zap.Logger) (stop func(), err error) {
 	queueDir := filepath.Join(o.RunDir, plugin.DeleteQueueDir)
 	collectors := []prometheus.Collector{metrics.NewDeleteQueueCollector(queueDir)}
 	if dp != nil {
@@ -48,6 +48,7 @@ func startInspect(ctx context.Context, o *config.Options, st *store.Store, pool 
 		Datapath:   dp,
 		Hub:        hub,
 		Options:    o,
+		Logs:       logs,
 		Log:        log.Named("inspect"),
 	})
 	return svc.Serve(ctx)

@@ -2,26 +2,58 @@ package plugin
 
 import (
 	"context"
+	"math/rand/v2"
 	"os"
+	"strconv"
+	"time"
 
 	"github.com/coordino/coordino/plugin/unarygrpc"
 )
 
-// outgoingMetadata is the request metadata of every call: the runtime's W3C
-// trace context, when it passes one in TRACEPARENT/TRACESTATE (the
-// OpenTelemetry convention for processes), so the daemon's spans of this
-// verb join the runtime's trace. The plugin links no tracing library; bad
-// values are dropped, never forwarded.
+// started is when this plugin process began: the start of its span.
+var started = time.Now()
+
+// pluginSpanKey is daemon/tracing.PluginSpanKey (the plugin links no daemon code).
+const pluginSpanKey = "coordino-plugin-span"
+
+// outgoingMetadata is the request metadata of every call. The plugin starts
+// a span without a tracing library: it picks a span ID, sends it as the
+// parent in a W3C traceparent — in the runtime's trace when the runtime
+// passes one in TRACEPARENT/TRACESTATE (the OpenTelemetry convention for
+// processes), else in a new trace — and announces its own parent and start
+// time in coordino-plugin-span, so the daemon records the span for it when
+// it exports traces (and ignores all of it when it does not). Malformed
+// runtime values are dropped, never forwarded.
 func outgoingMetadata(context.Context) []unarygrpc.Header {
+	parent, flags := "0000000000000000", "01"
 	tp := os.Getenv("TRACEPARENT")
-	if !validTraceparent(tp) {
-		return nil
+	inherited := validTraceparent(tp)
+	b := make([]byte, 0, 55)
+	b = append(b, "00-"...)
+	if inherited {
+		b = append(b, tp[3:35]...)
+		parent, flags = tp[36:52], tp[53:]
+	} else {
+		b = appendHex64(appendHex64(b, rand.Uint64()), rand.Uint64()|1)
 	}
-	md := []unarygrpc.Header{{Name: "traceparent", Value: tp}}
-	if ts := os.Getenv("TRACESTATE"); validTracestate(ts) {
+	b = append(appendHex64(append(b, '-'), rand.Uint64()|1), '-')
+	b = append(b, flags...)
+	md := []unarygrpc.Header{
+		{Name: "traceparent", Value: string(b)},
+		{Name: pluginSpanKey, Value: parent + "-" + strconv.FormatInt(started.UnixNano(), 10)},
+	}
+	if ts := os.Getenv("TRACESTATE"); inherited && validTracestate(ts) {
 		md = append(md, unarygrpc.Header{Name: "tracestate", Value: ts})
 	}
 	return md
+}
+
+// appendHex64 appends v as 16 lower-case hex digits.
+func appendHex64(b []byte, v uint64) []byte {
+	for shift := 60; shift >= 0; shift -= 4 {
+		b = append(b, "0123456789abcdef"[v>>uint(shift)&0xf])
+	}
+	return b
 }
 
 // validTraceparent accepts version 00 of the W3C header:

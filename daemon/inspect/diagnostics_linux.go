@@ -37,6 +37,9 @@ func (s *Service) CollectDiagnostics(ctx context.Context, _ *inspectv1.CollectDi
 		add(name, b, err)
 	}
 	add("version.txt", []byte(Version()+"\n"), nil)
+	if s.cfg.Logs != nil {
+		add("daemon.log", s.cfg.Logs.Bytes(), nil)
+	}
 	cfg, err := json.MarshalIndent(s.cfg.Options, "", "  ")
 	add("config.json", cfg, err)
 	st, err := s.GetStatus(ctx, nil)

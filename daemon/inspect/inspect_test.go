@@ -2,6 +2,7 @@ package inspect
 
 import (
 	"context"
+	"io"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -9,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -92,5 +95,21 @@ func TestStatusVerdictForAStuckDeleteQueue(t *testing.T) {
 	got := status()
 	if got.DeleteQueue != 1 || len(got.Problems) != 2 || !strings.Contains(got.Problems[1], "delete queue not draining") {
 		t.Fatalf("stuck entry: %v", got)
+	}
+}
+
+func TestLogRingKeepsNewestLinesWithinBound(t *testing.T) {
+	base, _ := zap.NewDevelopment(zap.IncreaseLevel(zap.InfoLevel), zap.ErrorOutput(zapcore.AddSync(io.Discard)))
+	log, ring := RecordLogs(base.WithOptions(zap.WrapCore(func(zapcore.Core) zapcore.Core {
+		return zapcore.NewCore(zapcore.NewJSONEncoder(zap.NewProductionEncoderConfig()), zapcore.AddSync(io.Discard), zap.InfoLevel)
+	})))
+	log.Debug("hidden")
+	big := strings.Repeat("x", 4096)
+	for i := range 400 {
+		log.Info("line", zap.Int("i", i), zap.String("pad", big))
+	}
+	out := string(ring.Bytes())
+	if strings.Contains(out, "hidden") || !strings.Contains(out, `"i":399`) || strings.Contains(out, `"i":0,`) || len(out) > logRingBytes {
+		t.Fatalf("ring holds %d bytes, newest kept: %t", len(out), strings.Contains(out, `"i":399`))
 	}
 }

@@ -41,7 +41,9 @@ type Config struct {
 	Hub      *flows.Hub
 	// Options is the daemon's effective configuration, for bug reports.
 	Options any
-	Log     *zap.Logger
+	// Logs, if set, are the daemon's recent log lines, for bug reports.
+	Logs *LogRing
+	Log  *zap.Logger
 }
 
 // Service implements coordino.inspect.v1.Inspector.

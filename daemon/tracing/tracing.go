@@ -88,7 +88,7 @@ func Setup(ctx context.Context, o Options) (shutdown func(context.Context) error
 	if err != nil {
 		return nil, fmt.Errorf("trace resource: %w", err)
 	}
-	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp), sdktrace.WithResource(res))
+	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp), sdktrace.WithResource(res), sdktrace.WithIDGenerator(idGenerator{}))
 	t := tp.Tracer(instrumentation)
 	tracer.Store(&t)
 	return func(ctx context.Context) error {
@@ -105,8 +105,15 @@ func StartServer(ctx context.Context, name string) (context.Context, trace.Span)
 	if t == nil {
 		return ctx, noSpan
 	}
-	if md, ok := metadata.FromIncomingContext(ctx); ok {
-		ctx = w3c.Extract(ctx, metadataCarrier(md))
+	md, ok := metadata.FromIncomingContext(ctx)
+	if !ok {
+		return (*t).Start(ctx, name, trace.WithSpanKind(trace.SpanKindServer))
+	}
+	ctx = w3c.Extract(ctx, metadataCarrier(md))
+	if p, ok := parsePluginSpan(trace.SpanContextFromContext(ctx), metadataCarrier(md).Get(PluginSpanKey)); ok {
+		pctx, plugin := startPluginSpan(ctx, *t, name+" plugin", p)
+		ctx, span := (*t).Start(pctx, name, trace.WithSpanKind(trace.SpanKindServer))
+		return ctx, pairedSpan{Span: span, plugin: plugin}
 	}
 	return (*t).Start(ctx, name, trace.WithSpanKind(trace.SpanKindServer))
 }

@@ -336,6 +336,9 @@ func TestCoordinoctlAgainstLiveDaemon(t *testing.T) {
 			t.Fatalf("%v\n%s", err, out)
 		}
 		files := readTarball(t, tarball)
+		if !strings.Contains(files["daemon/daemon.log"], `"msg":"serving CNI"`) {
+			t.Errorf("bugtool lacks the daemon's own log")
+		}
 		for _, want := range []string{"daemon/status.json", "daemon/config.json", "daemon/store/endpoints.json", "daemon/bpf/maps.json",
 			"daemon/net/links.txt", "daemon/net/routes.txt", "daemon/net/filters.txt", "versions.txt", "logs/0-daemon.log"} {
 			if _, ok := files[want]; !ok {

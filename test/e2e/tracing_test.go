@@ -124,9 +124,19 @@ func TestTracesShowAddSpanTree(t *testing.T) {
 			if !slices.Equal(children, want) {
 				t.Fatalf("ADD children = %v, want %v in order", children, want)
 			}
-			if hex.EncodeToString(root.TraceId) != traceID || hex.EncodeToString(root.ParentSpanId) != parentID {
-				t.Fatalf("ADD span is in trace %x under %x, want the runtime's %s under %s", root.TraceId, root.ParentSpanId, traceID, parentID)
+			// The plugin's span sits between the runtime's and the daemon's.
+			var plugin *tracev1.Span
+			for _, s := range spans {
+				if bytes.Equal(s.SpanId, root.ParentSpanId) {
+					plugin = s
+				}
 			}
+			if plugin == nil || plugin.Name != "cni.ADD plugin" || plugin.Kind != tracev1.Span_SPAN_KIND_CLIENT ||
+				hex.EncodeToString(plugin.TraceId) != traceID || hex.EncodeToString(plugin.ParentSpanId) != parentID ||
+				plugin.StartTimeUnixNano > root.StartTimeUnixNano || plugin.EndTimeUnixNano < root.EndTimeUnixNano {
+				t.Fatalf("ADD span %x is not under a plugin span in the runtime's trace %s under %s: plugin span %v", root.SpanId, traceID, parentID, plugin)
+			}
+			t.Logf("plugin span %v before the daemon's, %v in all", time.Duration(root.StartTimeUnixNano-plugin.StartTimeUnixNano), time.Duration(plugin.EndTimeUnixNano-plugin.StartTimeUnixNano))
 			if root.Kind != tracev1.Span_SPAN_KIND_SERVER || spanAttr(root, "k8s.pod.name") != pod.Name || spanAttr(root, "cni.ifname") != "eth0" {
 				t.Fatalf("root span %v", root)
 			}
