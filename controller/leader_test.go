@@ -59,7 +59,7 @@ func TestLeaderKilledMidAllocation(t *testing.T) {
 // block with one node.
 func TestOverlappingControllersNeverShareABlock(t *testing.T) {
 	e := newEnv(t)
-	e.pool("pool", coordinov1alpha1.IPPoolSpec{CIDRs: []string{"10.70.0.0/22"}})
+	e.pool("pool", coordinov1alpha1.IPPoolSpec{CIDRs: []string{"10.70.0.0/19"}})
 	o := testOptions()
 	o.LeaderElect = false
 	nodes := e.nodes("n", 30, nil)

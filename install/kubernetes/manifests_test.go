@@ -316,7 +316,10 @@ func checkController(t *testing.T, objs []runtime.Object) {
 		t.Errorf("controller replicas %v, want 2", d.Spec.Replicas)
 	}
 	c := container(t, d.Spec.Template.Spec.Containers, "controller")
-	if !slices.Contains(c.Args, "--leader-elect=true") || !slices.Contains(c.Args, "--namespace="+d.Namespace) {
+	if !slices.Contains(c.Args, "--leader-elect=true") || !slices.Contains(c.Args, "--namespace="+d.Namespace) ||
+		!slices.Contains(c.Args, "--id=$(POD_NAME)") || !slices.ContainsFunc(c.Env, func(e corev1.EnvVar) bool {
+		return e.Name == "POD_NAME" && e.ValueFrom != nil && e.ValueFrom.FieldRef != nil && e.ValueFrom.FieldRef.FieldPath == "metadata.name"
+	}) {
 		t.Errorf("controller args %v: want leader election in its namespace", c.Args)
 	}
 	if c.SecurityContext == nil || c.SecurityContext.Privileged != nil && *c.SecurityContext.Privileged ||

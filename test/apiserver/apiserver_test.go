@@ -136,3 +136,29 @@ func TestServiceAccountConfig(t *testing.T) {
 		t.Fatalf("list as service account: %v, want forbidden naming the account", err)
 	}
 }
+
+// TestAPIServerRestart: StopAPIServer makes the API unreachable, and
+// StartAPIServer brings it back on the same address with etcd's data.
+func TestAPIServerRestart(t *testing.T) {
+	s := Start(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cs := versioned.NewForConfigOrDie(s.Config).CoordinoV1alpha1()
+	if _, err := cs.IPPools().Create(ctx, &coordinov1alpha1.IPPool{ObjectMeta: metav1.ObjectMeta{Name: "kept"},
+		Spec: coordinov1alpha1.IPPoolSpec{CIDRs: []string{"10.9.0.0/16"}}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	s.StopAPIServer()
+	short, cancelShort := context.WithTimeout(ctx, 3*time.Second)
+	_, err := cs.IPPools().Get(short, "kept", metav1.GetOptions{})
+	cancelShort()
+	if err == nil {
+		t.Fatal("API answered while stopped")
+	}
+	if err := s.StartAPIServer(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cs.IPPools().Get(ctx, "kept", metav1.GetOptions{}); err != nil {
+		t.Fatalf("after restart: %v", err)
+	}
+}
