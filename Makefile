@@ -3,10 +3,10 @@
 SHELL := /bin/bash
 GO ?= go
 BIN := bin
-BINARIES := coordino coordino-daemon coordino-install
+BINARIES := coordino coordino-daemon coordino-install coordino-controller
 REF_PLUGINS := bridge host-local ptp portmap macvlan
 
-.PHONY: all build ref-plugins deps generate generate-proto generate-bpf generate-api check-generated test e2e-runtime testbed-up testbed-down test-unit test-e2e demo bench fuzz lint clean
+.PHONY: all build ref-plugins deps generate generate-proto generate-bpf generate-api check-generated test e2e-runtime testbed-up testbed-down test-unit test-e2e demo bench bench-controller fuzz lint clean
 
 all: build
 
@@ -19,6 +19,7 @@ build:
 	CGO_ENABLED=0 $(GO) build -tags grpcnotrace -trimpath -ldflags='-s -w' -o $(BIN)/coordino ./plugin/cmd/coordino
 	CGO_ENABLED=0 $(GO) build -trimpath -o $(BIN)/coordino-daemon ./daemon/cmd/coordino-daemon
 	@if [ -f install/cmd/coordino-install/main.go ]; then CGO_ENABLED=0 $(GO) build -trimpath -o $(BIN)/coordino-install ./install/cmd/coordino-install; fi
+	CGO_ENABLED=0 $(GO) build -trimpath -o $(BIN)/coordino-controller ./controller/cmd/coordino-controller
 
 # Reference plugins from github.com/containernetworking/plugins at the version in go.mod.
 ref-plugins:
@@ -82,6 +83,11 @@ bench: deps build ref-plugins
 
 fuzz:
 	hack/fuzz.sh
+
+# Controller at cluster scale, in process (5,000 nodes, 550,000 pods, 2,000
+# namespaces by default; COORDINO_BENCH_NODES, _PODS_PER_NODE, _NAMESPACES).
+bench-controller:
+	$(GO) test -run '^$$' -bench '^BenchmarkClusterScale$$' -benchtime 1x -timeout 30m ./controller/
 
 clean:
 	rm -rf $(BIN)

@@ -204,7 +204,7 @@ func (s *Server) InstallCRDs(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	files, err := filepath.Glob(filepath.Join(dir, "*.yaml"))
+	files, err := filepath.Glob(filepath.Join(dir, "coordino.io_*.yaml"))
 	if err != nil || len(files) == 0 {
 		return fmt.Errorf("no CRDs in %s: %v", dir, err)
 	}
@@ -253,6 +253,22 @@ func (s *Server) InstallCRDs(ctx context.Context) error {
 // service account namespace/name (created, with its namespace, if absent),
 // via a TokenRequest: what a pod of that account gets, for RBAC tests.
 func (s *Server) ServiceAccountConfig(ctx context.Context, namespace, name string) (*rest.Config, error) {
+	return s.token(ctx, namespace, name, nil)
+}
+
+// PodServiceAccountConfig is ServiceAccountConfig for the pod's service
+// account with the token bound to the pod, as kubelet mounts it: the API
+// server then knows the pod's node (userInfo.extra
+// authentication.kubernetes.io/node-name) when the pod is bound to one.
+func (s *Server) PodServiceAccountConfig(ctx context.Context, pod *corev1.Pod) (*rest.Config, error) {
+	sa := pod.Spec.ServiceAccountName
+	if sa == "" {
+		sa = "default"
+	}
+	return s.token(ctx, pod.Namespace, sa, &authenticationv1.BoundObjectReference{Kind: "Pod", APIVersion: "v1", Name: pod.Name, UID: pod.UID})
+}
+
+func (s *Server) token(ctx context.Context, namespace, name string, bound *authenticationv1.BoundObjectReference) (*rest.Config, error) {
 	cs, err := kubernetes.NewForConfig(s.Config)
 	if err != nil {
 		return nil, err
@@ -267,7 +283,7 @@ func (s *Server) ServiceAccountConfig(ctx context.Context, namespace, name strin
 	}
 	exp := int64(3600)
 	tr, err := cs.CoreV1().ServiceAccounts(namespace).CreateToken(ctx, name,
-		&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: &exp}}, metav1.CreateOptions{})
+		&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: &exp, BoundObjectRef: bound}}, metav1.CreateOptions{})
 	if err != nil {
 		return nil, err
 	}

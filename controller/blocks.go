@@ -1,0 +1,546 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"net/netip"
+	"slices"
+	"sort"
+	"time"
+
+	"go.uber.org/zap"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+
+	coordinov1alpha1 "github.com/coordino/coordino/api/coordino/v1alpha1"
+)
+
+// Block life cycle (each step one API write, each safe to repeat after a
+// crash or by another controller):
+//
+//	claim:   create IPBlock{node, Active}   (AlreadyExists: someone holds it)
+//	assign:  add the block to NodeConfig.spec.blocks
+//	release: set releasing in NodeConfig (daemon stops allocating), wait for
+//	         status at that generation to show used == 0, set the IPBlock
+//	         Released, remove the block from the spec, delete the IPBlock.
+//
+// Reconciling a node restores the invariant from whatever state it finds:
+// an Active claim missing from the spec is added, a Released claim is
+// removed from the spec and then deleted. A block thus leaves a node's spec
+// only after its claim is Released, and a Released claim is never
+// reactivated (the CRD forbids it), so no block is ever in two specs.
+
+func errOverlap(pool string, p netip.Prefix, other string, q netip.Prefix) error {
+	return fmt.Errorf("spec.cidrs: %s overlaps %s of the older IPPool %s; the pool is ignored", p, q, other)
+}
+
+func (c *Controller) nodeConfig(name string) *coordinov1alpha1.NodeConfig {
+	o, ok, _ := c.NodeConfigs.GetByKey(name)
+	if !ok {
+		return nil
+	}
+	return o.(*coordinov1alpha1.NodeConfig)
+}
+
+// syncNode brings one node's NodeConfig and claims in line.
+func (c *Controller) syncNode(ctx context.Context, name string) error {
+	o, exists, _ := c.Nodes.GetByKey(name)
+	nc := c.nodeConfig(name)
+	if !exists {
+		return c.reclaimNode(ctx, name, nc)
+	}
+	node := o.(*corev1.Node)
+	if nc == nil {
+		created, err := c.crd.CoordinoV1alpha1().NodeConfigs().Create(ctx, &coordinov1alpha1.NodeConfig{
+			ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{})
+		c.writes.add("nodeconfigs", "create")
+		if apierrors.IsAlreadyExists(err) {
+			created, err = c.crd.CoordinoV1alpha1().NodeConfigs().Get(ctx, name, metav1.GetOptions{})
+		}
+		if err != nil {
+			return fmt.Errorf("create NodeConfig %s: %w", name, err)
+		}
+		_ = c.NodeConfigs.Update(created)
+		nc = created
+	}
+	if c.opts.IPAM == IPAMKubernetes {
+		return c.syncPodCIDRs(ctx, node, nc)
+	}
+	return c.syncPoolBlocks(ctx, node, nc)
+}
+
+// syncPodCIDRs mirrors Node.spec.podCIDRs into the NodeConfig, so the
+// daemon has one input in both IPAM modes.
+func (c *Controller) syncPodCIDRs(ctx context.Context, node *corev1.Node, nc *coordinov1alpha1.NodeConfig) error {
+	var want []coordinov1alpha1.NodeBlock
+	for i, s := range node.Spec.PodCIDRs {
+		p, err := netip.ParsePrefix(s)
+		if err != nil {
+			return fmt.Errorf("node %s spec.podCIDRs[%d]: %w", node.Name, i, err)
+		}
+		want = append(want, coordinov1alpha1.NodeBlock{CIDR: p.Masked().String(), Pool: coordinov1alpha1.PodCIDRsPool})
+	}
+	if equality.Semantic.DeepEqual(want, nc.Spec.Blocks) || len(want) == 0 && len(nc.Spec.Blocks) == 0 {
+		return nil
+	}
+	return c.writeBlocks(ctx, nc, want)
+}
+
+func (c *Controller) writeBlocks(ctx context.Context, nc *coordinov1alpha1.NodeConfig, blocks []coordinov1alpha1.NodeBlock) error {
+	upd := nc.DeepCopy()
+	upd.Spec.Blocks = blocks
+	out, err := c.crd.CoordinoV1alpha1().NodeConfigs().Update(ctx, upd, metav1.UpdateOptions{})
+	c.writes.add("nodeconfigs", "update")
+	if err != nil {
+		return fmt.Errorf("update NodeConfig %s: %w", nc.Name, err)
+	}
+	_ = c.NodeConfigs.Update(out)
+	return nil
+}
+
+// nodeBlock is a spec entry with its parsed prefix and reported usage.
+type nodeBlock struct {
+	coordinov1alpha1.NodeBlock
+	prefix   netip.Prefix
+	used     int32
+	capacity int32
+	reported bool
+}
+
+func (b *nodeBlock) free() int {
+	if b.Releasing {
+		return 0
+	}
+	return int(b.capacity - b.used)
+}
+
+func (c *Controller) syncPoolBlocks(ctx context.Context, node *corev1.Node, nc *coordinov1alpha1.NodeConfig) error {
+	held := c.blocks.ofNode(node.Name)
+	usage := map[string]coordinov1alpha1.BlockUsage{}
+	for _, u := range nc.Status.Blocks {
+		usage[u.CIDR] = u
+	}
+	// Status describes the spec only once the daemon has applied it.
+	current := nc.Status.ObservedGeneration >= nc.Generation
+	var blocks []*nodeBlock
+	inSpec := map[netip.Prefix]bool{}
+	changed := false
+	for _, b := range nc.Spec.Blocks {
+		p, err := coordinov1alpha1.ParseCIDR("spec.blocks.cidr", b.CIDR)
+		if err != nil || b.Pool == coordinov1alpha1.PodCIDRsPool {
+			changed = true // not ours to keep: written by hand or by --ipam=kubernetes
+			continue
+		}
+		h, ok := held[p]
+		if !ok {
+			// No claim in the index: make one (or learn who holds it).
+			if err := c.adoptBlock(ctx, node.Name, p, b.Pool); err != nil {
+				return err
+			}
+			h, _ = c.blocks.get(p)
+		}
+		if h.node != node.Name {
+			c.recorder.Eventf(node, corev1.EventTypeWarning, "BlockConflict",
+				"NodeConfig lists %s, which IPBlock %s gives to node %s; leaving it for an operator", p, coordinov1alpha1.BlockName(p), h.node)
+		}
+		if h.phase == coordinov1alpha1.BlockReleased && h.node == node.Name {
+			changed = true // finish a release
+			continue
+		}
+		nb := &nodeBlock{NodeBlock: b, prefix: p, capacity: int32(blockCapacity(p))}
+		if u, ok := usage[b.CIDR]; ok && current {
+			nb.used, nb.reported = u.Used, true
+			if u.Capacity > 0 {
+				nb.capacity = u.Capacity
+			}
+		}
+		blocks = append(blocks, nb)
+		inSpec[p] = true
+	}
+	var released []netip.Prefix
+	for p, h := range held {
+		switch {
+		case inSpec[p]:
+		case h.phase == coordinov1alpha1.BlockActive:
+			// Claimed (maybe by a controller that died) but not assigned yet.
+			blocks = append(blocks, &nodeBlock{NodeBlock: coordinov1alpha1.NodeBlock{CIDR: p.String(), Pool: h.pool}, prefix: p, capacity: int32(blockCapacity(p))})
+			inSpec[p] = true
+			changed = true
+		default:
+			released = append(released, p)
+		}
+	}
+
+	// Releasing blocks the daemon reports empty at this generation: claim
+	// Released first, then out of the spec.
+	keep := blocks[:0]
+	for _, b := range blocks {
+		if b.Releasing && b.reported && b.used == 0 {
+			if err := c.releaseClaim(ctx, b.prefix); err != nil {
+				return err
+			}
+			released = append(released, b.prefix)
+			changed = true
+			continue
+		}
+		keep = append(keep, b)
+	}
+	blocks = keep
+
+	lacking := false
+	for fam := 0; fam < 2; fam++ {
+		pools := c.poolsFor(node, fam)
+		if len(pools) == 0 {
+			continue
+		}
+		free := 0
+		for _, b := range blocks {
+			if family(b.prefix) == fam {
+				free += b.free()
+			}
+		}
+		if free < c.opts.MinFreeAddresses {
+			p, pool, err := c.claimBlock(ctx, node, pools, fam)
+			if err != nil {
+				return err
+			}
+			lacking = lacking || !p.IsValid()
+			if p.IsValid() {
+				blocks = append(blocks, &nodeBlock{NodeBlock: coordinov1alpha1.NodeBlock{CIDR: p.String(), Pool: pool}, prefix: p, capacity: int32(blockCapacity(p))})
+				changed = true
+			}
+			continue
+		}
+		if b := c.surplusBlock(node.Name, blocks, fam, free); b != nil {
+			b.Releasing = true
+			changed = true
+		}
+	}
+
+	if !lacking {
+		c.doneWaiting(node.Name)
+	}
+	if changed {
+		sort.Slice(blocks, func(i, j int) bool { return blocks[i].prefix.Addr().Less(blocks[j].prefix.Addr()) })
+		spec := make([]coordinov1alpha1.NodeBlock, 0, len(blocks))
+		for _, b := range blocks {
+			spec = append(spec, b.NodeBlock)
+		}
+		if err := c.writeBlocks(ctx, nc, spec); err != nil {
+			return err
+		}
+	}
+	for _, p := range released {
+		if err := c.deleteClaim(ctx, p); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// surplusBlock picks an empty block the node can give back while keeping
+// twice the minimum free (hysteresis against add/release flapping), once it
+// has been empty for ReleaseEmptyAfter.
+func (c *Controller) surplusBlock(node string, blocks []*nodeBlock, fam, free int) *nodeBlock {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	now := time.Now()
+	var pick *nodeBlock
+	for i := len(blocks) - 1; i >= 0; i-- {
+		b := blocks[i]
+		if family(b.prefix) != fam || b.Releasing {
+			continue
+		}
+		if !b.reported || b.used != 0 {
+			delete(c.emptySince, b.prefix)
+			continue
+		}
+		since, ok := c.emptySince[b.prefix]
+		if !ok {
+			c.emptySince[b.prefix] = now
+			c.nodeQueue.AddAfter(node, c.opts.ReleaseEmptyAfter)
+			continue
+		}
+		if pick == nil && now.Sub(since) >= c.opts.ReleaseEmptyAfter && free-int(b.capacity) >= 2*c.opts.MinFreeAddresses {
+			pick = b
+		}
+	}
+	if pick != nil {
+		delete(c.emptySince, pick.prefix)
+	}
+	return pick
+}
+
+// blockCapacity is the address count of a block, capped for int32 fields.
+func blockCapacity(p netip.Prefix) int {
+	host := p.Addr().BitLen() - p.Bits()
+	if host >= 31 {
+		return math.MaxInt32
+	}
+	return 1 << host
+}
+
+// poolsFor returns the enabled pools that select node and have ranges of
+// the family, by name.
+func (c *Controller) poolsFor(node *corev1.Node, fam int) []*coordinov1alpha1.IPPool {
+	var out []*coordinov1alpha1.IPPool
+	for _, o := range c.IPPools.List() {
+		p := o.(*coordinov1alpha1.IPPool)
+		if p.Spec.Disabled || c.blocks.totalIn(p.Name)[fam] == 0 {
+			continue
+		}
+		if len(p.Spec.NodeSelector) > 0 && !labels.SelectorFromSet(p.Spec.NodeSelector).Matches(labels.Set(node.Labels)) {
+			continue
+		}
+		out = append(out, p)
+	}
+	slices.SortFunc(out, func(a, b *coordinov1alpha1.IPPool) int {
+		if a.Name < b.Name {
+			return -1
+		}
+		return 1
+	})
+	return out
+}
+
+// claimBlock creates the IPBlock of a free block of the family for node.
+// AlreadyExists means another controller (or an index lagging behind the
+// API) holds it: record the real holder and try the next one. An empty
+// prefix with no error means every pool is exhausted (Event + condition).
+func (c *Controller) claimBlock(ctx context.Context, node *corev1.Node, pools []*coordinov1alpha1.IPPool, fam int) (netip.Prefix, string, error) {
+	for _, pool := range pools {
+		for {
+			p, ok := c.blocks.reserve(pool.Name, fam, node.Name)
+			if !ok {
+				break
+			}
+			claim := &coordinov1alpha1.IPBlock{ObjectMeta: metav1.ObjectMeta{Name: coordinov1alpha1.BlockName(p)},
+				Spec: coordinov1alpha1.IPBlockSpec{CIDR: p.String(), Pool: pool.Name, Node: node.Name, Phase: coordinov1alpha1.BlockActive}}
+			out, err := c.crd.CoordinoV1alpha1().IPBlocks().Create(ctx, claim, metav1.CreateOptions{})
+			c.writes.add("ipblocks", "create")
+			if err == nil {
+				c.blocks.set(p, blockHolder{node: node.Name, pool: pool.Name, phase: coordinov1alpha1.BlockActive, uid: out.UID})
+				_ = c.IPBlocks.Update(out)
+				blocksAllocated.Inc()
+				c.log.Debug("block claimed", zap.String("node", node.Name), zap.Stringer("block", p), zap.String("pool", pool.Name))
+				return p, pool.Name, nil
+			}
+			if !apierrors.IsAlreadyExists(err) {
+				c.blocks.remove(p, "")
+				return netip.Prefix{}, "", fmt.Errorf("claim %s for %s: %w", p, node.Name, err)
+			}
+			if err := c.learnClaim(ctx, p); err != nil {
+				return netip.Prefix{}, "", err
+			}
+			if h, _ := c.blocks.get(p); h.node == node.Name && h.phase == coordinov1alpha1.BlockActive {
+				return p, pool.Name, nil // an overlapping controller claimed it for this very node
+			}
+		}
+	}
+	for _, pool := range pools {
+		c.recorder.Eventf(pool, corev1.EventTypeWarning, "PoolExhausted", "no free block left for node %s (%s)", node.Name, familyName(fam))
+		c.setWaiting(pool.Name, node.Name)
+	}
+	c.recorder.Eventf(node, corev1.EventTypeWarning, "PoolExhausted", "no IPPool has a free %s block for this node", familyName(fam))
+	poolExhaustion.Inc()
+	return netip.Prefix{}, "", nil
+}
+
+func familyName(fam int) string {
+	if fam == 1 {
+		return "IPv6"
+	}
+	return "IPv4"
+}
+
+// learnClaim reads the IPBlock of p from the API into the index.
+func (c *Controller) learnClaim(ctx context.Context, p netip.Prefix) error {
+	b, err := c.crd.CoordinoV1alpha1().IPBlocks().Get(ctx, coordinov1alpha1.BlockName(p), metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		c.blocks.remove(p, "") // deleted meanwhile: free again
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("read IPBlock of %s: %w", p, err)
+	}
+	c.blocks.set(p, blockHolder{node: b.Spec.Node, pool: b.Spec.Pool, phase: b.Spec.Phase, uid: b.UID})
+	return nil
+}
+
+// adoptBlock claims a block found in a spec without a claim in the index.
+func (c *Controller) adoptBlock(ctx context.Context, node string, p netip.Prefix, pool string) error {
+	claim := &coordinov1alpha1.IPBlock{ObjectMeta: metav1.ObjectMeta{Name: coordinov1alpha1.BlockName(p)},
+		Spec: coordinov1alpha1.IPBlockSpec{CIDR: p.String(), Pool: pool, Node: node, Phase: coordinov1alpha1.BlockActive}}
+	out, err := c.crd.CoordinoV1alpha1().IPBlocks().Create(ctx, claim, metav1.CreateOptions{})
+	c.writes.add("ipblocks", "create")
+	if err == nil {
+		c.blocks.set(p, blockHolder{node: node, pool: pool, phase: coordinov1alpha1.BlockActive, uid: out.UID})
+		return nil
+	}
+	if !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("claim %s for %s: %w", p, node, err)
+	}
+	return c.learnClaim(ctx, p)
+}
+
+// releaseClaim moves p's IPBlock to Released (resourceVersion-checked).
+func (c *Controller) releaseClaim(ctx context.Context, p netip.Prefix) error {
+	cl := c.crd.CoordinoV1alpha1().IPBlocks()
+	b, err := cl.Get(ctx, coordinov1alpha1.BlockName(p), metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if b.Spec.Phase == coordinov1alpha1.BlockReleased {
+		return nil
+	}
+	b.Spec.Phase = coordinov1alpha1.BlockReleased
+	out, err := cl.Update(ctx, b, metav1.UpdateOptions{})
+	c.writes.add("ipblocks", "update")
+	if err != nil {
+		return fmt.Errorf("release IPBlock %s: %w", b.Name, err)
+	}
+	c.blocks.set(p, blockHolder{node: out.Spec.Node, pool: out.Spec.Pool, phase: out.Spec.Phase, uid: out.UID})
+	return nil
+}
+
+// deleteClaim deletes a Released IPBlock; the UID precondition keeps a
+// stale view from deleting a newer claim on the same block.
+func (c *Controller) deleteClaim(ctx context.Context, p netip.Prefix) error {
+	h, ok := c.blocks.get(p)
+	if !ok || h.phase != coordinov1alpha1.BlockReleased {
+		return nil
+	}
+	opts := metav1.DeleteOptions{}
+	if h.uid != "" {
+		uid := h.uid
+		opts.Preconditions = &metav1.Preconditions{UID: &uid}
+	}
+	err := c.crd.CoordinoV1alpha1().IPBlocks().Delete(ctx, coordinov1alpha1.BlockName(p), opts)
+	c.writes.add("ipblocks", "delete")
+	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+		return fmt.Errorf("delete IPBlock of %s: %w", p, err)
+	}
+	c.blocks.remove(p, h.uid)
+	c.blockFreed(h.pool)
+	blocksReleased.Inc()
+	return nil
+}
+
+// reclaimNode frees the blocks of a deleted Node once no endpoint uses
+// them: the daemon reported every block empty, or no pod of the node is
+// left (its daemon is gone with it). Pod deletions requeue the node.
+func (c *Controller) reclaimNode(ctx context.Context, name string, nc *coordinov1alpha1.NodeConfig) error {
+	held := c.blocks.ofNode(name)
+	if nc == nil && len(held) == 0 {
+		return nil
+	}
+	if pods := c.idents.podsOn(name); pods > 0 && !(nc != nil && allReportedEmpty(nc)) {
+		c.log.Info("deleted node still has pods; keeping its blocks", zap.String("node", name), zap.Int("pods", pods))
+		return nil
+	}
+	for p, h := range held {
+		if h.phase == coordinov1alpha1.BlockActive {
+			if err := c.releaseClaim(ctx, p); err != nil {
+				return err
+			}
+		}
+	}
+	if nc != nil {
+		uid := nc.UID
+		err := c.crd.CoordinoV1alpha1().NodeConfigs().Delete(ctx, name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
+		c.writes.add("nodeconfigs", "delete")
+		if err != nil && !apierrors.IsNotFound(err) {
+			return fmt.Errorf("delete NodeConfig %s: %w", name, err)
+		}
+		_ = c.NodeConfigs.Delete(nc)
+	}
+	for p := range held {
+		if err := c.deleteClaim(ctx, p); err != nil {
+			return err
+		}
+	}
+	c.doneWaiting(name)
+	c.log.Info("reclaimed the blocks of a deleted node", zap.String("node", name), zap.Int("blocks", len(held)))
+	return nil
+}
+
+// allReportedEmpty: status at the current generation shows every block
+// with used == 0.
+func allReportedEmpty(nc *coordinov1alpha1.NodeConfig) bool {
+	if nc.Status.ObservedGeneration < nc.Generation {
+		return false
+	}
+	used := map[string]int32{}
+	for _, u := range nc.Status.Blocks {
+		used[u.CIDR] = u.Used
+	}
+	for _, b := range nc.Spec.Blocks {
+		if u, ok := used[b.CIDR]; !ok || u != 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// syncPoolStatus writes a pool's block counts and Exhausted condition.
+func (c *Controller) syncPoolStatus(ctx context.Context, name string) error {
+	o, ok, _ := c.IPPools.GetByKey(name)
+	if !ok {
+		return nil
+	}
+	pool := o.(*coordinov1alpha1.IPPool)
+	st := pool.Status.DeepCopy()
+	alloc, total := c.blocks.allocatedIn(name), c.blocks.totalIn(name)
+	st.Families = nil
+	var sumA, sumT uint64
+	for fam := 0; fam < 2; fam++ {
+		if total[fam] == 0 {
+			continue
+		}
+		st.Families = append(st.Families, coordinov1alpha1.PoolFamilyStatus{Family: familyName(fam),
+			TotalBlocks: sat32(total[fam]), AllocatedBlocks: sat32(uint64(alloc[fam]))})
+		sumA += uint64(alloc[fam])
+		sumT = satAdd(sumT, total[fam])
+	}
+	st.TotalBlocks, st.AllocatedBlocks = sat32(sumT), sat32(sumA)
+	cond := metav1.Condition{Type: coordinov1alpha1.ConditionExhausted, Status: metav1.ConditionFalse, Reason: "BlocksAvailable",
+		Message: "every node that asked got a block", ObservedGeneration: pool.Generation}
+	if c.isExhausted(name) {
+		cond.Status, cond.Reason, cond.Message = metav1.ConditionTrue, "NoFreeBlock", "a node needs a block and none is free; add CIDRs or another IPPool"
+	}
+	meta.SetStatusCondition(&st.Conditions, cond)
+	if equality.Semantic.DeepEqual(st, &pool.Status) {
+		return nil
+	}
+	upd := pool.DeepCopy()
+	upd.Status = *st
+	out, err := c.crd.CoordinoV1alpha1().IPPools().UpdateStatus(ctx, upd, metav1.UpdateOptions{})
+	c.writes.add("ippools", "update-status")
+	if err != nil {
+		return fmt.Errorf("update IPPool %s status: %w", name, err)
+	}
+	_ = c.IPPools.Update(out)
+	return nil
+}
+
+func sat32(v uint64) int32 {
+	if v > math.MaxInt32 {
+		return math.MaxInt32
+	}
+	return int32(v)
+}
+
+func satAdd(a, b uint64) uint64 {
+	if a > math.MaxUint64-b {
+		return math.MaxUint64
+	}
+	return a + b
+}

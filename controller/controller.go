@@ -1,0 +1,205 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/client-go/util/workqueue"
+
+	"github.com/coordino/coordino/api/client/clientset/versioned"
+	coordinov1alpha1 "github.com/coordino/coordino/api/coordino/v1alpha1"
+)
+
+// Stores are the object caches the controller reads; Run fills them with
+// informers (tests and the benchmark may fill them directly).
+type Stores struct {
+	Nodes, Pods, Namespaces                    cache.Indexer
+	IPPools, NodeConfigs, IPBlocks, Identities cache.Indexer
+}
+
+// NewStores returns empty stores with the indexes the controller uses.
+func NewStores() Stores {
+	ns := cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc}
+	idx := func(i cache.Indexers) cache.Indexer { return cache.NewIndexer(cache.MetaNamespaceKeyFunc, i) }
+	return Stores{
+		Nodes: idx(nil), Pods: idx(ns), Namespaces: idx(nil),
+		IPPools: idx(nil), NodeConfigs: idx(nil), IPBlocks: idx(nil), Identities: idx(nil),
+	}
+}
+
+// Controller allocates blocks and identities. Create it with New, feed it
+// events through the On* handlers (Run wires informers to them) and run its
+// workers with RunWorkers.
+type Controller struct {
+	opts     Options
+	log      *zap.Logger
+	core     kubernetes.Interface
+	crd      versioned.Interface
+	recorder record.EventRecorder
+	Stores
+
+	blocks     *blockIndex
+	idents     *identityIndex
+	alloc      *numberAllocator
+	writes     *writeCounter
+	nodeQueue  workqueue.TypedRateLimitingInterface[string]
+	poolQueue  workqueue.TypedRateLimitingInterface[string]
+	identQueue workqueue.TypedRateLimitingInterface[string]
+
+	mu         sync.Mutex
+	waiting    map[string]map[string]struct{} // pool -> nodes that found it exhausted
+	emptySince map[netip.Prefix]time.Time
+	broadcast  record.EventBroadcaster
+}
+
+// New returns a controller writing through core and crd.
+func New(opts Options, log *zap.Logger, core kubernetes.Interface, crd versioned.Interface, stores Stores) *Controller {
+	sch := runtime.NewScheme()
+	_ = scheme.AddToScheme(sch)
+	_ = coordinov1alpha1.AddToScheme(sch)
+	b := record.NewBroadcaster()
+	c := &Controller{
+		opts: opts, log: log, core: core, crd: crd, Stores: stores,
+		recorder:   b.NewRecorder(sch, corev1.EventSource{Component: "coordino-controller"}),
+		broadcast:  b,
+		blocks:     newBlockIndex(),
+		idents:     newIdentityIndex(),
+		writes:     newWriteCounter(),
+		waiting:    map[string]map[string]struct{}{},
+		emptySince: map[netip.Prefix]time.Time{},
+		nodeQueue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
+			workqueue.TypedRateLimitingQueueConfig[string]{Name: "nodes"}),
+		poolQueue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
+			workqueue.TypedRateLimitingQueueConfig[string]{Name: "pools"}),
+		identQueue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
+			workqueue.TypedRateLimitingQueueConfig[string]{Name: "identities"}),
+	}
+	c.alloc = &numberAllocator{c: c}
+	return c
+}
+
+// StartEvents sends Events to the API server until ctx is done.
+func (c *Controller) StartEvents(ctx context.Context) {
+	c.broadcast.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: c.core.CoreV1().Events("")})
+	go func() { <-ctx.Done(); c.broadcast.Shutdown() }()
+}
+
+// RunWorkers processes the queues until ctx is done; the identity garbage
+// collector runs alongside.
+func (c *Controller) RunWorkers(ctx context.Context) {
+	var wg sync.WaitGroup
+	run := func(q workqueue.TypedRateLimitingInterface[string], sync func(context.Context, string) error, n int) {
+		for i := 0; i < n; i++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for c.processOne(ctx, q, sync) {
+				}
+			}()
+		}
+	}
+	run(c.nodeQueue, c.syncNode, c.opts.Workers)
+	run(c.poolQueue, c.syncPoolStatus, 1)
+	// One identity worker: numbers come from one allocator in order.
+	run(c.identQueue, c.syncIdentity, 1)
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		t := time.NewTicker(c.opts.IdentityGCPeriod)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				c.collectIdentities(ctx, time.Now())
+			}
+		}
+	}()
+	<-ctx.Done()
+	c.nodeQueue.ShutDown()
+	c.poolQueue.ShutDown()
+	c.identQueue.ShutDown()
+	wg.Wait()
+}
+
+func (c *Controller) processOne(ctx context.Context, q workqueue.TypedRateLimitingInterface[string], sync func(context.Context, string) error) bool {
+	key, quit := q.Get()
+	if quit {
+		return false
+	}
+	defer q.Done(key)
+	if err := sync(ctx, key); err != nil {
+		if ctx.Err() == nil {
+			c.log.Info("retrying", zap.String("key", key), zap.Error(err))
+		}
+		q.AddRateLimited(key)
+		return true
+	}
+	q.Forget(key)
+	return true
+}
+
+// Drain processes queued work on the calling goroutine until every queue
+// is empty (the benchmark's simulation, where nothing runs concurrently).
+func (c *Controller) Drain(ctx context.Context) error {
+	for {
+		progressed := false
+		for _, w := range []struct {
+			q    workqueue.TypedRateLimitingInterface[string]
+			sync func(context.Context, string) error
+		}{{c.nodeQueue, c.syncNode}, {c.identQueue, c.syncIdentity}, {c.poolQueue, c.syncPoolStatus}} {
+			for w.q.Len() > 0 {
+				key, _ := w.q.Get()
+				err := w.sync(ctx, key)
+				w.q.Done(key)
+				w.q.Forget(key)
+				if err != nil {
+					return fmt.Errorf("%s: %w", key, err)
+				}
+				progressed = true
+			}
+		}
+		if !progressed {
+			return nil
+		}
+	}
+}
+
+// Writes returns the API writes made so far, by "resource verb".
+func (c *Controller) Writes() map[string]int64 { return c.writes.snapshot() }
+
+type writeCounter struct {
+	mu sync.Mutex
+	n  map[string]int64
+}
+
+func newWriteCounter() *writeCounter { return &writeCounter{n: map[string]int64{}} }
+
+func (w *writeCounter) add(resource, verb string) {
+	w.mu.Lock()
+	w.n[resource+" "+verb]++
+	w.mu.Unlock()
+	apiWrites.WithLabelValues(resource, verb).Inc()
+}
+
+func (w *writeCounter) snapshot() map[string]int64 {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	out := make(map[string]int64, len(w.n))
+	for k, v := range w.n {
+		out[k] = v
+	}
+	return out
+}

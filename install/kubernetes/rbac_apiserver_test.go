@@ -1,0 +1,159 @@
+package kubernetes
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	"github.com/coordino/coordino/api/client/clientset/versioned"
+	coordinov1alpha1 "github.com/coordino/coordino/api/coordino/v1alpha1"
+	"github.com/coordino/coordino/test/apiserver"
+)
+
+// TestRBACOnAPIServer applies the base's RBAC and admission policy to a
+// real API server and checks what each component's token may do: the
+// daemon writes the status of its own node's NodeConfig and nothing else,
+// the controller owns the allocation objects but never NodeConfig status.
+func TestRBACOnAPIServer(t *testing.T) {
+	s := apiserver.Start(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	admin := kubernetes.NewForConfigOrDie(s.Config)
+	crdAdmin := versioned.NewForConfigOrDie(s.Config)
+	for _, o := range render(t, "overlays/primary") {
+		var err error
+		switch v := o.(type) {
+		case *corev1.Namespace:
+			_, err = admin.CoreV1().Namespaces().Create(ctx, v, metav1.CreateOptions{})
+		case *corev1.ServiceAccount:
+			_, err = admin.CoreV1().ServiceAccounts(v.Namespace).Create(ctx, v, metav1.CreateOptions{})
+		case *rbacv1.ClusterRole:
+			_, err = admin.RbacV1().ClusterRoles().Create(ctx, v, metav1.CreateOptions{})
+		case *rbacv1.ClusterRoleBinding:
+			_, err = admin.RbacV1().ClusterRoleBindings().Create(ctx, v, metav1.CreateOptions{})
+		case *rbacv1.Role:
+			_, err = admin.RbacV1().Roles(v.Namespace).Create(ctx, v, metav1.CreateOptions{})
+		case *rbacv1.RoleBinding:
+			_, err = admin.RbacV1().RoleBindings(v.Namespace).Create(ctx, v, metav1.CreateOptions{})
+		case *admissionregistrationv1.ValidatingAdmissionPolicy:
+			_, err = admin.AdmissionregistrationV1().ValidatingAdmissionPolicies().Create(ctx, v, metav1.CreateOptions{})
+		case *admissionregistrationv1.ValidatingAdmissionPolicyBinding:
+			_, err = admin.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings().Create(ctx, v, metav1.CreateOptions{})
+		}
+		if err != nil && !apierrors.IsAlreadyExists(err) {
+			t.Fatalf("apply %T: %v", o, err)
+		}
+	}
+	// The example pools pass the CRD schema.
+	for f, p := range examplePools(t) {
+		if _, err := crdAdmin.CoordinoV1alpha1().IPPools().Create(ctx, p, metav1.CreateOptions{}); err != nil {
+			t.Errorf("%s rejected: %v", f, err)
+		}
+	}
+	for _, n := range []string{"node-a", "node-b"} {
+		if _, err := admin.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n}}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		nc := &coordinov1alpha1.NodeConfig{ObjectMeta: metav1.ObjectMeta{Name: n},
+			Spec: coordinov1alpha1.NodeConfigSpec{Blocks: []coordinov1alpha1.NodeBlock{{CIDR: "10.1.0.0/26", Pool: "p"}}}}
+		if n == "node-b" {
+			nc.Spec.Blocks[0].CIDR = "10.1.0.64/26"
+		}
+		if _, err := crdAdmin.CoordinoV1alpha1().NodeConfigs().Create(ctx, nc, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	no := false
+	pod, err := admin.CoreV1().Pods("coordino-system").Create(ctx, &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "daemon-a", Namespace: "coordino-system"},
+		Spec: corev1.PodSpec{NodeName: "node-a", ServiceAccountName: "coordino-daemon", AutomountServiceAccountToken: &no,
+			Containers: []corev1.Container{{Name: "d", Image: "coordino"}}}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	daemonCfg, err := s.PodServiceAccountConfig(ctx, pod)
+	if err != nil {
+		t.Fatal(err)
+	}
+	unboundCfg, err := s.ServiceAccountConfig(ctx, "coordino-system", "coordino-daemon")
+	if err != nil {
+		t.Fatal(err)
+	}
+	controllerCfg, err := s.ServiceAccountConfig(ctx, "coordino-system", "coordino-controller")
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeStatus := func(cfg *rest.Config, node string) error {
+		cl := versioned.NewForConfigOrDie(cfg).CoordinoV1alpha1().NodeConfigs()
+		nc, err := crdAdmin.CoordinoV1alpha1().NodeConfigs().Get(ctx, node, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		nc.Status.Addresses = []string{"192.0.2.7"}
+		nc.Status.ObservedGeneration = nc.Generation
+		_, err = cl.UpdateStatus(ctx, nc, metav1.UpdateOptions{})
+		return err
+	}
+	// The policy takes effect asynchronously: wait until the other node's
+	// status is refused, then check everything else.
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		err := writeStatus(daemonCfg, "node-b")
+		if apierrors.IsForbidden(err) || apierrors.IsInvalid(err) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("daemon of node-a may write node-b's NodeConfig status: %v", err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if err := writeStatus(daemonCfg, "node-a"); err != nil {
+		t.Errorf("daemon of node-a cannot report its own status: %v", err)
+	}
+	if err := writeStatus(unboundCfg, "node-a"); err == nil {
+		t.Error("a daemon token bound to no pod wrote NodeConfig status")
+	}
+	daemonCRD := versioned.NewForConfigOrDie(daemonCfg).CoordinoV1alpha1()
+	nc, _ := crdAdmin.CoordinoV1alpha1().NodeConfigs().Get(ctx, "node-a", metav1.GetOptions{})
+	nc.Spec.Blocks = append(nc.Spec.Blocks, coordinov1alpha1.NodeBlock{CIDR: "10.1.1.0/26", Pool: "p"})
+	if _, err := daemonCRD.NodeConfigs().Update(ctx, nc, metav1.UpdateOptions{}); !apierrors.IsForbidden(err) {
+		t.Errorf("daemon wrote its NodeConfig spec: %v", err)
+	}
+	if _, err := daemonCRD.IPBlocks().Create(ctx, &coordinov1alpha1.IPBlock{ObjectMeta: metav1.ObjectMeta{Name: "10.9.0.0-26"},
+		Spec: coordinov1alpha1.IPBlockSpec{CIDR: "10.9.0.0/26", Pool: "p", Node: "node-a", Phase: "Active"}}, metav1.CreateOptions{}); !apierrors.IsForbidden(err) {
+		t.Errorf("daemon claimed a block: %v", err)
+	}
+	if _, err := daemonCRD.Identities().List(ctx, metav1.ListOptions{}); err != nil {
+		t.Errorf("daemon cannot list identities: %v", err)
+	}
+	if _, err := kubernetes.NewForConfigOrDie(daemonCfg).CoreV1().Secrets("coordino-system").List(ctx, metav1.ListOptions{}); !apierrors.IsForbidden(err) {
+		t.Errorf("daemon lists secrets: %v", err)
+	}
+
+	ctlCRD := versioned.NewForConfigOrDie(controllerCfg).CoordinoV1alpha1()
+	if err := writeStatus(controllerCfg, "node-a"); !apierrors.IsForbidden(err) {
+		t.Errorf("controller wrote NodeConfig status: %v", err)
+	}
+	if _, err := ctlCRD.IPBlocks().Create(ctx, &coordinov1alpha1.IPBlock{ObjectMeta: metav1.ObjectMeta{Name: "10.9.0.0-26"},
+		Spec: coordinov1alpha1.IPBlockSpec{CIDR: "10.9.0.0/26", Pool: "p", Node: "node-a", Phase: "Active"}}, metav1.CreateOptions{}); err != nil {
+		t.Errorf("controller cannot claim a block: %v", err)
+	}
+	ctlCore := kubernetes.NewForConfigOrDie(controllerCfg).CoreV1()
+	if _, err := ctlCore.ConfigMaps("coordino-system").Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "coordino-identity-allocator"}}, metav1.CreateOptions{}); err != nil {
+		t.Errorf("controller cannot create its allocator ConfigMap: %v", err)
+	}
+	if _, err := ctlCore.ConfigMaps("kube-system").Get(ctx, "extension-apiserver-authentication", metav1.GetOptions{}); !apierrors.IsForbidden(err) {
+		t.Errorf("controller reads other ConfigMaps: %v", err)
+	}
+	if _, err := ctlCore.Pods("default").Create(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "x"}}, metav1.CreateOptions{}); !apierrors.IsForbidden(err) {
+		t.Errorf("controller creates pods: %v", err)
+	}
+}
