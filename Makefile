@@ -91,3 +91,9 @@ bench-controller:
 
 clean:
 	rm -rf $(BIN)
+
+# Policy scale: ADD latency with 0, 1k and 10k NetworkPolicies loaded and the
+# time from a policy file change to enforcement (ARGS=-quick for a short run).
+.PHONY: bench-policy
+bench-policy: deps build ref-plugins
+	$(GO) run ./test/policybench -scale $(ARGS)

@@ -19,24 +19,28 @@ enum direction {
 	DIR_EGRESS = 1,  /* from the pod: ingress of the host veth */
 };
 
-/* Why a packet was passed or dropped. Reasons before REASON_FIRST_DROP pass. */
+/* Why a packet was passed or dropped. Reasons before REASON_FIRST_DROP pass.
+ * Values are stable: flow consumers and counters keep their meaning. */
 enum reason {
 	REASON_POLICY = 0,       /* new flow allowed by a policy rule */
 	REASON_NOT_ISOLATED = 1, /* new flow, direction not isolated */
 	REASON_HOST = 2,         /* new flow from the pod's own node */
 	REASON_ESTABLISHED = 3,  /* conntrack hit, original direction */
 	REASON_REPLY = 4,        /* conntrack hit, reply direction */
-	REASON_RELATED = 5,      /* ICMP error about a tracked flow */
+	REASON_RELATED = 5,      /* ICMP error quoting a tracked flow */
 	REASON_NOT_IP = 6,       /* ARP and other non-IP frames */
-	REASON_NEIGHBOR = 7,     /* ICMPv6 neighbour/router discovery and MLD */
+	REASON_NEIGHBOR = 7,     /* IPv6 neighbour discovery and MLD on the link */
 	REASON_FIRST_DROP = 8,
 	REASON_POLICY_DENIED = 8, /* new flow no policy allows */
 	REASON_POLICY_REVOKED = 9, /* tracked flow no longer allowed */
 	REASON_NO_ENDPOINT = 10,  /* attached interface missing from endpoints */
 	REASON_MALFORMED = 11,    /* truncated or invalid headers */
-	REASON_MAX = 12,
-	REASON_EVENT_LOST = 12,   /* counter slot: flow event ring buffer full */
-	REASON_SLOTS = 13,
+	REASON_SPOOFED = 12,      /* pod sent from, or claimed (ARP/ND), an address not its own */
+	REASON_FRAGMENT = 13,     /* later fragment whose first fragment was not seen */
+	REASON_MAX = 14,
+	REASON_EVENT_LOST = 14,   /* counter slot: flow event ring buffer full */
+	REASON_EVENT_SUPPRESSED = 15, /* counter slot: drop event over the rate limit */
+	REASON_SLOTS = 32,        /* counter slots per direction, with room to grow */
 };
 
 #define EP_INGRESS_ISOLATED 1
@@ -86,7 +90,9 @@ struct policy_value {
 	__u32 flags; /* reserved */
 };
 
-/* conntrack: per endpoint and origin direction, keyed by the original tuple. */
+/* conntrack: per endpoint and origin direction, keyed by the original tuple.
+ * Endpoints with an isolated direction (or while allowed flows are observed)
+ * track every allowed flow; the others only TCP connections, from their SYN. */
 struct ct_key {
 	__u32 ifindex;
 	__u8 dir;   /* direction of the packet that created the entry */
@@ -99,12 +105,33 @@ struct ct_key {
 	__u8 dst[16];
 };
 
-#define CT_CLOSING 1
+#define CT_CLOSING 1   /* FIN or RST seen: short lifetime */
+#define CT_REPLIED 2   /* a packet in the reply direction was seen */
+#define CT_REVOKED 4   /* tombstone: policy revoked the flow, drop it both ways */
+#define CT_AMBIGUOUS 8 /* re-created mid-flow while both directions were allowed */
 
 struct ct_entry {
 	__u64 last_seen_ns;
 	__u32 revision; /* policy revision the flow was last checked against */
-	__u32 flags;
+	__u32 flags;    /* CT_* */
+};
+
+/* ct_stats: per-CPU counters of conntrack activity, exported as metrics. */
+enum ct_stat {
+	CT_STAT_CREATED = 0, /* entries created */
+	CT_STAT_PICKUP = 1,  /* created from a mid-flow packet: the entry was evicted or expired */
+	CT_STAT_EXPIRED = 2, /* entries found expired and removed */
+	CT_STAT_REVOKED = 3, /* flows revoked by a policy change */
+	CT_STAT_SLOTS = 8,
+};
+
+/* ep_addrs: the addresses each endpoint may send from (anti-spoofing),
+ * written by the daemon when it attaches the endpoint. */
+struct ep_addr_key {
+	__u32 ifindex;
+	__u8 family; /* 4 or 6 */
+	__u8 pad[3];
+	__u8 addr[16];
 };
 
 /* config flags. CFG_EMIT_ALLOWED: some observer (flow log, FollowFlows
@@ -119,7 +146,7 @@ struct config {
 	__u32 flags; /* CFG_* */
 };
 
-/* counters: per-CPU array indexed by dir * REASON_SLOTS + reason. */
+/* verdicts: per-CPU array indexed by dir * REASON_SLOTS + reason. */
 struct counter {
 	__u64 packets;
 	__u64 bytes;

@@ -45,6 +45,16 @@ type CoordinoCtKey struct {
 	Dst     [16]uint8
 }
 
+type CoordinoCtStat uint32
+
+const (
+	CoordinoCtStatCT_STAT_CREATED CoordinoCtStat = 0
+	CoordinoCtStatCT_STAT_PICKUP  CoordinoCtStat = 1
+	CoordinoCtStatCT_STAT_EXPIRED CoordinoCtStat = 2
+	CoordinoCtStatCT_STAT_REVOKED CoordinoCtStat = 3
+	CoordinoCtStatCT_STAT_SLOTS   CoordinoCtStat = 8
+)
+
 type CoordinoDirection uint32
 
 const (
@@ -56,6 +66,21 @@ type CoordinoEndpointInfo struct {
 	_        structs.HostLayout
 	Identity uint32
 	Flags    uint32
+}
+
+type CoordinoEpAddrKey struct {
+	_       structs.HostLayout
+	Ifindex uint32
+	Family  uint8
+	Pad     [3]uint8
+	Addr    [16]uint8
+}
+
+type CoordinoEventBudget struct {
+	_             structs.HostLayout
+	WindowStartNs uint64
+	Used          uint32
+	Pad           uint32
 }
 
 type CoordinoFlowEvent struct {
@@ -73,6 +98,25 @@ type CoordinoFlowEvent struct {
 	Src      [16]uint8
 	Dst      [16]uint8
 	_        [4]byte
+}
+
+type CoordinoFragKey struct {
+	_       structs.HostLayout
+	Ifindex uint32
+	Family  uint8
+	Proto   uint8
+	Pad     [2]uint8
+	Id      uint32
+	Src     [16]uint8
+	Dst     [16]uint8
+}
+
+type CoordinoFragPorts struct {
+	_      structs.HostLayout
+	SeenNs uint64
+	Sport  uint16
+	Dport  uint16
+	Pad    uint32
 }
 
 type CoordinoIpcacheKey struct {
@@ -106,22 +150,25 @@ type CoordinoPolicyValue struct {
 type CoordinoReason uint32
 
 const (
-	CoordinoReasonREASON_POLICY         CoordinoReason = 0
-	CoordinoReasonREASON_NOT_ISOLATED   CoordinoReason = 1
-	CoordinoReasonREASON_HOST           CoordinoReason = 2
-	CoordinoReasonREASON_ESTABLISHED    CoordinoReason = 3
-	CoordinoReasonREASON_REPLY          CoordinoReason = 4
-	CoordinoReasonREASON_RELATED        CoordinoReason = 5
-	CoordinoReasonREASON_NOT_IP         CoordinoReason = 6
-	CoordinoReasonREASON_NEIGHBOR       CoordinoReason = 7
-	CoordinoReasonREASON_FIRST_DROP     CoordinoReason = 8
-	CoordinoReasonREASON_POLICY_DENIED  CoordinoReason = 8
-	CoordinoReasonREASON_POLICY_REVOKED CoordinoReason = 9
-	CoordinoReasonREASON_NO_ENDPOINT    CoordinoReason = 10
-	CoordinoReasonREASON_MALFORMED      CoordinoReason = 11
-	CoordinoReasonREASON_MAX            CoordinoReason = 12
-	CoordinoReasonREASON_EVENT_LOST     CoordinoReason = 12
-	CoordinoReasonREASON_SLOTS          CoordinoReason = 13
+	CoordinoReasonREASON_POLICY           CoordinoReason = 0
+	CoordinoReasonREASON_NOT_ISOLATED     CoordinoReason = 1
+	CoordinoReasonREASON_HOST             CoordinoReason = 2
+	CoordinoReasonREASON_ESTABLISHED      CoordinoReason = 3
+	CoordinoReasonREASON_REPLY            CoordinoReason = 4
+	CoordinoReasonREASON_RELATED          CoordinoReason = 5
+	CoordinoReasonREASON_NOT_IP           CoordinoReason = 6
+	CoordinoReasonREASON_NEIGHBOR         CoordinoReason = 7
+	CoordinoReasonREASON_FIRST_DROP       CoordinoReason = 8
+	CoordinoReasonREASON_POLICY_DENIED    CoordinoReason = 8
+	CoordinoReasonREASON_POLICY_REVOKED   CoordinoReason = 9
+	CoordinoReasonREASON_NO_ENDPOINT      CoordinoReason = 10
+	CoordinoReasonREASON_MALFORMED        CoordinoReason = 11
+	CoordinoReasonREASON_SPOOFED          CoordinoReason = 12
+	CoordinoReasonREASON_FRAGMENT         CoordinoReason = 13
+	CoordinoReasonREASON_MAX              CoordinoReason = 14
+	CoordinoReasonREASON_EVENT_LOST       CoordinoReason = 14
+	CoordinoReasonREASON_EVENT_SUPPRESSED CoordinoReason = 15
+	CoordinoReasonREASON_SLOTS            CoordinoReason = 32
 )
 
 // Names of all BPF objects in the ELF.
@@ -130,14 +177,20 @@ const (
 const (
 	CoordinoMapCdoConfig       = "cdo_config"
 	CoordinoMapCdoConntrack    = "cdo_conntrack"
-	CoordinoMapCdoCounters     = "cdo_counters"
+	CoordinoMapCdoCtStats      = "cdo_ct_stats"
 	CoordinoMapCdoEndpoints    = "cdo_endpoints"
+	CoordinoMapCdoEpAddrs      = "cdo_ep_addrs"
+	CoordinoMapCdoEvBudget     = "cdo_ev_budget"
 	CoordinoMapCdoFlows        = "cdo_flows"
+	CoordinoMapCdoFrags        = "cdo_frags"
 	CoordinoMapCdoIpcache      = "cdo_ipcache"
 	CoordinoMapCdoPolicy       = "cdo_policy"
+	CoordinoMapCdoVerdicts     = "cdo_verdicts"
 	CoordinoProgCdoFromEp      = "cdo_from_ep"
 	CoordinoProgCdoToEp        = "cdo_to_ep"
+	CoordinoVarUnusedCtStat    = "unused_ct_stat"
 	CoordinoVarUnusedDirection = "unused_direction"
+	CoordinoVarUnusedEpAddrKey = "unused_ep_addr_key"
 	CoordinoVarUnusedFlowEvent = "unused_flow_event"
 	CoordinoVarUnusedReason    = "unused_reason"
 )
@@ -194,18 +247,24 @@ type CoordinoProgramSpecs struct {
 type CoordinoMapSpecs struct {
 	CdoConfig    *ebpf.MapSpec `ebpf:"cdo_config"`
 	CdoConntrack *ebpf.MapSpec `ebpf:"cdo_conntrack"`
-	CdoCounters  *ebpf.MapSpec `ebpf:"cdo_counters"`
+	CdoCtStats   *ebpf.MapSpec `ebpf:"cdo_ct_stats"`
 	CdoEndpoints *ebpf.MapSpec `ebpf:"cdo_endpoints"`
+	CdoEpAddrs   *ebpf.MapSpec `ebpf:"cdo_ep_addrs"`
+	CdoEvBudget  *ebpf.MapSpec `ebpf:"cdo_ev_budget"`
 	CdoFlows     *ebpf.MapSpec `ebpf:"cdo_flows"`
+	CdoFrags     *ebpf.MapSpec `ebpf:"cdo_frags"`
 	CdoIpcache   *ebpf.MapSpec `ebpf:"cdo_ipcache"`
 	CdoPolicy    *ebpf.MapSpec `ebpf:"cdo_policy"`
+	CdoVerdicts  *ebpf.MapSpec `ebpf:"cdo_verdicts"`
 }
 
 // CoordinoVariableSpecs contains global variables before they are loaded into the kernel.
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type CoordinoVariableSpecs struct {
+	UnusedCtStat    *ebpf.VariableSpec `ebpf:"unused_ct_stat"`
 	UnusedDirection *ebpf.VariableSpec `ebpf:"unused_direction"`
+	UnusedEpAddrKey *ebpf.VariableSpec `ebpf:"unused_ep_addr_key"`
 	UnusedFlowEvent *ebpf.VariableSpec `ebpf:"unused_flow_event"`
 	UnusedReason    *ebpf.VariableSpec `ebpf:"unused_reason"`
 }
@@ -232,22 +291,30 @@ func (o *CoordinoObjects) Close() error {
 type CoordinoMaps struct {
 	CdoConfig    *ebpf.Map `ebpf:"cdo_config"`
 	CdoConntrack *ebpf.Map `ebpf:"cdo_conntrack"`
-	CdoCounters  *ebpf.Map `ebpf:"cdo_counters"`
+	CdoCtStats   *ebpf.Map `ebpf:"cdo_ct_stats"`
 	CdoEndpoints *ebpf.Map `ebpf:"cdo_endpoints"`
+	CdoEpAddrs   *ebpf.Map `ebpf:"cdo_ep_addrs"`
+	CdoEvBudget  *ebpf.Map `ebpf:"cdo_ev_budget"`
 	CdoFlows     *ebpf.Map `ebpf:"cdo_flows"`
+	CdoFrags     *ebpf.Map `ebpf:"cdo_frags"`
 	CdoIpcache   *ebpf.Map `ebpf:"cdo_ipcache"`
 	CdoPolicy    *ebpf.Map `ebpf:"cdo_policy"`
+	CdoVerdicts  *ebpf.Map `ebpf:"cdo_verdicts"`
 }
 
 func (m *CoordinoMaps) Close() error {
 	return _CoordinoClose(
 		m.CdoConfig,
 		m.CdoConntrack,
-		m.CdoCounters,
+		m.CdoCtStats,
 		m.CdoEndpoints,
+		m.CdoEpAddrs,
+		m.CdoEvBudget,
 		m.CdoFlows,
+		m.CdoFrags,
 		m.CdoIpcache,
 		m.CdoPolicy,
+		m.CdoVerdicts,
 	)
 }
 
@@ -255,7 +322,9 @@ func (m *CoordinoMaps) Close() error {
 //
 // It can be passed to LoadCoordinoObjects or ebpf.CollectionSpec.LoadAndAssign.
 type CoordinoVariables struct {
+	UnusedCtStat    *ebpf.Variable `ebpf:"unused_ct_stat"`
 	UnusedDirection *ebpf.Variable `ebpf:"unused_direction"`
+	UnusedEpAddrKey *ebpf.Variable `ebpf:"unused_ep_addr_key"`
 	UnusedFlowEvent *ebpf.Variable `ebpf:"unused_flow_event"`
 	UnusedReason    *ebpf.Variable `ebpf:"unused_reason"`
 }

@@ -44,7 +44,7 @@ func startDatapath(ctx context.Context, o *config.Options, m *metrics.Metrics, h
 		return nil, err
 	}
 	dp, err := datapath.Open(datapath.Config{BPFDir: o.BPFDir, AttachMode: datapath.AttachMode(o.AttachMode), Logger: log, NodeIPs: nodeIPs,
-		Identities: identityAssigner(kube)})
+		ConntrackSize: o.ConntrackSize, Identities: identityAssigner(kube)})
 	if err != nil {
 		return nil, err
 	}
@@ -62,7 +62,7 @@ func startDatapath(ctx context.Context, o *config.Options, m *metrics.Metrics, h
 			dp.Close()
 			return nil, err
 		}
-	} else if err := startPolicySource(ctx, o.PolicyDir, dp, m, log); err != nil {
+	} else if err := startPolicySource(ctx, o.PolicyDir, o.StateDir, dp, m, log); err != nil {
 		dp.Close()
 		return nil, err
 	}
@@ -77,8 +77,11 @@ func startDatapath(ctx context.Context, o *config.Options, m *metrics.Metrics, h
 	return dp, nil
 }
 
-func startPolicySource(ctx context.Context, dir string, dp *datapath.Datapath, m *metrics.Metrics, log *zap.Logger) error {
+func startPolicySource(ctx context.Context, dir, stateDir string, dp *datapath.Datapath, m *metrics.Metrics, log *zap.Logger) error {
 	src := controlplane.NewStandalone(dir, log.Named("policy"))
+	// The last valid version of each file outlives restarts (a file broken at
+	// start-up keeps its protection).
+	src.StateDir = filepath.Join(stateDir, "policy-last-valid")
 	if err := m.Register(src.Collectors()...); err != nil {
 		return err
 	}

@@ -29,6 +29,8 @@ type Options struct {
 	// Kubeconfig is the Kubernetes mode's API client config; empty means
 	// in-cluster (service account) config.
 	Kubeconfig string `json:"kubeconfig"`
+	// ConntrackSize is the capacity of the datapath's conntrack table.
+	ConntrackSize int `json:"conntrackSize"`
 
 	// Prefixes is PodCIDRs parsed.
 	Prefixes []netip.Prefix `json:"-"`
@@ -43,6 +45,8 @@ func Defaults() Options {
 		MetricsAddr: "127.0.0.1:9962",
 		LogLevel:    "info",
 		AttachMode:  "tc",
+		// Mirrors datapath.DefaultConntrackSize (config does not import the datapath).
+		ConntrackSize: 1 << 18,
 	}
 }
 
@@ -79,6 +83,7 @@ func Parse(args []string, stderr io.Writer) (*Options, error) {
 	fs.BoolVar(&o.NoDatapath, "no-datapath", false, "do not load eBPF: connectivity without policy enforcement")
 	fs.StringVar(&o.FlowLog, "flow-log", "", "append flow events as JSON lines to this file (\"-\": stdout)")
 	fs.StringVar(&o.Kubeconfig, "kubeconfig", "", "Kubernetes mode: kubeconfig file of the API client (default: in-cluster service account)")
+	fs.IntVar(&o.ConntrackSize, "conntrack-size", o.ConntrackSize, "capacity of the eBPF conntrack table (flows of pods with an isolated direction; about 120 bytes each)")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -136,6 +141,7 @@ func (o *Options) applyFlags(flags *Options, explicit map[string]bool) {
 		"flow-log":     func() { o.FlowLog = flags.FlowLog },
 		"kubeconfig":   func() { o.Kubeconfig = flags.Kubeconfig },
 	}
+	set["conntrack-size"] = func() { o.ConntrackSize = flags.ConntrackSize }
 	for name := range explicit {
 		if f := set[name]; f != nil {
 			f()

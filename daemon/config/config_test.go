@@ -44,3 +44,18 @@ func TestErrorsNameTheOption(t *testing.T) {
 		}
 	}
 }
+
+func TestConntrackSize(t *testing.T) {
+	o, err := Parse(nil, io.Discard)
+	if err != nil || o.ConntrackSize != 1<<18 {
+		t.Fatalf("default conntrack size %d, %v", o.ConntrackSize, err)
+	}
+	file := filepath.Join(t.TempDir(), "c.json")
+	os.WriteFile(file, []byte(`{"conntrackSize":4096}`), 0o600)
+	if o, err = Parse([]string{"--config", file}, io.Discard); err != nil || o.ConntrackSize != 4096 {
+		t.Fatalf("file: conntrack size %d, %v", o.ConntrackSize, err)
+	}
+	if o, err = Parse([]string{"--config", file, "--conntrack-size", "8192"}, io.Discard); err != nil || o.ConntrackSize != 8192 {
+		t.Fatalf("flag over file: conntrack size %d, %v", o.ConntrackSize, err)
+	}
+}

@@ -31,10 +31,17 @@ type Standalone struct {
 	log      *zap.Logger
 	debounce time.Duration
 
+	// StateDir, when set before Run, keeps a copy of every policy file's
+	// last valid content there, so a file that is broken when the daemon
+	// (re)starts keeps enforcing its last valid version.
+	StateDir string
+
 	synced     chan struct{}
 	syncedOnce sync.Once
-	files      map[string]*Objects // last valid content per file name
-	broken     map[string]string   // file name → current parse error
+	files      map[string]*Objects  // last valid content per file name
+	broken     map[string]string    // file name → current parse error
+	stamps     map[string]fileStamp // file name → what was last read
+	swept      bool                 // saved copies of vanished files removed
 
 	reloads    prometheus.Counter
 	fileErrors prometheus.Counter
@@ -54,6 +61,7 @@ func NewStandalone(dir string, log *zap.Logger) *Standalone {
 		synced:   make(chan struct{}),
 		files:    map[string]*Objects{},
 		broken:   map[string]string{},
+		stamps:   map[string]fileStamp{},
 		reloads: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "coordino_policy_dir_reloads_total", Help: "Reloads of the policy directory."}),
 		fileErrors: prometheus.NewCounter(prometheus.CounterOpts{
@@ -125,17 +133,29 @@ func (s *Standalone) reload(sink Sink) error {
 	}
 	s.reloads.Inc()
 	seen := map[string]bool{}
+	save := map[string][]byte{} // new last valid content (nil: file deleted)
 	for _, e := range entries {
 		name := e.Name()
 		if strings.HasPrefix(name, ".") || !isPolicyFile(name) {
 			continue
 		}
 		path := filepath.Join(s.dir, name)
-		if st, err := os.Stat(path); err != nil || st.IsDir() {
+		st, err := os.Stat(path)
+		if err != nil || st.IsDir() {
 			continue
 		}
 		seen[name] = true
-		objs, err := readPolicyFile(path)
+		stamp := stampOf(st)
+		if old, ok := s.stamps[name]; ok && old == stamp {
+			// Unchanged since it was last read: keep the parsed objects as
+			// they are, so the datapath sees identical pointers.
+			if _, bad := s.broken[name]; bad {
+				s.fileErrors.Inc()
+			}
+			continue
+		}
+		s.stamps[name] = stamp
+		data, objs, err := readPolicyFile(path)
 		if err != nil {
 			s.fileErrors.Inc()
 			if s.broken[name] != err.Error() {
@@ -143,14 +163,19 @@ func (s *Standalone) reload(sink Sink) error {
 					zap.String("file", path), zap.Error(err))
 			}
 			s.broken[name] = err.Error()
+			if _, known := s.files[name]; !known {
+				s.restoreLastValid(name)
+			}
 			continue
 		}
 		delete(s.broken, name)
 		s.files[name] = objs
+		save[name] = data
 	}
 	for name := range s.files {
 		if !seen[name] {
 			delete(s.files, name)
+			save[name] = nil
 		}
 	}
 	for name := range s.broken {
@@ -158,6 +183,12 @@ func (s *Standalone) reload(sink Sink) error {
 			delete(s.broken, name)
 		}
 	}
+	for name := range s.stamps {
+		if !seen[name] {
+			delete(s.stamps, name)
+		}
+	}
+	s.sweepSaved(seen)
 	s.invalid.Set(float64(len(s.broken)))
 
 	snap := s.snapshot()
@@ -168,21 +199,88 @@ func (s *Standalone) reload(sink Sink) error {
 	s.log.Info("policy loaded", zap.Int("policies", len(snap.Policies)), zap.Int("namespaces", len(snap.Namespaces)),
 		zap.Int("invalidFiles", len(s.broken)))
 	s.syncedOnce.Do(func() { close(s.synced) })
+	// After applying: the fsyncs do not delay enforcement.
+	s.saveLastValid(save)
 	return nil
 }
 
-func readPolicyFile(path string) (*Objects, error) {
+// saveLastValid records the new last valid content of changed files.
+func (s *Standalone) saveLastValid(save map[string][]byte) {
+	if s.StateDir == "" {
+		return
+	}
+	for name, data := range save {
+		var err error
+		if data == nil {
+			err = s.last().remove(name)
+		} else {
+			err = s.last().save(name, data)
+		}
+		if err != nil {
+			s.log.Error("cannot keep the last valid policy file in the state dir", zap.String("file", name), zap.Error(err))
+		}
+	}
+}
+
+func readPolicyFile(path string) ([]byte, *Objects, error) {
 	f, err := os.Open(path)
 	if err != nil {
-		return nil, fmt.Errorf("policy file %q: %w", path, err)
+		return nil, nil, fmt.Errorf("policy file %q: %w", path, err)
 	}
 	defer f.Close()
 	// Read one byte past the limit so ParseFile can reject oversized files.
 	data, err := io.ReadAll(io.LimitReader(f, MaxFileSize+1))
 	if err != nil {
-		return nil, fmt.Errorf("policy file %q: %w", path, err)
+		return nil, nil, fmt.Errorf("policy file %q: %w", path, err)
 	}
-	return ParseFile(filepath.Base(path), data)
+	objs, err := ParseFile(filepath.Base(path), data)
+	return data, objs, err
+}
+
+func (s *Standalone) last() lastValid { return lastValid{dir: s.StateDir} }
+
+// restoreLastValid puts the saved copy of a broken file in force: the file
+// was broken before this process ever read a valid version of it.
+func (s *Standalone) restoreLastValid(name string) {
+	if s.StateDir == "" {
+		return
+	}
+	data, err := s.last().load(name)
+	if err != nil || data == nil {
+		if err != nil {
+			s.log.Error("cannot read the saved copy of a broken policy file", zap.String("file", name), zap.Error(err))
+		}
+		return
+	}
+	objs, err := ParseFile(name, data)
+	if err != nil {
+		s.log.Error("saved copy of a broken policy file is invalid too", zap.String("file", name), zap.Error(err))
+		return
+	}
+	s.files[name] = objs
+	s.log.Warn("policy file broken; enforcing its last valid content saved in the state dir",
+		zap.String("file", filepath.Join(s.dir, name)), zap.String("copy", s.last().path(name)))
+}
+
+// sweepSaved removes, once, saved copies of files deleted from the policy
+// dir while the daemon was not running.
+func (s *Standalone) sweepSaved(seen map[string]bool) {
+	if s.StateDir == "" || s.swept {
+		return
+	}
+	s.swept = true
+	names, err := s.last().names()
+	if err != nil {
+		s.log.Error("cannot list saved policy files", zap.Error(err))
+		return
+	}
+	for _, name := range names {
+		if !seen[name] {
+			if err := s.last().remove(name); err != nil {
+				s.log.Error("cannot remove a saved policy file", zap.String("file", name), zap.Error(err))
+			}
+		}
+	}
 }
 
 // snapshot merges files in name order; a later duplicate of namespace/name

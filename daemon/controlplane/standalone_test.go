@@ -131,3 +131,69 @@ func TestStandaloneMissingDir(t *testing.T) {
 		t.Fatal("Run on a missing directory succeeded")
 	}
 }
+
+// runOnce starts src, waits for its first snapshot and stops it.
+func runOnce(t *testing.T, src *Standalone) policy.Snapshot {
+	t.Helper()
+	sink := &recordingSink{}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- src.Run(ctx, sink) }()
+	select {
+	case <-src.Synced():
+	case err := <-done:
+		t.Fatalf("Run: %v", err)
+	case <-time.After(2 * time.Second):
+		t.Fatal("not synced")
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	s, _ := sink.last()
+	return s
+}
+
+// TestLastValidSurvivesRestart: a file that is broken when the daemon
+// starts keeps enforcing the last valid content an earlier run saw, and a
+// file deleted while the daemon was down takes its saved copy with it.
+func TestLastValidSurvivesRestart(t *testing.T) {
+	dir, state := t.TempDir(), t.TempDir()
+	write := func(name, data string) {
+		t.Helper()
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(data), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("a.yaml", policyA)
+	write("b.yaml", policyB)
+	first := NewStandalone(dir, zaptest.NewLogger(t))
+	first.StateDir = state
+	if got := names(runOnce(t, first)); !got["default/a"] || !got["x/b"] {
+		t.Fatalf("first run: %v", got)
+	}
+
+	// While the daemon is down, a.yaml breaks and b.yaml is deleted.
+	write("a.yaml", policyA+"spec: {podSelector: {}, policyTypes: [Sideways]}\n")
+	if err := os.Remove(filepath.Join(dir, "b.yaml")); err != nil {
+		t.Fatal(err)
+	}
+	second := NewStandalone(dir, zaptest.NewLogger(t))
+	second.StateDir = state
+	got := names(runOnce(t, second))
+	if !got["default/a"] {
+		t.Fatalf("broken at start-up: last valid policy default/a dropped (got %v)", got)
+	}
+	if got["x/b"] {
+		t.Fatalf("deleted file's policy came back: %v", got)
+	}
+	if errs := second.Errors(); errs["a.yaml"] == "" {
+		t.Fatalf("broken file not reported: %v", errs)
+	}
+
+	// Without a state dir nothing is kept (the behaviour before).
+	third := NewStandalone(dir, zaptest.NewLogger(t))
+	if got := names(runOnce(t, third)); got["default/a"] {
+		t.Fatalf("no state dir, yet default/a enforced: %v", got)
+	}
+}

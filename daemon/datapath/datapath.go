@@ -10,6 +10,7 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/rlimit"
@@ -41,6 +42,14 @@ type Config struct {
 	// Identities assigns endpoint identities; nil numbers label sets on
 	// this node (standalone). See identity.Assigner for Kubernetes mode.
 	Identities identity.Assigner
+	// ConntrackSize is the conntrack table's capacity; 0 means
+	// DefaultConntrackSize. Changing it replaces the pinned table.
+	ConntrackSize int
+
+	// Tests only: a smaller policy map, and a faster retry after a failed
+	// map update.
+	policyMapEntries uint32
+	retryDelay       time.Duration
 }
 
 // Endpoint is a pod interface to enforce policy on.
@@ -69,21 +78,27 @@ type Datapath struct {
 	// never takes mu.
 	ifKeys atomic.Pointer[map[uint32]string]
 
+	// snapMu serialises UpdatePolicy; snap is the last applied snapshot.
+	snapMu sync.Mutex
+	snap   snapshotState
+
 	mu       sync.Mutex
 	ids      identity.Assigner
 	cidrs    *identity.CIDRs
+	engine   *policy.Engine
 	eps      map[string]*record
-	snap     policy.Snapshot
 	synced   bool
 	mirror   *mirrors
 	revision uint32
 	// cfgFlags are the CFG_* flags last written to the config map.
 	cfgFlags uint32
-	// compileErr lists the invalid policies of the last sync.
-	compileErr error
-	// remote are identities announced by an identity source
-	// (UpsertIdentity), beyond those of local endpoints.
-	remote map[identity.ID]identity.Identity
+	// dirty are map entries that may differ from what the engine wants.
+	dirty pending
+	// retryTimer is set while a retry of a failed flush is scheduled.
+	retryTimer    *time.Timer
+	retryDelay    time.Duration
+	closed        bool
+	cidrsRetained bool
 }
 
 // Open loads the BPF objects and creates, or adopts, the pinned maps, the
@@ -112,13 +127,21 @@ func Open(cfg Config) (*Datapath, error) {
 		cfg.Identities = identity.NewAllocator()
 	}
 	d := &Datapath{
-		cfg:    cfg,
-		log:    cfg.Logger.Named("datapath"),
-		ids:    cfg.Identities,
-		cidrs:  identity.NewCIDRs(),
-		eps:    map[string]*record{},
-		remote: map[identity.ID]identity.Identity{},
+		cfg:   cfg,
+		log:   cfg.Logger.Named("datapath"),
+		ids:   cfg.Identities,
+		cidrs: identity.NewCIDRs(),
+		eps:   map[string]*record{},
+		dirty: newPending(),
 	}
+	d.engine = policy.NewEngine(d.cidrs)
+	if cfg.policyMapEntries > 0 {
+		spec.Maps["cdo_policy"].MaxEntries = cfg.policyMapEntries
+	}
+	if err := prepareConntrack(&cfg, spec, d.log); err != nil {
+		return nil, err
+	}
+	d.cfg = cfg
 	opts := &ebpf.CollectionOptions{Maps: ebpf.MapOptions{PinPath: cfg.BPFDir}}
 	if err := spec.LoadAndAssign(&d.objs, opts); err != nil {
 		if errors.Is(err, ebpf.ErrMapIncompatible) {
@@ -173,11 +196,17 @@ func (d *Datapath) restore() error {
 		return err
 	}
 	for _, r := range recs {
-		if err := d.ids.Restore(identity.Identity{ID: r.Identity, Namespace: r.Namespace, Labels: r.Labels}); err != nil {
+		id := identity.Identity{ID: r.Identity, Namespace: r.Namespace, Labels: r.Labels}
+		if err := d.ids.Restore(id); err != nil {
 			return fmt.Errorf("datapath: adopt endpoint %q: %w", r.Key, err)
 		}
+		d.engine.AddLocal(id)
 		d.eps[r.Key] = r
 		d.refreshIfKeys()
+		// Adopted from a version without source validation, or a lost map.
+		if err := d.writeAddrs(r); err != nil {
+			return err
+		}
 		if err := d.attach(r); err != nil {
 			// The interface may be gone; the owner's reconciliation detaches it.
 			d.log.Warn("adopted endpoint not re-attached", zap.String("endpoint", r.Key), zap.Error(err))
@@ -191,6 +220,12 @@ func (d *Datapath) restore() error {
 // Close releases file descriptors. Pins stay, so attached programs keep
 // enforcing policy until the next Open adopts them.
 func (d *Datapath) Close() error {
+	d.mu.Lock()
+	d.closed = true
+	if d.retryTimer != nil {
+		d.retryTimer.Stop()
+	}
+	d.mu.Unlock()
 	var errs []error
 	if d.state != nil {
 		errs = append(errs, d.state.Close())
@@ -199,30 +234,20 @@ func (d *Datapath) Close() error {
 	return errors.Join(errs...)
 }
 
-// UpdatePolicy replaces the policy snapshot and recompiles it into the maps
-// of all local endpoints. Invalid policies are skipped and reported in the
-// error; valid ones are applied regardless.
-func (d *Datapath) UpdatePolicy(s policy.Snapshot) error {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	d.snap = s
-	d.synced = true
-	if err := d.sync(); err != nil {
-		return fmt.Errorf("datapath: apply policy: %w", err)
-	}
-	return d.compileErr
-}
-
 // SetNodeIPs replaces the node's addresses (the host identity), e.g. when a
 // bridge or uplink address appears after start.
 func (d *Datapath) SetNodeIPs(ips []netip.Addr) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	for _, ip := range slices.Concat(d.cfg.NodeIPs, ips) {
+		ip = ip.Unmap()
+		d.dirty.ips[netip.PrefixFrom(ip, ip.BitLen())] = struct{}{}
+	}
 	d.cfg.NodeIPs = slices.Clone(ips)
 	if !d.synced {
 		return nil
 	}
-	if err := d.sync(); err != nil {
+	if err := d.flush(); err != nil {
 		return fmt.Errorf("datapath: update node addresses: %w", err)
 	}
 	return nil
@@ -281,31 +306,55 @@ func (d *Datapath) prepareAttach(r *record) error {
 		return fmt.Errorf("endpoint %q: %w", r.Key, err)
 	}
 	r.Identity = id.ID
-	if old != nil {
-		r.Mode = old.Mode
-		d.ids.Release(old.Identity)
+	// Sources first: programs attached next drop anything else it sends.
+	if err := d.writeAddrs(r); err != nil {
+		d.ids.Release(r.Identity)
+		return err
 	}
 	// Record first: a crash after attaching still finds the endpoint.
 	if err := putRecord(d.state, r); err != nil {
 		d.ids.Release(r.Identity)
 		return err
 	}
+	// Only the new identity's rules are expanded here, never the policy set.
+	d.engine.AddLocal(id)
+	if old != nil {
+		// Same key again (e.g. moving to its cluster identity): the new
+		// identity's entries go in before the old one's come out.
+		r.Mode = old.Mode
+		d.engine.RemoveLocal(old.Identity)
+		d.ids.Release(old.Identity)
+		d.markEndpoint(old)
+		if err := d.deleteAddrs(old, r); err != nil {
+			d.log.Warn("stale source addresses left", zap.String("endpoint", r.Key), zap.Error(err))
+		}
+	}
 	d.eps[r.Key] = r
 	d.refreshIfKeys()
-	if err := d.sync(); err != nil {
-		d.forget(r)
-		return fmt.Errorf("endpoint %q: %w", r.Key, err)
+	d.markEndpoint(r)
+	if err := d.flush(); err != nil {
+		if d.endpointPending(r) {
+			d.forget(r)
+			return fmt.Errorf("endpoint %q: %w", r.Key, err)
+		}
+		// This endpoint is fully in the maps; other entries are retried.
+		d.log.Warn("policy maps not fully updated", zap.Error(err))
 	}
 	return nil
 }
 
 // forget undoes the bookkeeping of a failed attach.
 func (d *Datapath) forget(r *record) {
+	if err := d.deleteAddrs(r, nil); err != nil {
+		d.log.Warn("source addresses left after failed attach", zap.String("endpoint", r.Key), zap.Error(err))
+	}
 	delete(d.eps, r.Key)
 	d.refreshIfKeys()
 	_ = deleteRecord(d.state, r.Key)
+	d.engine.RemoveLocal(r.Identity)
 	d.ids.Release(r.Identity)
-	if err := d.sync(); err != nil {
+	d.markEndpoint(r)
+	if err := d.flush(); err != nil {
 		d.log.Warn("resync after failed attach", zap.String("endpoint", r.Key), zap.Error(err))
 	}
 }
@@ -332,7 +381,11 @@ func (d *Datapath) DetachEndpoint(ep Endpoint) error {
 	defer d.mu.Unlock()
 	delete(d.eps, r.Key)
 	d.refreshIfKeys()
+	d.engine.RemoveLocal(r.Identity)
 	d.ids.Release(r.Identity)
+	if err := d.deleteAddrs(r, nil); err != nil {
+		return err
+	}
 	if err := deleteRecord(d.state, r.Key); err != nil {
 		return err
 	}
@@ -340,8 +393,12 @@ func (d *Datapath) DetachEndpoint(ep Endpoint) error {
 		return err
 	}
 	if d.synced {
-		if err := d.sync(); err != nil {
-			return err
+		d.markEndpoint(r)
+		if err := d.flush(); err != nil {
+			if d.endpointPending(r) {
+				return err
+			}
+			d.log.Warn("policy maps not fully updated", zap.Error(err))
 		}
 	}
 	d.purgeConntrack(uint32(r.HostIfIndex))

@@ -35,7 +35,8 @@ var modes = []struct {
 // namespace default, "c" (app=client) in namespace other, and "ext", an
 // unattached host standing in for the world.
 type cluster struct {
-	t       *testing.T
+	t       testing.TB
+	dual    bool // pods also get their podIPs6 address
 	cfg     Config
 	dp      *Datapath
 	pods    map[string]*testnet.Pod
@@ -49,21 +50,42 @@ var podIPs = map[string]netip.Addr{
 	"ext": netip.MustParseAddr("203.0.113.10"),
 }
 
-func newCluster(t *testing.T, attach AttachMode) *cluster {
+func newCluster(t testing.TB, attach AttachMode) *cluster {
+	t.Helper()
+	return newClusterWith(t, Config{AttachMode: attach}, false)
+}
+
+// newClusterWith builds the cluster with cfg (BPF dir, logger and node
+// addresses filled in); dual gives every pod an IPv6 address too.
+func newClusterWith(t testing.TB, cfg Config, dual bool) *cluster {
 	t.Helper()
 	privileged.Require(t)
-	c := &cluster{t: t, pods: map[string]*testnet.Pod{}, eps: map[string]Endpoint{}}
-	c.cfg = Config{BPFDir: testnet.BPFDir(t), AttachMode: attach, Logger: zaptest.NewLogger(t),
-		NodeIPs: []netip.Addr{testnet.NodeIP}}
+	c := &cluster{t: t, dual: dual, pods: map[string]*testnet.Pod{}, eps: map[string]Endpoint{}}
+	cfg.BPFDir, cfg.Logger = testnet.BPFDir(t), zaptest.NewLogger(t)
+	cfg.NodeIPs = []netip.Addr{testnet.NodeIP, testnet.NodeIP6}
+	c.cfg = cfg
 	c.open()
 	if err := c.dp.UpdatePolicy(policy.Snapshot{}); err != nil {
 		t.Fatal(err)
 	}
-	c.pods["ext"] = testnet.NewPod(t, "ext", podIPs["ext"])
+	c.pods["ext"] = testnet.NewPod(t, "ext", podIPs["ext"], c.extraIPs("ext")...)
 	c.addPod("a", "default", map[string]string{"app": "client"})
 	c.addPod("b", "default", map[string]string{"app": "server"})
 	c.addPod("c", "other", map[string]string{"app": "client"})
 	return c
+}
+
+var podIPs6 = map[string]netip.Addr{
+	"a": netip.MustParseAddr("2001:db8:1::10"), "b": netip.MustParseAddr("2001:db8:1::11"),
+	"c": netip.MustParseAddr("2001:db8:1::12"), "d": netip.MustParseAddr("2001:db8:1::13"),
+	"ext": netip.MustParseAddr("2001:db8:2::10"),
+}
+
+func (c *cluster) extraIPs(name string) []netip.Addr {
+	if c.dual {
+		return []netip.Addr{podIPs6[name]}
+	}
+	return nil
 }
 
 func (c *cluster) open() {
@@ -78,10 +100,10 @@ func (c *cluster) open() {
 
 func (c *cluster) addPod(name, ns string, labels map[string]string) {
 	c.t.Helper()
-	p := testnet.NewPod(c.t, name, podIPs[name])
+	p := testnet.NewPod(c.t, name, podIPs[name], c.extraIPs(name)...)
 	c.pods[name] = p
 	ep := Endpoint{Key: "net/" + name + "-" + filepath.Base(c.t.Name()) + "/eth0", HostIfName: p.HostIfName,
-		HostIfIndex: p.HostIfIndex, IPs: []netip.Addr{p.IP}, Namespace: ns, Labels: labels}
+		HostIfIndex: p.HostIfIndex, IPs: p.IPs, Namespace: ns, Labels: labels}
 	if err := c.dp.AttachEndpoint(ep); err != nil {
 		c.t.Fatalf("attach %s: %v", name, err)
 	}
@@ -89,6 +111,14 @@ func (c *cluster) addPod(name, ns string, labels map[string]string) {
 }
 
 func (c *cluster) policies(docs ...string) {
+	c.t.Helper()
+	if err := c.tryPolicies(docs...); err != nil {
+		c.t.Fatalf("UpdatePolicy: %v", err)
+	}
+}
+
+// tryPolicies applies docs as the whole policy snapshot.
+func (c *cluster) tryPolicies(docs ...string) error {
 	c.t.Helper()
 	s := policy.Snapshot{}
 	for _, d := range docs {
@@ -98,9 +128,7 @@ func (c *cluster) policies(docs ...string) {
 		}
 		s.Policies = append(s.Policies, np)
 	}
-	if err := c.dp.UpdatePolicy(s); err != nil {
-		c.t.Fatalf("UpdatePolicy: %v", err)
-	}
+	return c.dp.UpdatePolicy(s)
 }
 
 // expect checks "from>to proto/port" probes; from "node" probes from the node.
@@ -348,6 +376,13 @@ func TestDetachRemovesAttachmentAndEntries(t *testing.T) {
 			var info struct{ Identity, Flags uint32 }
 			if err := c.dp.objs.CdoEndpoints.Lookup(uint32(ep.HostIfIndex), &info); err == nil {
 				t.Fatal("endpoint map entry left behind")
+			}
+			for _, ip := range ep.IPs {
+				k := epAddrKey(ep.HostIfIndex, ip)
+				var v uint32
+				if err := c.dp.objs.CdoEpAddrs.Lookup(&k, &v); err == nil {
+					t.Fatalf("source address %s left behind", ip)
+				}
 			}
 			if _, err := os.Stat(c.dp.linkDir(ep.Key)); !os.IsNotExist(err) {
 				t.Fatalf("link pins left behind: %v", err)

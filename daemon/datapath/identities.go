@@ -2,7 +2,6 @@ package datapath
 
 import (
 	"fmt"
-	"maps"
 
 	"github.com/coordino/coordino/daemon/identity"
 )
@@ -25,11 +24,7 @@ func (d *Datapath) UpsertIdentity(id identity.Identity) error {
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if old, ok := d.remote[id.ID]; ok && old.Namespace == id.Namespace && maps.Equal(old.Labels, id.Labels) {
-		return nil
-	}
-	id.Labels = maps.Clone(id.Labels)
-	d.remote[id.ID] = id
+	d.engine.UpsertIdentity(id)
 	return d.identitiesChanged()
 }
 
@@ -38,37 +33,15 @@ func (d *Datapath) UpsertIdentity(id identity.Identity) error {
 func (d *Datapath) DeleteIdentity(id identity.ID) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if _, ok := d.remote[id]; !ok {
-		return nil
-	}
-	delete(d.remote, id)
+	d.engine.DeleteIdentity(id)
 	return d.identitiesChanged()
-}
-
-// knownIdentities are the identities of local endpoints and announced ones.
-func (d *Datapath) knownIdentities() []identity.Identity {
-	seen := map[identity.ID]bool{}
-	var out []identity.Identity
-	for _, r := range d.eps {
-		if !seen[r.Identity] {
-			seen[r.Identity] = true
-			out = append(out, identity.Identity{ID: r.Identity, Namespace: r.Namespace, Labels: r.Labels})
-		}
-	}
-	for id, v := range d.remote {
-		if !seen[id] {
-			seen[id] = true
-			out = append(out, v)
-		}
-	}
-	return out
 }
 
 func (d *Datapath) identitiesChanged() error {
 	if !d.synced {
 		return nil
 	}
-	if err := d.sync(); err != nil {
+	if err := d.flush(); err != nil {
 		return fmt.Errorf("datapath: apply identity change: %w", err)
 	}
 	return nil

@@ -19,6 +19,8 @@ var reasonNames = [...]string{
 	bpf.CoordinoReasonREASON_POLICY_REVOKED: "policy-revoked",
 	bpf.CoordinoReasonREASON_NO_ENDPOINT:    "no-endpoint",
 	bpf.CoordinoReasonREASON_MALFORMED:      "malformed",
+	bpf.CoordinoReasonREASON_SPOOFED:        "spoofed",
+	bpf.CoordinoReasonREASON_FRAGMENT:       "fragment-unknown",
 }
 
 // ReasonName names a verdict reason as used in metrics and flow events.
@@ -46,6 +48,8 @@ var (
 		[]string{"direction", "verdict", "reason"}, nil)
 	lostDesc = prometheus.NewDesc("coordino_flow_events_lost_total",
 		"Flow events dropped because the ring buffer was full.", nil, nil)
+	suppressedDesc = prometheus.NewDesc("coordino_flow_events_suppressed_total",
+		"Drop events not reported because of the per-CPU drop event rate limit (the packets are still counted).", nil, nil)
 	endpointsDesc = prometheus.NewDesc("coordino_datapath_endpoints",
 		"Endpoints with attached programs.", nil, nil)
 	policyEntriesDesc = prometheus.NewDesc("coordino_policy_map_entries",
@@ -57,12 +61,20 @@ var (
 type metrics struct {
 	d             *Datapath
 	invalidPolicy prometheus.Gauge
+	syncFailures  prometheus.Counter
+	policies      prometheus.Gauge
 }
 
 func newMetrics(d *Datapath) *metrics {
 	return &metrics{d: d, invalidPolicy: prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "coordino_policy_invalid",
 		Help: "Network policies skipped by the last compilation because they are invalid.",
+	}), syncFailures: prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "coordino_policy_map_update_failures_total",
+		Help: "Policy map updates that failed part-way (fail-closed; retried with backoff).",
+	}), policies: prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "coordino_policies",
+		Help: "Valid network policies in the policy engine (the last snapshot applied).",
 	})}
 }
 
@@ -78,57 +90,60 @@ func (m *metrics) setCompileError(err error) {
 
 // Describe implements prometheus.Collector.
 func (m *metrics) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{packetsDesc, bytesDesc, lostDesc, endpointsDesc, policyEntriesDesc, revisionDesc} {
+	for _, d := range []*prometheus.Desc{packetsDesc, bytesDesc, lostDesc, suppressedDesc, endpointsDesc, policyEntriesDesc, revisionDesc} {
 		ch <- d
 	}
+	describeConntrack(ch)
 }
 
 // Collect reads the per-CPU counters from the kernel at scrape time.
 func (m *metrics) Collect(ch chan<- prometheus.Metric) {
-	slots := uint32(bpf.CoordinoReasonREASON_SLOTS)
+	var lost, suppressed uint64
 	for dir := range uint32(2) {
 		dirName := "ingress"
 		if dir == 1 {
 			dirName = "egress"
 		}
-		for reason := range slots {
-			var perCPU []bpf.CoordinoCounter
-			if err := m.d.objs.CdoCounters.Lookup(dir*slots+reason, &perCPU); err != nil {
-				continue
-			}
-			var pkts, bytes uint64
-			for _, c := range perCPU {
-				pkts += c.Packets
-				bytes += c.Bytes
-			}
-			if reason == uint32(bpf.CoordinoReasonREASON_EVENT_LOST) {
-				if dir == 0 {
-					lost := pkts
-					var other []bpf.CoordinoCounter
-					if m.d.objs.CdoCounters.Lookup(slots+reason, &other) == nil {
-						for _, c := range other {
-							lost += c.Packets
-						}
-					}
-					ch <- prometheus.MustNewConstMetric(lostDesc, prometheus.CounterValue, float64(lost))
-				}
+		for reason := range uint32(bpf.CoordinoReasonREASON_MAX) {
+			pkts, bytes, err := m.d.counter(dir, reason)
+			if err != nil {
 				continue
 			}
 			r := uint8(reason)
 			ch <- prometheus.MustNewConstMetric(packetsDesc, prometheus.CounterValue, float64(pkts), dirName, Verdict(r), ReasonName(r))
 			ch <- prometheus.MustNewConstMetric(bytesDesc, prometheus.CounterValue, float64(bytes), dirName, Verdict(r), ReasonName(r))
 		}
+		n, _, _ := m.d.counter(dir, uint32(bpf.CoordinoReasonREASON_EVENT_LOST))
+		lost += n
+		n, _, _ = m.d.counter(dir, uint32(bpf.CoordinoReasonREASON_EVENT_SUPPRESSED))
+		suppressed += n
 	}
+	ch <- prometheus.MustNewConstMetric(lostDesc, prometheus.CounterValue, float64(lost))
+	ch <- prometheus.MustNewConstMetric(suppressedDesc, prometheus.CounterValue, float64(suppressed))
 	m.d.mu.Lock()
 	eps, entries, rev := len(m.d.eps), len(m.d.mirror.policy), m.d.revision
 	m.d.mu.Unlock()
 	ch <- prometheus.MustNewConstMetric(endpointsDesc, prometheus.GaugeValue, float64(eps))
 	ch <- prometheus.MustNewConstMetric(policyEntriesDesc, prometheus.GaugeValue, float64(entries))
 	ch <- prometheus.MustNewConstMetric(revisionDesc, prometheus.GaugeValue, float64(rev))
+	m.d.collectConntrack(ch)
+}
+
+// counter sums one verdict counter slot over all CPUs.
+func (d *Datapath) counter(dir, reason uint32) (packets, bytes uint64, err error) {
+	var perCPU []bpf.CoordinoCounter
+	if err := d.objs.CdoVerdicts.Lookup(dir*uint32(bpf.CoordinoReasonREASON_SLOTS)+reason, &perCPU); err != nil {
+		return 0, 0, err
+	}
+	for _, c := range perCPU {
+		packets += c.Packets
+		bytes += c.Bytes
+	}
+	return packets, bytes, nil
 }
 
 // Collectors returns the datapath's Prometheus collectors: packet and byte
 // counters by direction, verdict and reason, and policy state gauges.
 func (d *Datapath) Collectors() []prometheus.Collector {
-	return []prometheus.Collector{d.metrics, d.metrics.invalidPolicy}
+	return []prometheus.Collector{d.metrics, d.metrics.invalidPolicy, d.metrics.syncFailures, d.metrics.policies}
 }

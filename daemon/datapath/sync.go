@@ -1,8 +1,10 @@
 package datapath
 
 import (
+	"errors"
 	"fmt"
 	"net/netip"
+	"time"
 
 	"github.com/cilium/ebpf"
 	"github.com/coordino/coordino/bpf"
@@ -11,133 +13,399 @@ import (
 	"go.uber.org/zap"
 )
 
-// sync recompiles the current snapshot for the local identities and writes
-// the difference to the maps: additions first, then endpoint isolation
-// flags, then deletions, so a flow allowed before and after never sees a
-// gap. Finally it bumps the policy revision, which makes the programs
-// re-check tracked flows against the new maps on their next packet.
-// Invalid policies are skipped, counted and logged; only map failures return.
-func (d *Datapath) sync() error {
-	local := map[identity.ID]bool{}
-	for _, r := range d.eps {
-		local[r.Identity] = true
-	}
-	in := policy.Input{Snapshot: d.snap, Identities: d.knownIdentities()}
-	for id := range local {
-		in.Local = append(in.Local, id)
-	}
-	res, cerr := policy.Compile(in, d.cidrs)
-	if res == nil {
-		return fmt.Errorf("compile policy: %w", cerr)
-	}
-	d.compileErr = cerr
-	d.metrics.setCompileError(cerr)
-	if cerr != nil {
-		d.log.Warn("invalid network policies skipped", zap.Error(cerr))
-	}
-	for _, w := range res.Warnings {
-		d.log.Debug("policy warning", zap.String("warning", w))
-	}
+// The map writer, last stage of the policy pipeline. The engine reports
+// which outputs an operation touched; they join the pending set, and flush
+// compares each pending entry's wanted value with the mirror of the map and
+// writes only the differences. Nothing is recompiled here.
+//
+// Fail closed. A flush that stops part-way (map full, ENOMEM) must never
+// leave the node more permissive than both the state before and the state
+// wanted. Each write is classed by its effect on the installed state:
+//
+//	A  allow entries whose (identity, direction) no installed endpoint
+//	   isolates: they change no verdict yet (this is how a newly isolated
+//	   endpoint gets its allows before its isolation, without a gap);
+//	B  tightening: isolation bits added, endpoints removed, pod addresses
+//	   removed from the ipcache, allow entries removed where the direction
+//	   stays isolated;
+//	C  loosening: other allow entries, new or changed ipcache entries,
+//	   new endpoints, isolation bits cleared, ipBlock prefixes removed;
+//	D  allow entries of directions that are no longer isolated.
+//
+// and the classes run in that order. While B runs the state only tightens
+// (⊆ before); from C on it only loosens towards the wanted state (⊆ wanted);
+// a flow allowed at one endpoint by the old state and at the other by the
+// new one cannot slip through. If any B write fails, C and D are not
+// attempted. A failed write stays pending, the error is reported and the
+// flush is retried with backoff. Because removals (B) run even when
+// additions (A) fail, a map that was full of stale entries drains, so a
+// later flush does not fail at the same point forever.
 
-	wantPolicy := res.Table()
-	wantIP := map[netip.Prefix]bpf.CoordinoIpcacheValue{}
-	for p, id := range res.CIDRs {
-		wantIP[p] = bpf.CoordinoIpcacheValue{Identity: uint32(id), CidrIdentity: uint32(id)}
-	}
-	host := func(ip netip.Addr, id identity.ID) {
-		ip = ip.Unmap()
-		wantIP[netip.PrefixFrom(ip, ip.BitLen())] = bpf.CoordinoIpcacheValue{
-			Identity: uint32(id), CidrIdentity: uint32(res.CIDRIdentity(ip)),
-		}
-	}
-	for _, ip := range d.cfg.NodeIPs {
-		host(ip, identity.Host)
-	}
-	wantEP := map[uint32]bpf.CoordinoEndpointInfo{}
-	for _, r := range d.eps {
-		for _, ip := range r.IPs {
-			host(ip, r.Identity)
-		}
-		wantEP[uint32(r.HostIfIndex)] = bpf.CoordinoEndpointInfo{
-			Identity: uint32(r.Identity), Flags: uint32(res.Isolation[r.Identity]),
-		}
-	}
-
-	changed := false
-	for p, v := range wantIP {
-		if old, ok := d.mirror.ipcache[p]; ok && old == v {
-			continue
-		}
-		k := ipcacheKey(p)
-		if err := d.objs.CdoIpcache.Update(&k, &v, ebpf.UpdateAny); err != nil {
-			return fmt.Errorf("update ipcache %s: %w", p, err)
-		}
-		d.mirror.ipcache[p], changed = v, true
-	}
-	for k := range wantPolicy {
-		if _, ok := d.mirror.policy[k]; ok {
-			continue
-		}
-		bk := policyKey(k)
-		if err := d.objs.CdoPolicy.Update(&bk, &bpf.CoordinoPolicyValue{}, ebpf.UpdateAny); err != nil {
-			return fmt.Errorf("update policy map (%d entries): %w", len(d.mirror.policy), err)
-		}
-		d.mirror.policy[k], changed = struct{}{}, true
-	}
-	for ifindex, v := range wantEP {
-		if old, ok := d.mirror.endpoints[ifindex]; ok && old == v {
-			continue
-		}
-		if err := d.objs.CdoEndpoints.Update(&ifindex, &v, ebpf.UpdateAny); err != nil {
-			return fmt.Errorf("update endpoint ifindex %d: %w", ifindex, err)
-		}
-		d.mirror.endpoints[ifindex], changed = v, true
-	}
-	if err := d.deleteStale(wantEP, wantIP, wantPolicy, &changed); err != nil {
-		return err
-	}
-	d.cidrs.Retain(keys(res.CIDRs))
-	if changed {
-		return d.bumpRevision()
-	}
-	return nil
+// pending is what flush still has to bring in line with the engine.
+type pending struct {
+	keys map[policy.Key]struct{}
+	ips  map[netip.Prefix]struct{}
+	eps  map[uint32]struct{}
 }
 
-func (d *Datapath) deleteStale(wantEP map[uint32]bpf.CoordinoEndpointInfo,
-	wantIP map[netip.Prefix]bpf.CoordinoIpcacheValue, wantPolicy policy.Table, changed *bool) error {
-	for ifindex := range d.mirror.endpoints {
-		if _, ok := wantEP[ifindex]; ok {
-			continue
-		}
-		if err := deleteKey(d.objs.CdoEndpoints, &ifindex); err != nil {
-			return fmt.Errorf("delete endpoint ifindex %d: %w", ifindex, err)
-		}
-		delete(d.mirror.endpoints, ifindex)
-		*changed = true
+func newPending() pending {
+	return pending{keys: map[policy.Key]struct{}{}, ips: map[netip.Prefix]struct{}{}, eps: map[uint32]struct{}{}}
+}
+
+func (p pending) empty() bool { return len(p.keys) == 0 && len(p.ips) == 0 && len(p.eps) == 0 }
+
+// Retry backoff after a failed flush.
+const (
+	defaultRetryDelay = time.Second
+	maxRetryDelay     = 30 * time.Second
+)
+
+// markEndpoint queues r's endpoint entry and addresses.
+func (d *Datapath) markEndpoint(r *record) {
+	d.dirty.eps[uint32(r.HostIfIndex)] = struct{}{}
+	for _, ip := range r.IPs {
+		d.dirty.ips[netip.PrefixFrom(ip, ip.BitLen())] = struct{}{}
 	}
+}
+
+// markAll queues every entry the maps hold or should hold: after a restart
+// (the engine starts empty, the maps do not) the first flush is a full one.
+func (d *Datapath) markAll() {
 	for k := range d.mirror.policy {
-		if _, ok := wantPolicy[k]; ok {
-			continue
-		}
-		bk := policyKey(k)
-		if err := deleteKey(d.objs.CdoPolicy, &bk); err != nil {
-			return fmt.Errorf("delete policy entry: %w", err)
-		}
-		delete(d.mirror.policy, k)
-		*changed = true
+		d.dirty.keys[k] = struct{}{}
 	}
+	d.engine.Keys(func(k policy.Key) { d.dirty.keys[k] = struct{}{} })
 	for p := range d.mirror.ipcache {
-		if _, ok := wantIP[p]; ok {
-			continue
-		}
-		k := ipcacheKey(p)
-		if err := deleteKey(d.objs.CdoIpcache, &k); err != nil {
-			return fmt.Errorf("delete ipcache %s: %w", p, err)
-		}
-		delete(d.mirror.ipcache, p)
-		*changed = true
+		d.dirty.ips[p] = struct{}{}
 	}
-	return nil
+	d.engine.Prefixes(func(p netip.Prefix, _ identity.ID) { d.dirty.ips[p] = struct{}{} })
+	for _, ip := range d.cfg.NodeIPs {
+		d.dirty.ips[netip.PrefixFrom(ip.Unmap(), ip.Unmap().BitLen())] = struct{}{}
+	}
+	for ifindex := range d.mirror.endpoints {
+		d.dirty.eps[ifindex] = struct{}{}
+	}
+	for _, r := range d.eps {
+		d.markEndpoint(r)
+	}
+}
+
+// wanted is the desired content of the small maps, built per flush from the
+// endpoints (hundreds at most), never from the policy set.
+type wanted struct {
+	d      *Datapath
+	byIf   map[uint32]*record
+	owners map[netip.Addr]identity.ID
+	// installedIso ORs the installed isolation of each identity's endpoints.
+	installedIso map[identity.ID]policy.Isolation
+}
+
+func (d *Datapath) wanted() *wanted {
+	w := &wanted{d: d, byIf: map[uint32]*record{}, owners: map[netip.Addr]identity.ID{},
+		installedIso: map[identity.ID]policy.Isolation{}}
+	for _, ip := range d.cfg.NodeIPs {
+		w.owners[ip.Unmap()] = identity.Host
+	}
+	for _, r := range d.eps {
+		w.byIf[uint32(r.HostIfIndex)] = r
+		for _, ip := range r.IPs {
+			w.owners[ip] = r.Identity
+		}
+	}
+	for _, v := range d.mirror.endpoints {
+		w.installedIso[identity.ID(v.Identity)] |= policy.Isolation(v.Flags)
+	}
+	return w
+}
+
+func (w *wanted) endpoint(ifindex uint32) (bpf.CoordinoEndpointInfo, bool) {
+	r := w.byIf[ifindex]
+	if r == nil {
+		return bpf.CoordinoEndpointInfo{}, false
+	}
+	return bpf.CoordinoEndpointInfo{Identity: uint32(r.Identity), Flags: uint32(w.d.engine.Isolation(r.Identity))}, true
+}
+
+func (w *wanted) ip(p netip.Prefix) (bpf.CoordinoIpcacheValue, bool) {
+	if p.IsSingleIP() {
+		if id, ok := w.owners[p.Addr()]; ok {
+			return bpf.CoordinoIpcacheValue{Identity: uint32(id), CidrIdentity: uint32(w.d.engine.CIDRIdentity(p.Addr()))}, true
+		}
+	}
+	if id, ok := w.d.engine.PrefixIdentity(p); ok {
+		return bpf.CoordinoIpcacheValue{Identity: uint32(id), CidrIdentity: uint32(id)}, true
+	}
+	return bpf.CoordinoIpcacheValue{}, false
+}
+
+// write is one map operation of a flush.
+type write struct {
+	what string
+	do   func() error
+	done func() // on success: update the mirror, clear pending
+}
+
+// collectChanges moves what the engine touched into the pending set: keys
+// as they are, isolation changes to the endpoints of the identity, prefix
+// changes to the prefix and every local address inside it (its CIDR
+// identity may change).
+func (d *Datapath) collectChanges() {
+	ch := d.engine.TakeChanges()
+	for _, err := range d.engine.TakeErrors() {
+		d.log.Error("policy not fully applied", zap.Error(err))
+	}
+	for k := range ch.Keys {
+		d.dirty.keys[k] = struct{}{}
+	}
+	if len(ch.Isolation) > 0 {
+		for _, r := range d.eps {
+			if _, ok := ch.Isolation[r.Identity]; ok {
+				d.dirty.eps[uint32(r.HostIfIndex)] = struct{}{}
+			}
+		}
+	}
+	for p := range ch.Prefixes {
+		d.dirty.ips[p] = struct{}{}
+		for _, ip := range d.cfg.NodeIPs {
+			if p.Contains(ip.Unmap()) {
+				d.dirty.ips[netip.PrefixFrom(ip.Unmap(), ip.Unmap().BitLen())] = struct{}{}
+			}
+		}
+		for _, r := range d.eps {
+			for _, ip := range r.IPs {
+				if p.Contains(ip) {
+					d.dirty.ips[netip.PrefixFrom(ip, ip.BitLen())] = struct{}{}
+				}
+			}
+		}
+	}
+}
+
+// flush writes the pending entries in fail-closed order (see the top of
+// this file). Failed writes stay pending and a retry is scheduled.
+func (d *Datapath) flush() error {
+	d.collectChanges()
+	if d.dirty.empty() {
+		return nil
+	}
+	w := d.wanted()
+	var a, b, c, cLate, dd []write
+
+	for k := range d.dirty.keys {
+		want := d.engine.WantsKey(k)
+		_, have := d.mirror.policy[k]
+		switch {
+		case want == have:
+			delete(d.dirty.keys, k)
+		case want && !w.installedIso[k.Local].Has(k.Dir):
+			a = append(a, d.policyAdd(k))
+		case want:
+			c = append(c, d.policyAdd(k))
+		case d.engine.Isolation(k.Local).Has(k.Dir):
+			b = append(b, d.policyDelete(k))
+		default:
+			dd = append(dd, d.policyDelete(k))
+		}
+	}
+	for ifindex := range d.dirty.eps {
+		want, ok := w.endpoint(ifindex)
+		have, had := d.mirror.endpoints[ifindex]
+		switch {
+		case ok == had && want == have:
+			delete(d.dirty.eps, ifindex)
+		case !ok:
+			b = append(b, d.endpointDelete(ifindex))
+		case !had || want.Identity != have.Identity:
+			c = append(c, d.endpointWrite(ifindex, want, true))
+		case want.Flags&^have.Flags != 0 && have.Flags&^want.Flags != 0:
+			// Isolation added in one direction and cleared in the other:
+			// add first (B), clear later (C).
+			both := bpf.CoordinoEndpointInfo{Identity: want.Identity, Flags: want.Flags | have.Flags}
+			b = append(b, d.endpointWrite(ifindex, both, false))
+			c = append(c, d.endpointWrite(ifindex, want, true))
+		case want.Flags&^have.Flags != 0:
+			b = append(b, d.endpointWrite(ifindex, want, true))
+		default:
+			c = append(c, d.endpointWrite(ifindex, want, true))
+		}
+	}
+	for p := range d.dirty.ips {
+		want, ok := w.ip(p)
+		have, had := d.mirror.ipcache[p]
+		switch {
+		case ok == had && want == have:
+			delete(d.dirty.ips, p)
+		case ok:
+			c = append(c, d.ipcacheWrite(p, want))
+		case p.IsSingleIP():
+			// An address leaving falls back to its CIDR identity: fewer
+			// rules can match it.
+			b = append(b, d.ipcacheDelete(p))
+		default:
+			// A prefix leaving hands its addresses to a shorter prefix,
+			// which may be allowed where it was excepted: loosening.
+			cLate = append(cLate, d.ipcacheDelete(p))
+		}
+	}
+
+	var errs []error
+	changed := false
+	run := func(ws []write) bool {
+		ok := true
+		for _, x := range ws {
+			if err := x.do(); err != nil {
+				errs = append(errs, fmt.Errorf("%s: %w", x.what, err))
+				ok = false
+				continue
+			}
+			x.done()
+			changed = true
+		}
+		return ok
+	}
+	run(a)
+	if run(b) {
+		// Later isolation-clearing writes depend on nothing in A: a failed
+		// allow addition only leaves the endpoint stricter than wanted.
+		if run(c) && run(cLate) {
+			run(dd)
+		}
+	}
+	var err error
+	if changed {
+		if berr := d.bumpRevision(); berr != nil {
+			errs = append(errs, berr)
+		}
+	}
+	if len(errs) > 0 {
+		err = fmt.Errorf("policy maps not fully updated (%d writes failed, %d entries pending, retrying): %w",
+			len(errs), len(d.dirty.keys)+len(d.dirty.ips)+len(d.dirty.eps), errors.Join(firstErrors(errs, 3)...))
+		d.metrics.syncFailures.Inc()
+		d.scheduleRetry()
+	} else {
+		d.retryDelay = 0
+	}
+	return err
+}
+
+func firstErrors(errs []error, n int) []error {
+	if len(errs) > n {
+		return append(errs[:n:n], fmt.Errorf("and %d more", len(errs)-n))
+	}
+	return errs
+}
+
+// scheduleRetry flushes again later with exponential backoff; callers hold mu.
+func (d *Datapath) scheduleRetry() {
+	if d.retryTimer != nil || d.closed {
+		return
+	}
+	delay := d.retryDelay
+	if delay == 0 {
+		delay = d.cfg.retryDelay
+		if delay == 0 {
+			delay = defaultRetryDelay
+		}
+	}
+	d.retryDelay = min(2*delay, maxRetryDelay)
+	d.retryTimer = time.AfterFunc(delay, func() {
+		d.mu.Lock()
+		defer d.mu.Unlock()
+		d.retryTimer = nil
+		if d.closed {
+			return
+		}
+		if err := d.flush(); err != nil {
+			d.log.Error("policy map update retry failed", zap.Error(err))
+		} else {
+			d.log.Info("policy maps up to date after retry")
+		}
+	})
+}
+
+func (d *Datapath) policyAdd(k policy.Key) write {
+	return write{
+		what: fmt.Sprintf("add policy entry %v (map holds %d)", k, len(d.mirror.policy)),
+		do: func() error {
+			bk := policyKey(k)
+			return d.objs.CdoPolicy.Update(&bk, &bpf.CoordinoPolicyValue{}, ebpf.UpdateAny)
+		},
+		done: func() { d.mirror.policy[k] = struct{}{}; delete(d.dirty.keys, k) },
+	}
+}
+
+func (d *Datapath) policyDelete(k policy.Key) write {
+	return write{
+		what: fmt.Sprintf("delete policy entry %v", k),
+		do: func() error {
+			bk := policyKey(k)
+			return deleteKey(d.objs.CdoPolicy, &bk)
+		},
+		done: func() { delete(d.mirror.policy, k); delete(d.dirty.keys, k) },
+	}
+}
+
+// endpointWrite writes v; final says whether v is the wanted value (else a
+// step towards it, and the entry stays pending).
+func (d *Datapath) endpointWrite(ifindex uint32, v bpf.CoordinoEndpointInfo, final bool) write {
+	return write{
+		what: fmt.Sprintf("update endpoint ifindex %d", ifindex),
+		do:   func() error { return d.objs.CdoEndpoints.Update(&ifindex, &v, ebpf.UpdateAny) },
+		done: func() {
+			d.mirror.endpoints[ifindex] = v
+			if final {
+				delete(d.dirty.eps, ifindex)
+			}
+		},
+	}
+}
+
+func (d *Datapath) endpointDelete(ifindex uint32) write {
+	return write{
+		what: fmt.Sprintf("delete endpoint ifindex %d", ifindex),
+		do:   func() error { return deleteKey(d.objs.CdoEndpoints, &ifindex) },
+		done: func() { delete(d.mirror.endpoints, ifindex); delete(d.dirty.eps, ifindex) },
+	}
+}
+
+func (d *Datapath) ipcacheWrite(p netip.Prefix, v bpf.CoordinoIpcacheValue) write {
+	return write{
+		what: fmt.Sprintf("update ipcache %s", p),
+		do: func() error {
+			k := ipcacheKey(p)
+			return d.objs.CdoIpcache.Update(&k, &v, ebpf.UpdateAny)
+		},
+		done: func() { d.mirror.ipcache[p] = v; delete(d.dirty.ips, p) },
+	}
+}
+
+func (d *Datapath) ipcacheDelete(p netip.Prefix) write {
+	return write{
+		what: fmt.Sprintf("delete ipcache %s", p),
+		do: func() error {
+			k := ipcacheKey(p)
+			return deleteKey(d.objs.CdoIpcache, &k)
+		},
+		done: func() { delete(d.mirror.ipcache, p); delete(d.dirty.ips, p) },
+	}
+}
+
+// endpointPending reports whether anything of r is not in the maps yet.
+func (d *Datapath) endpointPending(r *record) bool {
+	if _, ok := d.dirty.eps[uint32(r.HostIfIndex)]; ok {
+		return true
+	}
+	for _, ip := range r.IPs {
+		if _, ok := d.dirty.ips[netip.PrefixFrom(ip, ip.BitLen())]; ok {
+			return true
+		}
+	}
+	for k := range d.dirty.keys {
+		if k.Local == r.Identity {
+			return true
+		}
+	}
+	return false
 }
 
 // syncEndpointsOnly removes map entries of detached endpoints without
@@ -209,12 +477,4 @@ func (d *Datapath) purgeConntrack(ifindex uint32) {
 	for i := range dead {
 		_ = deleteKey(d.objs.CdoConntrack, &dead[i])
 	}
-}
-
-func keys[K comparable, V any](m map[K]V) map[K]bool {
-	out := make(map[K]bool, len(m))
-	for k := range m {
-		out[k] = true
-	}
-	return out
 }

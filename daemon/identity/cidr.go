@@ -73,3 +73,16 @@ func (c *CIDRs) Retain(keep map[netip.Prefix]bool) {
 		}
 	}
 }
+
+// Release forgets p. Numbers are handed out round-robin, so a released one
+// is reused only after the rest of the CIDR range: an ipcache entry still
+// carrying it cannot be mistaken for a new prefix's in the meantime.
+func (c *CIDRs) Release(p netip.Prefix) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	p = p.Masked()
+	if id, ok := c.byPrefix[p]; ok {
+		delete(c.byPrefix, p)
+		delete(c.used, id)
+	}
+}

@@ -5,28 +5,21 @@ import (
 	"net/netip"
 
 	"github.com/coordino/coordino/daemon/identity"
+	"github.com/coordino/coordino/daemon/policy/ir"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 )
 
 // Direction is a traffic direction from the pod's point of view; values match
 // bpf/coordino.h.
-type Direction uint8
+type Direction = ir.Direction
 
 const (
 	// Ingress is traffic towards the pod.
-	Ingress Direction = 0
+	Ingress = ir.Ingress
 	// Egress is traffic leaving the pod.
-	Egress Direction = 1
+	Egress = ir.Egress
 )
-
-// String returns "ingress" or "egress".
-func (d Direction) String() string {
-	if d == Egress {
-		return "egress"
-	}
-	return "ingress"
-}
 
 // Isolation holds the directions in which some policy selects a pod.
 type Isolation uint32
@@ -48,11 +41,11 @@ func (i Isolation) Has(d Direction) bool {
 
 // IP protocol numbers policies can name.
 const (
-	ProtoAny  uint8 = 0
-	ProtoICMP uint8 = 1
-	ProtoTCP  uint8 = 6
-	ProtoUDP  uint8 = 17
-	ProtoSCTP uint8 = 132
+	ProtoAny  = ir.ProtoAny
+	ProtoICMP = ir.ProtoICMP
+	ProtoTCP  = ir.ProtoTCP
+	ProtoUDP  = ir.ProtoUDP
+	ProtoSCTP = ir.ProtoSCTP
 )
 
 // Snapshot is a complete, consistent set of policy inputs from a source.

@@ -63,3 +63,48 @@ func TestPortsAndRulesets(t *testing.T) {
 		t.Errorf("set ruleset:\n%s", set)
 	}
 }
+
+// TestScaleQuickRun keeps the -scale mode from rotting: every row gets ADD
+// samples without errors and the policy change is seen on the wire. It
+// asserts nothing about speed.
+func TestScaleQuickRun(t *testing.T) {
+	privileged.Require(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	p := QuickScaleParams()
+	var progress strings.Builder
+	p.Progress = &progress
+	r, err := RunScale(ctx, p)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, progress.String())
+	}
+	if want := 2 * len(p.Sizes); len(r.Rows) != want {
+		t.Fatalf("%d rows, want %d", len(r.Rows), want)
+	}
+	for _, x := range r.Rows {
+		if x.N == 0 || x.Errors > 0 || x.P50 <= 0 || x.RatioP50 <= 0 {
+			t.Errorf("%s %d policies: n=%d errors=%d p50=%.1f ratio=%.2f", x.Mode, x.Policies, x.N, x.Errors, x.P50, x.RatioP50)
+		}
+	}
+	if r.Change.N != p.Changes || r.Change.Errors > 0 {
+		t.Errorf("policy changes: %+v, want %d seen", r.Change, p.Changes)
+	}
+	if r.Cut.N != p.Changes/2 || r.Cut.Errors > 0 {
+		t.Errorf("established connections cut: %+v, want %d", r.Cut, p.Changes/2)
+	}
+	var table strings.Builder
+	r.WriteTable(&table)
+	t.Logf("\n%s", table.String())
+}
+
+func TestScalePolicies(t *testing.T) {
+	y := scalePolicy(10, 100)
+	for _, want := range []string{"name: p10,", "app: svc-10}", "app: svc-11}", "team: t10}", "cidr: 10.100.10.0/24"} {
+		if !strings.Contains(y, want) {
+			t.Errorf("policy 10 lacks %q:\n%s", want, y)
+		}
+	}
+	if strings.Contains(scalePolicy(11, 100), "egress") {
+		t.Error("odd policies isolate egress")
+	}
+}

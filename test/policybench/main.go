@@ -6,6 +6,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"strconv"
@@ -15,6 +16,11 @@ import (
 
 func main() {
 	quick := flag.Bool("quick", false, "seconds-long run: sizes 10,100, one round, 1 s iperf3 (explicit flags still win)")
+	scale := flag.Bool("scale", false, "measure ADD latency with 0, 1k, 10k NetworkPolicies loaded and policy change to enforcement time (-sizes: policy counts)")
+	sp := DefaultScaleParams()
+	flag.IntVar(&sp.Pods, "pods", sp.Pods, "-scale: measured ADDs per size and mode")
+	flag.IntVar(&sp.Concurrency, "concurrency", sp.Concurrency, "-scale: ADDs in flight in the concurrent mode")
+	flag.IntVar(&sp.Changes, "changes", sp.Changes, "-scale: policy changes timed at the largest size")
 	asJSON := flag.Bool("json", false, "print the report as JSON instead of a table")
 	sizes := flag.String("sizes", "", "comma-separated rules per end (default 10,1000,10000)")
 	p := DefaultParams()
@@ -24,6 +30,10 @@ func main() {
 	flag.IntVar(&p.ConnWorkers, "conn-workers", p.ConnWorkers, "parallel dialers")
 	flag.BoolVar(&p.NftSets, "nft-sets", p.NftSets, "also measure nftables with a set lookup")
 	flag.Parse()
+	if *scale {
+		runScale(sp, *quick, *sizes, *asJSON, p.Rounds)
+		return
+	}
 	if *quick {
 		q := QuickParams()
 		set := map[string]bool{}
@@ -40,23 +50,33 @@ func main() {
 		p.Sizes = q.Sizes
 	}
 	if *sizes != "" {
-		p.Sizes = nil
-		for _, s := range strings.Split(*sizes, ",") {
-			n, err := strconv.Atoi(strings.TrimSpace(s))
-			if err != nil || n < 2 {
-				fmt.Fprintf(os.Stderr, "policybench: bad -sizes entry %q (want integers ≥ 2)\n", s)
-				os.Exit(2)
-			}
-			p.Sizes = append(p.Sizes, n)
-		}
+		p.Sizes = parseSizes(*sizes, 2)
 	}
 	p.Progress = os.Stderr
+	runReport(*asJSON, func(ctx context.Context) (*Report, error) { return Run(ctx, p) })
+}
 
-	// SIGINT/SIGTERM cancel: the measurement in flight stops and every
-	// netns, daemon, pod and nft table goes.
+// parseSizes parses the -sizes list; entries below least exit with usage.
+func parseSizes(list string, least int) []int {
+	var out []int
+	for _, s := range strings.Split(list, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(s))
+		if err != nil || n < least {
+			fmt.Fprintf(os.Stderr, "policybench: bad -sizes entry %q (want integers ≥ %d)\n", s, least)
+			os.Exit(2)
+		}
+		out = append(out, n)
+	}
+	return out
+}
+
+// runReport runs one measurement; SIGINT/SIGTERM cancel it (the
+// measurement in flight stops and every netns, daemon, pod and nft table
+// goes), then prints the report as a table or JSON.
+func runReport[R interface{ WriteTable(io.Writer) }](asJSON bool, run func(context.Context) (R, error)) {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	r, err := Run(ctx, p)
+	r, err := run(ctx)
 	if errors.Is(err, context.Canceled) {
 		fmt.Fprintln(os.Stderr, "policybench: interrupted; cleaned up")
 		os.Exit(130)
@@ -65,11 +85,39 @@ func main() {
 		fmt.Fprintln(os.Stderr, "policybench:", err)
 		os.Exit(1)
 	}
-	if *asJSON {
+	if asJSON {
 		enc := json.NewEncoder(os.Stdout)
 		enc.SetIndent("", "  ")
 		_ = enc.Encode(r)
 		return
 	}
 	r.WriteTable(os.Stdout)
+}
+
+// runScale is main for -scale.
+func runScale(p ScaleParams, quick bool, sizes string, asJSON bool, rounds int) {
+	set := map[string]bool{}
+	flag.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if quick {
+		q := QuickScaleParams()
+		p.Sizes = q.Sizes
+		if !set["pods"] {
+			p.Pods = q.Pods
+		}
+		if !set["concurrency"] {
+			p.Concurrency = q.Concurrency
+		}
+		if !set["changes"] {
+			p.Changes = q.Changes
+		}
+		p.Rounds = q.Rounds
+	}
+	if set["rounds"] {
+		p.Rounds = rounds
+	}
+	if sizes != "" {
+		p.Sizes = parseSizes(sizes, 0)
+	}
+	p.Progress = os.Stderr
+	runReport(asJSON, func(ctx context.Context) (*ScaleReport, error) { return RunScale(ctx, p) })
 }

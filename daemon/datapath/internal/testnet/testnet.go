@@ -15,6 +15,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -29,18 +30,26 @@ const reexecEnv = "COORDINO_TEST_NODE_NETNS"
 // re-executes itself from a thread that unshared its netns, so every test
 // runs in a private "node" netns that vanishes with the process.
 func Main(m *testing.M) {
-	if os.Geteuid() == 0 && os.Getenv(reexecEnv) == "" {
+	// The variable names the process that owns the netns: fuzz workers are
+	// its children (same netns and environment) and need their own node.
+	self := strconv.Itoa(os.Getpid())
+	if os.Geteuid() == 0 && os.Getenv(reexecEnv) != self {
 		runtime.LockOSThread()
 		if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
 			fmt.Fprintln(os.Stderr, "unshare netns:", err)
 			os.Exit(1)
 		}
-		env := append(os.Environ(), reexecEnv+"=1")
+		env := []string{reexecEnv + "=" + self}
+		for _, kv := range os.Environ() {
+			if !strings.HasPrefix(kv, reexecEnv+"=") {
+				env = append(env, kv)
+			}
+		}
 		err := unix.Exec("/proc/self/exe", os.Args, env)
 		fmt.Fprintln(os.Stderr, "re-exec in netns:", err)
 		os.Exit(1)
 	}
-	if os.Getenv(reexecEnv) != "" {
+	if os.Getenv(reexecEnv) == self {
 		if err := nodeSetup(); err != nil {
 			fmt.Fprintln(os.Stderr, "node netns setup:", err)
 			os.Exit(1)
@@ -49,8 +58,12 @@ func Main(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-// NodeIP is the node's address inside the test netns (TEST-NET-1).
-var NodeIP = netip.MustParseAddr("192.0.2.1")
+// NodeIP and NodeIP6 are the node's addresses inside the test netns
+// (TEST-NET-1, documentation prefix).
+var (
+	NodeIP  = netip.MustParseAddr("192.0.2.1")
+	NodeIP6 = netip.MustParseAddr("2001:db8:ffff::1")
+)
 
 func nodeSetup() error {
 	lo, err := netlink.LinkByName("lo")
@@ -64,7 +77,11 @@ func nodeSetup() error {
 	if err := netlink.AddrAdd(lo, &netlink.Addr{IPNet: prefixNet(netip.PrefixFrom(NodeIP, 32))}); err != nil {
 		return err
 	}
+	if err := netlink.AddrAdd(lo, &netlink.Addr{IPNet: prefixNet(netip.PrefixFrom(NodeIP6, 128)), Flags: unix.IFA_F_NODAD}); err != nil {
+		return err
+	}
 	for path, v := range map[string]string{
+		"/proc/sys/net/ipv6/conf/all/forwarding":    "1",
 		"/proc/sys/net/ipv4/ip_forward":             "1",
 		"/proc/sys/net/ipv4/conf/all/rp_filter":     "0",
 		"/proc/sys/net/ipv4/conf/default/rp_filter": "0",
@@ -77,7 +94,7 @@ func nodeSetup() error {
 }
 
 // BPFDir returns a private bpffs directory removed (with all pins) at cleanup.
-func BPFDir(t *testing.T) string {
+func BPFDir(t testing.TB) string {
 	t.Helper()
 	var st unix.Statfs_t
 	if unix.Statfs("/sys/fs/bpf", &st) == nil && uint32(st.Type) == unix.BPF_FS_MAGIC {
@@ -108,19 +125,25 @@ func prefixNet(p netip.Prefix) *net.IPNet {
 
 // Pod is a network namespace with eth0 routed through a host veth.
 type Pod struct {
-	Name        string
+	Name string
+	// IP is the first of IPs, the pod's addresses (at most one per family).
 	IP          netip.Addr
+	IPs         []netip.Addr
 	HostIfName  string
 	HostIfIndex int
 	NS          netns.NsHandle
 }
 
-var gateway = netip.MustParseAddr("169.254.1.1")
+var (
+	gateway  = netip.MustParseAddr("169.254.1.1")
+	gateway6 = netip.MustParseAddr("fe80::1")
+)
 
-// NewPod creates a pod netns with address ip; everything is removed at cleanup.
-func NewPod(t *testing.T, name string, ip netip.Addr) *Pod {
+// NewPod creates a pod netns with address ip and any extra addresses (one
+// IPv6 makes it dual-stack); everything is removed at cleanup.
+func NewPod(t testing.TB, name string, ip netip.Addr, extra ...netip.Addr) *Pod {
 	t.Helper()
-	p := &Pod{Name: name, IP: ip, HostIfName: "cdt" + randHex(5)}
+	p := &Pod{Name: name, IP: ip, IPs: append([]netip.Addr{ip}, extra...), HostIfName: "cdt" + randHex(5)}
 	ns, err := newNS()
 	if err != nil {
 		t.Fatalf("pod %s: create netns: %v", name, err)
@@ -188,26 +211,41 @@ func (p *Pod) setup() error {
 			return err
 		}
 	}
-	bits := p.IP.BitLen()
-	if err := h.AddrAdd(eth0, &netlink.Addr{IPNet: prefixNet(netip.PrefixFrom(p.IP, bits))}); err != nil {
+	for _, ip := range p.IPs {
+		if err := p.route(h, host, eth0, ip); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// route gives the pod ip with a default route via the link-local gateway
+// of its family, and the node a host route and neighbour entry back.
+func (p *Pod) route(h *netlink.Handle, host, eth0 netlink.Link, ip netip.Addr) error {
+	bits, gw, fam := 32, gateway, unix.AF_INET
+	if ip.Is6() {
+		bits, gw, fam = 128, gateway6, unix.AF_INET6
+	}
+	if err := h.AddrAdd(eth0, &netlink.Addr{IPNet: prefixNet(netip.PrefixFrom(ip, bits)), Flags: unix.IFA_F_NODAD}); err != nil {
 		return err
 	}
-	gw := prefixNet(netip.PrefixFrom(gateway, 32))
-	if err := h.RouteAdd(&netlink.Route{LinkIndex: eth0.Attrs().Index, Dst: gw, Scope: netlink.SCOPE_LINK}); err != nil {
-		return fmt.Errorf("gateway route: %w", err)
+	if ip.Is4() {
+		if err := h.RouteAdd(&netlink.Route{LinkIndex: eth0.Attrs().Index, Dst: prefixNet(netip.PrefixFrom(gw, 32)), Scope: netlink.SCOPE_LINK}); err != nil {
+			return fmt.Errorf("gateway route: %w", err)
+		}
 	}
-	if err := h.RouteAdd(&netlink.Route{LinkIndex: eth0.Attrs().Index, Gw: gateway.AsSlice()}); err != nil {
+	if err := h.RouteAdd(&netlink.Route{LinkIndex: eth0.Attrs().Index, Gw: gw.AsSlice()}); err != nil {
 		return fmt.Errorf("default route: %w", err)
 	}
 	if err := h.NeighAdd(&netlink.Neigh{LinkIndex: eth0.Attrs().Index, State: netlink.NUD_PERMANENT,
-		IP: gateway.AsSlice(), HardwareAddr: host.Attrs().HardwareAddr, Family: unix.AF_INET}); err != nil {
+		IP: gw.AsSlice(), HardwareAddr: host.Attrs().HardwareAddr, Family: fam}); err != nil {
 		return fmt.Errorf("gateway neighbour: %w", err)
 	}
-	if err := netlink.RouteAdd(&netlink.Route{LinkIndex: p.HostIfIndex, Dst: prefixNet(netip.PrefixFrom(p.IP, bits)), Scope: netlink.SCOPE_LINK}); err != nil {
+	if err := netlink.RouteAdd(&netlink.Route{LinkIndex: p.HostIfIndex, Dst: prefixNet(netip.PrefixFrom(ip, bits)), Scope: netlink.SCOPE_LINK}); err != nil {
 		return fmt.Errorf("host route: %w", err)
 	}
 	return netlink.NeighAdd(&netlink.Neigh{LinkIndex: p.HostIfIndex, State: netlink.NUD_PERMANENT,
-		IP: p.IP.AsSlice(), HardwareAddr: eth0.Attrs().HardwareAddr, Family: unix.AF_INET})
+		IP: ip.AsSlice(), HardwareAddr: eth0.Attrs().HardwareAddr, Family: fam})
 }
 
 // Do runs fn on a thread inside the pod's netns; sockets fn opens stay there.
@@ -243,7 +281,7 @@ func InNS(ns netns.NsHandle, fn func() error) error {
 var Ports = []int{80, 81}
 
 // Serve starts TCP and UDP echo servers on Ports inside the pod.
-func (p *Pod) Serve(t *testing.T) {
+func (p *Pod) Serve(t testing.TB) {
 	t.Helper()
 	err := p.Do(func() error {
 		for _, port := range Ports {

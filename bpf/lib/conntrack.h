@@ -1,0 +1,206 @@
+/* Connection tracking: per endpoint, per state lifetimes, tombstones for
+ * revoked flows. Entries are a cache of verdicts that policy can always
+ * re-create: any packet policy allows re-creates a missing entry, so an
+ * evicted or expired entry never breaks a connection. */
+#pragma once
+
+#include <linux/bpf.h>
+#include <linux/in.h>
+#include <bpf/bpf_helpers.h>
+
+#include "../coordino.h"
+#include "parse.h"
+#include "policy.h"
+
+/* max_entries is set by the loader (daemon flag --conntrack-size). */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 1 << 18);
+	__type(key, struct ct_key);
+	__type(value, struct ct_entry);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} cdo_conntrack SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, CT_STAT_SLOTS);
+	__type(key, __u32);
+	__type(value, __u64);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} cdo_ct_stats SEC(".maps");
+
+#define SEC_NS 1000000000ULL
+#define CT_TCP_UNREPLIED_NS (60 * SEC_NS)        /* SYN sent, nothing back yet */
+#define CT_TCP_ESTABLISHED_NS (6 * 3600 * SEC_NS) /* both directions seen */
+#define CT_CLOSING_NS (10 * SEC_NS)              /* FIN or RST seen */
+#define CT_OTHER_UNREPLIED_NS (30 * SEC_NS)
+#define CT_OTHER_REPLIED_NS (180 * SEC_NS)
+/* Tombstones outlive TCP's longest retransmission interval (120 s), so a
+ * revoked connection cannot be picked up again by its own retransmissions. */
+#define CT_REVOKED_NS (300 * SEC_NS)
+#define CT_REFRESH_NS SEC_NS
+
+enum ct_result {
+	CT_NEW,
+	CT_ESTABLISHED,
+	CT_REPLY,
+	CT_REVOKED_HIT,
+};
+
+static __always_inline void ct_stat(__u32 slot)
+{
+	__u64 *v = bpf_map_lookup_elem(&cdo_ct_stats, &slot);
+	if (v)
+		(*v)++;
+}
+
+static __always_inline int tcp_opening(const struct packet *p)
+{
+	return p->proto == IPPROTO_TCP && (p->tcp_flags & (TCP_SYN | TCP_ACK)) == TCP_SYN;
+}
+
+static __always_inline void tuple_key(struct ct_key *k, __u32 ifindex, __u8 dir,
+				      const struct packet *p, int reverse)
+{
+	k->ifindex = ifindex;
+	k->dir = dir;
+	k->proto = p->proto;
+	k->family = p->family;
+	k->pad = 0;
+	if (!reverse) {
+		k->sport = p->sport;
+		k->dport = p->dport;
+		__builtin_memcpy(k->src, p->src, 16);
+		__builtin_memcpy(k->dst, p->dst, 16);
+	} else {
+		k->sport = p->dport;
+		k->dport = p->sport;
+		__builtin_memcpy(k->src, p->dst, 16);
+		__builtin_memcpy(k->dst, p->src, 16);
+	}
+}
+
+static __always_inline __u64 ct_lifetime(const struct ct_key *k, const struct ct_entry *e)
+{
+	if (e->flags & CT_REVOKED)
+		return CT_REVOKED_NS;
+	if (e->flags & CT_CLOSING)
+		return CT_CLOSING_NS;
+	int replied = e->flags & CT_REPLIED;
+	if (k->proto == IPPROTO_TCP)
+		return replied ? CT_TCP_ESTABLISHED_NS : CT_TCP_UNREPLIED_NS;
+	return replied ? CT_OTHER_REPLIED_NS : CT_OTHER_UNREPLIED_NS;
+}
+
+/* ct_lookup finds the live entry of p's flow (seen in dir on ifindex) in
+ * either orientation; *origin is the direction of the packet that created
+ * it. An expired entry is removed and not returned. */
+static __always_inline struct ct_entry *ct_lookup(__u32 ifindex, __u8 dir, const struct packet *p,
+						  __u64 now, struct ct_key *k, __u8 *origin)
+{
+	*origin = dir;
+	tuple_key(k, ifindex, dir, p, 0);
+	struct ct_entry *e = bpf_map_lookup_elem(&cdo_conntrack, k);
+	if (!e) {
+		*origin = dir ^ 1;
+		tuple_key(k, ifindex, dir ^ 1, p, 1);
+		e = bpf_map_lookup_elem(&cdo_conntrack, k);
+		if (!e)
+			return NULL;
+	}
+	__u64 seen = e->last_seen_ns;
+	if (now > seen && now - seen > ct_lifetime(k, e)) {
+		bpf_map_delete_elem(&cdo_conntrack, k);
+		ct_stat(CT_STAT_EXPIRED);
+		return NULL;
+	}
+	return e;
+}
+
+/* ct_still_allowed re-decides a tracked flow after a policy change. An
+ * ambiguous entry (re-created mid-flow, either side may have opened it)
+ * stays while either side could open it now. */
+static __always_inline int ct_still_allowed(const struct endpoint_info *ep, const struct ct_key *k,
+					    const struct ct_entry *e,
+					    const struct ipcache_value *remote)
+{
+	if (allowed(decide(ep, k->dir, remote, k->proto, k->dport)))
+		return 1;
+	return (e->flags & CT_AMBIGUOUS) &&
+	       allowed(decide(ep, k->dir ^ 1, remote, k->proto, k->sport));
+}
+
+/* ct_track looks up p and updates its entry: re-decision after a policy
+ * change, reply and closing state, last use. */
+static __always_inline int ct_track(const struct endpoint_info *ep, __u32 ifindex, __u8 dir,
+				    const struct packet *p, const struct ipcache_value *remote,
+				    __u32 revision, __u64 now)
+{
+	struct ct_key k;
+	__u8 origin;
+	struct ct_entry *e = ct_lookup(ifindex, dir, p, now, &k, &origin);
+	if (!e)
+		return CT_NEW;
+	if (e->revision != revision) {
+		if (ct_still_allowed(ep, &k, e, remote)) {
+			e->flags &= ~CT_REVOKED;
+		} else if (!(e->flags & CT_REVOKED)) {
+			e->flags |= CT_REVOKED;
+			ct_stat(CT_STAT_REVOKED);
+		}
+		e->revision = revision;
+	}
+	if (e->flags & CT_REVOKED) {
+		/* A fresh SYN opens a new connection on the tuple: decide anew. */
+		if (tcp_opening(p)) {
+			bpf_map_delete_elem(&cdo_conntrack, &k);
+			return CT_NEW;
+		}
+		/* Keep the tombstone while the flow keeps trying. */
+		e->last_seen_ns = now;
+		return CT_REVOKED_HIT;
+	}
+	if (origin == dir && tcp_opening(p))
+		e->flags &= ~(CT_CLOSING | CT_REPLIED);
+	else if (origin != dir && !(e->flags & CT_REPLIED))
+		e->flags |= CT_REPLIED;
+	if ((p->tcp_flags & (TCP_FIN | TCP_RST)) && !(e->flags & CT_CLOSING))
+		e->flags |= CT_CLOSING;
+	if (now > e->last_seen_ns + CT_REFRESH_NS)
+		e->last_seen_ns = now;
+	return origin == dir ? CT_ESTABLISHED : CT_REPLY;
+}
+
+/* ct_related reports whether the flow an ICMP error quotes (q, which went
+ * the other way, dir ^ 1) is tracked and still allowed. It changes nothing:
+ * errors neither refresh nor close a flow. */
+static __always_inline int ct_related(const struct endpoint_info *ep, __u32 ifindex, __u8 dir,
+				      const struct packet *q, __u32 revision, __u64 now)
+{
+	struct ct_key k;
+	__u8 origin;
+	struct ct_entry *e = ct_lookup(ifindex, dir ^ 1, q, now, &k, &origin);
+	if (!e || (e->flags & CT_REVOKED))
+		return 0;
+	if (e->revision == revision)
+		return 1;
+	/* The peer is the quoted flow's, not the error's sender (a router). */
+	struct ipcache_value remote = remote_of(q, dir ^ 1);
+	return ct_still_allowed(ep, &k, e, &remote);
+}
+
+/* ct_create tracks p's flow with p's direction as origin. */
+static __always_inline void ct_create(__u32 ifindex, __u8 dir, const struct packet *p,
+				      __u32 revision, __u64 now, __u32 flags)
+{
+	struct ct_key k;
+	struct ct_entry e = {.last_seen_ns = now, .revision = revision, .flags = flags};
+	if (p->tcp_flags & (TCP_FIN | TCP_RST))
+		e.flags |= CT_CLOSING;
+	tuple_key(&k, ifindex, dir, p, 0);
+	if (bpf_map_update_elem(&cdo_conntrack, &k, &e, BPF_ANY) == 0) {
+		ct_stat(CT_STAT_CREATED);
+		if (p->proto == IPPROTO_TCP && !tcp_opening(p))
+			ct_stat(CT_STAT_PICKUP);
+	}
+}

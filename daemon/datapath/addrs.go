@@ -1,0 +1,61 @@
+package datapath
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+
+	"github.com/cilium/ebpf"
+	"github.com/coordino/coordino/bpf"
+)
+
+// The programs drop every packet a pod sends from an address that is not
+// one of its own (anti-spoofing). Its addresses are written here, from the
+// attach path, before its programs are attached, and removed on detach.
+
+func epAddrKey(ifindex int, ip netip.Addr) bpf.CoordinoEpAddrKey {
+	k := bpf.CoordinoEpAddrKey{Ifindex: uint32(ifindex)}
+	ip = ip.Unmap()
+	if ip.Is4() {
+		k.Family = 4
+		a := ip.As4()
+		copy(k.Addr[:], a[:])
+	} else {
+		k.Family = 6
+		k.Addr = ip.As16()
+	}
+	return k
+}
+
+// writeAddrs allows r's addresses as sources on its host interface.
+func (d *Datapath) writeAddrs(r *record) error {
+	for _, ip := range r.IPs {
+		k := epAddrKey(r.HostIfIndex, ip)
+		if err := d.objs.CdoEpAddrs.Update(&k, uint32(0), ebpf.UpdateAny); err != nil {
+			return fmt.Errorf("endpoint %q: allow source %s: %w", r.Key, ip, err)
+		}
+	}
+	return nil
+}
+
+// deleteAddrs removes the addresses of old that keep stays without; keep
+// may be nil (the endpoint is gone).
+func (d *Datapath) deleteAddrs(old, keep *record) error {
+	kept := map[bpf.CoordinoEpAddrKey]bool{}
+	if keep != nil {
+		for _, ip := range keep.IPs {
+			kept[epAddrKey(keep.HostIfIndex, ip)] = true
+		}
+	}
+	var errs []error
+	for _, ip := range old.IPs {
+		k := epAddrKey(old.HostIfIndex, ip)
+		if kept[k] {
+			continue
+		}
+		if err := deleteKey(d.objs.CdoEpAddrs, &k); err != nil {
+			errs = append(errs, fmt.Errorf("endpoint %q: remove source %s: %w", old.Key, ip, err))
+		}
+	}
+	return errors.Join(errs...)
+}
