@@ -21,7 +21,7 @@ var benchPods = flag.Int("k8s-bench-pods", 40, "ADDs measured per mode in Benchm
 // go test ./test/k8smode -run '^$' -bench AddKubernetesVsStandalone -benchtime 1x
 func BenchmarkAddKubernetesVsStandalone(b *testing.B) {
 	_, c, ns, kn := setup(b, "10.62.0.0/24")
-	c.identity(b, 2000, ns, clientLabels, nsLabels)
+	c.identity(b, 2000, ns, clientLabels)
 	n := *benchPods
 	for i := range n {
 		c.pod(b, ns, fmt.Sprintf("p%d", i), kn.Name, clientLabels)

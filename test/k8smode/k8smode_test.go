@@ -172,9 +172,9 @@ func TestKubernetesMode(t *testing.T) {
 	t.Run("temporary to cluster identity under traffic", func(t *testing.T) {
 		st := newStream(t, client, server.addr)
 		time.Sleep(200 * time.Millisecond)
-		c.identity(t, 1000, ns, serverLabels, nsLabels)
-		c.identity(t, 1001, ns, clientLabels, nsLabels)
-		c.identity(t, 1002, ns, otherLabels, nsLabels)
+		c.identity(t, 1000, ns, serverLabels)
+		c.identity(t, 1001, ns, clientLabels)
+		c.identity(t, 1002, ns, otherLabels)
 		eventually(t, 10*time.Second, "all endpoints on cluster identities", node.metricIs(t, "coordino_identities_temporary", 0))
 		time.Sleep(300 * time.Millisecond)
 		st.check(t, "identity switch")

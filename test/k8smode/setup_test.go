@@ -2,6 +2,7 @@ package k8smode
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/netip"
 	"os"
@@ -123,10 +124,15 @@ func (c *cluster) nodeConfig(t testing.TB, node string, blocks ...coordinov1alph
 }
 
 // identity creates the cluster Identity of a pod label set, as the leader
-// controller would.
-func (c *cluster) identity(t testing.TB, number int, ns string, podLabels, nsLabels map[string]string) {
+// controller would: with the namespace's labels as the API server has them
+// (it adds kubernetes.io/metadata.name to every namespace).
+func (c *cluster) identity(t testing.TB, number int, ns string, podLabels map[string]string) {
 	t.Helper()
-	full := coordinov1alpha1.SecurityLabels(podLabels, nsLabels, coordinov1alpha1.DefaultExcludedLabels)
+	nsObj, err := c.kube.CoreV1().Namespaces().Get(bg(t), ns, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	full := coordinov1alpha1.SecurityLabels(podLabels, nsObj.Labels, coordinov1alpha1.DefaultExcludedLabels)
 	obj := &coordinov1alpha1.Identity{
 		ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprint(number),
 			Labels: map[string]string{coordinov1alpha1.LabelSetHashLabel: coordinov1alpha1.LabelSetHash(ns, full)}},
@@ -249,7 +255,8 @@ func (n *k8sNode) del(t testing.TB, p *podIn) {
 
 // cniCode returns the CNI error code of err, or 0.
 func cniCode(err error) uint {
-	if e, ok := err.(*types.Error); ok {
+	var e *types.Error
+	if errors.As(err, &e) {
 		return e.Code
 	}
 	return 0

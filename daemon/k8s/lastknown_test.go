@@ -1,0 +1,38 @@
+package k8s
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+
+	coordinov1alpha1 "github.com/coordino/coordino/api/coordino/v1alpha1"
+)
+
+func TestLastKnownRoundTrip(t *testing.T) {
+	dir := t.TempDir()
+	if lk, err := loadLastKnown(dir); lk != nil || err != nil {
+		t.Fatalf("empty dir: %v, %v", lk, err)
+	}
+	in := &lastKnown{
+		Blocks:     []coordinov1alpha1.NodeBlock{{CIDR: "10.0.0.0/26", Pool: "p", Releasing: true}},
+		Generation: 7,
+		Pods:       map[string]knownPod{"ns/a": {UID: "u1", Labels: map[string]string{"app": "a"}}},
+		Namespaces: map[string]map[string]string{"ns": {"team": "x"}},
+		Identities: map[string]coordinov1alpha1.IdentitySpec{"4711": {Namespace: "ns", Labels: map[string]string{"app": "a"}}},
+	}
+	if err := in.save(dir); err != nil {
+		t.Fatal(err)
+	}
+	out, err := loadLastKnown(dir)
+	if err != nil || out.Generation != 7 || !out.Blocks[0].Releasing || out.Pods["ns/a"].UID != "u1" ||
+		out.Namespaces["ns"]["team"] != "x" || out.Identities["4711"].Labels["app"] != "a" {
+		t.Fatalf("round trip: %+v, %v", out, err)
+	}
+	// A damaged file is an error, not a panic or an empty state.
+	if err := os.WriteFile(filepath.Join(dir, lastKnownFile), []byte("{"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := loadLastKnown(dir); err == nil {
+		t.Fatal("damaged last-known state accepted")
+	}
+}
