@@ -29,6 +29,12 @@ var Contents = []Binary{
 	{"coordinoctl", "/usr/local/bin/coordinoctl"},
 }
 
+// Symlinks are the links the image holds. Runtimes hand the daemon
+// CNI_NETNS paths under /var/run/netns (containerd's and CRI-O's default);
+// the DaemonSet mounts the host's /run/netns, so /var/run must lead to /run as
+// on the host.
+var Symlinks = []ociimage.Symlink{{Path: "/var/run", Target: "../run"}}
+
 // Entrypoint is the image's default command; the manifests set each
 // container's command explicitly.
 var Entrypoint = []string{"/usr/local/bin/coordino-daemon"}
@@ -38,6 +44,7 @@ var Entrypoint = []string{"/usr/local/bin/coordino-daemon"}
 func Build(binDir, ref, version, out string) error {
 	spec := ociimage.Spec{
 		Entrypoint: Entrypoint,
+		Symlinks:   Symlinks,
 		Labels: map[string]string{
 			"org.opencontainers.image.title":       "coordino",
 			"org.opencontainers.image.description": "Coordino CNI: plugin, node daemon, installer and controller",

@@ -83,6 +83,7 @@ func TestArchive(t *testing.T) {
 
 	files := map[string][]byte{}
 	modes := map[string]int64{}
+	links := map[string]string{}
 	tr := tar.NewReader(mutate.Extract(img))
 	for {
 		hdr, err := tr.Next()
@@ -91,6 +92,9 @@ func TestArchive(t *testing.T) {
 		}
 		if err != nil {
 			t.Fatal(err)
+		}
+		if hdr.Typeflag == tar.TypeSymlink {
+			links["/"+strings.TrimPrefix(hdr.Name, "/")] = hdr.Linkname
 		}
 		if hdr.Typeflag != tar.TypeReg {
 			continue
@@ -101,6 +105,11 @@ func TestArchive(t *testing.T) {
 		}
 		p := "/" + strings.TrimPrefix(hdr.Name, "/")
 		files[p], modes[p] = b, hdr.Mode
+	}
+	// /var/run/netns/<name> (what runtimes pass) must reach the host's
+	// /run/netns that the DaemonSet mounts.
+	if got := links["/var/run"]; got != "../run" && got != "/run" {
+		t.Errorf("/var/run links to %q, want /run", got)
 	}
 	if len(files) != len(Contents) {
 		t.Errorf("image holds %d files, want the %d of Contents", len(files), len(Contents))

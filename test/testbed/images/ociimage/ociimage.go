@@ -25,9 +25,16 @@ type File struct {
 	Dst string // absolute path in the image
 }
 
-// Spec describes an image: its files (all mode 0755) and its config.
+// Symlink is a symbolic link in the image.
+type Symlink struct {
+	Path   string // absolute path in the image
+	Target string
+}
+
+// Spec describes an image: its files (all mode 0755), links and config.
 type Spec struct {
 	Files      []File
+	Symlinks   []Symlink
 	Entrypoint []string
 	Cmd        []string
 	Env        []string // default: DefaultPath
@@ -46,7 +53,7 @@ func ParseFile(s string) (File, error) {
 // Build returns the image. Timestamps are zero, so equal inputs give an
 // equal digest.
 func Build(spec Spec) (v1.Image, error) {
-	layerTar, err := layer(spec.Files)
+	layerTar, err := layer(spec.Files, spec.Symlinks)
 	if err != nil {
 		return nil, err
 	}
@@ -86,9 +93,9 @@ func WriteArchive(out, ref string, img v1.Image) error {
 	return tarball.WriteToFile(out, tag, img)
 }
 
-// layer returns a tar with the given files plus the empty directories a
-// runtime expects to mount over (/proc, /sys, /dev, /etc, /tmp).
-func layer(files []File) ([]byte, error) {
+// layer returns a tar with the given files and links plus the empty
+// directories a runtime expects to mount over (/proc, /sys, /dev, /etc, /tmp).
+func layer(files []File, links []Symlink) ([]byte, error) {
 	var buf bytes.Buffer
 	tw := tar.NewWriter(&buf)
 	seen := map[string]bool{}
@@ -129,6 +136,18 @@ func layer(files []File) ([]byte, error) {
 			return nil, err
 		}
 		if _, err := tw.Write(b); err != nil {
+			return nil, err
+		}
+	}
+	for _, l := range links {
+		if !strings.HasPrefix(l.Path, "/") {
+			return nil, fmt.Errorf("image path %q is not absolute", l.Path)
+		}
+		if err := mkdirs(l.Path); err != nil {
+			return nil, err
+		}
+		hdr := &tar.Header{Typeflag: tar.TypeSymlink, Name: strings.TrimPrefix(l.Path, "/"), Linkname: l.Target, Mode: 0o777}
+		if err := tw.WriteHeader(hdr); err != nil {
 			return nil, err
 		}
 	}
