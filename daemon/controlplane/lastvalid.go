@@ -2,10 +2,11 @@ package controlplane
 
 import (
 	"errors"
-	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
+
+	"github.com/coordino/coordino/daemon/atomicfile"
 )
 
 // lastValid keeps, per policy file name, the last content of that file that
@@ -34,26 +35,7 @@ func (l lastValid) save(name string, data []byte) error {
 	if err := os.MkdirAll(l.dir, 0o700); err != nil {
 		return err
 	}
-	f, err := os.CreateTemp(l.dir, ".tmp-*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(f.Name())
-	if _, err := f.Write(data); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	if err := os.Rename(f.Name(), l.path(name)); err != nil {
-		return err
-	}
-	return syncDir(l.dir)
+	return atomicfile.Write(l.path(name), data, 0o600)
 }
 
 // remove drops the copy of a file that was deleted from the policy dir.
@@ -61,7 +43,7 @@ func (l lastValid) remove(name string) error {
 	if err := os.Remove(l.path(name)); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return err
 	}
-	return syncDir(l.dir)
+	return atomicfile.SyncDir(l.dir)
 }
 
 // names lists the saved copies.
@@ -80,19 +62,4 @@ func (l lastValid) names() ([]string, error) {
 		}
 	}
 	return out, nil
-}
-
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil
-	}
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
-		return fmt.Errorf("fsync %s: %w", dir, err)
-	}
-	return nil
 }

@@ -12,6 +12,7 @@ import (
 	networkingv1 "k8s.io/api/networking/v1"
 
 	coordinov1alpha1 "github.com/coordino/coordino/api/coordino/v1alpha1"
+	"github.com/coordino/coordino/daemon/atomicfile"
 )
 
 // lastKnownFile is the file in the state directory holding lastKnown.
@@ -52,7 +53,7 @@ func loadLastKnown(dir string) (*lastKnown, error) {
 	return &lk, nil
 }
 
-// save writes lk atomically (temporary file, fsync, rename).
+// save writes lk atomically: a crash leaves the previous state or this one.
 func (lk *lastKnown) save(dir string) error {
 	data, err := json.Marshal(lk)
 	if err != nil {
@@ -61,21 +62,8 @@ func (lk *lastKnown) save(dir string) error {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return err
 	}
-	tmp, err := os.CreateTemp(dir, ".k8s-last-known-*")
-	if err != nil {
+	if err := atomicfile.Write(filepath.Join(dir, lastKnownFile), data, 0o600); err != nil {
 		return fmt.Errorf("save last-known cluster state: %w", err)
 	}
-	defer os.Remove(tmp.Name())
-	if _, err := tmp.Write(data); err != nil {
-		tmp.Close()
-		return fmt.Errorf("save last-known cluster state: %w", err)
-	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return fmt.Errorf("save last-known cluster state: %w", err)
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp.Name(), filepath.Join(dir, lastKnownFile))
+	return nil
 }

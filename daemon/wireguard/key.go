@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/coordino/coordino/daemon/atomicfile"
 	"golang.zx2c4.com/wireguard/wgctrl/wgtypes"
 )
 
@@ -49,36 +50,12 @@ func LoadOrCreateKey(stateDir string) (wgtypes.Key, error) {
 	if err := os.MkdirAll(stateDir, 0o700); err != nil {
 		return wgtypes.Key{}, err
 	}
-	if err := writeAtomic(path, []byte(k.String()+"\n"), 0o600); err != nil {
+	if err := atomicfile.Write(path, []byte(k.String()+"\n"), 0o600); err != nil {
 		return wgtypes.Key{}, err
 	}
 	return k, writePublic(stateDir, k)
 }
 
 func writePublic(stateDir string, k wgtypes.Key) error {
-	return writeAtomic(filepath.Join(stateDir, PublicKeyFile), []byte(k.PublicKey().String()+"\n"), 0o644)
-}
-
-func writeAtomic(path string, data []byte, mode os.FileMode) error {
-	f, err := os.CreateTemp(filepath.Dir(path), ".tmp-"+filepath.Base(path))
-	if err != nil {
-		return err
-	}
-	defer os.Remove(f.Name())
-	if err := f.Chmod(mode); err != nil {
-		f.Close()
-		return err
-	}
-	if _, err := f.Write(data); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	return os.Rename(f.Name(), path)
+	return atomicfile.Write(filepath.Join(stateDir, PublicKeyFile), []byte(k.PublicKey().String()+"\n"), 0o644)
 }
