@@ -9,6 +9,8 @@ import (
 	"strings"
 	"text/template"
 	"time"
+
+	"github.com/coordino/coordino/plugin"
 )
 
 // Runtime handlers of the bed's containerd. Each has its own CNI conf dir, so
@@ -103,7 +105,10 @@ func (b *Bed) StartContainerd(ctx context.Context) error {
 		Name: "containerd", Path: b.Bins.Containerd,
 		Args: []string{"--config", cfgPath, "--log-level", "info"},
 		// The runc v2 shim is found through PATH: put the cached one first.
-		Env: []string{"PATH=" + filepath.Dir(b.Bins.Shim) + ":" + os.Getenv("PATH")},
+		// The bed's daemons keep their run dirs under b.Dir, a root the
+		// plugin trusts only when its runtime says so.
+		Env: []string{"PATH=" + filepath.Dir(b.Bins.Shim) + ":" + os.Getenv("PATH"),
+			plugin.RunDirRootsEnv + "=" + strings.Join([]string{b.Dir, os.Getenv(plugin.RunDirRootsEnv)}, ":")},
 	}
 	return b.startContainerd(ctx)
 }
