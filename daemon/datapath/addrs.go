@@ -15,16 +15,20 @@ import (
 
 func epAddrKey(ifindex int, ip netip.Addr) bpf.CoordinoEpAddrKey {
 	k := bpf.CoordinoEpAddrKey{Ifindex: uint32(ifindex)}
+	k.Family, k.Addr = packetAddr(ip)
+	return k
+}
+
+// packetAddr is ip as the programs parse it from a packet: family 4 with
+// the address in the first four bytes and the rest zero, or family 6.
+func packetAddr(ip netip.Addr) (family uint8, b [16]byte) {
 	ip = ip.Unmap()
 	if ip.Is4() {
-		k.Family = 4
 		a := ip.As4()
-		copy(k.Addr[:], a[:])
-	} else {
-		k.Family = 6
-		k.Addr = ip.As16()
+		copy(b[:], a[:])
+		return 4, b
 	}
-	return k
+	return 6, ip.As16()
 }
 
 // writeAddrs allows r's addresses as sources on its host interface.

@@ -403,7 +403,7 @@ func (d *Datapath) DetachEndpoint(ep Endpoint) error {
 			d.log.Warn("policy maps not fully updated", zap.Error(err))
 		}
 	}
-	d.purgeConntrack(uint32(r.HostIfIndex))
+	d.purgeConntrack(uint32(r.HostIfIndex), r.IPs)
 	d.log.Info("endpoint detached", zap.String("endpoint", r.Key))
 	return nil
 }

@@ -460,9 +460,16 @@ func (d *Datapath) writeConfig() error {
 	return d.objs.CdoConfig.Update(uint32(0), &cfg, ebpf.UpdateAny)
 }
 
-// purgeConntrack drops tracked flows of a removed interface, so a future
-// interface reusing the index starts clean.
-func (d *Datapath) purgeConntrack(ifindex uint32) {
+// purgeConntrack drops the tracked flows of a removed endpoint: those seen
+// on its interface, so a future interface reusing the index starts clean,
+// and those other endpoints track with one of its addresses, so a pod that
+// is given the address next never inherits a flow of the deleted one.
+func (d *Datapath) purgeConntrack(ifindex uint32, ips []netip.Addr) {
+	gone := map[[16]byte]bool{}
+	for _, ip := range ips {
+		_, b := packetAddr(ip)
+		gone[b] = true
+	}
 	var (
 		k    bpf.CoordinoCtKey
 		v    bpf.CoordinoCtEntry
@@ -470,7 +477,7 @@ func (d *Datapath) purgeConntrack(ifindex uint32) {
 	)
 	it := d.objs.CdoConntrack.Iterate()
 	for it.Next(&k, &v) {
-		if k.Ifindex == ifindex {
+		if k.Ifindex == ifindex || gone[k.Src] || gone[k.Dst] {
 			dead = append(dead, k)
 		}
 	}

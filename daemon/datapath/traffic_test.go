@@ -329,3 +329,42 @@ func TestDropEventsRateLimited(t *testing.T) {
 		t.Fatal("no drop reported at all")
 	}
 }
+
+// TestDetachPurgesPeersFlowsOfItsAddresses: a deleted pod's address must not
+// stay in the flows other endpoints track, or the next pod given that
+// address would inherit them.
+func TestDetachPurgesPeersFlowsOfItsAddresses(t *testing.T) {
+	c := newCluster(t, AttachTC)
+	c.policies(clientDenyIngress) // a is isolated: its flows are tracked
+	conn, err := c.pods["a"].Dial(podIPs["b"], 80)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if err := testnet.Echo(conn); err != nil {
+		t.Fatal(err)
+	}
+	naming := func(ip netip.Addr) (n int) {
+		_, want := packetAddr(ip)
+		var (
+			k bpf.CoordinoCtKey
+			v bpf.CoordinoCtEntry
+		)
+		it := c.dp.objs.CdoConntrack.Iterate()
+		for it.Next(&k, &v) {
+			if k.Src == want || k.Dst == want {
+				n++
+			}
+		}
+		return n
+	}
+	if naming(podIPs["b"]) == 0 {
+		t.Fatal("no tracked flow names b: the test tracks nothing")
+	}
+	if err := c.dp.DetachEndpoint(c.eps["b"]); err != nil {
+		t.Fatal(err)
+	}
+	if n := naming(podIPs["b"]); n != 0 {
+		t.Fatalf("%d conntrack entries still name the detached pod's address", n)
+	}
+}

@@ -30,10 +30,9 @@ func TestChurnSmoke(t *testing.T) {
 	if len(r.Leaks) != 0 {
 		t.Errorf("leaks: %v", r.Leaks)
 	}
-	// Known datapath defect, reported by the benchmark's verdict rather than
-	// failing CI here: DEL purges conntrack by the deleted pod's interface
-	// only, so the peers' entries naming it stay. Assert it once fixed.
-	t.Logf("conntrack entries naming deleted pods: %d", r.StaleConntrack)
+	if r.StaleConntrack != 0 {
+		t.Errorf("%d conntrack entries still name deleted pods", r.StaleConntrack)
+	}
 	if len(r.Samples) < 3 {
 		t.Errorf("only %d samples", len(r.Samples))
 	}
