@@ -15,7 +15,7 @@ deps:
 
 build:
 	@mkdir -p $(BIN)
-	# Stripped (-s -w): smaller image, same stack traces. The plugin links no grpc-go or protobuf runtime (plugin/unarygrpc, plugin/wire): see docs/benchmarks.md.
+	# Stripped (-s -w): smaller image, same stack traces. The plugin links no grpc-go or protobuf runtime (plugin/unarygrpc, proto/cni/v1/wire): see docs/benchmarks.md.
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags='-s -w' -o $(BIN)/coordino ./plugin/cmd/coordino
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags='-s -w' -o $(BIN)/coordino-daemon ./daemon/cmd/coordino-daemon
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags='-s -w' -o $(BIN)/coordino-wireguard ./daemon/cmd/coordino-wireguard

@@ -19,7 +19,7 @@ import (
 	"github.com/coordino/coordino/daemon/netsetup"
 	"github.com/coordino/coordino/daemon/server"
 	"github.com/coordino/coordino/daemon/store"
-	"github.com/coordino/coordino/plugin"
+	"github.com/coordino/coordino/proto/cni/v1/wire"
 	flowv1 "github.com/coordino/coordino/proto/flow/v1"
 )
 
@@ -99,7 +99,7 @@ func Run(ctx context.Context, o *config.Options, log *zap.Logger) error {
 		Datapath:   dp,
 		Log:        log,
 
-		DeleteQueueDir: filepath.Join(o.RunDir, plugin.DeleteQueueDir),
+		DeleteQueueDir: filepath.Join(o.RunDir, wire.DeleteQueueDir),
 	})
 	if kube != nil {
 		mgr.PodLabels = kube
@@ -122,7 +122,7 @@ func Run(ctx context.Context, o *config.Options, log *zap.Logger) error {
 	if err := mgr.Restore(); err != nil {
 		return err
 	}
-	queueDir := filepath.Join(o.RunDir, plugin.DeleteQueueDir)
+	queueDir := filepath.Join(o.RunDir, wire.DeleteQueueDir)
 	if n, err := mgr.DrainDeleteQueue(queueDir); err != nil {
 		log.Error("some queued DELs could not be applied; they stay queued", zap.Error(err))
 	} else if n > 0 {
@@ -145,7 +145,7 @@ func Run(ctx context.Context, o *config.Options, log *zap.Logger) error {
 	}
 	defer stopInspect()
 
-	socket := filepath.Join(o.RunDir, plugin.SocketName)
+	socket := filepath.Join(o.RunDir, wire.SocketName)
 	l, err := server.Listen(socket)
 	if err != nil {
 		return err

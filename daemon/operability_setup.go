@@ -16,13 +16,13 @@ import (
 	"github.com/coordino/coordino/daemon/metrics"
 	"github.com/coordino/coordino/daemon/store"
 	"github.com/coordino/coordino/daemon/tracing"
-	"github.com/coordino/coordino/plugin"
+	"github.com/coordino/coordino/proto/cni/v1/wire"
 )
 
 // startInspect serves the read-only inspection socket for coordinoctl and
 // registers the metrics of the same facts (DEL queue, BPF map fill).
 func startInspect(ctx context.Context, o *config.Options, st *store.Store, pool *ipam.Pool, dp *datapath.Datapath, hub *flows.Hub, m *metrics.Metrics, logs *inspect.LogRing, log *zap.Logger) (stop func(), err error) {
-	queueDir := filepath.Join(o.RunDir, plugin.DeleteQueueDir)
+	queueDir := filepath.Join(o.RunDir, wire.DeleteQueueDir)
 	collectors := []prometheus.Collector{metrics.NewDeleteQueueCollector(queueDir)}
 	if dp != nil {
 		collectors = append(collectors, metrics.NewMapCollector(func() ([]metrics.MapUsage, error) {

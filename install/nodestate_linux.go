@@ -15,7 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/coordino/coordino/daemon/netns"
-	"github.com/coordino/coordino/plugin"
+	"github.com/coordino/coordino/proto/cni/v1/wire"
 )
 
 // ourFilterPrefix starts the name of every cls_bpf filter the datapath
@@ -40,7 +40,7 @@ func RemoveNodeState(s NodeState, log *slog.Logger) error {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	sock := filepath.Join(s.RunDir, plugin.SocketName)
+	sock := filepath.Join(s.RunDir, wire.SocketName)
 	if c, err := net.DialTimeout("unix", sock, time.Second); err == nil {
 		c.Close()
 		return fmt.Errorf("%w (%s answers): remove its DaemonSet or stop it first", ErrDaemonRunning, sock)

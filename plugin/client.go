@@ -9,7 +9,7 @@ import (
 	"github.com/containernetworking/cni/pkg/types"
 
 	"github.com/coordino/coordino/plugin/unarygrpc"
-	"github.com/coordino/coordino/plugin/wire"
+	"github.com/coordino/coordino/proto/cni/v1/wire"
 )
 
 // Timeouts of one plugin invocation. Kubelet's own CNI deadline is minutes,

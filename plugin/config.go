@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/containernetworking/cni/pkg/types"
+	"github.com/coordino/coordino/proto/cni/v1/wire"
 )
 
 // DefaultRunDir is where the daemon listens when the network config has no runDir.
@@ -18,12 +19,6 @@ const DefaultRunDir = "/run/coordino"
 // colon-separated list of absolute directories. The network config is not
 // trusted: with Multus, namespace users may write one.
 const RunDirRootsEnv = "COORDINO_RUN_DIR_ROOTS"
-
-// SocketName is the daemon's socket file inside runDir.
-const SocketName = "coordino.sock"
-
-// DeleteQueueDir is the directory inside runDir that holds undelivered DELs.
-const DeleteQueueDir = "delete-queue"
 
 // Config is the part of the network config the plugin itself reads. All other
 // keys are the daemon's business and travel to it untouched.
@@ -72,7 +67,7 @@ func TrustedRunDirRoots() []string {
 }
 
 // SocketPath is the daemon socket for this config.
-func (c *Config) SocketPath() string { return filepath.Join(c.RunDir, SocketName) }
+func (c *Config) SocketPath() string { return filepath.Join(c.RunDir, wire.SocketName) }
 
 // QueueDir is the delete-queue directory for this config.
-func (c *Config) QueueDir() string { return filepath.Join(c.RunDir, DeleteQueueDir) }
+func (c *Config) QueueDir() string { return filepath.Join(c.RunDir, wire.DeleteQueueDir) }

@@ -12,8 +12,8 @@ import (
 	"github.com/containernetworking/cni/pkg/types/create"
 	"github.com/containernetworking/cni/pkg/version"
 
-	"github.com/coordino/coordino/plugin/deletequeue"
-	"github.com/coordino/coordino/plugin/wire"
+	"github.com/coordino/coordino/proto/cni/v1/wire"
+	"github.com/coordino/coordino/proto/deletequeue"
 )
 
 // SupportedVersions are the CNI spec versions Coordino speaks.

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/containernetworking/cni/pkg/types"
+	"github.com/coordino/coordino/proto/cni/v1/wire"
 	"golang.org/x/sys/unix"
 )
 
@@ -124,7 +125,7 @@ func (d *runDir) procPath(child string) string {
 // queueDir opens (creating it if needed) the delete queue and returns a path
 // that resolves through its verified descriptor, plus a closer.
 func (d *runDir) queueDir() (string, func(), error) {
-	fd, err := openDirAt(int(d.f.Fd()), DeleteQueueDir, true)
+	fd, err := openDirAt(int(d.f.Fd()), wire.DeleteQueueDir, true)
 	if err == nil {
 		err = checkQueueDir(fd)
 		if err != nil {
@@ -162,7 +163,7 @@ func checkQueueDir(fd int) error {
 // waits for it, so it keeps out of the runtime's network poller.
 func (d *runDir) dialSocket(deadline time.Time) (*os.File, error) {
 	var st unix.Stat_t
-	err := unix.Fstatat(int(d.f.Fd()), SocketName, &st, unix.AT_SYMLINK_NOFOLLOW)
+	err := unix.Fstatat(int(d.f.Fd()), wire.SocketName, &st, unix.AT_SYMLINK_NOFOLLOW)
 	if errors.Is(err, unix.ENOENT) {
 		return nil, fmt.Errorf("socket %s %w", d.conf.SocketPath(), errMissing)
 	}
@@ -186,7 +187,7 @@ func (d *runDir) dialSocket(deadline time.Time) (*os.File, error) {
 			return nil, fmt.Errorf("socket timeout: %w", err)
 		}
 	}
-	if err := unix.Connect(fd, &unix.SockaddrUnix{Name: d.procPath(SocketName)}); err != nil {
+	if err := unix.Connect(fd, &unix.SockaddrUnix{Name: d.procPath(wire.SocketName)}); err != nil {
 		conn.Close()
 		return nil, fmt.Errorf("connect to %s: %w", d.conf.SocketPath(), err)
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/containernetworking/cni/pkg/skel"
 	"github.com/containernetworking/cni/pkg/types"
 
+	"github.com/coordino/coordino/proto/cni/v1/wire"
 	"github.com/coordino/coordino/test/privileged"
 )
 
@@ -101,7 +102,7 @@ func TestDelRefusesSymlinkInRunDir(t *testing.T) {
 func TestDelRefusesForeignQueueDir(t *testing.T) {
 	root := trustRoot(t)
 	run := filepath.Join(root, "run")
-	queue := filepath.Join(run, DeleteQueueDir)
+	queue := filepath.Join(run, wire.DeleteQueueDir)
 	if err := os.MkdirAll(queue, 0o700); err != nil {
 		t.Fatal(err)
 	}
@@ -141,7 +142,7 @@ func TestAddRefusesSocketNotRootOnly(t *testing.T) {
 			if err := os.Mkdir(run, 0o700); err != nil {
 				t.Fatal(err)
 			}
-			sock := filepath.Join(run, SocketName)
+			sock := filepath.Join(run, wire.SocketName)
 			connected := listen(t, sock)
 			if err := os.Chmod(sock, 0o600); err != nil {
 				t.Fatal(err)
@@ -231,7 +232,7 @@ func TestAddRefusesListenerNotRoot(t *testing.T) {
 		t.Fatalf("helper: %q %v", line, err)
 	}
 	// The socket file passes the ownership checks; only its listener is not root.
-	sock := filepath.Join(run, SocketName)
+	sock := filepath.Join(run, wire.SocketName)
 	if err := os.Rename(helperSock, sock); err != nil {
 		t.Fatal(err)
 	}

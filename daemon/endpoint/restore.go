@@ -13,9 +13,9 @@ import (
 
 	"github.com/coordino/coordino/daemon/request"
 	"github.com/coordino/coordino/daemon/store"
-	"github.com/coordino/coordino/plugin/deletequeue"
-	"github.com/coordino/coordino/plugin/wire"
 	cniv1 "github.com/coordino/coordino/proto/cni/v1"
+	"github.com/coordino/coordino/proto/cni/v1/wire"
+	"github.com/coordino/coordino/proto/deletequeue"
 )
 
 // unrestored tracks stored endpoints whose addresses could not be reserved

@@ -12,8 +12,8 @@ import (
 	"github.com/coordino/coordino/daemon/ipam"
 	"github.com/coordino/coordino/daemon/netsetup"
 	"github.com/coordino/coordino/daemon/store"
-	"github.com/coordino/coordino/plugin/deletequeue"
-	"github.com/coordino/coordino/plugin/wire"
+	"github.com/coordino/coordino/proto/cni/v1/wire"
+	"github.com/coordino/coordino/proto/deletequeue"
 )
 
 func storedEndpoint(t *testing.T, st *store.Store, containerID, ip string) *store.Endpoint {

@@ -10,7 +10,7 @@ import (
 )
 
 // queueEntrySuffix ends committed entries of the plugin's DEL queue
-// (plugin/deletequeue); undecodable ones are set aside as ".del.bad".
+// (proto/deletequeue); undecodable ones are set aside as ".del.bad".
 const queueEntrySuffix = ".del"
 
 // DeleteQueue counts the DELs waiting in the plugin's on-disk queue dir and

@@ -14,8 +14,8 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
-	"github.com/coordino/coordino/plugin/wire"
 	cniv1 "github.com/coordino/coordino/proto/cni/v1"
+	"github.com/coordino/coordino/proto/cni/v1/wire"
 )
 
 // server is a grpc-go CNI server, as the daemon runs one.

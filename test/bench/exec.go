@@ -16,6 +16,7 @@ import (
 
 	"github.com/coordino/coordino/plugin"
 	cniv1 "github.com/coordino/coordino/proto/cni/v1"
+	"github.com/coordino/coordino/proto/cni/v1/wire"
 	"github.com/coordino/coordino/test/harness"
 )
 
@@ -75,7 +76,7 @@ func measureExecCost(dir, empty string, n int) (*ExecCost, error) {
 	if err := os.Mkdir(run, 0o700); err != nil {
 		return nil, err
 	}
-	sock := filepath.Join(run, plugin.SocketName)
+	sock := filepath.Join(run, wire.SocketName)
 	l, err := net.Listen("unix", sock)
 	if err != nil {
 		return nil, err

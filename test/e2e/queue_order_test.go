@@ -7,8 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/coordino/coordino/plugin"
-	"github.com/coordino/coordino/plugin/wire"
+	"github.com/coordino/coordino/proto/cni/v1/wire"
 	"github.com/coordino/coordino/test/harness"
 )
 
@@ -23,7 +22,7 @@ func TestQueuedDelNeverRemovesANewerAttachment(t *testing.T) {
 	c := newCNI(t, n, n.PrimaryConflist("coordino", "1.1.0"))
 	p, rt, _ := addPod(t, c, "a")
 
-	queue := filepath.Join(n.RunDir, plugin.DeleteQueueDir)
+	queue := filepath.Join(n.RunDir, wire.DeleteQueueDir)
 	if err := os.MkdirAll(queue, 0o700); err != nil {
 		t.Fatal(err)
 	}

@@ -12,7 +12,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/coordino/coordino/plugin/wire"
+	"github.com/coordino/coordino/proto/cni/v1/wire"
 )
 
 const suffix = ".del"

@@ -6,7 +6,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/coordino/coordino/plugin/wire"
+	"github.com/coordino/coordino/proto/cni/v1/wire"
 )
 
 func TestWriteDrainInOrder(t *testing.T) {
