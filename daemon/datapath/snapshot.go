@@ -7,9 +7,9 @@ import (
 	"net/netip"
 	"slices"
 
+	"github.com/coordino/coordino/api/policyir"
 	"github.com/coordino/coordino/daemon/identity"
 	"github.com/coordino/coordino/daemon/policy"
-	"github.com/coordino/coordino/daemon/policy/ir"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -28,7 +28,7 @@ type snapshotState struct {
 type snapshotDelta struct {
 	namespaces map[string]map[string]string // nil value: gone
 	deleted    []string                     // namespace/name
-	upserted   []*ir.Policy
+	upserted   []*policyir.Policy
 }
 
 // diff compares s with the last applied snapshot and normalizes what
@@ -73,7 +73,7 @@ func (st *snapshotState) diff(s policy.Snapshot) (*snapshotDelta, error) {
 			next[key] = old
 			continue
 		}
-		p, err := ir.Normalize(np)
+		p, err := policyir.Normalize(np)
 		if err != nil {
 			invalid[key] = err
 			if old != nil {

@@ -5,8 +5,8 @@ import (
 	"net/netip"
 	"slices"
 
+	"github.com/coordino/coordino/api/policyir"
 	"github.com/coordino/coordino/daemon/identity"
-	"github.com/coordino/coordino/daemon/policy/ir"
 )
 
 // NamespaceNameLabel is set on every namespace by the API server; standalone
@@ -36,7 +36,7 @@ func Compile(in Input, cidrs *identity.CIDRs) (*Result, error) {
 	}
 	var errs []error
 	for _, np := range in.Policies {
-		p, err := ir.Normalize(np)
+		p, err := policyir.Normalize(np)
 		if err != nil {
 			errs = append(errs, err)
 			continue
