@@ -3,6 +3,7 @@ package policyir
 import (
 	"fmt"
 
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	coordinov1alpha1 "github.com/coordino/coordino/api/coordino/v1alpha1"
@@ -123,4 +124,13 @@ func blockFromSpec(field string, b *coordinov1alpha1.PolicyIPBlock) (*IPBlock, e
 		out.Except = append(out.Except, ex)
 	}
 	return out, nil
+}
+
+// FromObject is FromSpec for a PolicyIR object: one the controller marked
+// not Valid is refused with the controller's message.
+func FromObject(obj *coordinov1alpha1.PolicyIR) (*Policy, error) {
+	if c := apimeta.FindStatusCondition(obj.Status.Conditions, coordinov1alpha1.ConditionValid); c != nil && c.Status == metav1.ConditionFalse {
+		return nil, fmt.Errorf("policyir %s/%s: not valid: %s", obj.Namespace, obj.Name, c.Message)
+	}
+	return FromSpec(obj.Namespace, obj.Name, &obj.Spec)
 }

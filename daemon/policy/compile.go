@@ -5,7 +5,6 @@ import (
 	"net/netip"
 	"slices"
 
-	"github.com/coordino/coordino/api/policyir"
 	"github.com/coordino/coordino/daemon/identity"
 )
 
@@ -35,8 +34,8 @@ func Compile(in Input, cidrs *identity.CIDRs) (*Result, error) {
 		}
 	}
 	var errs []error
-	for _, np := range in.Policies {
-		p, err := policyir.Normalize(np)
+	for _, o := range in.Objects() {
+		p, err := o.Normalize()
 		if err != nil {
 			errs = append(errs, err)
 			continue

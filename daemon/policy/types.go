@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/netip"
 
+	coordinov1alpha1 "github.com/coordino/coordino/api/coordino/v1alpha1"
 	"github.com/coordino/coordino/api/policyir"
 	"github.com/coordino/coordino/daemon/identity"
 	corev1 "k8s.io/api/core/v1"
@@ -50,7 +51,9 @@ const (
 
 // Snapshot is a complete, consistent set of policy inputs from a source.
 type Snapshot struct {
-	Policies   []*networkingv1.NetworkPolicy
+	Policies []*networkingv1.NetworkPolicy
+	// PolicyIRs are policies the controller compiled (Kubernetes mode).
+	PolicyIRs  []*coordinov1alpha1.PolicyIR
 	Namespaces []*corev1.Namespace
 }
 
