@@ -102,12 +102,19 @@ func (pc *PolicyCompiler) ensureRecorder() (stop func()) {
 	if pc.recorder != nil {
 		return func() {}
 	}
-	sch := runtime.NewScheme()
-	_ = scheme.AddToScheme(sch)
 	b := record.NewBroadcaster()
 	b.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: pc.core.CoreV1().Events("")})
-	pc.recorder = b.NewRecorder(sch, corev1.EventSource{Component: "coordino-controller"})
+	pc.recorder = newEventRecorder(b)
 	return b.Shutdown
+}
+
+// newEventRecorder returns the controller's Event recorder on b, knowing
+// the core and coordino.io types it reports on.
+func newEventRecorder(b record.EventBroadcaster) record.EventRecorder {
+	sch := runtime.NewScheme()
+	_ = scheme.AddToScheme(sch)
+	_ = coordinov1alpha1.AddToScheme(sch)
+	return b.NewRecorder(sch, corev1.EventSource{Component: "coordino-controller"})
 }
 
 func (pc *PolicyCompiler) processOne(ctx context.Context) bool {
