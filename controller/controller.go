@@ -8,17 +8,13 @@ import (
 	"time"
 
 	"go.uber.org/zap"
-	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/kubernetes/scheme"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/workqueue"
 
 	"github.com/coordino/coordino/api/client/clientset/versioned"
-	coordinov1alpha1 "github.com/coordino/coordino/api/coordino/v1alpha1"
 )
 
 // Stores are the object caches the controller reads; Run fills them with
@@ -65,13 +61,10 @@ type Controller struct {
 
 // New returns a controller writing through core and crd.
 func New(opts Options, log *zap.Logger, core kubernetes.Interface, crd versioned.Interface, stores Stores) *Controller {
-	sch := runtime.NewScheme()
-	_ = scheme.AddToScheme(sch)
-	_ = coordinov1alpha1.AddToScheme(sch)
 	b := record.NewBroadcaster()
 	c := &Controller{
 		opts: opts, log: log, core: core, crd: crd, Stores: stores,
-		recorder:   b.NewRecorder(sch, corev1.EventSource{Component: "coordino-controller"}),
+		recorder:   newEventRecorder(b),
 		broadcast:  b,
 		blocks:     newBlockIndex(),
 		idents:     newIdentityIndex(),

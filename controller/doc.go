@@ -2,7 +2,8 @@
 // half of Coordino. It hands out pod address blocks from IPPools (or copies
 // Node.spec.podCIDRs) into one NodeConfig per Node, reclaims them when nodes
 // shrink or go away, and gives every distinct security label set of pods a
-// cluster-wide numeric Identity.
+// cluster-wide numeric Identity. It also compiles every NetworkPolicy into
+// a PolicyIR of the same namespace and name (policyir.go).
 //
 // The API server is the only lock. A block belongs to a node when the
 // IPBlock named after it (create-if-absent) says so; the NodeConfig is the

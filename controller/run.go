@@ -174,7 +174,12 @@ func lead(ctx context.Context, opts Options, log *zap.Logger, core kubernetes.In
 		}
 	}
 	log.Info("caches synced; allocating")
+	policies := make(chan error, 1)
+	go func() { policies <- NewPolicyCompiler(log, core, crd, c.recorder).Run(ctx, opts.Workers) }()
 	c.RunWorkers(ctx)
+	if err := <-policies; err != nil && ctx.Err() == nil {
+		log.Error("policy compiler", zap.Error(err))
+	}
 	kf.Shutdown()
 	cf.Shutdown()
 	return nil

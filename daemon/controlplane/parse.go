@@ -8,7 +8,7 @@ import (
 	"io"
 	"strings"
 
-	"github.com/coordino/coordino/daemon/policy/ir"
+	"github.com/coordino/coordino/api/policyir"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -65,7 +65,7 @@ func parseDoc(raw []byte, out *Objects) error {
 		if np.Namespace == "" {
 			np.Namespace = "default"
 		}
-		if err := ir.ValidateNetworkPolicy(np); err != nil {
+		if err := policyir.ValidateNetworkPolicy(np); err != nil {
 			return fmt.Errorf("NetworkPolicy %s/%s: %w", np.Namespace, np.Name, err)
 		}
 		out.Policies = append(out.Policies, np)
@@ -74,7 +74,7 @@ func parseDoc(raw []byte, out *Objects) error {
 		if err := yaml.UnmarshalStrict(raw, ns); err != nil {
 			return fmt.Errorf("Namespace: %w", err)
 		}
-		if err := ir.ValidateNamespace(ns); err != nil {
+		if err := policyir.ValidateNamespace(ns); err != nil {
 			return fmt.Errorf("Namespace: %w", err)
 		}
 		out.Namespaces = append(out.Namespaces, ns)

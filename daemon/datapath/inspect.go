@@ -17,7 +17,6 @@ import (
 	"github.com/coordino/coordino/bpf"
 	"github.com/coordino/coordino/daemon/identity"
 	"github.com/coordino/coordino/daemon/policy"
-	networkingv1 "k8s.io/api/networking/v1"
 )
 
 // EndpointState is an attached endpoint as the datapath holds it.
@@ -195,40 +194,27 @@ func (d *Datapath) Decide(hostIfIndex int, dir policy.Direction, peer netip.Addr
 // node's identities (peers known only from a cluster source are not named).
 func (d *Datapath) Provenance(dec Decision, dir policy.Direction, peer netip.Addr, proto uint8, port uint16) (selectedBy, allowedBy []string) {
 	d.snapMu.Lock()
-	nps := slices.Collect(maps.Values(d.snap.policies))
+	objs := slices.Collect(maps.Values(d.snap.policies))
 	namespaces := slices.Collect(maps.Values(d.snap.namespaces))
 	d.snapMu.Unlock()
-	slices.SortFunc(nps, func(a, b *networkingv1.NetworkPolicy) int {
-		return strings.Compare(a.Namespace+"/"+a.Name, b.Namespace+"/"+b.Name)
-	})
+	slices.SortFunc(objs, func(a, b policy.Object) int { return strings.Compare(a.Key, b.Key) })
 	d.mu.Lock()
 	ids := d.localIdentities()
 	d.mu.Unlock()
-	compile := func(np *networkingv1.NetworkPolicy) *policy.Result {
-		res, _ := policy.Compile(policy.Input{
-			Snapshot:   policy.Snapshot{Policies: []*networkingv1.NetworkPolicy{np}, Namespaces: namespaces},
-			Identities: ids, Local: []identity.ID{dec.Local},
-		}, d.cidrs)
+	compile := func(o policy.Object) *policy.Result {
+		snap := o.Snapshot()
+		snap.Namespaces = namespaces
+		res, _ := policy.Compile(policy.Input{Snapshot: snap, Identities: ids, Local: []identity.ID{dec.Local}}, d.cidrs)
 		return res
 	}
-	for _, np := range nps {
-		res := compile(np)
+	for _, o := range objs {
+		res := compile(o)
 		if res == nil || !res.Isolation[dec.Local].Has(dir) {
 			continue
 		}
-		name := np.Namespace + "/" + np.Name
-		selectedBy = append(selectedBy, name)
-		n, field := len(np.Spec.Ingress), "ingress"
-		if dir == policy.Egress {
-			n, field = len(np.Spec.Egress), "egress"
-		}
-		for i := range n {
-			one := np.DeepCopy()
-			if dir == policy.Egress {
-				one.Spec.Egress = one.Spec.Egress[i : i+1]
-			} else {
-				one.Spec.Ingress = one.Spec.Ingress[i : i+1]
-			}
+		selectedBy = append(selectedBy, o.Key)
+		fields, parts := o.RulesOf(dir)
+		for i, one := range parts {
 			r := compile(one)
 			if r == nil {
 				continue
@@ -239,7 +225,7 @@ func (d *Datapath) Provenance(dec Decision, dir policy.Direction, peer netip.Add
 				f.Remote = f.RemoteCIDR
 			}
 			if r.Table().Allowed(f) {
-				allowedBy = append(allowedBy, fmt.Sprintf("%s spec.%s[%d]", name, field, i))
+				allowedBy = append(allowedBy, o.Key+" "+fields[i])
 			}
 		}
 	}

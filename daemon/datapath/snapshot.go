@@ -7,19 +7,17 @@ import (
 	"net/netip"
 	"slices"
 
+	"github.com/coordino/coordino/api/policyir"
 	"github.com/coordino/coordino/daemon/identity"
 	"github.com/coordino/coordino/daemon/policy"
-	"github.com/coordino/coordino/daemon/policy/ir"
 	corev1 "k8s.io/api/core/v1"
-	networkingv1 "k8s.io/api/networking/v1"
-	"k8s.io/apimachinery/pkg/api/equality"
 )
 
 // snapshotState is what the last UpdatePolicy applied; it lets the next one
 // find the changed objects. Guarded by Datapath.snapMu, not mu: diffing and
 // normalizing a large snapshot happen without blocking endpoint attaches.
 type snapshotState struct {
-	policies   map[string]*networkingv1.NetworkPolicy // valid ones, by namespace/name
+	policies   map[string]policy.Object // valid ones, by namespace/name
 	invalid    map[string]error
 	namespaces map[string]*corev1.Namespace
 }
@@ -28,7 +26,7 @@ type snapshotState struct {
 type snapshotDelta struct {
 	namespaces map[string]map[string]string // nil value: gone
 	deleted    []string                     // namespace/name
-	upserted   []*ir.Policy
+	upserted   []*policyir.Policy
 }
 
 // diff compares s with the last applied snapshot and normalizes what
@@ -58,30 +56,30 @@ func (st *snapshotState) diff(s policy.Snapshot) (*snapshotDelta, error) {
 	}
 	st.namespaces = nextNS
 
-	next := map[string]*networkingv1.NetworkPolicy{}
+	next := map[string]policy.Object{}
 	invalid := map[string]error{}
-	for _, np := range s.Policies {
-		key := np.Namespace + "/" + np.Name
+	for _, o := range s.Objects() {
+		key := o.Key
 		if _, dup := next[key]; dup {
 			continue
 		}
 		if _, dup := invalid[key]; dup {
 			continue
 		}
-		old := st.policies[key]
-		if old != nil && (old == np || equality.Semantic.DeepEqual(old.Spec, np.Spec)) {
+		old, had := st.policies[key]
+		if had && old.Same(o) {
 			next[key] = old
 			continue
 		}
-		p, err := ir.Normalize(np)
+		p, err := o.Normalize()
 		if err != nil {
 			invalid[key] = err
-			if old != nil {
+			if had {
 				delta.deleted = append(delta.deleted, key)
 			}
 			continue
 		}
-		next[key] = np
+		next[key] = o
 		delta.upserted = append(delta.upserted, p)
 	}
 	for key := range st.policies {

@@ -23,12 +23,15 @@ const lastKnownFile = "k8s-last-known.json"
 // the node's blocks, pod labels, identities and policy instead of starting
 // empty (which would flush policy and stop ADDs).
 type lastKnown struct {
-	Saved      time.Time                                `json:"saved"`
-	Blocks     []coordinov1alpha1.NodeBlock             `json:"blocks,omitempty"`
-	Generation int64                                    `json:"generation,omitempty"`
-	Pods       map[string]knownPod                      `json:"pods,omitempty"` // namespace/name
-	Namespaces map[string]map[string]string             `json:"namespaces,omitempty"`
+	Saved      time.Time                    `json:"saved"`
+	Blocks     []coordinov1alpha1.NodeBlock `json:"blocks,omitempty"`
+	Generation int64                        `json:"generation,omitempty"`
+	Pods       map[string]knownPod          `json:"pods,omitempty"` // namespace/name
+	Namespaces map[string]map[string]string `json:"namespaces,omitempty"`
+	// Policies is what daemons saved before they read PolicyIRs; still
+	// served from when a file has it.
 	Policies   []*networkingv1.NetworkPolicy            `json:"policies,omitempty"`
+	PolicyIRs  []*coordinov1alpha1.PolicyIR             `json:"policyIRs,omitempty"`
 	Identities map[string]coordinov1alpha1.IdentitySpec `json:"identities,omitempty"` // name (number) → spec
 }
 

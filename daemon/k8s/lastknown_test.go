@@ -5,6 +5,8 @@ import (
 	"path/filepath"
 	"testing"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 	coordinov1alpha1 "github.com/coordino/coordino/api/coordino/v1alpha1"
 )
 
@@ -19,13 +21,16 @@ func TestLastKnownRoundTrip(t *testing.T) {
 		Pods:       map[string]knownPod{"ns/a": {UID: "u1", Labels: map[string]string{"app": "a"}}},
 		Namespaces: map[string]map[string]string{"ns": {"team": "x"}},
 		Identities: map[string]coordinov1alpha1.IdentitySpec{"4711": {Namespace: "ns", Labels: map[string]string{"app": "a"}}},
+		PolicyIRs: []*coordinov1alpha1.PolicyIR{{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "p"},
+			Spec: coordinov1alpha1.PolicyIRSpec{PolicyTypes: []string{"Ingress"}, Rules: []coordinov1alpha1.PolicyRule{{Direction: "Ingress"}}}}},
 	}
 	if err := in.save(dir); err != nil {
 		t.Fatal(err)
 	}
 	out, err := loadLastKnown(dir)
 	if err != nil || out.Generation != 7 || !out.Blocks[0].Releasing || out.Pods["ns/a"].UID != "u1" ||
-		out.Namespaces["ns"]["team"] != "x" || out.Identities["4711"].Labels["app"] != "a" {
+		out.Namespaces["ns"]["team"] != "x" || out.Identities["4711"].Labels["app"] != "a" ||
+		len(out.PolicyIRs) != 1 || out.PolicyIRs[0].Name != "p" || out.PolicyIRs[0].Spec.Rules[0].Direction != "Ingress" {
 		t.Fatalf("round trip: %+v, %v", out, err)
 	}
 	// A damaged file is an error, not a panic or an empty state.

@@ -22,7 +22,6 @@ import (
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	corelisters "k8s.io/client-go/listers/core/v1"
-	networkinglisters "k8s.io/client-go/listers/networking/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 
@@ -101,7 +100,7 @@ type Source struct {
 	ncInf   coordinoinformers.SharedInformerFactory
 	pods    corelisters.PodLister
 	nss     corelisters.NamespaceLister
-	netpols networkinglisters.NetworkPolicyLister
+	irs     coordinolisters.PolicyIRLister
 	ncs     coordinolisters.NodeConfigLister
 	idents  coordinolisters.IdentityLister
 	hasSync []cache.InformerSynced
@@ -211,17 +210,17 @@ func New(cfg Config) (*Source, error) {
 	}))
 	podI := s.podInf.Core().V1().Pods()
 	nsI := s.coreInf.Core().V1().Namespaces()
-	npI := s.coreInf.Networking().V1().NetworkPolicies()
+	irI := s.crdInf.Coordino().V1alpha1().PolicyIRs()
 	ncI := s.ncInf.Coordino().V1alpha1().NodeConfigs()
 	idI := s.crdInf.Coordino().V1alpha1().Identities()
-	s.pods, s.nss, s.netpols, s.ncs, s.idents = podI.Lister(), nsI.Lister(), npI.Lister(), ncI.Lister(), idI.Lister()
+	s.pods, s.nss, s.irs, s.ncs, s.idents = podI.Lister(), nsI.Lister(), irI.Lister(), ncI.Lister(), idI.Lister()
 	for _, reg := range []struct {
 		inf  cache.SharedIndexInformer
 		mark func(*dirtyBits)
 	}{
 		{podI.Informer(), func(d *dirtyBits) { d.pods = true }},
 		{nsI.Informer(), func(d *dirtyBits) { d.policy, d.nsLbl = true, true }},
-		{npI.Informer(), func(d *dirtyBits) { d.policy = true }},
+		{irI.Informer(), func(d *dirtyBits) { d.policy = true }},
 		{ncI.Informer(), func(d *dirtyBits) { d.blocks = true }},
 		{idI.Informer(), func(d *dirtyBits) { d.identities = true }},
 	} {
@@ -444,17 +443,20 @@ func (s *Source) applyIdentities(sink controlplane.Sink) {
 func (s *Source) snapshot() policy.Snapshot {
 	var snap policy.Snapshot
 	if s.isLive() {
-		nps, _ := s.netpols.List(labels.Everything())
+		irs, _ := s.irs.List(labels.Everything())
 		nss, _ := s.nss.List(labels.Everything())
-		snap.Policies, snap.Namespaces = nps, nss
+		snap.PolicyIRs, snap.Namespaces = irs, nss
 	} else if s.known != nil {
-		snap.Policies = s.known.Policies
+		snap.Policies, snap.PolicyIRs = s.known.Policies, s.known.PolicyIRs
 		for name, l := range s.known.Namespaces {
 			snap.Namespaces = append(snap.Namespaces, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: l}})
 		}
 	}
 	// Listers return cache order; sort so equal states give equal snapshots.
 	slices.SortFunc(snap.Policies, func(a, b *networkingv1.NetworkPolicy) int {
+		return cmpStrings(a.Namespace+"/"+a.Name, b.Namespace+"/"+b.Name)
+	})
+	slices.SortFunc(snap.PolicyIRs, func(a, b *coordinov1alpha1.PolicyIR) int {
 		return cmpStrings(a.Namespace+"/"+a.Name, b.Namespace+"/"+b.Name)
 	})
 	slices.SortFunc(snap.Namespaces, func(a, b *corev1.Namespace) int { return cmpStrings(a.Name, b.Name) })
@@ -575,7 +577,7 @@ func (s *Source) save() {
 	for _, ns := range nss {
 		lk.Namespaces[ns.Name] = ns.Labels
 	}
-	lk.Policies, _ = s.netpols.List(labels.Everything())
+	lk.PolicyIRs, _ = s.irs.List(labels.Everything())
 	ids, _ := s.idents.List(labels.Everything())
 	for _, id := range ids {
 		lk.Identities[id.Name] = id.Spec

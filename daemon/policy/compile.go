@@ -6,7 +6,6 @@ import (
 	"slices"
 
 	"github.com/coordino/coordino/daemon/identity"
-	"github.com/coordino/coordino/daemon/policy/ir"
 )
 
 // NamespaceNameLabel is set on every namespace by the API server; standalone
@@ -35,8 +34,8 @@ func Compile(in Input, cidrs *identity.CIDRs) (*Result, error) {
 		}
 	}
 	var errs []error
-	for _, np := range in.Policies {
-		p, err := ir.Normalize(np)
+	for _, o := range in.Objects() {
+		p, err := o.Normalize()
 		if err != nil {
 			errs = append(errs, err)
 			continue

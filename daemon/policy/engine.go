@@ -5,13 +5,13 @@ import (
 	"maps"
 	"net/netip"
 
+	"github.com/coordino/coordino/api/policyir"
 	"github.com/coordino/coordino/daemon/identity"
-	"github.com/coordino/coordino/daemon/policy/ir"
 	"k8s.io/apimachinery/pkg/labels"
 )
 
 // Engine is the incremental matcher, the second stage of the pipeline: it
-// keeps normalized policies (ir.Policy), namespaces and identities, and the
+// keeps normalized policies (policyir.Policy), namespaces and identities, and the
 // rules they produce for the local identities (those with endpoints on this
 // node). Every change costs work proportional to what it touches: a new
 // identity is matched only against the policies whose selectors are filed
@@ -66,7 +66,7 @@ type nsState struct {
 }
 
 type polState struct {
-	p        *ir.Policy
+	p        *policyir.Policy
 	ns       *nsState
 	selected map[identity.ID]struct{}
 	peers    []*peerState // set while active
@@ -76,8 +76,8 @@ func (p *polState) active() bool { return p.peers != nil }
 
 type peerState struct {
 	pol  *polState
-	rule *ir.Rule
-	peer *ir.Peer // nil: every peer (identity.Any)
+	rule *policyir.Rule
+	peer *policyir.Peer // nil: every peer (identity.Any)
 	// namespaces the peer is filed in (pod peers).
 	inNS    []*nsState
 	matched map[identity.ID]struct{}
@@ -392,7 +392,7 @@ func (e *Engine) selectAsLocal(s *idState) {
 
 // UpsertPolicy adds or replaces a normalized policy. Cost: the identities
 // it selects and, if it selects a local one, its peers' matches.
-func (e *Engine) UpsertPolicy(p *ir.Policy) {
+func (e *Engine) UpsertPolicy(p *policyir.Policy) {
 	e.DeletePolicy(p.Namespace, p.Name)
 	ns := e.namespace(p.Namespace)
 	ps := &polState{p: p, ns: ns, selected: map[identity.ID]struct{}{}}
@@ -422,7 +422,7 @@ func (e *Engine) DeletePolicy(namespace, name string) {
 }
 
 // Policy returns the normalized policy namespace/name, if present.
-func (e *Engine) Policy(namespace, name string) (*ir.Policy, bool) {
+func (e *Engine) Policy(namespace, name string) (*policyir.Policy, bool) {
 	ps := e.policies[namespace+"/"+name]
 	if ps == nil {
 		return nil, false
@@ -628,7 +628,7 @@ func (e *Engine) unmatch(q *peerState, r identity.ID) {
 	}
 }
 
-var allTraffic = []ir.PortRange{{Protocol: ProtoAny, First: 0, Last: 65535}}
+var allTraffic = []policyir.PortRange{{Protocol: ProtoAny, First: 0, Last: 65535}}
 
 // link adds (delta 1) or removes (-1) the rules of q's rule between local
 // and remote.

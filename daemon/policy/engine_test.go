@@ -9,8 +9,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/coordino/coordino/api/policyir"
 	"github.com/coordino/coordino/daemon/identity"
-	"github.com/coordino/coordino/daemon/policy/ir"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -150,7 +150,7 @@ func (w *fuzzWorld) step() string {
 	switch op := w.rng.IntN(11); {
 	case op < 3:
 		np := w.policy()
-		p, err := ir.Normalize(np)
+		p, err := policyir.Normalize(np)
 		if err != nil {
 			panic(err)
 		}
@@ -315,7 +315,7 @@ metadata: {name: allow-x, namespace: a}
 spec:
   podSelector: {matchLabels: {pod: "y"}}
   ingress: [{from: [{podSelector: {matchLabels: {pod: x}}}], ports: [{port: 80}]}]`) {
-		p, err := ir.Normalize(np)
+		p, err := policyir.Normalize(np)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -365,8 +365,8 @@ func head(xs []string) []string {
 }
 
 // benchPolicies is n policies shaped like the scale benchmark's (test/policybench -scale).
-func benchPolicies(b *testing.B, n int) []*ir.Policy {
-	var out []*ir.Policy
+func benchPolicies(b *testing.B, n int) []*policyir.Policy {
+	var out []*policyir.Policy
 	for i := range n {
 		np := mustPoliciesB(b, fmt.Sprintf(`
 metadata: {name: p%d, namespace: bench}
@@ -378,7 +378,7 @@ spec:
   - from: [{namespaceSelector: {matchLabels: {team: t%d}}}]
   egress: [{to: [{ipBlock: {cidr: 10.%d.%d.0/24}}], ports: [{protocol: UDP, port: 53}]}]
   policyTypes: [Ingress, Egress]`, i, i, (i+1)%n, 8000+i%1000, i%50, 100+i/256%100, i%256))[0]
-		p, err := ir.Normalize(np)
+		p, err := policyir.Normalize(np)
 		if err != nil {
 			b.Fatal(err)
 		}

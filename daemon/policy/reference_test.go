@@ -7,8 +7,8 @@ import (
 	"net/netip"
 	"slices"
 
+	"github.com/coordino/coordino/api/policyir"
 	"github.com/coordino/coordino/daemon/identity"
-	"github.com/coordino/coordino/daemon/policy/ir"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -68,7 +68,7 @@ func referenceCompile(in Input, cidrs *identity.CIDRs) (*Result, error) {
 	var errs []error
 	valid := make([]*networkingv1.NetworkPolicy, 0, len(in.Policies))
 	for _, np := range in.Policies {
-		if err := ir.ValidateNetworkPolicy(np); err != nil {
+		if err := policyir.ValidateNetworkPolicy(np); err != nil {
 			errs = append(errs, fmt.Errorf("networkpolicy %s/%s: %w", np.Namespace, np.Name, err))
 			continue
 		}
@@ -209,7 +209,7 @@ func (c *refCompiler) peerIdentities(np *networkingv1.NetworkPolicy, p networkin
 			except = append(except, ex)
 		}
 		for _, q := range c.prefixes {
-			if !ir.Within(q, block) || slices.ContainsFunc(except, func(e netip.Prefix) bool { return ir.Within(q, e) }) {
+			if !policyir.Within(q, block) || slices.ContainsFunc(except, func(e netip.Prefix) bool { return policyir.Within(q, e) }) {
 				continue
 			}
 			out = append(out, c.res.CIDRs[q])

@@ -4,21 +4,22 @@ import (
 	"fmt"
 	"net/netip"
 
+	coordinov1alpha1 "github.com/coordino/coordino/api/coordino/v1alpha1"
+	"github.com/coordino/coordino/api/policyir"
 	"github.com/coordino/coordino/daemon/identity"
-	"github.com/coordino/coordino/daemon/policy/ir"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 )
 
 // Direction is a traffic direction from the pod's point of view; values match
 // bpf/coordino.h.
-type Direction = ir.Direction
+type Direction = policyir.Direction
 
 const (
 	// Ingress is traffic towards the pod.
-	Ingress = ir.Ingress
+	Ingress = policyir.Ingress
 	// Egress is traffic leaving the pod.
-	Egress = ir.Egress
+	Egress = policyir.Egress
 )
 
 // Isolation holds the directions in which some policy selects a pod.
@@ -41,16 +42,18 @@ func (i Isolation) Has(d Direction) bool {
 
 // IP protocol numbers policies can name.
 const (
-	ProtoAny  = ir.ProtoAny
-	ProtoICMP = ir.ProtoICMP
-	ProtoTCP  = ir.ProtoTCP
-	ProtoUDP  = ir.ProtoUDP
-	ProtoSCTP = ir.ProtoSCTP
+	ProtoAny  = policyir.ProtoAny
+	ProtoICMP = policyir.ProtoICMP
+	ProtoTCP  = policyir.ProtoTCP
+	ProtoUDP  = policyir.ProtoUDP
+	ProtoSCTP = policyir.ProtoSCTP
 )
 
 // Snapshot is a complete, consistent set of policy inputs from a source.
 type Snapshot struct {
-	Policies   []*networkingv1.NetworkPolicy
+	Policies []*networkingv1.NetworkPolicy
+	// PolicyIRs are policies the controller compiled (Kubernetes mode).
+	PolicyIRs  []*coordinov1alpha1.PolicyIR
 	Namespaces []*corev1.Namespace
 }
 

@@ -250,12 +250,12 @@ func checkRBAC(t *testing.T, objs []runtime.Object) {
 			}
 		}
 		for _, res := range r.Resources {
-			if strings.Contains(res, "/") || res == "ipblocks" {
+			if strings.Contains(res, "/") || res == "ipblocks" || res == "networkpolicies" {
 				t.Errorf("daemon rule %d grants %q", i, res)
 			}
 		}
 	}
-	for _, want := range []struct{ group, res string }{{"", "pods"}, {"", "namespaces"}, {"", "nodes"}, {"networking.k8s.io", "networkpolicies"},
+	for _, want := range []struct{ group, res string }{{"", "pods"}, {"", "namespaces"}, {"", "nodes"},
 		{"coordino.io", "nodeconfigs"}, {"coordino.io", "identities"}, {"coordino.io", "policyirs"}} {
 		if !slices.ContainsFunc(roles["coordino-daemon"].Rules, func(r rbacv1.PolicyRule) bool {
 			return slices.Contains(r.APIGroups, want.group) && slices.Contains(r.Resources, want.res) && slices.Equal(r.Verbs, readOnly)

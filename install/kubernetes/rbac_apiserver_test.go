@@ -134,6 +134,16 @@ func TestRBACOnAPIServer(t *testing.T) {
 	if _, err := daemonCRD.Identities().List(ctx, metav1.ListOptions{}); err != nil {
 		t.Errorf("daemon cannot list identities: %v", err)
 	}
+	if _, err := daemonCRD.PolicyIRs("").List(ctx, metav1.ListOptions{}); err != nil {
+		t.Errorf("daemon cannot list policyirs: %v", err)
+	}
+	if _, err := kubernetes.NewForConfigOrDie(daemonCfg).NetworkingV1().NetworkPolicies("").List(ctx, metav1.ListOptions{}); !apierrors.IsForbidden(err) {
+		t.Errorf("daemon lists networkpolicies (the controller compiles them): %v", err)
+	}
+	if _, err := daemonCRD.PolicyIRs("default").Create(ctx, &coordinov1alpha1.PolicyIR{ObjectMeta: metav1.ObjectMeta{Name: "x"},
+		Spec: coordinov1alpha1.PolicyIRSpec{PolicyTypes: []string{}}}, metav1.CreateOptions{}); !apierrors.IsForbidden(err) {
+		t.Errorf("daemon wrote a PolicyIR: %v", err)
+	}
 	if _, err := kubernetes.NewForConfigOrDie(daemonCfg).CoreV1().Secrets("coordino-system").List(ctx, metav1.ListOptions{}); !apierrors.IsForbidden(err) {
 		t.Errorf("daemon lists secrets: %v", err)
 	}
@@ -145,6 +155,13 @@ func TestRBACOnAPIServer(t *testing.T) {
 	if _, err := ctlCRD.IPBlocks().Create(ctx, &coordinov1alpha1.IPBlock{ObjectMeta: metav1.ObjectMeta{Name: "10.9.0.0-26"},
 		Spec: coordinov1alpha1.IPBlockSpec{CIDR: "10.9.0.0/26", Pool: "p", Node: "node-a", Phase: "Active"}}, metav1.CreateOptions{}); err != nil {
 		t.Errorf("controller cannot claim a block: %v", err)
+	}
+	if _, err := kubernetes.NewForConfigOrDie(controllerCfg).NetworkingV1().NetworkPolicies("").List(ctx, metav1.ListOptions{}); err != nil {
+		t.Errorf("controller cannot list networkpolicies: %v", err)
+	}
+	if _, err := ctlCRD.PolicyIRs("default").Create(ctx, &coordinov1alpha1.PolicyIR{ObjectMeta: metav1.ObjectMeta{Name: "x"},
+		Spec: coordinov1alpha1.PolicyIRSpec{PolicyTypes: []string{}}}, metav1.CreateOptions{}); err != nil {
+		t.Errorf("controller cannot create a PolicyIR: %v", err)
 	}
 	ctlCore := kubernetes.NewForConfigOrDie(controllerCfg).CoreV1()
 	if _, err := ctlCore.ConfigMaps("coordino-system").Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "coordino-identity-allocator"}}, metav1.CreateOptions{}); err != nil {

@@ -133,9 +133,7 @@ func (s *stream) check(t *testing.T, what string) {
 // restart in the middle of it) and convergence afterwards.
 func TestKubernetesMode(t *testing.T) {
 	srv, c, ns, node := setup(t, "10.61.0.0/26")
-	if _, err := c.kube.NetworkingV1().NetworkPolicies(ns).Create(bg(t), serverIngress(ns), metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	c.networkPolicy(t, serverIngress(ns))
 	// The scheduler's part: Pod objects bound to the node, before their ADD.
 	for name, l := range map[string]map[string]string{
 		"server": serverLabels, "client": clientLabels, "other": otherLabels, "newcomer": {"app": "client", "tier": "new"},

@@ -13,7 +13,9 @@ import (
 
 	"github.com/containernetworking/cni/libcni"
 	"github.com/containernetworking/cni/pkg/types"
+	"go.uber.org/zap"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -23,6 +25,7 @@ import (
 
 	"github.com/coordino/coordino/api/client/clientset/versioned"
 	coordinov1alpha1 "github.com/coordino/coordino/api/coordino/v1alpha1"
+	"github.com/coordino/coordino/controller"
 	"github.com/coordino/coordino/test/apiserver"
 	"github.com/coordino/coordino/test/harness"
 	"github.com/coordino/coordino/test/privileged"
@@ -38,6 +41,7 @@ func setup(t testing.TB, block string) (*apiserver.Server, *cluster, string, *k8
 	}
 	srv := apiserver.Start(t)
 	c := newCluster(t, srv.Config)
+	c.runPolicyCompiler(t)
 	ns := "team-" + harness.RandomSuffix(6)
 	c.namespace(t, ns, nsLabels)
 	node := newK8sNode(t, c)
@@ -63,6 +67,32 @@ func newCluster(t testing.TB, cfg *rest.Config) *cluster {
 		t.Fatal(err)
 	}
 	return &cluster{cfg: cfg, kube: kube, crd: crd}
+}
+
+// runPolicyCompiler runs the controller's real policy compiler in-process
+// until the test ends (the rest of the controller's work is done by
+// fixtures here): NetworkPolicies reach the daemon as PolicyIRs.
+func (c *cluster) runPolicyCompiler(t testing.TB) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- controller.NewPolicyCompiler(zap.NewNop(), c.kube, c.crd, nil).Run(ctx, 1) }()
+	t.Cleanup(func() { cancel(); <-done })
+}
+
+// networkPolicy creates np and waits until the compiler published its
+// PolicyIR, so the daemon can be expected to enforce it.
+func (c *cluster) networkPolicy(t testing.TB, np *networkingv1.NetworkPolicy) {
+	t.Helper()
+	if _, err := c.kube.NetworkingV1().NetworkPolicies(np.Namespace).Create(bg(t), np, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 30*time.Second, "the PolicyIR of "+np.Name, func() (bool, string) {
+		ir, err := c.crd.CoordinoV1alpha1().PolicyIRs(np.Namespace).Get(bg(t), np.Name, metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		return len(ir.Status.Conditions) > 0, fmt.Sprintf("status %+v", ir.Status)
+	})
 }
 
 func bg(t testing.TB) context.Context {

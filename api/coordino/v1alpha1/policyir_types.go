@@ -2,7 +2,6 @@ package v1alpha1
 
 import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/intstr"
 )
 
 // ConditionValid is PolicyIR's condition: False with a reason when the
@@ -29,45 +28,63 @@ type PolicyIR struct {
 	Status PolicyIRStatus `json:"status,omitempty"`
 }
 
-// PolicyIRSpec mirrors networking.k8s.io/v1 NetworkPolicySpec with every
-// default made explicit (policyTypes always set).
+// PolicyIRSpec is a NetworkPolicy after validation and normalization:
+// defaults explicit (policyTypes always the effective ones, a peer's pod
+// selector always set), CIDRs canonical, ports as protocol ranges. It stays
+// selector-based: identities are not expanded here, so an object changes
+// only when its NetworkPolicy does, and each daemon matches the selectors
+// against the label sets of its own endpoints and their peers.
 type PolicyIRSpec struct {
 	// PodSelector selects the pods of the namespace the policy applies to.
 	PodSelector metav1.LabelSelector `json:"podSelector"`
-	// PolicyTypes: "Ingress" and/or "Egress".
+	// PolicyTypes are the directions the policy isolates: "Ingress"
+	// and/or "Egress". Empty for an invalid NetworkPolicy (isolates nothing).
 	// +listType=set
 	// +kubebuilder:validation:items:Enum=Ingress;Egress
 	PolicyTypes []string `json:"policyTypes"`
+	// Rules are the allow rules of both directions, ingress first.
 	// +optional
 	// +listType=atomic
-	Ingress []PolicyRule `json:"ingress,omitempty"`
+	Rules []PolicyRule `json:"rules,omitempty"`
+	// Warnings name rule parts that match nothing (e.g. named ports).
 	// +optional
 	// +listType=atomic
-	Egress []PolicyRule `json:"egress,omitempty"`
+	Warnings []string `json:"warnings,omitempty"`
 }
 
-// PolicyRule allows traffic from/to any of Peers on any of Ports. Empty
-// Peers means every peer, empty Ports every port.
+// PolicyRule allows traffic in one direction between the selected pods and
+// any of Peers on any of Ports. Empty Peers means every peer, empty Ports
+// every port unless NoPorts is set.
 type PolicyRule struct {
+	// +kubebuilder:validation:Enum=Ingress;Egress
+	Direction string `json:"direction"`
 	// +optional
 	// +listType=atomic
 	Peers []PolicyPeer `json:"peers,omitempty"`
 	// +optional
 	// +listType=atomic
-	Ports []PolicyPort `json:"ports,omitempty"`
+	Ports []PolicyPortRange `json:"ports,omitempty"`
+	// NoPorts marks a rule whose ports all failed to resolve: it matches
+	// no traffic at all.
+	// +optional
+	NoPorts bool `json:"noPorts,omitempty"`
 }
 
-// PolicyPeer is one NetworkPolicyPeer: selectors or an ipBlock.
+// PolicyPeer is either pods chosen by selectors or an ipBlock.
 type PolicyPeer struct {
-	// +optional
-	PodSelector *metav1.LabelSelector `json:"podSelector,omitempty"`
+	// NamespaceSelector picks the peer's namespaces; absent means the
+	// policy's own namespace.
 	// +optional
 	NamespaceSelector *metav1.LabelSelector `json:"namespaceSelector,omitempty"`
+	// PodSelector picks pods in those namespaces (empty: all of them). Set
+	// for every selector peer, absent for an ipBlock peer.
+	// +optional
+	PodSelector *metav1.LabelSelector `json:"podSelector,omitempty"`
 	// +optional
 	IPBlock *PolicyIPBlock `json:"ipBlock,omitempty"`
 }
 
-// PolicyIPBlock is a CIDR with exceptions.
+// PolicyIPBlock is a canonical CIDR minus the CIDRs in Except.
 type PolicyIPBlock struct {
 	// +kubebuilder:validation:MaxLength=43
 	CIDR string `json:"cidr"`
@@ -76,17 +93,18 @@ type PolicyIPBlock struct {
 	Except []string `json:"except,omitempty"`
 }
 
-// PolicyPort is a protocol with a port (number or named) or range.
-type PolicyPort struct {
-	// +kubebuilder:validation:Enum=TCP;UDP;SCTP
-	// +kubebuilder:default=TCP
-	Protocol string `json:"protocol"`
-	// +optional
-	Port *intstr.IntOrString `json:"port,omitempty"`
-	// +optional
-	// +kubebuilder:validation:Minimum=1
+// PolicyPortRange is an inclusive port range of one IP protocol; protocol
+// 0 means every protocol, 0-65535 every port.
+type PolicyPortRange struct {
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=255
+	Protocol int32 `json:"protocol"`
+	// +kubebuilder:validation:Minimum=0
 	// +kubebuilder:validation:Maximum=65535
-	EndPort *int32 `json:"endPort,omitempty"`
+	First int32 `json:"first"`
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=65535
+	Last int32 `json:"last"`
 }
 
 // PolicyIRStatus reports compilation.

@@ -1,5 +1,5 @@
 // Command coordino-controller is Coordino's leader-elected cluster
-// controller: node address blocks and identities.
+// controller: node address blocks, identities and compiled policy (PolicyIR).
 package main
 
 import (

@@ -1,4 +1,4 @@
-package ir
+package policyir
 
 import (
 	"k8s.io/apimachinery/pkg/labels"

@@ -1,4 +1,4 @@
-package ir
+package policyir
 
 import (
 	"fmt"
@@ -8,6 +8,8 @@ import (
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
+
+	coordinov1alpha1 "github.com/coordino/coordino/api/coordino/v1alpha1"
 )
 
 // FieldError is a validation error naming the offending field.
@@ -96,21 +98,8 @@ func validatePeers(field string, peers []networkingv1.NetworkPolicyPeer) error {
 }
 
 func validateIPBlock(field string, b *networkingv1.IPBlock) error {
-	cidr, err := parseCIDR(b.CIDR)
-	if err != nil {
-		return fieldErr(field+".cidr", "%v", err)
-	}
-	for i, e := range b.Except {
-		ex, err := parseCIDR(e)
-		f := fmt.Sprintf("%s.except[%d]", field, i)
-		if err != nil {
-			return fieldErr(f, "%v", err)
-		}
-		if ex.Addr().Is4() != cidr.Addr().Is4() || ex.Bits() <= cidr.Bits() || !cidr.Contains(ex.Addr()) {
-			return fieldErr(f, "%s must be strictly within cidr %s", e, b.CIDR)
-		}
-	}
-	return nil
+	_, err := blockFromSpec(field, &coordinov1alpha1.PolicyIPBlock{CIDR: b.CIDR, Except: b.Except})
+	return err
 }
 
 // parseCIDR accepts a CIDR like the API server: host bits may be set.

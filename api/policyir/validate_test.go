@@ -1,4 +1,4 @@
-package ir
+package policyir
 
 import (
 	"strings"
