@@ -100,11 +100,12 @@ static __always_inline int handle(struct __sk_buff *skb, __u8 dir)
 	__u32 revision = cfg ? cfg->policy_revision : 0;
 	int observed = cfg && (cfg->flags & CFG_EMIT_ALLOWED);
 	/* Nothing isolated: no verdict depends on state, so nothing is tracked
-	 * but TCP connections from their SYN: who opened a connection decides
-	 * its fate once a policy isolates the pod (its own keep working, the
-	 * others are cut and stay cut). */
+	 * but TCP connections from their SYN and UDP flows from their first
+	 * packet: who opened a flow decides its fate once a policy isolates
+	 * the pod (its own keep working, the others are cut and stay cut; a
+	 * reply in flight at the change must not open a flow the other way). */
 	int isolated = ep->flags & EP_ISOLATED;
-	if (!isolated && !observed && p.proto != IPPROTO_TCP)
+	if (!isolated && !observed && p.proto != IPPROTO_TCP && p.proto != IPPROTO_UDP)
 		return verdict(skb, dir, REASON_NOT_ISOLATED);
 
 	if (p.frag == FRAG_LATER && !frag_ports_of(ifindex, &p, now)) {
@@ -139,12 +140,15 @@ static __always_inline int handle(struct __sk_buff *skb, __u8 dir)
 		/* On an isolated endpoint any allowed packet (re)creates the
 		 * entry. Mid-flow, the side that opened the flow is unknown: if
 		 * policy would also let the other side open it, remember that
-		 * (CT_AMBIGUOUS). Elsewhere a TCP entry needs its SYN, and other
-		 * flows are tracked only to report each once while observed. */
-		int track = isolated || tcp_opening(&p) || (observed && p.proto != IPPROTO_TCP);
+		 * (CT_AMBIGUOUS). Elsewhere a TCP entry needs its SYN, a UDP
+		 * entry is made by the flow's first packet (so its sender opened
+		 * it), and other flows are tracked only to report each once
+		 * while observed. */
+		int opening = tcp_opening(&p) || (!isolated && p.proto == IPPROTO_UDP);
+		int track = isolated || opening || (observed && p.proto != IPPROTO_TCP);
 		if (p.frag != FRAG_LATER && !p.icmp_error && track) {
 			__u32 flags = 0;
-			if (!tcp_opening(&p) &&
+			if (!opening &&
 			    allowed(decide(ep, dir ^ 1, &remote, p.proto, p.sport)))
 				flags = CT_AMBIGUOUS;
 			ct_create(ifindex, dir, &p, revision, now, flags);
