@@ -100,6 +100,19 @@ func (x *blockIndex) remove(p netip.Prefix, uid types.UID) {
 	}
 }
 
+// unreserve drops node's in-flight reservation of p after a failed create.
+// Only the reservation itself goes: the informer may have recorded the real
+// claim meanwhile (a create that failed for the client can still have been
+// stored), and forgetting that claim would offer its block again and leave
+// the claim out of its NodeConfig.
+func (x *blockIndex) unreserve(p netip.Prefix, node string) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if h, ok := x.blocks[p]; ok && h.uid == "" && h.node == node {
+		x.dropLocked(p, h)
+	}
+}
+
 // get returns a copy of the holder of p.
 func (x *blockIndex) get(p netip.Prefix) (blockHolder, bool) {
 	x.mu.Lock()

@@ -64,3 +64,27 @@ func TestReserveNeverHandsOutAHeldBlock(t *testing.T) {
 		t.Fatalf("total %v, want 4", got)
 	}
 }
+
+// TestFailedCreateKeepsTheInformersClaim: a claim create that failed for
+// the client may still have been stored, and its informer event can arrive
+// before the error. Cleaning up the reservation must not forget that claim
+// (the block would be offered again and the claim never put in the
+// node's spec); a reservation with no claim behind it is freed.
+func TestFailedCreateKeepsTheInformersClaim(t *testing.T) {
+	x := newBlockIndex()
+	x.setRanges("pool", []netip.Prefix{netip.MustParsePrefix("10.0.0.0/24")}, func(netip.Prefix) int { return 26 })
+	p, ok := x.reserve("pool", 0, "n-03")
+	if !ok {
+		t.Fatal("no block")
+	}
+	x.set(p, blockHolder{node: "n-03", pool: "pool", phase: "Active", uid: "from-informer"})
+	x.unreserve(p, "n-03")
+	if h, ok := x.get(p); !ok || h.uid != "from-informer" {
+		t.Fatalf("claim of %s forgotten after a failed create: %+v %v", p, h, ok)
+	}
+	q, _ := x.reserve("pool", 0, "n-04")
+	x.unreserve(q, "n-04")
+	if _, ok := x.get(q); ok {
+		t.Fatalf("reservation of %s kept after its create failed", q)
+	}
+}

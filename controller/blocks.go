@@ -331,7 +331,7 @@ func (c *Controller) claimBlock(ctx context.Context, node *corev1.Node, pools []
 				return p, pool.Name, nil
 			}
 			if !apierrors.IsAlreadyExists(err) {
-				c.blocks.remove(p, "")
+				c.blocks.unreserve(p, node.Name)
 				return netip.Prefix{}, "", fmt.Errorf("claim %s for %s: %w", p, node.Name, err)
 			}
 			if err := c.learnClaim(ctx, p); err != nil {

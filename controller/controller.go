@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+	"golang.org/x/time/rate"
 	"k8s.io/client-go/kubernetes"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/tools/cache"
@@ -71,15 +72,31 @@ func New(opts Options, log *zap.Logger, core kubernetes.Interface, crd versioned
 		writes:     newWriteCounter(),
 		waiting:    map[string]map[string]struct{}{},
 		emptySince: map[netip.Prefix]time.Time{},
-		nodeQueue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
+		nodeQueue: workqueue.NewTypedRateLimitingQueueWithConfig(retryLimiter(),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "nodes"}),
-		poolQueue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
+		poolQueue: workqueue.NewTypedRateLimitingQueueWithConfig(retryLimiter(),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "pools"}),
-		identQueue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
+		identQueue: workqueue.NewTypedRateLimitingQueueWithConfig(retryLimiter(),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "identities"}),
 	}
 	c.alloc = &numberAllocator{c: c}
 	return c
+}
+
+// maxRetryDelay caps the back-off of a failing key. client-go's default
+// grows to 1000 s: a node whose sync failed a dozen times in a row (two
+// replicas overlapping, conflicts on caches lagging under load) would wait
+// minutes for its first block although the next attempt would succeed.
+const maxRetryDelay = 5 * time.Second
+
+// retryLimiter is client-go's default controller limiter (per-key
+// exponential back-off, overall token bucket) with the per-key delay capped
+// at maxRetryDelay.
+func retryLimiter() workqueue.TypedRateLimiter[string] {
+	return workqueue.NewTypedMaxOfRateLimiter(
+		workqueue.NewTypedItemExponentialFailureRateLimiter[string](5*time.Millisecond, maxRetryDelay),
+		&workqueue.TypedBucketRateLimiter[string]{Limiter: rate.NewLimiter(rate.Limit(10), 100)},
+	)
 }
 
 // StartEvents sends Events to the API server until ctx is done.

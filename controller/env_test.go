@@ -45,6 +45,7 @@ func testOptions() Options {
 	o.IdentityGCGrace, o.IdentityGCPeriod = time.Second, 200*time.Millisecond
 	o.ReleaseEmptyAfter = 0
 	o.ResyncPeriod = 0
+	o.KubeAPIQPS, o.KubeAPIBurst = 0, 0 // the test server's client limits
 	return o
 }
 

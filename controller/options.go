@@ -42,6 +42,11 @@ type Options struct {
 	LogLevel          string
 	ResyncPeriod      time.Duration
 	ReleaseEmptyAfter time.Duration // an empty surplus block is released after this long
+	// Client-side API rate limit (0: keep the client configuration's).
+	// client-go's own default, 5/s, makes 500 new Nodes (three writes
+	// each) wait five minutes for their blocks.
+	KubeAPIQPS   float64
+	KubeAPIBurst int
 }
 
 // DefaultOptions are the flag defaults.
@@ -64,6 +69,8 @@ func DefaultOptions() Options {
 		LogLevel:          "info",
 		ResyncPeriod:      10 * time.Minute,
 		ReleaseEmptyAfter: time.Minute,
+		KubeAPIQPS:        50,
+		KubeAPIBurst:      100,
 	}
 }
 
@@ -90,6 +97,8 @@ func Parse(args []string, out io.Writer) (Options, error) {
 	fs.IntVar(&o.Workers, "workers", o.Workers, "concurrent node reconcilers")
 	fs.StringVar(&o.MetricsAddr, "metrics-addr", o.MetricsAddr, "listen address of /metrics, /healthz and /readyz (empty: off)")
 	fs.StringVar(&o.LogLevel, "log-level", o.LogLevel, "debug, info, warn or error")
+	fs.Float64Var(&o.KubeAPIQPS, "kube-api-qps", o.KubeAPIQPS, "API requests per second the controller may send (client-side limit)")
+	fs.IntVar(&o.KubeAPIBurst, "kube-api-burst", o.KubeAPIBurst, "API request burst above --kube-api-qps")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
@@ -113,6 +122,9 @@ func (o *Options) Validate() error {
 	}
 	if o.IdentityBatch < 1 {
 		errs = append(errs, fmt.Errorf("--identity-batch: %d must be at least 1", o.IdentityBatch))
+	}
+	if o.KubeAPIQPS < 0 || o.KubeAPIBurst < 0 {
+		errs = append(errs, fmt.Errorf("--kube-api-qps %v, --kube-api-burst %d: must not be negative", o.KubeAPIQPS, o.KubeAPIBurst))
 	}
 	if o.Workers < 1 {
 		errs = append(errs, fmt.Errorf("--workers: %d must be at least 1", o.Workers))

@@ -41,6 +41,12 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options, log *zap.Logger) e
 	}
 	cfg = rest.CopyConfig(cfg)
 	cfg.UserAgent = "coordino-controller"
+	if opts.KubeAPIQPS > 0 {
+		cfg.QPS = float32(opts.KubeAPIQPS)
+	}
+	if opts.KubeAPIBurst > 0 {
+		cfg.Burst = opts.KubeAPIBurst
+	}
 	core, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		return err

@@ -55,6 +55,12 @@ func (n *Node) Metric(name string, labels ...string) (float64, error) {
 	if code != 200 {
 		return 0, fmt.Errorf("/metrics answered %d", code)
 	}
+	return MetricIn(body, name, labels...)
+}
+
+// MetricIn sums the samples of metric name whose labels contain every one
+// of labels in a Prometheus text exposition (any process's /metrics).
+func MetricIn(body, name string, labels ...string) (float64, error) {
 	sum, found := 0.0, false
 	sc := bufio.NewScanner(strings.NewReader(body))
 	for sc.Scan() {
