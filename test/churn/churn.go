@@ -193,6 +193,7 @@ func Run(ctx context.Context, p Params) (*Report, error) {
 	if err := c.del(server); err != nil {
 		c.fail(fmt.Errorf("DEL server: %w", err))
 	}
+	c.release(server.pod) // closed with the other pods
 	if ctx.Err() != nil {
 		return nil, ctx.Err()
 	}
