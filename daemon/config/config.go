@@ -152,20 +152,21 @@ func fromFile(path string) (*Options, error) {
 // applyFlags copies into o every option set explicitly on the command line.
 func (o *Options) applyFlags(flags *Options, explicit map[string]bool) {
 	set := map[string]func(){
-		"standalone":   func() { o.Standalone = flags.Standalone },
-		"node-name":    func() { o.NodeName = flags.NodeName },
-		"pod-cidr":     func() { o.PodCIDRs = flags.PodCIDRs },
-		"run-dir":      func() { o.RunDir = flags.RunDir },
-		"state-dir":    func() { o.StateDir = flags.StateDir },
-		"bpf-dir":      func() { o.BPFDir = flags.BPFDir },
-		"metrics-addr": func() { o.MetricsAddr = flags.MetricsAddr },
-		"log-level":    func() { o.LogLevel = flags.LogLevel },
-		"policy-dir":   func() { o.PolicyDir = flags.PolicyDir },
-		"attach-mode":  func() { o.AttachMode = flags.AttachMode },
-		"no-datapath":  func() { o.NoDatapath = flags.NoDatapath },
-		"flow-log":     func() { o.FlowLog = flags.FlowLog },
-		"kubeconfig":   func() { o.Kubeconfig = flags.Kubeconfig },
-
+		"standalone":             func() { o.Standalone = flags.Standalone },
+		"node-name":              func() { o.NodeName = flags.NodeName },
+		"pod-cidr":               func() { o.PodCIDRs = flags.PodCIDRs },
+		"run-dir":                func() { o.RunDir = flags.RunDir },
+		"state-dir":              func() { o.StateDir = flags.StateDir },
+		"bpf-dir":                func() { o.BPFDir = flags.BPFDir },
+		"metrics-addr":           func() { o.MetricsAddr = flags.MetricsAddr },
+		"log-level":              func() { o.LogLevel = flags.LogLevel },
+		"policy-dir":             func() { o.PolicyDir = flags.PolicyDir },
+		"attach-mode":            func() { o.AttachMode = flags.AttachMode },
+		"no-datapath":            func() { o.NoDatapath = flags.NoDatapath },
+		"flow-log":               func() { o.FlowLog = flags.FlowLog },
+		"kubeconfig":             func() { o.Kubeconfig = flags.Kubeconfig },
+		"conntrack-size":         func() { o.ConntrackSize = flags.ConntrackSize },
+		"otlp-endpoint":          func() { o.OTLPEndpoint = flags.OTLPEndpoint },
 		"routing":                func() { o.Routing = flags.Routing },
 		"encryption":             func() { o.Encryption = flags.Encryption },
 		"peers-file":             func() { o.PeersFile = flags.PeersFile },
@@ -173,8 +174,6 @@ func (o *Options) applyFlags(flags *Options, explicit map[string]bool) {
 		"wireguard-port":         func() { o.WireGuardPort = flags.WireGuardPort },
 		"wireguard-node-to-node": func() { o.WireGuardNodeToNode = flags.WireGuardNodeToNode },
 	}
-	set["conntrack-size"] = func() { o.ConntrackSize = flags.ConntrackSize }
-	set["otlp-endpoint"] = func() { o.OTLPEndpoint = flags.OTLPEndpoint }
 	for name := range explicit {
 		if f := set[name]; f != nil {
 			f()
