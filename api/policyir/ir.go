@@ -42,7 +42,7 @@ type Policy struct {
 	IsolatesIngress, IsolatesEgress bool
 	// Rules are the allow rules of both directions, ingress first.
 	Rules []Rule
-	// Warnings name rule parts that match nothing here (named ports).
+	// Warnings name rule parts that match nothing.
 	Warnings []string
 }
 
@@ -55,11 +55,23 @@ type Rule struct {
 	Direction Direction
 	// Peers is empty when the rule allows every peer.
 	Peers []Peer
-	// Ports is empty when the rule allows all traffic; a rule whose ports
-	// are all unresolvable (named) has Ports empty and NoPorts set.
+	// Ports and NamedPorts are both empty when the rule allows all traffic.
 	Ports []PortRange
+	// NamedPorts are container port names; each node resolves them from
+	// the pods' container ports (see daemon/policy: ingress against the
+	// selected pod, egress against the peer pods).
+	NamedPorts []NamedPort
 	// NoPorts marks a rule that matches no traffic at all.
 	NoPorts bool
+}
+
+// AllTraffic reports whether the rule allows every protocol and port.
+func (r *Rule) AllTraffic() bool { return len(r.Ports) == 0 && len(r.NamedPorts) == 0 }
+
+// NamedPort is a port name of one protocol (ProtoAny: every protocol).
+type NamedPort struct {
+	Protocol uint8
+	Name     string
 }
 
 // Peer is one peer of a rule: either pods chosen by selectors, or a CIDR

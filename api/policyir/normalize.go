@@ -32,14 +32,14 @@ func Compile(np *networkingv1.NetworkPolicy) (*coordinov1alpha1.PolicyIRSpec, er
 	ingress, egress := policyTypes(np)
 	if ingress {
 		spec.PolicyTypes = append(spec.PolicyTypes, string(networkingv1.PolicyTypeIngress))
-		for i, r := range np.Spec.Ingress {
-			spec.Rules = append(spec.Rules, compileRule(spec, np, fmt.Sprintf("spec.ingress[%d]", i), networkingv1.PolicyTypeIngress, r.From, r.Ports))
+		for _, r := range np.Spec.Ingress {
+			spec.Rules = append(spec.Rules, compileRule(networkingv1.PolicyTypeIngress, r.From, r.Ports))
 		}
 	}
 	if egress {
 		spec.PolicyTypes = append(spec.PolicyTypes, string(networkingv1.PolicyTypeEgress))
-		for i, r := range np.Spec.Egress {
-			spec.Rules = append(spec.Rules, compileRule(spec, np, fmt.Sprintf("spec.egress[%d]", i), networkingv1.PolicyTypeEgress, r.To, r.Ports))
+		for _, r := range np.Spec.Egress {
+			spec.Rules = append(spec.Rules, compileRule(networkingv1.PolicyTypeEgress, r.To, r.Ports))
 		}
 	}
 	return spec, nil
@@ -62,22 +62,19 @@ func policyTypes(np *networkingv1.NetworkPolicy) (ingress, egress bool) {
 	return ingress, egress
 }
 
-func compileRule(spec *coordinov1alpha1.PolicyIRSpec, np *networkingv1.NetworkPolicy, field string, dir networkingv1.PolicyType,
-	peers []networkingv1.NetworkPolicyPeer, ports []networkingv1.NetworkPolicyPort) coordinov1alpha1.PolicyRule {
+func compileRule(dir networkingv1.PolicyType, peers []networkingv1.NetworkPolicyPeer, ports []networkingv1.NetworkPolicyPort) coordinov1alpha1.PolicyRule {
 	r := coordinov1alpha1.PolicyRule{Direction: string(dir)}
 	for _, peer := range peers {
 		r.Peers = append(r.Peers, compilePeer(peer))
 	}
-	for i, port := range ports {
+	for _, port := range ports {
 		proto, _ := protoNumber(port.Protocol)
 		switch {
 		case port.Port == nil:
 			r.Ports = append(r.Ports, coordinov1alpha1.PolicyPortRange{Protocol: int32(proto), First: 0, Last: 65535})
 		case port.Port.Type == intstr.String:
-			// Named ports need the pods' container ports.
-			spec.Warnings = append(spec.Warnings, fmt.Sprintf(
-				"networkpolicy %s/%s: %s.ports[%d]: named port %q matches nothing without pod port data",
-				np.Namespace, np.Name, field, i, port.Port.StrVal))
+			// Resolved on each node from the pods' container ports.
+			r.NamedPorts = append(r.NamedPorts, coordinov1alpha1.PolicyNamedPort{Protocol: int32(proto), Name: port.Port.StrVal})
 		default:
 			lo := port.Port.IntVal
 			hi := lo
@@ -87,7 +84,6 @@ func compileRule(spec *coordinov1alpha1.PolicyIRSpec, np *networkingv1.NetworkPo
 			r.Ports = append(r.Ports, coordinov1alpha1.PolicyPortRange{Protocol: int32(proto), First: lo, Last: hi})
 		}
 	}
-	r.NoPorts = len(ports) > 0 && len(r.Ports) == 0
 	return r
 }
 

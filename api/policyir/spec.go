@@ -65,21 +65,37 @@ func ruleFromSpec(field string, r coordinov1alpha1.PolicyRule) (Rule, error) {
 	}
 	for i, pr := range r.Ports {
 		f := fmt.Sprintf("%s.ports[%d]", field, i)
-		switch pr.Protocol {
-		case int32(ProtoAny), int32(ProtoTCP), int32(ProtoUDP), int32(ProtoSCTP):
-		default:
-			return out, fieldErr(f+".protocol", "unsupported protocol %d", pr.Protocol)
+		if err := specProtocol(f, pr.Protocol); err != nil {
+			return out, err
 		}
 		if pr.First < 0 || pr.Last > 65535 || pr.First > pr.Last {
 			return out, fieldErr(f, "range %d-%d is not within 0-65535 in order", pr.First, pr.Last)
 		}
 		out.Ports = append(out.Ports, PortRange{Protocol: uint8(pr.Protocol), First: uint16(pr.First), Last: uint16(pr.Last)})
 	}
+	for i, np := range r.NamedPorts {
+		f := fmt.Sprintf("%s.namedPorts[%d]", field, i)
+		if err := specProtocol(f, np.Protocol); err != nil {
+			return out, err
+		}
+		if err := validPortName(np.Name); err != nil {
+			return out, fieldErr(f+".name", "%v", err)
+		}
+		out.NamedPorts = append(out.NamedPorts, NamedPort{Protocol: uint8(np.Protocol), Name: np.Name})
+	}
 	out.NoPorts = r.NoPorts
 	if out.NoPorts {
-		out.Ports = nil
+		out.Ports, out.NamedPorts = nil, nil
 	}
 	return out, nil
+}
+
+func specProtocol(field string, p int32) error {
+	switch p {
+	case int32(ProtoAny), int32(ProtoTCP), int32(ProtoUDP), int32(ProtoSCTP):
+		return nil
+	}
+	return fieldErr(field+".protocol", "unsupported protocol %d", p)
 }
 
 func peerFromSpec(field string, peer coordinov1alpha1.PolicyPeer) (Peer, error) {

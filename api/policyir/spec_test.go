@@ -44,8 +44,8 @@ func TestCompileSpec(t *testing.T) {
 	if len(in.Ports) != 2 || in.Ports[0] != want[0] || in.Ports[1] != want[1] {
 		t.Errorf("ports = %+v, want %+v", in.Ports, want)
 	}
-	if len(spec.Warnings) != 1 || !strings.Contains(spec.Warnings[0], `"http"`) {
-		t.Errorf("warnings = %q, want the named port", spec.Warnings)
+	if len(in.NamedPorts) != 1 || in.NamedPorts[0] != (coordinov1alpha1.PolicyNamedPort{Protocol: 6, Name: "http"}) || len(spec.Warnings) != 0 {
+		t.Errorf("named ports = %+v, warnings %q; want TCP http and no warning", in.NamedPorts, spec.Warnings)
 	}
 	p, err := FromSpec("ns", "p", spec)
 	if err != nil {
@@ -53,6 +53,9 @@ func TestCompileSpec(t *testing.T) {
 	}
 	if !p.IsolatesIngress || !p.IsolatesEgress || len(p.Rules) != 2 || !p.PodSelector.Matches(labels.Set{"app": "db"}) {
 		t.Errorf("FromSpec = %+v", p)
+	}
+	if len(p.Rules[0].NamedPorts) != 1 || p.Rules[0].NamedPorts[0] != (NamedPort{Protocol: ProtoTCP, Name: "http"}) {
+		t.Errorf("FromSpec named ports = %+v, want TCP http", p.Rules[0].NamedPorts)
 	}
 	if p.Rules[0].Peers[0].NamespaceSelector == nil || !p.Rules[0].Peers[0].PodSelector.Empty() {
 		t.Errorf("peer = %+v, want namespace selector and all pods", p.Rules[0].Peers[0])
@@ -68,6 +71,8 @@ func TestFromSpecNames(t *testing.T) {
 		"spec.rules[0].peers[0].ipBlock.except[0]": `{podSelector: {}, policyTypes: [Ingress], rules: [{direction: Ingress, peers: [{ipBlock: {cidr: 10.0.0.0/8, except: [11.0.0.0/16]}}]}]}`,
 		"spec.rules[0].ports[0]":                   `{podSelector: {}, policyTypes: [Egress], rules: [{direction: Egress, ports: [{protocol: 6, first: 90, last: 80}]}]}`,
 		"spec.rules[0].ports[0].protocol":          `{podSelector: {}, policyTypes: [Egress], rules: [{direction: Egress, ports: [{protocol: 1, first: 0, last: 1}]}]}`,
+		"spec.rules[0].namedPorts[0].name":         `{podSelector: {}, policyTypes: [Egress], rules: [{direction: Egress, namedPorts: [{protocol: 6, name: "no such"}]}]}`,
+		"spec.rules[0].namedPorts[0].protocol":     `{podSelector: {}, policyTypes: [Egress], rules: [{direction: Egress, namedPorts: [{protocol: 1, name: http}]}]}`,
 	}
 	for field, doc := range cases {
 		spec := &coordinov1alpha1.PolicyIRSpec{}
@@ -86,6 +91,7 @@ func TestFromSpecNames(t *testing.T) {
 func FuzzFromSpec(f *testing.F) {
 	f.Add(`{"podSelector":{},"policyTypes":["Ingress"],"rules":[{"direction":"Ingress","peers":[{"podSelector":{"matchLabels":{"a":"b"}}}],"ports":[{"protocol":6,"first":80,"last":80}]}]}`)
 	f.Add(`{"podSelector":{},"policyTypes":["Egress"],"rules":[{"direction":"Egress","peers":[{"ipBlock":{"cidr":"::/0","except":["::1/128"]}}]}]}`)
+	f.Add(`{"podSelector":{},"policyTypes":["Ingress"],"rules":[{"direction":"Ingress","namedPorts":[{"protocol":6,"name":"http"}]}]}`)
 	f.Add(`{"podSelector":{"matchExpressions":[{"key":"k","operator":"In","values":["v"]}]},"policyTypes":[]}`)
 	f.Fuzz(func(t *testing.T, doc string) {
 		spec := &coordinov1alpha1.PolicyIRSpec{}

@@ -3,11 +3,13 @@ package policyir
 import (
 	"fmt"
 	"net/netip"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/apimachinery/pkg/util/validation"
 
 	coordinov1alpha1 "github.com/coordino/coordino/api/coordino/v1alpha1"
 )
@@ -127,8 +129,8 @@ func validatePorts(field string, ports []networkingv1.NetworkPolicyPort) error {
 			continue
 		}
 		if p.Port.Type == intstr.String {
-			if p.Port.StrVal == "" {
-				return fieldErr(f+".port", "empty port name")
+			if err := validPortName(p.Port.StrVal); err != nil {
+				return fieldErr(f+".port", "%v", err)
 			}
 			if p.EndPort != nil {
 				return fieldErr(f+".endPort", "requires a numeric port")
@@ -141,6 +143,15 @@ func validatePorts(field string, ports []networkingv1.NetworkPolicyPort) error {
 		if p.EndPort != nil && (*p.EndPort < p.Port.IntVal || *p.EndPort > 65535) {
 			return fieldErr(f+".endPort", "%d must be between port (%d) and 65535", *p.EndPort, p.Port.IntVal)
 		}
+	}
+	return nil
+}
+
+// validPortName accepts what a container port's name may be (IANA service
+// name syntax); no other name can match a container port.
+func validPortName(name string) error {
+	if errs := validation.IsValidPortName(name); len(errs) > 0 {
+		return fmt.Errorf("port name %q: %s", name, strings.Join(errs, "; "))
 	}
 	return nil
 }

@@ -64,6 +64,8 @@ type Endpoint struct {
 	// Namespace and Labels determine the endpoint's identity.
 	Namespace string
 	Labels    map[string]string
+	// Pod is "namespace/name" when known: SetPodNamedPorts names it.
+	Pod string
 }
 
 // Datapath is the loaded BPF datapath. Its methods are safe for concurrent use.
@@ -82,11 +84,13 @@ type Datapath struct {
 	snapMu sync.Mutex
 	snap   snapshotState
 
-	mu       sync.Mutex
-	ids      identity.Assigner
-	cidrs    *identity.CIDRs
-	engine   *policy.Engine
-	eps      map[string]*record
+	mu     sync.Mutex
+	ids    identity.Assigner
+	cidrs  *identity.CIDRs
+	engine *policy.Engine
+	eps    map[string]*record
+	// podPorts are the named ports of this node's pods, by "namespace/name".
+	podPorts map[string][]policy.NamedPort
 	synced   bool
 	mirror   *mirrors
 	revision uint32
@@ -131,7 +135,7 @@ func Open(cfg Config) (*Datapath, error) {
 		log:   cfg.Logger.Named("datapath"),
 		ids:   cfg.Identities,
 		cidrs: identity.NewCIDRs(),
-		eps:   map[string]*record{},
+		eps:   map[string]*record{}, podPorts: map[string][]policy.NamedPort{},
 		dirty: newPending(),
 	}
 	d.engine = policy.NewEngine(d.cidrs)
@@ -201,6 +205,7 @@ func (d *Datapath) restore() error {
 			return fmt.Errorf("datapath: adopt endpoint %q: %w", r.Key, err)
 		}
 		d.engine.AddLocal(id)
+		d.feedNamedPorts(r)
 		d.eps[r.Key] = r
 		d.refreshIfKeys()
 		// Adopted from a version without source validation, or a lost map.
@@ -307,6 +312,7 @@ func (d *Datapath) prepareAttach(r *record) error {
 		return fmt.Errorf("endpoint %q: %w", r.Key, err)
 	}
 	r.Identity = id.ID
+	d.adoptPodPorts(r, old)
 	// Sources first: programs attached next drop anything else it sends.
 	if err := d.writeAddrs(r); err != nil {
 		d.ids.Release(r.Identity)
@@ -320,6 +326,7 @@ func (d *Datapath) prepareAttach(r *record) error {
 	}
 	// Only the new identity's rules are expanded here, never the policy set.
 	d.engine.AddLocal(id)
+	d.feedNamedPorts(r) // replaces the old attachment's (same key)
 	if old != nil {
 		// Same key again (e.g. moving to its cluster identity): the new
 		// identity's entries go in before the old one's come out.
@@ -353,6 +360,7 @@ func (d *Datapath) forget(r *record) {
 	delete(d.eps, r.Key)
 	d.refreshIfKeys()
 	_ = deleteRecord(d.state, r.Key)
+	d.engine.RemoveNamedPorts(localPortsKey(r))
 	d.engine.RemoveLocal(r.Identity)
 	d.ids.Release(r.Identity)
 	d.markEndpoint(r)
@@ -383,6 +391,7 @@ func (d *Datapath) DetachEndpoint(ep Endpoint) error {
 	defer d.mu.Unlock()
 	delete(d.eps, r.Key)
 	d.refreshIfKeys()
+	d.engine.RemoveNamedPorts(localPortsKey(r))
 	d.engine.RemoveLocal(r.Identity)
 	d.ids.Release(r.Identity)
 	if err := d.deleteAddrs(r, nil); err != nil {
@@ -425,7 +434,7 @@ func newRecord(ep Endpoint) (*record, error) {
 	}
 	r := &record{
 		Key: ep.Key, HostIfName: ep.HostIfName, HostIfIndex: ep.HostIfIndex,
-		Namespace: ep.Namespace, Labels: maps.Clone(ep.Labels),
+		Namespace: ep.Namespace, Labels: maps.Clone(ep.Labels), Pod: ep.Pod,
 	}
 	if r.Namespace == "" {
 		r.Namespace = DefaultNamespace

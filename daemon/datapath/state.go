@@ -9,6 +9,7 @@ import (
 
 	"github.com/cilium/ebpf"
 	"github.com/coordino/coordino/daemon/identity"
+	"github.com/coordino/coordino/daemon/policy"
 	"golang.org/x/sys/unix"
 )
 
@@ -38,6 +39,9 @@ type record struct {
 	Labels      map[string]string `json:"labels,omitempty"`
 	Identity    identity.ID       `json:"identity"`
 	Mode        string            `json:"mode"`
+	// Pod and the named ports last set for it (SetPodNamedPorts).
+	Pod        string             `json:"pod,omitempty"`
+	NamedPorts []policy.NamedPort `json:"namedPorts,omitempty"`
 }
 
 func openStateMap(dir string) (*ebpf.Map, error) {

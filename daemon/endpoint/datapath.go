@@ -19,6 +19,9 @@ func datapathEndpoint(ep *store.Endpoint, hostIfIndex int) datapath.Endpoint {
 		Namespace:   ep.PodNamespace,
 		Labels:      ep.Labels,
 	}
+	if ep.PodName != "" {
+		d.Pod = ep.PodNamespace + "/" + ep.PodName
+	}
 	for _, p := range ep.IPs {
 		d.IPs = append(d.IPs, p.Addr())
 	}

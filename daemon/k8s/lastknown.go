@@ -13,6 +13,7 @@ import (
 
 	coordinov1alpha1 "github.com/coordino/coordino/api/coordino/v1alpha1"
 	"github.com/coordino/coordino/daemon/atomicfile"
+	"github.com/coordino/coordino/daemon/policy"
 )
 
 // lastKnownFile is the file in the state directory holding lastKnown.
@@ -36,8 +37,9 @@ type lastKnown struct {
 }
 
 type knownPod struct {
-	UID    string            `json:"uid,omitempty"`
-	Labels map[string]string `json:"labels,omitempty"`
+	UID        string             `json:"uid,omitempty"`
+	Labels     map[string]string  `json:"labels,omitempty"`
+	NamedPorts []policy.NamedPort `json:"namedPorts,omitempty"`
 }
 
 // loadLastKnown reads the state saved by a previous run; nil when none.

@@ -110,8 +110,10 @@ type Source struct {
 	live atomic.Bool
 	// announced is what the apply loop told the sink; only it touches it.
 	announced map[identity.ID]identity.Identity
-	applied   atomic.Int64 // NodeConfig generation whose blocks the pool has
-	tailSave  atomic.Bool  // a save of the last-known state is scheduled
+	// fedPorts are the named ports the apply loop gave the sink, by pod.
+	fedPorts map[string][]policy.NamedPort
+	applied  atomic.Int64 // NodeConfig generation whose blocks the pool has
+	tailSave atomic.Bool  // a save of the last-known state is scheduled
 
 	mu        sync.Mutex
 	refresher Refresher
@@ -175,9 +177,9 @@ func New(cfg Config) (*Source, error) {
 	}
 	s := &Source{
 		cfg: cfg, log: cfg.Log.Named("k8s"), kube: kube, crd: crd, known: known,
-		announced: map[identity.ID]identity.Identity{},
-		kick:      make(chan struct{}, 1),
-		synced:    make(chan struct{}),
+		announced: map[identity.ID]identity.Identity{}, fedPorts: map[string][]policy.NamedPort{},
+		kick:   make(chan struct{}, 1),
+		synced: make(chan struct{}),
 		unseenPods: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "coordino_k8s_pod_label_misses_total",
 			Help: "ADDs refused (try again later) because the pod was not in the daemon's cache within the bounded wait."}),
@@ -348,6 +350,9 @@ func (s *Source) apply(sink controlplane.Sink) {
 	}
 	if d.identities || d.nsLbl {
 		s.applyIdentities(sink)
+	}
+	if d.pods {
+		s.applyNamedPorts(sink)
 	}
 	if d.policy {
 		if err := sink.UpdatePolicy(s.snapshot()); err != nil {
@@ -571,7 +576,7 @@ func (s *Source) save() {
 	}
 	pods, _ := s.pods.List(labels.Everything())
 	for _, p := range pods {
-		lk.Pods[p.Namespace+"/"+p.Name] = knownPod{UID: string(p.UID), Labels: p.Labels}
+		lk.Pods[p.Namespace+"/"+p.Name] = knownPod{UID: string(p.UID), Labels: p.Labels, NamedPorts: podNamedPorts(p)}
 	}
 	nss, _ := s.nss.List(labels.Everything())
 	for _, ns := range nss {

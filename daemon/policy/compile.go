@@ -33,6 +33,9 @@ func Compile(in Input, cidrs *identity.CIDRs) (*Result, error) {
 			e.UpsertIdentity(id)
 		}
 	}
+	for _, p := range in.NamedPorts {
+		e.SetNamedPorts(p)
+	}
 	var errs []error
 	for _, o := range in.Objects() {
 		p, err := o.Normalize()

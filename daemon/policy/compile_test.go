@@ -435,7 +435,7 @@ spec:
 			deny:  []string{"c/x>a/x icmp/0"},
 		},
 		{
-			name: "named port matches nothing without pod port data",
+			name: "named port no pod defines matches nothing",
 			policies: []string{`
 metadata: {name: named, namespace: a}
 spec:
@@ -513,18 +513,6 @@ spec:
 	}
 	if res.Isolation[w.ids["b/x"].ID] != 0 {
 		t.Fatal("invalid policy was applied")
-	}
-}
-
-func TestCompileWarnsNamedPorts(t *testing.T) {
-	w := newWorld()
-	res, err := Compile(w.input(mustPolicies(t, `
-metadata: {name: named, namespace: a}
-spec:
-  podSelector: {}
-  ingress: [{ports: [{port: http}]}]`)), identity.NewCIDRs())
-	if err != nil || len(res.Warnings) != 1 || !strings.Contains(res.Warnings[0], `"http"`) {
-		t.Fatalf("warnings = %v, err = %v", res.Warnings, err)
 	}
 }
 

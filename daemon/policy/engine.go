@@ -39,6 +39,7 @@ type Engine struct {
 	rules      map[Rule]int
 	keys       map[Key]int
 	isolation  map[identity.ID]*isoCount
+	named      namedPortState
 	changes    Changes
 	// Errors of the last operations (e.g. CIDR identity space exhausted).
 	errs []error
@@ -130,7 +131,7 @@ func NewEngine(cidrs *identity.CIDRs) *Engine {
 		policies: map[string]*polState{}, nsPeers: newSelectorIndex[*peerState](),
 		cidrPeers: map[*peerState]struct{}{}, prefixes: map[netip.Prefix]*prefixState{},
 		prefixLens: map[prefixLen]int{}, rules: map[Rule]int{}, keys: map[Key]int{},
-		isolation: map[identity.ID]*isoCount{}, changes: newChanges(),
+		isolation: map[identity.ID]*isoCount{}, named: newNamedPortState(), changes: newChanges(),
 	}
 }
 
@@ -491,11 +492,13 @@ func (e *Engine) activate(p *polState) {
 		if len(rule.Peers) == 0 {
 			q := &peerState{pol: p, rule: rule, matched: map[identity.ID]struct{}{identity.Any: {}}}
 			p.peers = append(p.peers, q)
+			e.named.use(q, 1)
 			continue
 		}
 		for j := range rule.Peers {
 			q := &peerState{pol: p, rule: rule, peer: &rule.Peers[j], matched: map[identity.ID]struct{}{}}
 			p.peers = append(p.peers, q)
+			e.named.use(q, 1)
 			e.activatePeer(q)
 		}
 	}
@@ -534,6 +537,7 @@ func (e *Engine) deactivate(p *polState) {
 		for r := range q.matched {
 			e.unmatch(q, r)
 		}
+		e.named.use(q, -1)
 		switch {
 		case q.peer == nil:
 		case q.peer.Block != nil:
@@ -631,14 +635,21 @@ func (e *Engine) unmatch(q *peerState, r identity.ID) {
 var allTraffic = []policyir.PortRange{{Protocol: ProtoAny, First: 0, Last: 65535}}
 
 // link adds (delta 1) or removes (-1) the rules of q's rule between local
-// and remote.
+// and remote: its numeric ports, and its named ports as resolved now.
 func (e *Engine) link(local identity.ID, q *peerState, remote identity.ID, delta int) {
-	ports := q.rule.Ports
-	if len(ports) == 0 {
-		ports = allTraffic
+	if q.rule.AllTraffic() {
+		e.linkRanges(local, q.rule.Direction, remote, allTraffic, delta)
+		return
 	}
+	e.linkRanges(local, q.rule.Direction, remote, q.rule.Ports, delta)
+	if len(q.rule.NamedPorts) > 0 {
+		e.linkRanges(local, q.rule.Direction, remote, e.namedRanges(local, q, remote), delta)
+	}
+}
+
+func (e *Engine) linkRanges(local identity.ID, dir Direction, remote identity.ID, ports []policyir.PortRange, delta int) {
 	for _, pr := range ports {
-		r := Rule{Local: local, Remote: remote, Dir: q.rule.Direction, Proto: pr.Protocol, PortLo: pr.First, PortHi: pr.Last}
+		r := Rule{Local: local, Remote: remote, Dir: dir, Proto: pr.Protocol, PortLo: pr.First, PortHi: pr.Last}
 		n := e.rules[r] + delta
 		switch {
 		case n > 0:

@@ -30,6 +30,8 @@ type fuzzWorld struct {
 	nextID   identity.ID
 	// unannounced identities exist only through local references.
 	unannounced map[identity.ID]bool
+	// named are the pods' named ports fed to the engine, by pod key.
+	named map[string]PodPorts
 }
 
 var (
@@ -38,6 +40,7 @@ var (
 	fuzzTiers      = []string{"fe", "be"}
 	fuzzPorts      = []uint16{53, 80, 81, 443, 8080}
 	fuzzAddrs      = []string{"10.1.2.3", "10.1.200.1", "10.9.9.9", "192.168.1.1", "8.8.8.8", "fd00::1", "2001:db8::5"}
+	fuzzPortNames  = []string{"http", "dns", "metrics"}
 	fuzzBlocks     = []string{"10.0.0.0/8", "10.1.0.0/16", "10.1.2.0/24", "0.0.0.0/0", "192.168.0.0/16", "fd00::/8", "::/0"}
 )
 
@@ -109,8 +112,11 @@ func (w *fuzzWorld) ports() []networkingv1.NetworkPolicyPort {
 	for range w.rng.IntN(3) {
 		proto := []corev1.Protocol{corev1.ProtocolTCP, corev1.ProtocolUDP}[w.rng.IntN(2)]
 		p := networkingv1.NetworkPolicyPort{Protocol: &proto}
-		switch w.rng.IntN(4) {
+		switch w.rng.IntN(5) {
 		case 0:
+		case 4:
+			port := intstr.FromString(fuzzPortNames[w.rng.IntN(len(fuzzPortNames))])
+			p.Port = &port
 		case 1:
 			port := intstr.FromInt32(80)
 			end := int32(443)
@@ -147,7 +153,23 @@ func (w *fuzzWorld) policy() *networkingv1.NetworkPolicy {
 
 // step applies one random operation to both the world and the engine.
 func (w *fuzzWorld) step() string {
-	switch op := w.rng.IntN(11); {
+	switch op := w.rng.IntN(15); {
+	case op == 11 || op == 13 || op == 14:
+		// A pod (of any identity, here or elsewhere) and its named ports.
+		pod := PodPorts{Key: fmt.Sprint("pod", w.rng.IntN(8)), ID: identity.ID(w.rng.IntN(int(w.nextID-identity.FirstPod)+1)) + identity.FirstPod,
+			Local: w.rng.IntN(2) == 0}
+		for range w.rng.IntN(3) {
+			pod.Ports = append(pod.Ports, NamedPort{Name: fuzzPortNames[w.rng.IntN(len(fuzzPortNames))],
+				Protocol: []uint8{ProtoTCP, ProtoUDP}[w.rng.IntN(2)], Port: fuzzPorts[w.rng.IntN(len(fuzzPorts))]})
+		}
+		w.named[pod.Key] = pod
+		w.e.SetNamedPorts(pod)
+		return fmt.Sprintf("named ports %+v", pod)
+	case op == 12:
+		key := fmt.Sprint("pod", w.rng.IntN(8))
+		delete(w.named, key)
+		w.e.RemoveNamedPorts(key)
+		return "named ports of " + key + " gone"
 	case op < 3:
 		np := w.policy()
 		p, err := policyir.Normalize(np)
@@ -260,7 +282,8 @@ func TestEngineMatchesReferenceCompiler(t *testing.T) {
 	for seed := range uint64(25) {
 		w := &fuzzWorld{rng: rand.New(rand.NewPCG(seed, 7)), e: NewEngine(identity.NewCIDRs()),
 			ids: map[identity.ID]identity.Identity{}, local: map[identity.ID]int{}, policies: map[string]*networkingv1.NetworkPolicy{},
-			nsLabels: map[string]map[string]string{}, nextID: identity.FirstPod, unannounced: map[identity.ID]bool{}}
+			nsLabels: map[string]map[string]string{}, nextID: identity.FirstPod, unannounced: map[identity.ID]bool{},
+			named: map[string]PodPorts{}}
 		var history []string
 		for step := range 40 {
 			history = append(history, w.step())
@@ -281,6 +304,9 @@ func TestEngineMatchesReferenceCompiler(t *testing.T) {
 				if w.local[id] > 0 {
 					in.Local = append(in.Local, id)
 				}
+			}
+			for _, k := range slices.Sorted(maps.Keys(w.named)) {
+				in.NamedPorts = append(in.NamedPorts, w.named[k])
 			}
 			ref, err := referenceCompile(in, identity.NewCIDRs())
 			if err != nil {

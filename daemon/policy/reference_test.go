@@ -92,14 +92,14 @@ func referenceCompile(in Input, cidrs *identity.CIDRs) (*Result, error) {
 			}
 			if ingress {
 				c.res.Isolation[id.ID] |= IngressIsolated
-				for i, r := range np.Spec.Ingress {
-					c.addRules(np, fmt.Sprintf("spec.ingress[%d]", i), id.ID, Ingress, r.From, r.Ports)
+				for _, r := range np.Spec.Ingress {
+					c.addRules(np, id.ID, Ingress, r.From, r.Ports)
 				}
 			}
 			if egress {
 				c.res.Isolation[id.ID] |= EgressIsolated
-				for i, r := range np.Spec.Egress {
-					c.addRules(np, fmt.Sprintf("spec.egress[%d]", i), id.ID, Egress, r.To, r.Ports)
+				for _, r := range np.Spec.Egress {
+					c.addRules(np, id.ID, Egress, r.To, r.Ports)
 				}
 			}
 		}
@@ -175,7 +175,7 @@ func peerLists(np *networkingv1.NetworkPolicy) [][]networkingv1.NetworkPolicyPee
 	return out
 }
 
-func (c *refCompiler) addRules(np *networkingv1.NetworkPolicy, field string, local identity.ID, dir Direction,
+func (c *refCompiler) addRules(np *networkingv1.NetworkPolicy, local identity.ID, dir Direction,
 	peers []networkingv1.NetworkPolicyPeer, ports []networkingv1.NetworkPolicyPort) {
 	remotes := []identity.ID{identity.Any}
 	if len(peers) > 0 {
@@ -184,15 +184,40 @@ func (c *refCompiler) addRules(np *networkingv1.NetworkPolicy, field string, loc
 			remotes = append(remotes, c.peerIdentities(np, p)...)
 		}
 	}
-	ranges := refAllTraffic
-	if len(ports) > 0 {
-		ranges = c.portRanges(np, field, ports)
-	}
 	for _, r := range remotes {
+		ranges := refAllTraffic
+		if len(ports) > 0 {
+			ranges = append(c.portRanges(ports), c.namedPortRanges(local, dir, r, ports)...)
+		}
 		for _, pr := range ranges {
 			c.rules[Rule{Local: local, Remote: r, Dir: dir, Proto: pr.proto, PortLo: pr.lo, PortHi: pr.hi}] = true
 		}
 	}
+}
+
+// namedPortRanges resolves the named ports of a rule for one (local,
+// remote) pair: ingress from the local identity's pods on this node, egress
+// from the remote identity's pods, or from every pod for a remote that is
+// not a pod identity.
+func (c *refCompiler) namedPortRanges(local identity.ID, dir Direction, remote identity.ID, ports []networkingv1.NetworkPolicyPort) []portRange {
+	var out []portRange
+	for _, pod := range c.in.NamedPorts {
+		switch {
+		case dir == Ingress && (!pod.Local || pod.ID != local):
+			continue
+		case dir == Egress && remote >= identity.FirstPod && !remote.IsCIDR() && pod.ID != remote:
+			continue
+		}
+		for _, np := range pod.Ports {
+			for _, p := range ports {
+				proto, _ := refProtoNumber(p.Protocol)
+				if p.Port != nil && p.Port.Type == intstr.String && p.Port.StrVal == np.Name && proto == np.Protocol {
+					out = append(out, portRange{proto: proto, lo: np.Port, hi: np.Port})
+				}
+			}
+		}
+	}
+	return out
 }
 
 // peerIdentities resolves one peer. Selectors match known pod identities;
@@ -246,22 +271,19 @@ func (c *refCompiler) namespaceLabels(ns string) labels.Set {
 	return labels.Set{NamespaceNameLabel: ns}
 }
 
-func (c *refCompiler) portRanges(np *networkingv1.NetworkPolicy, field string, ports []networkingv1.NetworkPolicyPort) []portRange {
+func (c *refCompiler) portRanges(ports []networkingv1.NetworkPolicyPort) []portRange {
 	var out []portRange
-	for i, p := range ports {
+	for _, p := range ports {
 		proto, _ := refProtoNumber(p.Protocol)
 		switch {
 		case p.Port == nil:
 			out = append(out, portRange{proto: proto, lo: 0, hi: 65535})
 		case p.Port.Type == intstr.String:
-			// Named ports need the pod's container ports (Kubernetes mode).
-			c.res.Warnings = append(c.res.Warnings, fmt.Sprintf(
-				"networkpolicy %s/%s: %s.ports[%d]: named port %q matches nothing without pod port data",
-				np.Namespace, np.Name, field, i, p.Port.StrVal))
+			// Resolved per pair by namedPortRanges.
 		default:
 			lo := uint16(p.Port.IntVal)
 			hi := lo
-			if p.EndPort != nil {
+			if p.Port != nil && p.EndPort != nil {
 				hi = uint16(*p.EndPort)
 			}
 			out = append(out, portRange{proto: proto, lo: lo, hi: hi})

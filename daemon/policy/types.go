@@ -65,6 +65,8 @@ type Input struct {
 	Identities []identity.Identity
 	// Local are the identities to compile rules for.
 	Local []identity.ID
+	// NamedPorts are the pods' named container ports.
+	NamedPorts []PodPorts
 }
 
 // Rule allows traffic of a local identity in one direction with a remote
@@ -92,7 +94,7 @@ type Result struct {
 	Rules []Rule
 	// CIDRs maps every ipBlock prefix (cidr and except) to its identity.
 	CIDRs map[netip.Prefix]identity.ID
-	// Warnings lists rule parts that match nothing here (e.g. named ports).
+	// Warnings lists rule parts that match nothing here.
 	Warnings []string
 }
 

@@ -46,15 +46,15 @@ type PolicyIRSpec struct {
 	// +optional
 	// +listType=atomic
 	Rules []PolicyRule `json:"rules,omitempty"`
-	// Warnings name rule parts that match nothing (e.g. named ports).
+	// Warnings name rule parts that match nothing.
 	// +optional
 	// +listType=atomic
 	Warnings []string `json:"warnings,omitempty"`
 }
 
 // PolicyRule allows traffic in one direction between the selected pods and
-// any of Peers on any of Ports. Empty Peers means every peer, empty Ports
-// every port unless NoPorts is set.
+// any of Peers on any of Ports or NamedPorts. Empty Peers means every peer;
+// empty Ports and NamedPorts every port unless NoPorts is set.
 type PolicyRule struct {
 	// +kubebuilder:validation:Enum=Ingress;Egress
 	Direction string `json:"direction"`
@@ -64,8 +64,14 @@ type PolicyRule struct {
 	// +optional
 	// +listType=atomic
 	Ports []PolicyPortRange `json:"ports,omitempty"`
-	// NoPorts marks a rule whose ports all failed to resolve: it matches
-	// no traffic at all.
+	// NamedPorts are container port names each daemon resolves from the
+	// pods' container ports: an ingress rule's against the selected pod,
+	// an egress rule's against the peer pods.
+	// +optional
+	// +listType=atomic
+	NamedPorts []PolicyNamedPort `json:"namedPorts,omitempty"`
+	// NoPorts marks a rule that matches no traffic at all (Compile no
+	// longer emits it: named ports travel in NamedPorts).
 	// +optional
 	NoPorts bool `json:"noPorts,omitempty"`
 }
@@ -105,6 +111,17 @@ type PolicyPortRange struct {
 	// +kubebuilder:validation:Minimum=0
 	// +kubebuilder:validation:Maximum=65535
 	Last int32 `json:"last"`
+}
+
+// PolicyNamedPort is a container port name of one IP protocol (0: every
+// protocol).
+type PolicyNamedPort struct {
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=255
+	Protocol int32 `json:"protocol"`
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=15
+	Name string `json:"name"`
 }
 
 // PolicyIRStatus reports compilation.

@@ -1,0 +1,97 @@
+package datapath
+
+import (
+	"fmt"
+	"slices"
+
+	"github.com/coordino/coordino/daemon/identity"
+	"github.com/coordino/coordino/daemon/policy"
+	"go.uber.org/zap"
+)
+
+// Named-port seam. Rules naming container ports resolve from the ports the
+// pods declare (see daemon/policy/namedports.go). Two feeders:
+//
+//   - this node's pods: SetPodNamedPorts, keyed by "namespace/name" (in
+//     Kubernetes mode the pod informer calls it); each endpoint of that pod
+//     contributes the ports under its identity, whichever comes first, the
+//     ports or the endpoint. Kept in the endpoint's record, so a restarted
+//     daemon resolves them before its sources catch up.
+//   - pods of other nodes: SetPeerNamedPorts with the pod's identity, keyed
+//     by any string unique to that pod (e.g. "node/pod"); they only resolve
+//     egress rules towards that identity.
+//
+// Each call costs the rules naming one of the ports involved, and writes
+// only the resulting map differences.
+
+// localPortsKey is the engine's key for endpoint r's ports.
+func localPortsKey(r *record) string { return "local/" + r.Key }
+
+// SetPodNamedPorts sets the named container ports of this node's pod
+// ("namespace/name"); nil or empty forgets them.
+func (d *Datapath) SetPodNamedPorts(pod string, ports []policy.NamedPort) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if len(ports) == 0 {
+		delete(d.podPorts, pod)
+	} else {
+		d.podPorts[pod] = slices.Clone(ports)
+	}
+	for _, r := range d.eps {
+		if r.Pod != pod || slices.Equal(r.NamedPorts, ports) {
+			continue
+		}
+		r.NamedPorts = slices.Clone(ports)
+		d.feedNamedPorts(r)
+		if err := putRecord(d.state, r); err != nil {
+			d.log.Warn("named ports not saved in the endpoint's state", zap.String("endpoint", r.Key), zap.Error(err))
+		}
+	}
+	return d.namedPortsChanged()
+}
+
+// SetPeerNamedPorts sets the named ports of a pod elsewhere holding
+// identity id; key names that pod uniquely. Nil or empty forgets them.
+func (d *Datapath) SetPeerNamedPorts(key string, id identity.ID, ports []policy.NamedPort) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if len(ports) == 0 {
+		d.engine.RemoveNamedPorts("peer/" + key)
+	} else {
+		d.engine.SetNamedPorts(policy.PodPorts{Key: "peer/" + key, ID: id, Ports: ports})
+	}
+	return d.namedPortsChanged()
+}
+
+// feedNamedPorts tells the engine endpoint r's ports under its identity.
+func (d *Datapath) feedNamedPorts(r *record) {
+	if len(r.NamedPorts) == 0 {
+		d.engine.RemoveNamedPorts(localPortsKey(r))
+		return
+	}
+	d.engine.SetNamedPorts(policy.PodPorts{Key: localPortsKey(r), ID: r.Identity, Local: true, Ports: r.NamedPorts})
+}
+
+// adoptPodPorts gives a new endpoint record its pod's ports: those last
+// set, else those of the attachment it replaces (a daemon restarted
+// re-attaches before its source has fed the ports again).
+func (d *Datapath) adoptPodPorts(r, old *record) {
+	if r.Pod == "" {
+		return
+	}
+	if ports, ok := d.podPorts[r.Pod]; ok {
+		r.NamedPorts = slices.Clone(ports)
+	} else if old != nil && old.Pod == r.Pod {
+		r.NamedPorts = slices.Clone(old.NamedPorts)
+	}
+}
+
+func (d *Datapath) namedPortsChanged() error {
+	if !d.synced {
+		return nil
+	}
+	if err := d.flush(); err != nil {
+		return fmt.Errorf("datapath: apply named ports: %w", err)
+	}
+	return nil
+}
