@@ -25,6 +25,7 @@ type mode struct {
 	chained bool   // [bridge + host-local, coordino] instead of Coordino as primary
 	subnet  string // pod CIDR (primary) or the bridge's host-local range (chained)
 	subnet6 string // IPv6 pod CIDR next to subnet: dual-stack pods (primary only)
+	k8s     bool   // Kubernetes mode: policies through the API (kubernetes_test.go); subnet is the NodeConfig block
 }
 
 var (
@@ -43,6 +44,7 @@ type bed struct {
 	cidr6     netip.Prefix // valid in dual-stack mode only
 	bridge    string
 	pods      map[peer]*bedPod
+	api       *bedAPI // Kubernetes mode only
 }
 
 type bedPod struct {
@@ -89,7 +91,10 @@ func newBed(t *testing.T, m mode) *bed {
 		t.Fatal(err)
 	}
 	opts := harness.NodeOptions{ExtraArgs: []string{"--policy-dir", b.policyDir}}
-	if !m.chained {
+	if m.k8s {
+		opts = harness.NodeOptions{}
+	}
+	if !m.chained && !m.k8s {
 		opts.PodCIDRs = []string{m.subnet}
 		if m.subnet6 != "" {
 			b.cidr6 = netip.MustParsePrefix(m.subnet6)
@@ -110,6 +115,9 @@ func newBed(t *testing.T, m mode) *bed {
 		}
 		n.Close()
 	})
+	if m.k8s {
+		b.api = startAPI(t, n, m.subnet)
+	}
 	if err := n.StartDaemon(); err != nil {
 		t.Fatal(err)
 	}
@@ -183,6 +191,9 @@ func (b *bed) newPod(p peer) *bedPod {
 // attach runs ADD for a pod made by newPod.
 func (b *bed) attach(bp *bedPod, labels map[string]string) {
 	t := b.t
+	if b.api != nil {
+		b.api.pod(bp, labels)
+	}
 	c, err := b.node.NewCNI(b.conflist(labels))
 	if err != nil {
 		t.Fatal(err)
@@ -251,6 +262,9 @@ func (b *bed) serveOn(bp *bedPod, ip netip.Addr) {
 // apply replaces the policy file with docs and waits until the daemon has
 // loaded it, checking that every file and policy was accepted.
 func (b *bed) apply(docs string) error {
+	if b.api != nil {
+		return b.api.apply(b.t, docs)
+	}
 	if err := b.node.WritePolicy(b.policyDir, policyFile, []byte(docs), 5*time.Second); err != nil {
 		return err
 	}

@@ -9,6 +9,8 @@
 // policy update under traffic and a pod denied from its first packet. A
 // dual-stack mode (IPv4 and IPv6 pod CIDRs) runs a subset, plus
 // family-specific ipBlock cases, over both families at once, and the
-// first-packet check over IPv6.
+// first-packet check over IPv6. In Kubernetes mode (a real kube-apiserver,
+// the controller's policy compiler) the whole matrix runs with every case's
+// NetworkPolicies created through the API and enforced from the PolicyIRs.
 // The tests that build a node are privileged (network namespaces, BPF).
 package policy
