@@ -11,20 +11,18 @@ import (
 
 	"go.uber.org/zap"
 	corev1 "k8s.io/api/core/v1"
-	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/util/intstr"
 	kubefake "k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 
 	crdfake "github.com/coordino/coordino/api/client/clientset/versioned/fake"
+	"github.com/coordino/coordino/test/policygen"
 )
 
 // BenchmarkPolicyCompile compiles one PolicyIR per NetworkPolicy for the
 // whole cluster, as a freshly elected leader does: 10,000 NetworkPolicies
-// in 2,000 namespaces while the controller's pod store holds 550,000 pods
+// (test/policygen's shapes) in 2,000 namespaces while the controller's pod store holds 550,000 pods
 // (the IR is selector-based, so compiling reads no pod, but the pods are
 // what the controller's heap holds anyway). Each policy goes through the
 // compiler's sync (validate, compile, create the PolicyIR, write its Valid
@@ -43,56 +41,6 @@ func BenchmarkPolicyCompile(b *testing.B) {
 	}
 }
 
-// benchNetworkPolicy is the i-th policy of namespace ns, cycling through
-// the shapes clusters use: default deny, allow from the app's clients,
-// allow from a team's namespaces on a named port, egress to DNS (named) and
-// to an ipBlock with an exception, and a tier rule with expressions.
-func benchNetworkPolicy(ns, i int) *networkingv1.NetworkPolicy {
-	tcp, udp := corev1.ProtocolTCP, corev1.ProtocolUDP
-	port := func(p intstr.IntOrString, proto *corev1.Protocol) networkingv1.NetworkPolicyPort {
-		return networkingv1.NetworkPolicyPort{Protocol: proto, Port: &p}
-	}
-	app := fmt.Sprintf("app-%d", i%deploymentsPerNamespace)
-	np := &networkingv1.NetworkPolicy{ObjectMeta: metav1.ObjectMeta{Namespace: fmt.Sprintf("ns-%d", ns), Name: fmt.Sprintf("np-%d", i),
-		UID: types.UID(fmt.Sprintf("uid-%d-%d", ns, i)), Generation: 1}}
-	spec := &np.Spec
-	switch i % 5 {
-	case 0:
-		spec.PolicyTypes = []networkingv1.PolicyType{networkingv1.PolicyTypeIngress, networkingv1.PolicyTypeEgress}
-	case 1:
-		spec.PodSelector.MatchLabels = map[string]string{"app": app}
-		spec.Ingress = []networkingv1.NetworkPolicyIngressRule{{
-			From:  []networkingv1.NetworkPolicyPeer{{PodSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": app + "-client"}}}},
-			Ports: []networkingv1.NetworkPolicyPort{port(intstr.FromInt32(8080), &tcp), port(intstr.FromInt32(8443), &tcp)},
-		}}
-	case 2:
-		spec.PodSelector.MatchLabels = map[string]string{"app": app, "tier": "backend"}
-		spec.Ingress = []networkingv1.NetworkPolicyIngressRule{{
-			From: []networkingv1.NetworkPolicyPeer{{
-				NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"team": fmt.Sprintf("team-%d", ns%50)}},
-				PodSelector:       &metav1.LabelSelector{MatchLabels: map[string]string{"tier": "frontend"}}}},
-			Ports: []networkingv1.NetworkPolicyPort{port(intstr.FromString("http"), &tcp)},
-		}}
-	case 3:
-		spec.PodSelector.MatchLabels = map[string]string{"app": app}
-		spec.PolicyTypes = []networkingv1.PolicyType{networkingv1.PolicyTypeEgress}
-		spec.Egress = []networkingv1.NetworkPolicyEgressRule{
-			{To: []networkingv1.NetworkPolicyPeer{{NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"kubernetes.io/metadata.name": "kube-system"}},
-				PodSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"k8s-app": "kube-dns"}}}},
-				Ports: []networkingv1.NetworkPolicyPort{port(intstr.FromString("dns"), &udp), port(intstr.FromString("dns-tcp"), &tcp)}},
-			{To: []networkingv1.NetworkPolicyPeer{{IPBlock: &networkingv1.IPBlock{CIDR: "10.0.0.0/8", Except: []string{fmt.Sprintf("10.%d.0.0/16", ns%256)}}}}},
-		}
-	default:
-		spec.PodSelector.MatchExpressions = []metav1.LabelSelectorRequirement{{Key: "tier", Operator: metav1.LabelSelectorOpIn, Values: []string{"frontend", "backend"}},
-			{Key: "version", Operator: metav1.LabelSelectorOpNotIn, Values: []string{"v0"}}}
-		spec.Ingress = []networkingv1.NetworkPolicyIngressRule{{
-			From: []networkingv1.NetworkPolicyPeer{{PodSelector: &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{
-				{Key: "app", Operator: metav1.LabelSelectorOpExists}}}}},
-		}}
-	}
-	return np
-}
-
 func runPolicyCompile(b *testing.B, policies, pods, namespaces int) {
 	ctx := context.Background()
 	stores := NewStores()
@@ -106,7 +54,7 @@ func runPolicyCompile(b *testing.B, policies, pods, namespaces int) {
 	netpols := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{})
 	var keys []string
 	for i := 0; i < policies; i++ {
-		np := benchNetworkPolicy(i%namespaces, i/namespaces)
+		np := policygen.NetworkPolicy(i%namespaces, i/namespaces)
 		_ = netpols.Add(np)
 		keys = append(keys, np.Namespace+"/"+np.Name)
 	}
