@@ -92,6 +92,9 @@ func TestScaleQuickRun(t *testing.T) {
 	if r.Cut.N != p.Changes/2 || r.Cut.Errors > 0 {
 		t.Errorf("established connections cut: %+v, want %d", r.Cut, p.Changes/2)
 	}
+	if r.Verdicts.Checked != 3*verdictRounds || len(r.Verdicts.Wrong) > 0 {
+		t.Errorf("verdicts after churn: %d checked, wrong: %v", r.Verdicts.Checked, r.Verdicts.Wrong)
+	}
 	var table strings.Builder
 	r.WriteTable(&table)
 	t.Logf("\n%s", table.String())

@@ -69,6 +69,9 @@ type ScaleReport struct {
 	// Cut is the time from a policy file write that revokes an allowed
 	// flow to the first lost exchange of an established connection on it.
 	Cut ChangeRow `json:"establishedCut"`
+	// Verdicts are the on-the-wire checks after ADD/DEL churn at the
+	// largest size (verdicts.go).
+	Verdicts VerdictRow `json:"verdicts"`
 }
 
 // ScaleRow is one (mode, policy count): ADD latency and its ratio to the
@@ -204,6 +207,17 @@ func RunScale(ctx context.Context, p ScaleParams) (*ScaleReport, error) {
 		}
 		r.Change, r.Cut = c, cut
 	}
+	largest := slices.Max(p.Sizes)
+	if b.loaded != largest {
+		if _, err := b.load(ctx, largest); err != nil {
+			return nil, err
+		}
+	}
+	v, err := b.verdicts(ctx, largest)
+	if err != nil {
+		return nil, fmt.Errorf("verdicts after churn: %w", err)
+	}
+	r.Verdicts = v
 	r.Duration = time.Since(started).Round(time.Second).String()
 	return r, nil
 }
@@ -476,26 +490,12 @@ func (b *scaleBed) changes(ctx context.Context, size int) (ChangeRow, ChangeRow,
 	var err error
 	ips := map[string]netip.Addr{}
 	for name, pod := range map[string]*harness.Pod{"toggle-client": client, "toggle-server": server} {
-		conf, err := harness.WithPodLabels(b.conflist, map[string]string{"app": name})
+		addr, detach, err := b.attach(ctx, pod, map[string]string{"app": name})
 		if err != nil {
 			return row, cutRow, err
 		}
-		cni, err := b.node.NewCNI(conf)
-		if err != nil {
-			return row, cutRow, err
-		}
-		rt := harness.RuntimeConfIn(pod, "eth0", scaleNamespace)
-		rt.ContainerID = "c" + harness.RandomSuffix(31)
-		res, err := cni.Add(ctx, rt)
-		added = append(added, func() { _ = cni.Del(context.Background(), rt) })
-		if err != nil {
-			return row, cutRow, err
-		}
-		addrs, err := harness.Addresses(res)
-		if err != nil || len(addrs) == 0 {
-			return row, cutRow, fmt.Errorf("addresses %v: %v", addrs, err)
-		}
-		ips[name] = addrs[0]
+		added = append(added, detach)
+		ips[name] = addr
 	}
 	stop, err := harness.ServeTCPEcho(server.NS, ips["toggle-server"], togglePort)
 	if err != nil {
@@ -696,5 +696,9 @@ func (r *ScaleReport) WriteTable(w io.Writer) {
 			r.Change.Policies, r.Change.P50, r.Change.P99, r.Change.N, r.Change.Errors)
 		fmt.Fprintf(w, "established connection cut by a revoking change at %d policies: p50 %.0f ms, p99 %.0f ms (n=%d, %d errors)\n",
 			r.Cut.Policies, r.Cut.P50, r.Cut.P99, r.Cut.N, r.Cut.Errors)
+	}
+	fmt.Fprintf(w, "verdicts on the wire after ADD/DEL churn at %d policies: %d checked, %d wrong\n", r.Verdicts.Policies, r.Verdicts.Checked, len(r.Verdicts.Wrong))
+	for _, x := range r.Verdicts.Wrong {
+		fmt.Fprintf(w, "  wrong: %s\n", x)
 	}
 }
