@@ -446,6 +446,15 @@ func (c *Controller) reclaimNode(ctx context.Context, name string, nc *coordinov
 		c.log.Info("deleted node still has pods; keeping its blocks", zap.String("node", name), zap.Int("pods", pods))
 		return nil
 	}
+	// The cache says deleted; the API server decides. A replica whose Node
+	// informer lags or missed an event must not hand a live node's
+	// addresses to another node.
+	if live, err := c.nodeExists(ctx, name); err != nil || live {
+		if live {
+			c.log.Warn("node missing from the cache is live in the API server; keeping its blocks", zap.String("node", name))
+		}
+		return err
+	}
 	for p, h := range held {
 		if h.phase == coordinov1alpha1.BlockActive {
 			if err := c.releaseClaim(ctx, p); err != nil {
@@ -470,6 +479,18 @@ func (c *Controller) reclaimNode(ctx context.Context, name string, nc *coordinov
 	c.doneWaiting(name)
 	c.log.Info("reclaimed the blocks of a deleted node", zap.String("node", name), zap.Int("blocks", len(held)))
 	return nil
+}
+
+// nodeExists asks the API server (not the cache) whether Node name exists.
+func (c *Controller) nodeExists(ctx context.Context, name string) (bool, error) {
+	_, err := c.core.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+	switch {
+	case err == nil:
+		return true, nil
+	case apierrors.IsNotFound(err):
+		return false, nil
+	}
+	return false, fmt.Errorf("confirm Node %s is gone before reclaiming its blocks: %w", name, err)
 }
 
 // allReportedEmpty: status at the current generation shows every block
