@@ -1,6 +1,7 @@
 // Package k8s is the daemon's Kubernetes control-plane source: informers on
 // the node's own NodeConfig (its address blocks), the Pods of this node
-// (their labels, read at ADD), Namespaces, Identities and the PolicyIRs the
+// (their labels, read at ADD, and their named container ports, which
+// resolve named-port rules), Namespaces, Identities and the PolicyIRs the
 // controller compiles from NetworkPolicies.
 //
 // Nothing on the ADD path waits on the API server beyond a short, bounded
