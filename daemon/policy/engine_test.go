@@ -158,6 +158,10 @@ func (w *fuzzWorld) step() string {
 		// A pod (of any identity, here or elsewhere) and its named ports.
 		pod := PodPorts{Key: fmt.Sprint("pod", w.rng.IntN(8)), ID: identity.ID(w.rng.IntN(int(w.nextID-identity.FirstPod)+1)) + identity.FirstPod,
 			Local: w.rng.IntN(2) == 0}
+		if local := slices.Sorted(maps.Keys(w.local)); len(local) > 0 && w.rng.IntN(2) == 0 {
+			// Mostly pods of identities that are local here (selected).
+			pod.ID = local[w.rng.IntN(len(local))]
+		}
 		for range w.rng.IntN(3) {
 			pod.Ports = append(pod.Ports, NamedPort{Name: fuzzPortNames[w.rng.IntN(len(fuzzPortNames))],
 				Protocol: []uint8{ProtoTCP, ProtoUDP}[w.rng.IntN(2)], Port: fuzzPorts[w.rng.IntN(len(fuzzPorts))]})
