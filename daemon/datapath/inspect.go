@@ -200,11 +200,12 @@ func (d *Datapath) Provenance(dec Decision, dir policy.Direction, peer netip.Add
 	slices.SortFunc(objs, func(a, b policy.Object) int { return strings.Compare(a.Key, b.Key) })
 	d.mu.Lock()
 	ids := d.localIdentities()
+	ports := d.engine.NamedPortPods()
 	d.mu.Unlock()
 	compile := func(o policy.Object) *policy.Result {
 		snap := o.Snapshot()
 		snap.Namespaces = namespaces
-		res, _ := policy.Compile(policy.Input{Snapshot: snap, Identities: ids, Local: []identity.ID{dec.Local}}, d.cidrs)
+		res, _ := policy.Compile(policy.Input{Snapshot: snap, Identities: ids, Local: []identity.ID{dec.Local}, NamedPorts: ports}, d.cidrs)
 		return res
 	}
 	for _, o := range objs {

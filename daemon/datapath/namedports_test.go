@@ -34,6 +34,14 @@ func TestNamedPortsFollowPods(t *testing.T) {
 	}
 	c.expect(true, "a>b tcp/80")
 	c.expect(false, "a>b tcp/81", "c>b tcp/80")
+	// Explain names the rule that allows it, resolving the name alike.
+	dec, err := c.dp.Decide(b.HostIfIndex, policy.Ingress, c.pods["a"].IP, policy.ProtoTCP, 80)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, allowedBy := c.dp.Provenance(dec, policy.Ingress, c.pods["a"].IP, policy.ProtoTCP, 80); len(allowedBy) != 1 || allowedBy[0] != "default/server-http spec.ingress[0]" {
+		t.Fatalf("provenance of a>b tcp/80: %v, want the named-port rule", allowedBy)
+	}
 
 	// Restarted: the endpoint's record still resolves http, also when the
 	// endpoint is re-attached before the source has fed the ports again.

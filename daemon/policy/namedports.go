@@ -170,6 +170,16 @@ func (e *Engine) SetNamedPorts(p PodPorts) {
 	e.changeNamedPorts(old, had, p, true)
 }
 
+// NamedPortPods returns every pod's named ports as last set, for a
+// one-shot Compile that must resolve names as the engine does.
+func (e *Engine) NamedPortPods() []PodPorts {
+	out := make([]PodPorts, 0, len(e.named.pods))
+	for _, p := range e.named.pods {
+		out = append(out, p)
+	}
+	return out
+}
+
 // RemoveNamedPorts forgets the named ports of pod key.
 func (e *Engine) RemoveNamedPorts(key string) {
 	if old, had := e.named.pods[key]; had {
