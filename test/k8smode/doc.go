@@ -3,7 +3,8 @@
 // (test/harness) driven through libcni, with the controller's real policy
 // compiler in-process turning NetworkPolicies into the PolicyIRs the daemon
 // enforces: pod labels from Pod objects, blocks
-// from NodeConfig, temporary → cluster identities under traffic, and the
+// from NodeConfig, named ports from the Pods' container ports, temporary →
+// cluster identities under traffic, and the
 // outage behaviour (controller down, API server unreachable, daemon
 // restarted while it is, convergence on reconnect).
 package k8smode
