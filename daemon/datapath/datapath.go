@@ -45,11 +45,12 @@ type Config struct {
 	// ConntrackSize is the conntrack table's capacity; 0 means
 	// DefaultConntrackSize. Changing it replaces the pinned table.
 	ConntrackSize int
+	// MapSizes are the other maps' capacities (capacity.go); zero fields
+	// take the defaults.
+	MapSizes MapSizes
 
-	// Tests only: a smaller policy map, and a faster retry after a failed
-	// map update.
-	policyMapEntries uint32
-	retryDelay       time.Duration
+	// Tests only: a faster retry after a failed map update.
+	retryDelay time.Duration
 }
 
 // Endpoint is a pod interface to enforce policy on.
@@ -99,6 +100,8 @@ type Datapath struct {
 	retryDelay    time.Duration
 	closed        bool
 	cidrsRetained bool
+	// episodes are the maps' refused writes, by map name (capacity.go).
+	episodes map[string]*mapEpisode
 }
 
 // Open loads the BPF objects and creates, or adopts, the pinned maps, the
@@ -134,11 +137,13 @@ func Open(cfg Config) (*Datapath, error) {
 		eps:   map[string]*record{},
 		dirty: newPending(),
 	}
+	d.episodes = map[string]*mapEpisode{}
 	d.engine = policy.NewEngine(d.cidrs)
-	if cfg.policyMapEntries > 0 {
-		spec.Maps["cdo_policy"].MaxEntries = cfg.policyMapEntries
-	}
 	if err := prepareConntrack(&cfg, spec, d.log); err != nil {
+		return nil, err
+	}
+	resized, err := sizeMaps(&cfg, spec, d.log)
+	if err != nil {
 		return nil, err
 	}
 	d.cfg = cfg
@@ -152,6 +157,10 @@ func Open(cfg Config) (*Datapath, error) {
 			return nil, fmt.Errorf("datapath: load BPF programs: %+v", verr)
 		}
 		return nil, fmt.Errorf("datapath: load BPF objects: %w", err)
+	}
+	if err := restoreResized(&d.objs, resized); err != nil {
+		d.objs.Close()
+		return nil, err
 	}
 	if d.state, err = openStateMap(cfg.BPFDir); err != nil {
 		d.objs.Close()
@@ -205,7 +214,7 @@ func (d *Datapath) restore() error {
 		d.refreshIfKeys()
 		// Adopted from a version without source validation, or a lost map.
 		// Failing here only leaves this pod's traffic dropped (fail closed).
-		if err := d.writeAddrs(r); err != nil {
+		if err := d.writeAddrs(r, nil); err != nil {
 			d.log.Warn("adopted endpoint's source addresses not written", zap.String("endpoint", r.Key), zap.Error(err))
 		}
 		if err := d.attach(r); err != nil {
@@ -308,7 +317,7 @@ func (d *Datapath) prepareAttach(r *record) error {
 	}
 	r.Identity = id.ID
 	// Sources first: programs attached next drop anything else it sends.
-	if err := d.writeAddrs(r); err != nil {
+	if err := d.writeAddrs(r, old); err != nil {
 		d.ids.Release(r.Identity)
 		return err
 	}
