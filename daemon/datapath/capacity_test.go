@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/cilium/ebpf"
 	"github.com/coordino/coordino/bpf"
@@ -146,12 +147,16 @@ spec:
 // and the /24 allowed to a, not for the exception that takes ext out of
 // it. ext must then be denied, not keep resolving to the allowed /24.
 func TestIpcacheFullNeverAllows(t *testing.T) {
-	c := newClusterWith(t, Config{AttachMode: AttachTC, MapSizes: MapSizes{Ipcache: 6}}, false)
+	c := newClusterWith(t, Config{AttachMode: AttachTC, MapSizes: MapSizes{Ipcache: 6}, retryDelay: 20 * time.Millisecond}, false)
 	c.policies(clientToExt)
 	c.expect(true, "a>ext tcp/80")
 	if err := c.tryPolicies(clientToExtButExt); err == nil {
 		t.Fatal("update that does not fit the ipcache succeeded")
 	}
+	c.expect(false, "a>ext tcp/80")
+	// Retries (withholding the /24 frees room for the /28, then the /24
+	// does not fit) keep it denied.
+	time.Sleep(200 * time.Millisecond)
 	c.expect(false, "a>ext tcp/80")
 	if n := c.refusals(bpf.CoordinoMapCdoIpcache); n < 1 {
 		t.Errorf("ipcache refusals counted: %v", n)
@@ -159,9 +164,16 @@ func TestIpcacheFullNeverAllows(t *testing.T) {
 	if u := c.usage(bpf.CoordinoMapCdoIpcache); !u.Refusing {
 		t.Errorf("usage %+v, want refusing", u)
 	}
-	// Back to a policy that fits: the withheld prefix returns.
-	c.policies(clientToExt)
-	c.expect(true, "a>ext tcp/80")
+	// Back to a policy that fits: the stale /28 leaves although the /24
+	// may not fit at first, and the withheld /24 returns.
+	_ = c.tryPolicies(clientToExt)
+	deadline := time.Now().Add(5 * time.Second)
+	for c.pods["a"].Probe("tcp", c.pods["ext"].IP, 80) != nil {
+		if time.Now().After(deadline) {
+			t.Fatal("a>ext not allowed again within 5 s of a policy that fits")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 	if u := c.usage(bpf.CoordinoMapCdoIpcache); u.Refusing {
 		t.Errorf("usage %+v, want no longer refusing", u)
 	}

@@ -302,7 +302,10 @@ func (d *Datapath) flush() error {
 		// Later isolation-clearing writes depend on nothing in A: a failed
 		// allow addition only leaves the endpoint stricter than wanted.
 		cOK := run(c)
-		if run(cPrefixes) && cOK && run(cLate) {
+		pOK := run(cPrefixes)
+		// Prefixes leave even when others did not fit, so a trie full of
+		// stale prefixes drains; withholdPrefixes keeps the result closed.
+		if run(cLate) && cOK && pOK {
 			run(dd)
 		}
 	}
