@@ -232,9 +232,12 @@ func TestResizeKeepsEntries(t *testing.T) {
 			t.Errorf("%s: capacity %d, want 64", u.Name, u.Capacity)
 		}
 	}
-	c.policies(serverIngress)
+	// The copied entries enforce before any update, and the re-attached
+	// programs read the new maps: an update reaches them.
 	c.expect(true, "a>b tcp/80")
 	c.expect(false, "c>b tcp/80")
+	c.policies(denyServerIngress)
+	c.expect(false, "a>b tcp/80", "c>b tcp/80")
 }
 
 func mustUsage(t *testing.T, d *Datapath) []MapUsage {

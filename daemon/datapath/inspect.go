@@ -115,25 +115,12 @@ func (d *Datapath) MapUsage() ([]MapUsage, error) {
 		}
 	}
 	d.mu.Unlock()
-	ct, err := countEntries(d.objs.CdoConntrack)
+	ct, err := d.conntrackEntries()
 	if err != nil {
 		return nil, fmt.Errorf("datapath: count conntrack entries: %w", err)
 	}
 	out = append(out, MapUsage{Name: bpf.CoordinoMapCdoConntrack, Entries: ct, Capacity: int(d.objs.CdoConntrack.MaxEntries())})
 	return out, nil
-}
-
-func countEntries(m *ebpf.Map) (int, error) {
-	var (
-		k bpf.CoordinoCtKey
-		v bpf.CoordinoCtEntry
-		n int
-	)
-	it := m.Iterate()
-	for it.Next(&k, &v) {
-		n++
-	}
-	return n, it.Err()
 }
 
 // Decision is the verdict the programs would reach for a new flow at one

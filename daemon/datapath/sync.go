@@ -519,25 +519,22 @@ func (d *Datapath) writeConfig() error {
 // purgeConntrack drops the tracked flows of a removed endpoint: those seen
 // on its interface, so a future interface reusing the index starts clean,
 // and those other endpoints track with one of its addresses, so a pod that
-// is given the address next never inherits a flow of the deleted one.
+// is given the address next never inherits a flow of the deleted one. The
+// table is read and the dead entries deleted in batches (conntrack.go).
 func (d *Datapath) purgeConntrack(ifindex uint32, ips []netip.Addr) {
 	gone := map[[16]byte]bool{}
 	for _, ip := range ips {
 		_, b := packetAddr(ip)
 		gone[b] = true
 	}
-	var (
-		k    bpf.CoordinoCtKey
-		v    bpf.CoordinoCtEntry
-		dead []bpf.CoordinoCtKey
-	)
-	it := d.objs.CdoConntrack.Iterate()
-	for it.Next(&k, &v) {
+	var dead []bpf.CoordinoCtKey
+	err := d.walkConntrack(func(k *bpf.CoordinoCtKey) {
 		if k.Ifindex == ifindex || gone[k.Src] || gone[k.Dst] {
-			dead = append(dead, k)
+			dead = append(dead, *k)
 		}
+	})
+	if err != nil {
+		d.log.Warn("conntrack purge incomplete: entries of the removed endpoint expire on their own", zap.Error(err))
 	}
-	for i := range dead {
-		_ = deleteKey(d.objs.CdoConntrack, &dead[i])
-	}
+	d.deleteConntrack(dead)
 }
