@@ -388,6 +388,19 @@ func (d *Datapath) DetachEndpoint(ep Endpoint) error {
 	if err := d.detach(r); err != nil {
 		return err
 	}
+	if err := d.removeDetached(r); err != nil {
+		return err
+	}
+	// Outside the lock: the walk of the table does not hold up other pods'
+	// verbs and policy updates. The addresses go back to IPAM only once
+	// this returns, so no new pod gets one before its flows are gone.
+	d.purgeConntrack(uint32(r.HostIfIndex), r.IPs)
+	d.log.Info("endpoint detached", zap.String("endpoint", r.Key))
+	return nil
+}
+
+// removeDetached drops r's map entries and state once its programs are gone.
+func (d *Datapath) removeDetached(r *record) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	delete(d.eps, r.Key)
@@ -412,8 +425,6 @@ func (d *Datapath) DetachEndpoint(ep Endpoint) error {
 			d.log.Warn("policy maps not fully updated", zap.Error(err))
 		}
 	}
-	d.purgeConntrack(uint32(r.HostIfIndex), r.IPs)
-	d.log.Info("endpoint detached", zap.String("endpoint", r.Key))
 	return nil
 }
 
