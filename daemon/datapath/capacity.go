@@ -335,3 +335,22 @@ func (d *Datapath) mapName(m *ebpf.Map) string {
 	}
 	return "unknown"
 }
+
+// AttachCapacity returns a *MapFullError when the maps every new endpoint
+// needs an entry in (endpoints, source addresses) are full, so STATUS can
+// say the node cannot take pods before an ADD fails.
+func (d *Datapath) AttachCapacity() error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if n := int(d.objs.CdoEndpoints.MaxEntries()); len(d.mirror.endpoints) >= n {
+		return &MapFullError{Map: bpf.CoordinoMapCdoEndpoints, Capacity: n}
+	}
+	addrs := 0
+	for _, r := range d.eps {
+		addrs += len(r.IPs)
+	}
+	if n := int(d.objs.CdoEpAddrs.MaxEntries()); addrs >= n {
+		return &MapFullError{Map: bpf.CoordinoMapCdoEpAddrs, Capacity: n}
+	}
+	return nil
+}

@@ -44,10 +44,14 @@ func TestEndpointsMapFullFailsAdd(t *testing.T) {
 	for _, name := range []string{"p2", "p3", "p4"} {
 		addPod(t, c, name)
 	}
+	// STATUS tells the runtime before an ADD fails (code 50).
+	var e *types.Error
+	if err := c.Status(ctx(t)); !asCNI(err, &e) || e.Code != types.ErrPluginNotAvailable || !strings.Contains(e.Msg, "cdo_endpoints is full") {
+		t.Fatalf("STATUS with a full endpoints map = %v", err)
+	}
 	p5 := newPod(t, "p5")
 	rt5 := harness.RuntimeConf(p5, "eth0")
 	_, err := c.Add(ctx(t), rt5)
-	var e *types.Error
 	if !asCNI(err, &e) || e.Code != types.ErrTryAgainLater || !strings.Contains(e.Msg, "cdo_endpoints is full") || !strings.Contains(e.Msg, "--endpoints-map-size") {
 		t.Fatalf("ADD into a full endpoints map = %v, want code 11 naming cdo_endpoints and --endpoints-map-size", err)
 	}
@@ -80,6 +84,9 @@ func TestEndpointsMapFullFailsAdd(t *testing.T) {
 
 	if err := c.Del(ctx(t), rt1); err != nil {
 		t.Fatal(err)
+	}
+	if err := c.Status(ctx(t)); err != nil {
+		t.Fatalf("STATUS after a DEL made room: %v", err)
 	}
 	ctlJSON(t, n, &st, "status")
 	if row := mapRow(t, &st, "cdo_endpoints"); row.Refusing || row.UpdateFailures != 1 {
