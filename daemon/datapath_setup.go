@@ -44,7 +44,9 @@ func startDatapath(ctx context.Context, o *config.Options, m *metrics.Metrics, h
 		return nil, err
 	}
 	dp, err := datapath.Open(datapath.Config{BPFDir: o.BPFDir, AttachMode: datapath.AttachMode(o.AttachMode), Logger: log, NodeIPs: nodeIPs,
-		ConntrackSize: o.ConntrackSize, Identities: identityAssigner(kube)})
+		ConntrackSize: o.ConntrackSize, Identities: identityAssigner(kube),
+		MapSizes: datapath.MapSizes{Endpoints: o.EndpointsMapSize, Ipcache: o.IpcacheMapSize, Policy: o.PolicyMapSize,
+			SourceAddrs: o.SourceMapSize, Frags: o.FragMapSize}})
 	if err != nil {
 		return nil, err
 	}

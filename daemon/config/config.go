@@ -30,6 +30,13 @@ type Options struct {
 	FlowLog     string   `json:"flowLog"`
 	// ConntrackSize is the capacity of the datapath's conntrack table.
 	ConntrackSize int `json:"conntrackSize"`
+	// Capacities of the other BPF maps; 0 takes the datapath's default
+	// (daemon/datapath/capacity.go), which validates them.
+	EndpointsMapSize int `json:"endpointsMapSize"`
+	IpcacheMapSize   int `json:"ipcacheMapSize"`
+	PolicyMapSize    int `json:"policyMapSize"`
+	SourceMapSize    int `json:"sourceMapSize"`
+	FragMapSize      int `json:"fragMapSize"`
 	// Kubeconfig is the Kubernetes mode's API client config; empty means
 	// in-cluster (service account) config.
 	Kubeconfig string `json:"kubeconfig"`
@@ -101,6 +108,11 @@ func Parse(args []string, stderr io.Writer) (*Options, error) {
 	fs.BoolVar(&o.NoDatapath, "no-datapath", false, "do not load eBPF: connectivity without policy enforcement")
 	fs.StringVar(&o.FlowLog, "flow-log", "", "append flow events as JSON lines to this file (\"-\": stdout)")
 	fs.IntVar(&o.ConntrackSize, "conntrack-size", o.ConntrackSize, "capacity of the eBPF conntrack table (flows of pods with an isolated direction; about 120 bytes each)")
+	fs.IntVar(&o.EndpointsMapSize, "endpoints-map-size", 0, "capacity of the eBPF endpoints map, one entry per pod interface; when full, ADD fails with CNI code 11 (0: 65536, at most 65536)")
+	fs.IntVar(&o.IpcacheMapSize, "ipcache-map-size", 0, "capacity of the eBPF ipcache (pod and node addresses, ipBlock prefixes); when full, what does not fit is denied, never allowed (0: 262144)")
+	fs.IntVar(&o.PolicyMapSize, "policy-map-size", 0, "capacity of the eBPF policy map; when full, policy updates fail closed and are retried (0: 1048576)")
+	fs.IntVar(&o.SourceMapSize, "source-map-size", 0, "capacity of the eBPF source-address map, one entry per pod address; when full, ADD fails with CNI code 11 (0: 262144)")
+	fs.IntVar(&o.FragMapSize, "frag-map-size", 0, "capacity of the eBPF IP fragment table (LRU; a later fragment whose first was evicted is dropped) (0: 16384)")
 	fs.StringVar(&o.Kubeconfig, "kubeconfig", "", "Kubernetes mode: kubeconfig file of the API client (default: in-cluster service account)")
 	fs.StringVar(&o.Routing, "routing", o.Routing, "how pods reach pods on other nodes: direct (routes via peer node addresses) or vxlan")
 	fs.StringVar(&o.Encryption, "encryption", o.Encryption, "none, or wireguard (encrypts cross-node traffic; --routing is then not used)")
@@ -167,6 +179,11 @@ func (o *Options) applyFlags(flags *Options, explicit map[string]bool) {
 		"kubeconfig":             func() { o.Kubeconfig = flags.Kubeconfig },
 		"conntrack-size":         func() { o.ConntrackSize = flags.ConntrackSize },
 		"otlp-endpoint":          func() { o.OTLPEndpoint = flags.OTLPEndpoint },
+		"endpoints-map-size":     func() { o.EndpointsMapSize = flags.EndpointsMapSize },
+		"ipcache-map-size":       func() { o.IpcacheMapSize = flags.IpcacheMapSize },
+		"policy-map-size":        func() { o.PolicyMapSize = flags.PolicyMapSize },
+		"source-map-size":        func() { o.SourceMapSize = flags.SourceMapSize },
+		"frag-map-size":          func() { o.FragMapSize = flags.FragMapSize },
 		"routing":                func() { o.Routing = flags.Routing },
 		"encryption":             func() { o.Encryption = flags.Encryption },
 		"peers-file":             func() { o.PeersFile = flags.PeersFile },

@@ -7,6 +7,7 @@ import (
 
 	"github.com/cilium/ebpf"
 	"github.com/coordino/coordino/bpf"
+	"go.uber.org/zap"
 )
 
 // The programs drop every packet a pod sends from an address that is not
@@ -31,13 +32,24 @@ func packetAddr(ip netip.Addr) (family uint8, b [16]byte) {
 	return 6, ip.As16()
 }
 
-// writeAddrs allows r's addresses as sources on its host interface.
-func (d *Datapath) writeAddrs(r *record) error {
-	for _, ip := range r.IPs {
+// writeAddrs allows r's addresses as sources on its host interface; on
+// failure none of those it wrote stays, but the ones old (the key's
+// previous attachment, or nil) still uses. Callers hold mu.
+func (d *Datapath) writeAddrs(r, old *record) error {
+	for i, ip := range r.IPs {
 		k := epAddrKey(r.HostIfIndex, ip)
 		if err := d.objs.CdoEpAddrs.Update(&k, uint32(0), ebpf.UpdateAny); err != nil {
+			err = d.refused(d.objs.CdoEpAddrs, bpf.CoordinoMapCdoEpAddrs, err)
+			written := *r
+			written.IPs = r.IPs[:i]
+			if derr := d.deleteAddrs(&written, old); derr != nil {
+				d.log.Warn("source addresses left after a refused write", zap.String("endpoint", r.Key), zap.Error(derr))
+			}
 			return fmt.Errorf("endpoint %q: allow source %s: %w", r.Key, ip, err)
 		}
+	}
+	if len(r.IPs) > 0 {
+		d.accepted(bpf.CoordinoMapCdoEpAddrs)
 	}
 	return nil
 }

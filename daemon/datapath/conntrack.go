@@ -116,22 +116,69 @@ func (d *Datapath) ctStat(slot bpf.CoordinoCtStat) (uint64, error) {
 	return sum, nil
 }
 
-// conntrackEntries counts the table's entries in batches.
+// conntrackEntries counts the table's entries.
 func (d *Datapath) conntrackEntries() (int, error) {
+	n := 0
+	err := d.walkConntrack(func(*bpf.CoordinoCtKey) { n++ })
+	return n, err
+}
+
+// ctBatch is the number of entries a batch operation moves per syscall.
+const ctBatch = 4096
+
+// walkConntrack calls fn for every key of the conntrack table, read in
+// batches of ctBatch (two syscalls per entry with an iterator), falling
+// back to the iterator on kernels without batch operations.
+func (d *Datapath) walkConntrack(fn func(*bpf.CoordinoCtKey)) error {
 	var (
 		cursor ebpf.MapBatchCursor
-		keys   = make([]bpf.CoordinoCtKey, 4096)
-		vals   = make([]bpf.CoordinoCtEntry, 4096)
-		total  int
+		keys   = make([]bpf.CoordinoCtKey, ctBatch)
+		vals   = make([]bpf.CoordinoCtEntry, ctBatch)
 	)
-	for {
+	for first := true; ; first = false {
 		n, err := d.objs.CdoConntrack.BatchLookup(&cursor, keys, vals, nil)
-		total += n
-		if errors.Is(err, ebpf.ErrKeyNotExist) {
-			return total, nil
+		for i := range n {
+			fn(&keys[i])
 		}
-		if err != nil {
-			return total, err
+		switch {
+		case errors.Is(err, ebpf.ErrKeyNotExist):
+			return nil
+		case first && errors.Is(err, ebpf.ErrNotSupported):
+			return d.iterateConntrack(fn)
+		case err != nil:
+			return err
+		}
+	}
+}
+
+func (d *Datapath) iterateConntrack(fn func(*bpf.CoordinoCtKey)) error {
+	var (
+		k bpf.CoordinoCtKey
+		v bpf.CoordinoCtEntry
+	)
+	it := d.objs.CdoConntrack.Iterate()
+	for it.Next(&k, &v) {
+		fn(&k)
+	}
+	return it.Err()
+}
+
+// deleteConntrack deletes keys in batches; entries gone meanwhile (expired,
+// evicted) are not errors.
+func (d *Datapath) deleteConntrack(keys []bpf.CoordinoCtKey) {
+	for len(keys) > 0 {
+		chunk := keys[:min(len(keys), ctBatch)]
+		n, err := d.objs.CdoConntrack.BatchDelete(chunk, nil)
+		switch {
+		case err == nil:
+			keys = keys[len(chunk):]
+		case errors.Is(err, ebpf.ErrKeyNotExist) && n < len(chunk):
+			keys = keys[n+1:] // the batch stopped at a key gone meanwhile
+		default:
+			for i := n; i < len(chunk); i++ {
+				_ = deleteKey(d.objs.CdoConntrack, &chunk[i])
+			}
+			keys = keys[len(chunk):]
 		}
 	}
 }

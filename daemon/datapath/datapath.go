@@ -45,11 +45,12 @@ type Config struct {
 	// ConntrackSize is the conntrack table's capacity; 0 means
 	// DefaultConntrackSize. Changing it replaces the pinned table.
 	ConntrackSize int
+	// MapSizes are the other maps' capacities (capacity.go); zero fields
+	// take the defaults.
+	MapSizes MapSizes
 
-	// Tests only: a smaller policy map, and a faster retry after a failed
-	// map update.
-	policyMapEntries uint32
-	retryDelay       time.Duration
+	// Tests only: a faster retry after a failed map update.
+	retryDelay time.Duration
 }
 
 // Endpoint is a pod interface to enforce policy on.
@@ -103,6 +104,8 @@ type Datapath struct {
 	retryDelay    time.Duration
 	closed        bool
 	cidrsRetained bool
+	// episodes are the maps' refused writes, by map name (capacity.go).
+	episodes map[string]*mapEpisode
 }
 
 // Open loads the BPF objects and creates, or adopts, the pinned maps, the
@@ -138,11 +141,13 @@ func Open(cfg Config) (*Datapath, error) {
 		eps:   map[string]*record{}, podPorts: map[string][]policy.NamedPort{},
 		dirty: newPending(),
 	}
+	d.episodes = map[string]*mapEpisode{}
 	d.engine = policy.NewEngine(d.cidrs)
-	if cfg.policyMapEntries > 0 {
-		spec.Maps["cdo_policy"].MaxEntries = cfg.policyMapEntries
-	}
 	if err := prepareConntrack(&cfg, spec, d.log); err != nil {
+		return nil, err
+	}
+	resized, err := sizeMaps(&cfg, spec, d.log)
+	if err != nil {
 		return nil, err
 	}
 	d.cfg = cfg
@@ -156,6 +161,10 @@ func Open(cfg Config) (*Datapath, error) {
 			return nil, fmt.Errorf("datapath: load BPF programs: %+v", verr)
 		}
 		return nil, fmt.Errorf("datapath: load BPF objects: %w", err)
+	}
+	if err := restoreResized(&d.objs, resized); err != nil {
+		d.objs.Close()
+		return nil, err
 	}
 	if d.state, err = openStateMap(cfg.BPFDir); err != nil {
 		d.objs.Close()
@@ -210,7 +219,7 @@ func (d *Datapath) restore() error {
 		d.refreshIfKeys()
 		// Adopted from a version without source validation, or a lost map.
 		// Failing here only leaves this pod's traffic dropped (fail closed).
-		if err := d.writeAddrs(r); err != nil {
+		if err := d.writeAddrs(r, nil); err != nil {
 			d.log.Warn("adopted endpoint's source addresses not written", zap.String("endpoint", r.Key), zap.Error(err))
 		}
 		if err := d.attach(r); err != nil {
@@ -314,7 +323,7 @@ func (d *Datapath) prepareAttach(r *record) error {
 	r.Identity = id.ID
 	d.adoptPodPorts(r, old)
 	// Sources first: programs attached next drop anything else it sends.
-	if err := d.writeAddrs(r); err != nil {
+	if err := d.writeAddrs(r, old); err != nil {
 		d.ids.Release(r.Identity)
 		return err
 	}
@@ -387,6 +396,19 @@ func (d *Datapath) DetachEndpoint(ep Endpoint) error {
 	if err := d.detach(r); err != nil {
 		return err
 	}
+	if err := d.removeDetached(r); err != nil {
+		return err
+	}
+	// Outside the lock: the walk of the table does not hold up other pods'
+	// verbs and policy updates. The addresses go back to IPAM only once
+	// this returns, so no new pod gets one before its flows are gone.
+	d.purgeConntrack(uint32(r.HostIfIndex), r.IPs)
+	d.log.Info("endpoint detached", zap.String("endpoint", r.Key))
+	return nil
+}
+
+// removeDetached drops r's map entries and state once its programs are gone.
+func (d *Datapath) removeDetached(r *record) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	delete(d.eps, r.Key)
@@ -412,8 +434,6 @@ func (d *Datapath) DetachEndpoint(ep Endpoint) error {
 			d.log.Warn("policy maps not fully updated", zap.Error(err))
 		}
 	}
-	d.purgeConntrack(uint32(r.HostIfIndex), r.IPs)
-	d.log.Info("endpoint detached", zap.String("endpoint", r.Key))
 	return nil
 }
 

@@ -55,7 +55,7 @@ spec:
 // a's isolation is still unset. The scenario repeats, because the order of
 // additions may be random.
 func TestMapFullFailsClosed(t *testing.T) {
-	c := newClusterWith(t, Config{AttachMode: AttachTC, policyMapEntries: failClosedMapSize}, false)
+	c := newClusterWith(t, Config{AttachMode: AttachTC, MapSizes: MapSizes{Policy: failClosedMapSize}}, false)
 	for round := range 3 {
 		c.policies(denyServerIngress)
 		c.expect(true, "a>ext tcp/81")
@@ -73,7 +73,7 @@ func TestMapFullFailsClosed(t *testing.T) {
 // smaller one must go through, not fail at the same point again because
 // the stale entries are never removed.
 func TestMapFullLaterUpdateSucceeds(t *testing.T) {
-	c := newClusterWith(t, Config{AttachMode: AttachTC, policyMapEntries: failClosedMapSize}, false)
+	c := newClusterWith(t, Config{AttachMode: AttachTC, MapSizes: MapSizes{Policy: failClosedMapSize}}, false)
 	c.policies(denyServerIngress)
 	if err := c.tryPolicies(denyServerIngress, serverFromClient, clientEgressPorts(failClosedMapSize, false)); err == nil {
 		t.Fatal("oversized update succeeded")
@@ -90,7 +90,7 @@ func TestMapFullLaterUpdateSucceeds(t *testing.T) {
 // update fails; once they are gone the datapath finishes the update on its
 // own, without another call.
 func TestMapUpdateRetried(t *testing.T) {
-	c := newClusterWith(t, Config{AttachMode: AttachTC, policyMapEntries: failClosedMapSize, retryDelay: 50 * time.Millisecond}, false)
+	c := newClusterWith(t, Config{AttachMode: AttachTC, MapSizes: MapSizes{Policy: failClosedMapSize}, retryDelay: 50 * time.Millisecond}, false)
 	c.policies(denyServerIngress)
 	var junk []bpf.CoordinoPolicyKey
 	for i := range failClosedMapSize {

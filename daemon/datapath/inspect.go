@@ -84,6 +84,11 @@ type MapUsage struct {
 	Name     string
 	Entries  int
 	Capacity int
+	// UpdateFailures counts the writes the map refused since start.
+	UpdateFailures uint64
+	// Refusing: the map refused a write and has not taken one since, and
+	// is still full or has writes pending.
+	Refusing bool
 }
 
 // MapUsage reports entries and capacity of the maps that can fill up. The
@@ -91,32 +96,31 @@ type MapUsage struct {
 // kernel's content); conntrack, written by the programs, is walked.
 func (d *Datapath) MapUsage() ([]MapUsage, error) {
 	d.mu.Lock()
+	addrs := 0
+	for _, r := range d.eps {
+		addrs += len(r.IPs)
+	}
 	out := []MapUsage{
 		{Name: bpf.CoordinoMapCdoEndpoints, Entries: len(d.mirror.endpoints), Capacity: int(d.objs.CdoEndpoints.MaxEntries())},
 		{Name: bpf.CoordinoMapCdoIpcache, Entries: len(d.mirror.ipcache), Capacity: int(d.objs.CdoIpcache.MaxEntries())},
 		{Name: bpf.CoordinoMapCdoPolicy, Entries: len(d.mirror.policy), Capacity: int(d.objs.CdoPolicy.MaxEntries())},
+		{Name: bpf.CoordinoMapCdoEpAddrs, Entries: addrs, Capacity: int(d.objs.CdoEpAddrs.MaxEntries())},
 		{Name: stateMapName, Entries: len(d.eps), Capacity: maxEndpoints},
 	}
+	for i := range out {
+		u := &out[i]
+		if ep := d.episodes[u.Name]; ep != nil {
+			u.UpdateFailures = ep.failures
+			u.Refusing = d.refusing(u.Name, u.Entries, u.Capacity)
+		}
+	}
 	d.mu.Unlock()
-	ct, err := countEntries(d.objs.CdoConntrack)
+	ct, err := d.conntrackEntries()
 	if err != nil {
 		return nil, fmt.Errorf("datapath: count conntrack entries: %w", err)
 	}
 	out = append(out, MapUsage{Name: bpf.CoordinoMapCdoConntrack, Entries: ct, Capacity: int(d.objs.CdoConntrack.MaxEntries())})
 	return out, nil
-}
-
-func countEntries(m *ebpf.Map) (int, error) {
-	var (
-		k bpf.CoordinoCtKey
-		v bpf.CoordinoCtEntry
-		n int
-	)
-	it := m.Iterate()
-	for it.Next(&k, &v) {
-		n++
-	}
-	return n, it.Err()
 }
 
 // Decision is the verdict the programs would reach for a new flow at one

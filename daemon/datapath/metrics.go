@@ -63,10 +63,11 @@ type metrics struct {
 	invalidPolicy prometheus.Gauge
 	syncFailures  prometheus.Counter
 	policies      prometheus.Gauge
+	mapFailures   *prometheus.CounterVec
 }
 
 func newMetrics(d *Datapath) *metrics {
-	return &metrics{d: d, invalidPolicy: prometheus.NewGauge(prometheus.GaugeOpts{
+	m := &metrics{d: d, invalidPolicy: prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "coordino_policy_invalid",
 		Help: "Network policies skipped by the last compilation because they are invalid.",
 	}), syncFailures: prometheus.NewCounter(prometheus.CounterOpts{
@@ -75,7 +76,14 @@ func newMetrics(d *Datapath) *metrics {
 	}), policies: prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "coordino_policies",
 		Help: "Valid network policies in the policy engine (the last snapshot applied).",
-	})}
+	}), mapFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "coordino_bpf_map_update_failures_total",
+		Help: "Writes a BPF map refused, by map and reason (full: at capacity; no-memory; error). Every one fails closed.",
+	}, []string{"map", "reason"})}
+	for _, name := range refusedMaps {
+		m.mapFailures.WithLabelValues(name, refusedFull)
+	}
+	return m
 }
 
 func (m *metrics) setCompileError(err error) {
@@ -145,5 +153,5 @@ func (d *Datapath) counter(dir, reason uint32) (packets, bytes uint64, err error
 // Collectors returns the datapath's Prometheus collectors: packet and byte
 // counters by direction, verdict and reason, and policy state gauges.
 func (d *Datapath) Collectors() []prometheus.Collector {
-	return []prometheus.Collector{d.metrics, d.metrics.invalidPolicy, d.metrics.syncFailures, d.metrics.policies}
+	return []prometheus.Collector{d.metrics, d.metrics.invalidPolicy, d.metrics.syncFailures, d.metrics.policies, d.metrics.mapFailures}
 }

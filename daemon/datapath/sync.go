@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"slices"
 	"time"
 
 	"github.com/cilium/ebpf"
@@ -138,11 +139,21 @@ func (w *wanted) ip(p netip.Prefix) (bpf.CoordinoIpcacheValue, bool) {
 	return bpf.CoordinoIpcacheValue{}, false
 }
 
+// isOwner reports whether p is the address of a local pod or of the node.
+func (w *wanted) isOwner(p netip.Prefix) bool {
+	_, ok := w.owners[p.Addr()]
+	return ok && p.IsSingleIP()
+}
+
 // write is one map operation of a flush.
 type write struct {
-	what string
-	do   func() error
-	done func() // on success: update the mirror, clear pending
+	what   string
+	m      *ebpf.Map
+	do     func() error
+	done   func() // on success: update the mirror, clear pending
+	insert bool   // adds or changes an entry (else removes one)
+	// prefix is set on ipcache inserts of ipBlock prefixes (see withholdPrefixes).
+	prefix netip.Prefix
 }
 
 // collectChanges moves what the engine touched into the pending set: keys
@@ -190,6 +201,9 @@ func (d *Datapath) flush() error {
 	}
 	w := d.wanted()
 	var a, b, c, cLate, dd []write
+	// cPrefixes: ipBlock prefixes to insert, longest first, so none goes in
+	// while a prefix inside it is missing.
+	var cPrefixes []write
 
 	for k := range d.dirty.keys {
 		want := d.engine.WantsKey(k)
@@ -235,6 +249,10 @@ func (d *Datapath) flush() error {
 		switch {
 		case ok == had && want == have:
 			delete(d.dirty.ips, p)
+		case ok && !w.isOwner(p):
+			x := d.ipcacheWrite(p, want)
+			x.prefix = p
+			cPrefixes = append(cPrefixes, x)
 		case ok:
 			c = append(c, d.ipcacheWrite(p, want))
 		case p.IsSingleIP():
@@ -248,17 +266,33 @@ func (d *Datapath) flush() error {
 		}
 	}
 
+	slices.SortFunc(cPrefixes, func(x, y write) int { return y.prefix.Bits() - x.prefix.Bits() })
+	var missing []netip.Prefix
+	for _, x := range cPrefixes {
+		missing = append(missing, x.prefix)
+	}
+
 	var errs []error
 	changed := false
 	run := func(ws []write) bool {
 		ok := true
 		for _, x := range ws {
+			if x.prefix.IsValid() && containsMissing(x.prefix, missing) {
+				ok = false
+				continue // stays pending: withheld until the prefixes inside it fit
+			}
 			if err := x.do(); err != nil {
-				errs = append(errs, fmt.Errorf("%s: %w", x.what, err))
+				errs = append(errs, fmt.Errorf("%s: %w", x.what, d.refused(x.m, d.mapName(x.m), err)))
 				ok = false
 				continue
 			}
 			x.done()
+			if x.prefix.IsValid() {
+				missing = slices.DeleteFunc(missing, func(q netip.Prefix) bool { return q == x.prefix })
+			}
+			if x.insert {
+				d.accepted(d.mapName(x.m))
+			}
 			changed = true
 		}
 		return ok
@@ -267,9 +301,16 @@ func (d *Datapath) flush() error {
 	if run(b) {
 		// Later isolation-clearing writes depend on nothing in A: a failed
 		// allow addition only leaves the endpoint stricter than wanted.
-		if run(c) && run(cLate) {
+		cOK := run(c)
+		pOK := run(cPrefixes)
+		// Prefixes leave even when others did not fit, so a trie full of
+		// stale prefixes drains; withholdPrefixes keeps the result closed.
+		if run(cLate) && cOK && pOK {
 			run(dd)
 		}
+	}
+	if len(d.dirty.ips) > 0 {
+		d.withholdPrefixes(w)
 	}
 	var err error
 	if changed {
@@ -302,10 +343,7 @@ func (d *Datapath) scheduleRetry() {
 	}
 	delay := d.retryDelay
 	if delay == 0 {
-		delay = d.cfg.retryDelay
-		if delay == 0 {
-			delay = defaultRetryDelay
-		}
+		delay = d.baseRetryDelay()
 	}
 	d.retryDelay = min(2*delay, maxRetryDelay)
 	d.retryTimer = time.AfterFunc(delay, func() {
@@ -316,16 +354,29 @@ func (d *Datapath) scheduleRetry() {
 			return
 		}
 		if err := d.flush(); err != nil {
-			d.log.Error("policy map update retry failed", zap.Error(err))
+			// Once per episode: a full map is also logged by refused().
+			if delay == d.baseRetryDelay() {
+				d.log.Error("policy map update retry failed; retrying with backoff", zap.Error(err))
+			} else {
+				d.log.Debug("policy map update retry failed", zap.Error(err), zap.Duration("after", delay))
+			}
 		} else {
 			d.log.Info("policy maps up to date after retry")
 		}
 	})
 }
 
+func (d *Datapath) baseRetryDelay() time.Duration {
+	if d.cfg.retryDelay > 0 {
+		return d.cfg.retryDelay
+	}
+	return defaultRetryDelay
+}
+
 func (d *Datapath) policyAdd(k policy.Key) write {
 	return write{
 		what: fmt.Sprintf("add policy entry %v (map holds %d)", k, len(d.mirror.policy)),
+		m:    d.objs.CdoPolicy, insert: true,
 		do: func() error {
 			bk := policyKey(k)
 			return d.objs.CdoPolicy.Update(&bk, &bpf.CoordinoPolicyValue{}, ebpf.UpdateAny)
@@ -337,6 +388,7 @@ func (d *Datapath) policyAdd(k policy.Key) write {
 func (d *Datapath) policyDelete(k policy.Key) write {
 	return write{
 		what: fmt.Sprintf("delete policy entry %v", k),
+		m:    d.objs.CdoPolicy,
 		do: func() error {
 			bk := policyKey(k)
 			return deleteKey(d.objs.CdoPolicy, &bk)
@@ -350,7 +402,8 @@ func (d *Datapath) policyDelete(k policy.Key) write {
 func (d *Datapath) endpointWrite(ifindex uint32, v bpf.CoordinoEndpointInfo, final bool) write {
 	return write{
 		what: fmt.Sprintf("update endpoint ifindex %d", ifindex),
-		do:   func() error { return d.objs.CdoEndpoints.Update(&ifindex, &v, ebpf.UpdateAny) },
+		m:    d.objs.CdoEndpoints, insert: true,
+		do: func() error { return d.objs.CdoEndpoints.Update(&ifindex, &v, ebpf.UpdateAny) },
 		done: func() {
 			d.mirror.endpoints[ifindex] = v
 			if final {
@@ -363,6 +416,7 @@ func (d *Datapath) endpointWrite(ifindex uint32, v bpf.CoordinoEndpointInfo, fin
 func (d *Datapath) endpointDelete(ifindex uint32) write {
 	return write{
 		what: fmt.Sprintf("delete endpoint ifindex %d", ifindex),
+		m:    d.objs.CdoEndpoints,
 		do:   func() error { return deleteKey(d.objs.CdoEndpoints, &ifindex) },
 		done: func() { delete(d.mirror.endpoints, ifindex); delete(d.dirty.eps, ifindex) },
 	}
@@ -371,6 +425,7 @@ func (d *Datapath) endpointDelete(ifindex uint32) write {
 func (d *Datapath) ipcacheWrite(p netip.Prefix, v bpf.CoordinoIpcacheValue) write {
 	return write{
 		what: fmt.Sprintf("update ipcache %s", p),
+		m:    d.objs.CdoIpcache, insert: true,
 		do: func() error {
 			k := ipcacheKey(p)
 			return d.objs.CdoIpcache.Update(&k, &v, ebpf.UpdateAny)
@@ -382,6 +437,7 @@ func (d *Datapath) ipcacheWrite(p netip.Prefix, v bpf.CoordinoIpcacheValue) writ
 func (d *Datapath) ipcacheDelete(p netip.Prefix) write {
 	return write{
 		what: fmt.Sprintf("delete ipcache %s", p),
+		m:    d.objs.CdoIpcache,
 		do: func() error {
 			k := ipcacheKey(p)
 			return deleteKey(d.objs.CdoIpcache, &k)
@@ -463,25 +519,22 @@ func (d *Datapath) writeConfig() error {
 // purgeConntrack drops the tracked flows of a removed endpoint: those seen
 // on its interface, so a future interface reusing the index starts clean,
 // and those other endpoints track with one of its addresses, so a pod that
-// is given the address next never inherits a flow of the deleted one.
+// is given the address next never inherits a flow of the deleted one. The
+// table is read and the dead entries deleted in batches (conntrack.go).
 func (d *Datapath) purgeConntrack(ifindex uint32, ips []netip.Addr) {
 	gone := map[[16]byte]bool{}
 	for _, ip := range ips {
 		_, b := packetAddr(ip)
 		gone[b] = true
 	}
-	var (
-		k    bpf.CoordinoCtKey
-		v    bpf.CoordinoCtEntry
-		dead []bpf.CoordinoCtKey
-	)
-	it := d.objs.CdoConntrack.Iterate()
-	for it.Next(&k, &v) {
+	var dead []bpf.CoordinoCtKey
+	err := d.walkConntrack(func(k *bpf.CoordinoCtKey) {
 		if k.Ifindex == ifindex || gone[k.Src] || gone[k.Dst] {
-			dead = append(dead, k)
+			dead = append(dead, *k)
 		}
+	})
+	if err != nil {
+		d.log.Warn("conntrack purge incomplete: entries of the removed endpoint expire on their own", zap.Error(err))
 	}
-	for i := range dead {
-		_ = deleteKey(d.objs.CdoConntrack, &dead[i])
-	}
+	d.deleteConntrack(dead)
 }

@@ -56,7 +56,7 @@ func (m *Manager) addChained(inv *request.Invocation) (_ []byte, err error) {
 		err = m.Datapath.AttachEndpoint(datapathEndpoint(ep, peer.Index))
 		tracing.End(span, err)
 		if err != nil {
-			return nil, internalError("attach datapath to %s: %v", peer.Name, err)
+			return nil, attachError(peer.Name, err)
 		}
 	}
 	return marshalResult(prev)

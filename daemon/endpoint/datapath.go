@@ -1,8 +1,10 @@
 package endpoint
 
 import (
+	"errors"
 	"fmt"
 
+	"github.com/containernetworking/cni/pkg/types"
 	"github.com/vishvananda/netlink"
 	"go.uber.org/zap"
 
@@ -26,6 +28,17 @@ func datapathEndpoint(ep *store.Endpoint, hostIfIndex int) datapath.Endpoint {
 		d.IPs = append(d.IPs, p.Addr())
 	}
 	return d
+}
+
+// attachError is the CNI error of a failed datapath attach. A full BPF map
+// is a capacity limit that frees as pods leave, like an exhausted address
+// block: code 11 (try again later), naming the map and the flag to raise.
+func attachError(hostIf string, err error) error {
+	var full *datapath.MapFullError
+	if errors.As(err, &full) {
+		return types.NewError(types.ErrTryAgainLater, fmt.Sprintf("attach datapath to %s: %v", hostIf, full), err.Error())
+	}
+	return internalError("attach datapath to %s: %v", hostIf, err)
 }
 
 // ReconcileDatapath makes the pinned datapath state match the store after a

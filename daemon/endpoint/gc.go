@@ -149,6 +149,11 @@ func (m *Manager) claimedNames() (map[string]bool, error) {
 
 // Status says whether ADD can be served now.
 func (m *Manager) Status() error {
+	if m.Datapath != nil {
+		if err := m.Datapath.AttachCapacity(); err != nil {
+			return types.NewError(types.ErrPluginNotAvailable, "coordino cannot attach pods: "+err.Error(), "")
+		}
+	}
 	if m.Pool.Empty() {
 		return nil // chained-only node: nothing to allocate, always ready
 	}

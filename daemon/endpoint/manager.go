@@ -160,7 +160,7 @@ func (m *Manager) addPrimary(inv *request.Invocation) (_ []byte, err error) {
 		err = m.Datapath.AttachEndpoint(datapathEndpoint(ep, att.HostIfIndex))
 		tracing.End(span, err)
 		if err != nil {
-			return nil, internalError("attach datapath to %s: %v", ep.HostIfName, err)
+			return nil, attachError(ep.HostIfName, err)
 		}
 	}
 	return primaryResult(inv, ep, att)

@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/coordino/coordino/daemon/datapath"
 	"github.com/coordino/coordino/daemon/metrics"
 	"github.com/coordino/coordino/daemon/store"
 	inspectv1 "github.com/coordino/coordino/proto/inspect/v1"
@@ -69,8 +70,12 @@ func (s *Service) GetStatus(context.Context, *inspectv1.GetStatusRequest) (*insp
 			return nil, status.Errorf(codes.Internal, "map usage: %v", err)
 		}
 		for _, u := range usage {
-			st.Maps = append(st.Maps, &inspectv1.MapPressure{Name: u.Name, Entries: uint32(u.Entries), Capacity: uint32(u.Capacity)})
-			if u.Capacity > 0 && float64(u.Entries) >= mapPressureWarn*float64(u.Capacity) {
+			st.Maps = append(st.Maps, &inspectv1.MapPressure{Name: u.Name, Entries: uint32(u.Entries), Capacity: uint32(u.Capacity),
+				UpdateFailures: u.UpdateFailures, Refusing: u.Refusing})
+			if u.Refusing {
+				failures = append(failures, fmt.Sprintf("BPF map %s refuses updates (%d/%d, %d refused writes): failing closed; raise --%s",
+					u.Name, u.Entries, u.Capacity, u.UpdateFailures, datapath.MapSizeFlag(u.Name)))
+			} else if u.Capacity > 0 && float64(u.Entries) >= mapPressureWarn*float64(u.Capacity) {
 				problems = append(problems, fmt.Sprintf("BPF map %s is %d%% full (%d/%d)", u.Name, 100*u.Entries/u.Capacity, u.Entries, u.Capacity))
 			}
 		}

@@ -47,6 +47,7 @@ func TestMetricsPassPromtoolLint(t *testing.T) {
 		`coordino_delete_queue_oldest_age_seconds 0`,
 		`coordino_bpf_map_entries{map="cdo_endpoints"} 1`,
 		`coordino_bpf_map_capacity{map="cdo_policy"} 1.048576e+06`,
+		`coordino_bpf_map_update_failures_total{map="cdo_ipcache",reason="full"} 0`,
 		`coordino_datapath_packets_total{direction="ingress",reason="policy-denied",verdict="dropped"}`,
 	} {
 		if !strings.Contains(body, want) {

@@ -59,7 +59,14 @@ func runStatus(ctx context.Context, c *client, _ []string) error {
 			if i == 0 {
 				label = "BPF maps:"
 			}
-			row(w, label, fmt.Sprintf("%-14s %d/%d (%s)", m.Name, m.Entries, m.Capacity, percent(m.Entries, m.Capacity)))
+			line := fmt.Sprintf("%-14s %d/%d (%s)", m.Name, m.Entries, m.Capacity, percent(m.Entries, m.Capacity))
+			if m.UpdateFailures > 0 {
+				line += fmt.Sprintf(", %d refused writes", m.UpdateFailures)
+			}
+			if m.Refusing {
+				line += ", REFUSING UPDATES"
+			}
+			row(w, label, line)
 		}
 		row(w, "Delete queue:", fmt.Sprintf("%d pending", st.DeleteQueue))
 		for _, p := range st.Problems {

@@ -303,10 +303,15 @@ func (x *Block) GetFree() uint32 {
 }
 
 type MapPressure struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
-	Entries       uint32                 `protobuf:"varint,2,opt,name=entries,proto3" json:"entries,omitempty"`
-	Capacity      uint32                 `protobuf:"varint,3,opt,name=capacity,proto3" json:"capacity,omitempty"`
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Name     string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Entries  uint32                 `protobuf:"varint,2,opt,name=entries,proto3" json:"entries,omitempty"`
+	Capacity uint32                 `protobuf:"varint,3,opt,name=capacity,proto3" json:"capacity,omitempty"`
+	// Writes the map refused since the daemon started (full, out of memory).
+	UpdateFailures uint64 `protobuf:"varint,4,opt,name=update_failures,json=updateFailures,proto3" json:"update_failures,omitempty"`
+	// The map refused a write and has taken none since while it is still full
+	// or has writes pending: the verdict is "failing".
+	Refusing      bool `protobuf:"varint,5,opt,name=refusing,proto3" json:"refusing,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -360,6 +365,20 @@ func (x *MapPressure) GetCapacity() uint32 {
 		return x.Capacity
 	}
 	return 0
+}
+
+func (x *MapPressure) GetUpdateFailures() uint64 {
+	if x != nil {
+		return x.UpdateFailures
+	}
+	return 0
+}
+
+func (x *MapPressure) GetRefusing() bool {
+	if x != nil {
+		return x.Refusing
+	}
+	return false
 }
 
 type ListEndpointsRequest struct {
@@ -1489,11 +1508,13 @@ const file_proto_inspect_v1_inspect_proto_rawDesc = "" +
 	"\x04cidr\x18\x01 \x01(\tR\x04cidr\x12\x12\n" +
 	"\x04size\x18\x02 \x01(\rR\x04size\x12\x12\n" +
 	"\x04used\x18\x03 \x01(\rR\x04used\x12\x12\n" +
-	"\x04free\x18\x04 \x01(\rR\x04free\"W\n" +
+	"\x04free\x18\x04 \x01(\rR\x04free\"\x9c\x01\n" +
 	"\vMapPressure\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
 	"\aentries\x18\x02 \x01(\rR\aentries\x12\x1a\n" +
-	"\bcapacity\x18\x03 \x01(\rR\bcapacity\"\x16\n" +
+	"\bcapacity\x18\x03 \x01(\rR\bcapacity\x12'\n" +
+	"\x0fupdate_failures\x18\x04 \x01(\x04R\x0eupdateFailures\x12\x1a\n" +
+	"\brefusing\x18\x05 \x01(\bR\brefusing\"\x16\n" +
 	"\x14ListEndpointsRequest\"T\n" +
 	"\x15ListEndpointsResponse\x12;\n" +
 	"\tendpoints\x18\x01 \x03(\v2\x1d.coordino.inspect.v1.EndpointR\tendpoints\"*\n" +

@@ -1,0 +1,270 @@
+package datapath
+
+import (
+	"errors"
+	"net/netip"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cilium/ebpf"
+	"github.com/coordino/coordino/bpf"
+	"github.com/coordino/coordino/daemon/datapath/internal/testnet"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+)
+
+// Map-full behaviour with shrunken maps. The cluster holds pods a, b, c
+// (three endpoints, three source addresses) and the node's two addresses.
+
+// attachNew attaches a new pod name with ips and returns the error.
+func (c *cluster) attachNew(name string, ips ...netip.Addr) (Endpoint, error) {
+	c.t.Helper()
+	p := testnet.NewPod(c.t, name, ips[0], ips[1:]...)
+	c.pods[name] = p
+	ep := Endpoint{Key: "net/" + name + "-" + filepath.Base(c.t.Name()) + "/eth0", HostIfName: p.HostIfName,
+		HostIfIndex: p.HostIfIndex, IPs: p.IPs, Namespace: "default", Labels: map[string]string{"app": name}}
+	return ep, c.dp.AttachEndpoint(ep)
+}
+
+func (c *cluster) refusals(name string) float64 {
+	return testutil.ToFloat64(c.dp.metrics.mapFailures.WithLabelValues(name, refusedFull))
+}
+
+func (c *cluster) usage(name string) MapUsage {
+	c.t.Helper()
+	us, err := c.dp.MapUsage()
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	for _, u := range us {
+		if u.Name == name {
+			return u
+		}
+	}
+	c.t.Fatalf("no usage of %s", name)
+	return MapUsage{}
+}
+
+// assertNothingOf checks that no map holds anything of ep.
+func (c *cluster) assertNothingOf(ep Endpoint) {
+	c.t.Helper()
+	keys, _ := c.dp.Endpoints()
+	for _, k := range keys {
+		if k == ep.Key {
+			c.t.Errorf("endpoint record of %s left", ep.Key)
+		}
+	}
+	var info bpf.CoordinoEndpointInfo
+	if err := c.dp.objs.CdoEndpoints.Lookup(uint32(ep.HostIfIndex), &info); !errors.Is(err, ebpf.ErrKeyNotExist) {
+		c.t.Errorf("endpoints map entry of %s left (%v)", ep.Key, err)
+	}
+	for _, ip := range ep.IPs {
+		k := epAddrKey(ep.HostIfIndex, ip)
+		var v uint32
+		if err := c.dp.objs.CdoEpAddrs.Lookup(&k, &v); !errors.Is(err, ebpf.ErrKeyNotExist) {
+			c.t.Errorf("source address %s of %s left (%v)", ip, ep.Key, err)
+		}
+		ik := ipcacheKey(netip.PrefixFrom(ip, ip.BitLen()))
+		var iv bpf.CoordinoIpcacheValue
+		if err := c.dp.objs.CdoIpcache.Lookup(&ik, &iv); !errors.Is(err, ebpf.ErrKeyNotExist) {
+			c.t.Errorf("ipcache entry %s of %s left (%v)", ip, ep.Key, err)
+		}
+	}
+}
+
+// TestEndpointsMapFull: with room for four endpoints, the fifth attach
+// fails with a MapFullError naming the map, leaves nothing behind, is
+// counted and shown; once an endpoint leaves, the attach goes through.
+func TestEndpointsMapFull(t *testing.T) {
+	c := newClusterWith(t, Config{AttachMode: AttachTC, MapSizes: MapSizes{Endpoints: 4}}, false)
+	if _, err := c.attachNew("d", podIPs["d"]); err != nil {
+		t.Fatalf("fourth endpoint: %v", err)
+	}
+	ep, err := c.attachNew("e", netip.MustParseAddr("198.51.100.14"))
+	var full *MapFullError
+	if !errors.As(err, &full) || full.Map != bpf.CoordinoMapCdoEndpoints || full.Capacity != 4 {
+		t.Fatalf("fifth endpoint: got %v, want a MapFullError of cdo_endpoints", err)
+	}
+	if got := full.Error(); got != "BPF map cdo_endpoints is full (capacity 4): raise --endpoints-map-size" {
+		t.Errorf("message %q", got)
+	}
+	c.assertNothingOf(ep)
+	if n := c.refusals(bpf.CoordinoMapCdoEndpoints); n != 1 {
+		t.Errorf("refusals counted: %v, want 1", n)
+	}
+	if u := c.usage(bpf.CoordinoMapCdoEndpoints); !u.Refusing || u.UpdateFailures != 1 || u.Entries != 4 {
+		t.Errorf("usage %+v, want refusing with 1 failure at 4/4", u)
+	}
+	if err := c.dp.DetachEndpoint(c.eps["c"]); err != nil {
+		t.Fatal(err)
+	}
+	if u := c.usage(bpf.CoordinoMapCdoEndpoints); u.Refusing {
+		t.Errorf("still refusing with room: %+v", u)
+	}
+	if err := c.dp.AttachEndpoint(ep); err != nil {
+		t.Fatalf("attach with room again: %v", err)
+	}
+}
+
+// TestSourceMapFullLeavesNoAddress: a dual-stack endpoint whose second
+// address does not fit fails, and its first address does not stay allowed
+// as a source (the old code left it).
+func TestSourceMapFullLeavesNoAddress(t *testing.T) {
+	c := newClusterWith(t, Config{AttachMode: AttachTC, MapSizes: MapSizes{SourceAddrs: 4}}, false)
+	ep, err := c.attachNew("d", podIPs["d"], podIPs6["d"])
+	var full *MapFullError
+	if !errors.As(err, &full) || full.Map != bpf.CoordinoMapCdoEpAddrs {
+		t.Fatalf("attach of two addresses into one free slot: got %v, want a MapFullError of cdo_ep_addrs", err)
+	}
+	c.assertNothingOf(ep)
+	if n := c.refusals(bpf.CoordinoMapCdoEpAddrs); n != 1 {
+		t.Errorf("refusals counted: %v, want 1", n)
+	}
+	if _, err := c.attachNew("e", netip.MustParseAddr("198.51.100.14")); err != nil {
+		t.Fatalf("single-address endpoint into the free slot: %v", err)
+	}
+}
+
+const (
+	// clientToExt lets a reach the outside block on TCP 80.
+	clientToExt = `
+metadata: {name: client-ext, namespace: default}
+spec:
+  podSelector: {matchLabels: {app: client}}
+  policyTypes: [Egress]
+  egress: [{to: [{ipBlock: {cidr: 203.0.113.0/24}}], ports: [{port: 80}]}]`
+	// clientToExtButExt excepts ext's /28 from it.
+	clientToExtButExt = `
+metadata: {name: client-ext, namespace: default}
+spec:
+  podSelector: {matchLabels: {app: client}}
+  policyTypes: [Egress]
+  egress: [{to: [{ipBlock: {cidr: 203.0.113.0/24, except: [203.0.113.0/28]}}], ports: [{port: 80}]}]`
+)
+
+// TestIpcacheFullNeverAllows: the ipcache has room for the node, the pods
+// and the /24 allowed to a, not for the exception that takes ext out of
+// it. ext must then be denied, not keep resolving to the allowed /24.
+func TestIpcacheFullNeverAllows(t *testing.T) {
+	c := newClusterWith(t, Config{AttachMode: AttachTC, MapSizes: MapSizes{Ipcache: 6}, retryDelay: 20 * time.Millisecond}, false)
+	c.policies(clientToExt)
+	c.expect(true, "a>ext tcp/80")
+	if err := c.tryPolicies(clientToExtButExt); err == nil {
+		t.Fatal("update that does not fit the ipcache succeeded")
+	}
+	c.expect(false, "a>ext tcp/80")
+	// Retries (withholding the /24 frees room for the /28, then the /24
+	// does not fit) keep it denied.
+	time.Sleep(200 * time.Millisecond)
+	c.expect(false, "a>ext tcp/80")
+	if n := c.refusals(bpf.CoordinoMapCdoIpcache); n < 1 {
+		t.Errorf("ipcache refusals counted: %v", n)
+	}
+	if u := c.usage(bpf.CoordinoMapCdoIpcache); !u.Refusing {
+		t.Errorf("usage %+v, want refusing", u)
+	}
+	// Back to a policy that fits: the stale /28 leaves although the /24
+	// may not fit at first, and the withheld /24 returns.
+	_ = c.tryPolicies(clientToExt)
+	deadline := time.Now().Add(5 * time.Second)
+	for c.pods["a"].Probe("tcp", c.pods["ext"].IP, 80) != nil {
+		if time.Now().After(deadline) {
+			t.Fatal("a>ext not allowed again within 5 s of a policy that fits")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if u := c.usage(bpf.CoordinoMapCdoIpcache); u.Refusing {
+		t.Errorf("usage %+v, want no longer refusing", u)
+	}
+}
+
+// TestPolicyMapFullCountedAndShown: a policy update that does not fit is
+// counted per map and shown until an update fits again.
+func TestPolicyMapFullCountedAndShown(t *testing.T) {
+	c := newClusterWith(t, Config{AttachMode: AttachTC, MapSizes: MapSizes{Policy: failClosedMapSize}}, false)
+	c.policies(denyServerIngress)
+	if err := c.tryPolicies(denyServerIngress, serverFromClient, clientEgressPorts(failClosedMapSize, false)); err == nil {
+		t.Fatal("oversized update succeeded")
+	}
+	if n := c.refusals(bpf.CoordinoMapCdoPolicy); n < 1 {
+		t.Errorf("policy refusals counted: %v", n)
+	}
+	if u := c.usage(bpf.CoordinoMapCdoPolicy); !u.Refusing || u.UpdateFailures == 0 {
+		t.Errorf("usage %+v, want refusing", u)
+	}
+	c.policies(denyServerIngress, serverFromClient, clientEgressPorts(10, true))
+	if u := c.usage(bpf.CoordinoMapCdoPolicy); u.Refusing {
+		t.Errorf("usage %+v, want no longer refusing", u)
+	}
+}
+
+// TestResizeKeepsEntries: reopening with other capacities keeps every
+// endpoint, address and policy entry, and enforcement with it; a size
+// smaller than the entries held is an error naming the flag.
+func TestResizeKeepsEntries(t *testing.T) {
+	c := newClusterWith(t, Config{AttachMode: AttachTC}, false)
+	c.policies(serverIngress)
+	c.expect(true, "a>b tcp/80")
+	c.expect(false, "c>b tcp/80")
+	before := map[string]MapUsage{}
+	us, _ := c.dp.MapUsage()
+	for _, u := range us {
+		before[u.Name] = u
+	}
+	c.dp.Close()
+	small := c.cfg
+	small.MapSizes = MapSizes{Policy: 4, Ipcache: 4}
+	if _, err := Open(small); err == nil || !strings.Contains(err.Error(), "more than --ipcache-map-size 4") {
+		t.Fatalf("Open with maps smaller than their content: %v", err)
+	}
+	c.cfg.MapSizes = MapSizes{Endpoints: 64, Ipcache: 64, Policy: 64, SourceAddrs: 64}
+	c.open()
+	for _, u := range mustUsage(t, c.dp) {
+		b, ok := before[u.Name]
+		if !ok || u.Name == bpf.CoordinoMapCdoConntrack {
+			continue
+		}
+		if u.Entries != b.Entries {
+			t.Errorf("%s: %d entries after resize, %d before", u.Name, u.Entries, b.Entries)
+		}
+		if u.Name != stateMapName && u.Capacity != 64 {
+			t.Errorf("%s: capacity %d, want 64", u.Name, u.Capacity)
+		}
+	}
+	// The copied entries enforce before any update, and the re-attached
+	// programs read the new maps: an update reaches them.
+	c.expect(true, "a>b tcp/80")
+	c.expect(false, "c>b tcp/80")
+	c.policies(denyServerIngress)
+	c.expect(false, "a>b tcp/80", "c>b tcp/80")
+}
+
+func mustUsage(t *testing.T, d *Datapath) []MapUsage {
+	t.Helper()
+	us, err := d.MapUsage()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return us
+}
+
+func TestMapSizesValidate(t *testing.T) {
+	for _, tc := range []struct {
+		s    MapSizes
+		want string
+	}{
+		{MapSizes{Endpoints: 1 << 17}, "endpoints-map-size 131072: want 4 to 65536"},
+		{MapSizes{Ipcache: 1}, "ipcache-map-size 1: want 4 to 16777216"},
+		{MapSizes{Policy: -1}, "policy-map-size -1: want 4 to 16777216"},
+		{MapSizes{SourceAddrs: 1 << 30}, "source-map-size 1073741824: want 4 to 4194304"},
+		{MapSizes{Frags: 8}, "frag-map-size 8: want 64 to 1048576"},
+	} {
+		if err := tc.s.Validate(); err == nil || err.Error() != tc.want {
+			t.Errorf("%+v: got %v, want %q", tc.s, err, tc.want)
+		}
+	}
+	if err := DefaultMapSizes().Validate(); err != nil {
+		t.Error(err)
+	}
+}
