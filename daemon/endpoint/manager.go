@@ -70,7 +70,10 @@ func (m *Manager) Add(inv *request.Invocation) ([]byte, error) {
 
 	// A DEL the runtime saw succeed (queued) before it issued this ADD must
 	// land on the old attachment, never on the one this ADD creates.
-	if err := m.applyQueuedDels(inv.Key); err != nil {
+	_, span := tracing.Start(inv.Ctx, "deletequeue.apply")
+	err := m.applyQueuedDels(inv.Key)
+	tracing.End(span, err)
+	if err != nil {
 		return nil, types.NewError(types.ErrTryAgainLater, fmt.Sprintf("apply queued DEL of %s first: %v", inv.Key, err), "")
 	}
 
