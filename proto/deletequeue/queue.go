@@ -147,12 +147,9 @@ var ErrUnusable = errors.New("unusable queued DEL")
 // name): those in key directories and those a plugin from before key
 // directories wrote at the top of dir. A missing dir is an empty queue.
 func Paths(dir string) ([]string, error) {
-	top, err := os.ReadDir(dir)
+	top, err := readDir(dir)
 	if err != nil {
-		if os.IsNotExist(err) {
-			return nil, nil
-		}
-		return nil, fmt.Errorf("read delete queue %s: %w", dir, err)
+		return nil, err
 	}
 	var out []string
 	for _, d := range top {
@@ -173,15 +170,24 @@ func Paths(dir string) ([]string, error) {
 
 func isEntry(d os.DirEntry) bool { return d.Type().IsRegular() && strings.HasSuffix(d.Name(), suffix) }
 
+// readDir lists a queue directory; a missing one is empty.
+func readDir(dir string) ([]os.DirEntry, error) {
+	names, err := os.ReadDir(dir)
+	if os.IsNotExist(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read delete queue %s: %w", dir, err)
+	}
+	return names, nil
+}
+
 // entryFiles lists the committed entry files directly in dir; a missing dir
 // has none.
 func entryFiles(dir string) ([]string, error) {
-	names, err := os.ReadDir(dir)
+	names, err := readDir(dir)
 	if err != nil {
-		if os.IsNotExist(err) {
-			return nil, nil
-		}
-		return nil, fmt.Errorf("read delete queue %s: %w", dir, err)
+		return nil, err
 	}
 	var out []string
 	for _, n := range names {
