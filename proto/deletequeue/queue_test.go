@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/coordino/coordino/proto/cni/v1/wire"
@@ -126,6 +127,23 @@ func FuzzDecode(f *testing.F) {
 		req, _, err := Decode(data)
 		if err == nil && (req == nil || req.ContainerID == "") {
 			t.Fatal("accepted an entry without a container ID")
+		}
+	})
+}
+
+// The key directory of any queued request, whatever its config holds, is
+// one safe path element under the queue, and the same for the same request.
+func FuzzKeyDirOfRequest(f *testing.F) {
+	f.Add([]byte(`{"cniVersion":"1.1.0","name":"n1","type":"coordino"}`), "c1", "eth0")
+	f.Add([]byte(`{"name":"../.."}`), "../x", "a/b")
+	f.Add([]byte("garbage"), "", "")
+	f.Fuzz(func(t *testing.T, stdin []byte, containerID, ifName string) {
+		d := KeyDir(networkName(stdin), containerID, ifName)
+		if !strings.HasPrefix(d, keyDirPrefix) || strings.ContainsAny(d, "/\x00") || d != filepath.Base(d) {
+			t.Fatalf("key directory %q is not one safe path element", d)
+		}
+		if d != KeyDir(networkName(stdin), containerID, ifName) {
+			t.Fatal("key directory not deterministic")
 		}
 	})
 }
