@@ -25,7 +25,7 @@ const (
 
 // setupBaseline adds the two baseline systems; a node that fails to start
 // is that system's error, not the run's.
-func (b *bed) setupBaseline(bin string, newNode func(name string, cidrs []string, opts harness.NodeOptions) (*harness.Node, error)) error {
+func (b *bed) setupBaseline(bin string, newNode nodeMaker) error {
 	if _, err := os.Stat(bin); err != nil {
 		return fmt.Errorf("baseline daemon: %w", err)
 	}
@@ -40,16 +40,9 @@ func (b *bed) setupBaseline(bin string, newNode func(name string, cidrs []string
 	if err := cn.StartDaemon(); err != nil {
 		primary.fail(fmt.Errorf("start baseline daemon: %w", err))
 	}
-	hn, err := newNode("chained-base", nil, harness.NodeOptions{ExtraArgs: b.daemonArgs, DaemonBinary: bin})
+	chained, err := newChained(SysChainedBase, "chained-base", chainedBaseCIDR, harness.NodeOptions{ExtraArgs: b.daemonArgs, DaemonBinary: bin}, newNode)
 	if err != nil {
 		return err
-	}
-	chained := &system{name: SysChainedBase, node: hn, daemon: true}
-	if chained.cni, err = hn.NewCNI(bridgeConflist("bench-chained", chainedBaseCIDR, hn, true)); err != nil {
-		return err
-	}
-	if err := hn.StartDaemon(); err != nil {
-		chained.fail(fmt.Errorf("start baseline daemon on the chained node: %w", err))
 	}
 	b.systems = append(b.systems, primary, chained)
 	return nil

@@ -247,23 +247,37 @@ func (b *bed) setup() error {
 		return err
 	}
 
-	hn, err := newNode("chained", nil, b.daemonArgs)
+	chained, err := newChained(SysChained, "chained", chainedCIDR, harness.NodeOptions{ExtraArgs: b.daemonArgs}, newNodeWith)
 	if err != nil {
 		return err
-	}
-	chained := &system{name: SysChained, node: hn, daemon: true}
-	if chained.cni, err = hn.NewCNI(bridgeConflist("bench-chained", chainedCIDR, hn, true)); err != nil {
-		return err
-	}
-	// A chained-only node: no pod CIDR, Coordino allocates nothing there.
-	if err := hn.StartDaemon(); err != nil {
-		chained.fail(fmt.Errorf("start daemon on the chained node: %w", err))
 	}
 	b.systems = []*system{coordino, ref, chained}
 	if b.baselineDaemon != "" {
 		return b.setupBaseline(b.baselineDaemon, newNodeWith)
 	}
 	return nil
+}
+
+// nodeMaker creates a node of the run.
+type nodeMaker func(name string, cidrs []string, opts harness.NodeOptions) (*harness.Node, error)
+
+// newChained is a chained system on its own chained-only node (no pod CIDR:
+// Coordino allocates nothing there): the bridge conflist with Coordino
+// after it, its addresses from cidr. A daemon that fails to start is the
+// system's error, not the run's.
+func newChained(sysName, nodeName, cidr string, opts harness.NodeOptions, newNode nodeMaker) (*system, error) {
+	n, err := newNode(nodeName, nil, opts)
+	if err != nil {
+		return nil, err
+	}
+	s := &system{name: sysName, node: n, daemon: true}
+	if s.cni, err = n.NewCNI(bridgeConflist("bench-chained", cidr, n, true)); err != nil {
+		return nil, err
+	}
+	if err := n.StartDaemon(); err != nil {
+		s.fail(fmt.Errorf("start daemon on node %s: %w", nodeName, err))
+	}
+	return s, nil
 }
 
 // bridgeConflist is the reference primary: the bridge plugin with
