@@ -78,7 +78,7 @@ func (r *Report) Goals() []Goal {
 	}
 	flat := func(name, unit string, slope, mean, maxDrift float64) Goal {
 		g := Goal{Name: name, Value: fmt.Sprintf("%+.2f %s/min (mean %.1f)", slope, unit, mean),
-			Goal: fmt.Sprintf("flat: |slope x %.0f min| <= %.0f%% of mean", r.SteadyMinutes, 100*maxDrift)}
+			Goal: fmt.Sprintf("flat: |slope x %.1f min| <= %.0f%% of mean", r.SteadyMinutes, 100*maxDrift)}
 		switch {
 		case r.SteadyMinutes < minSteadyMinutes:
 			g.Verdict = fmt.Sprintf("%s (steady state under %d min)", notJudged, minSteadyMinutes)
