@@ -54,7 +54,8 @@ func PodAddresses(prev *current.Result, idx int, onPod []netip.Addr) []netip.Pre
 type HostPeer struct {
 	Name  string
 	Index int
-	// PodAddrs are the addresses configured on the pod-side interface.
+	// PodAddrs are the addresses configured on the pod-side interface, when
+	// asked for.
 	PodAddrs []netip.Addr
 }
 
@@ -69,8 +70,10 @@ func (e *ErrNotVeth) Error() string {
 }
 
 // ResolveHostPeer finds the host-side peer, in the caller's network
-// namespace, of the veth ifname inside the namespace at netnsPath.
-func ResolveHostPeer(netnsPath, ifname string) (*HostPeer, error) {
+// namespace, of the veth ifname inside the namespace at netnsPath. With
+// podAddrs it also lists the pod interface's addresses: one more netlink
+// dump, needed only when prevResult does not say which addresses are the pod's.
+func ResolveHostPeer(netnsPath, ifname string, podAddrs bool) (*HostPeer, error) {
 	podNS, err := netns.GetFromPath(netnsPath)
 	if err != nil {
 		return nil, fmt.Errorf("open netns %s: %w", netnsPath, err)
@@ -107,11 +110,14 @@ func ResolveHostPeer(netnsPath, ifname string) (*HostPeer, error) {
 	if hostVeth.Attrs().ParentIndex != link.Attrs().Index || (nsErr == nil && nsid >= 0 && hostVeth.Attrs().NetNsID != nsid) {
 		return nil, fmt.Errorf("link %s (index %d) is not the veth peer of pod interface %s", host.Attrs().Name, peerIndex, ifname)
 	}
+	peer := &HostPeer{Name: host.Attrs().Name, Index: peerIndex}
+	if !podAddrs {
+		return peer, nil
+	}
 	addrs, err := h.AddrList(link, netlink.FAMILY_ALL)
 	if err != nil {
 		return nil, fmt.Errorf("addresses of pod interface %s in %s: %w", ifname, netnsPath, err)
 	}
-	peer := &HostPeer{Name: host.Attrs().Name, Index: peerIndex}
 	for _, a := range addrs {
 		if ip, ok := netip.AddrFromSlice(a.IP); ok {
 			peer.PodAddrs = append(peer.PodAddrs, ip.Unmap())

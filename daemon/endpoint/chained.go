@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/containernetworking/cni/pkg/types"
+	"go.uber.org/zap"
 
 	"github.com/coordino/coordino/daemon/chaining"
 	"github.com/coordino/coordino/daemon/request"
@@ -15,15 +16,22 @@ import (
 // addChained attaches to the interface another plugin created: no IPAM, no
 // veth, no netns pin — only Coordino's record and datapath, and prevResult
 // passed through.
-func (m *Manager) addChained(inv *request.Invocation) (_ []byte, err error) {
+func (m *Manager) addChained(inv *request.Invocation) ([]byte, error) {
 	prev := inv.PrevResult
-	if err := verifyNetns(inv.Netns); err != nil {
+	_, span := tracing.Start(inv.Ctx, "netns.verify")
+	err := verifyNetns(inv.Netns)
+	tracing.End(span, err)
+	if err != nil {
 		return nil, err
 	}
 	// prevResult may not name the pod interface (Calico, AWS VPC CNI before
 	// 1.12 and others report only the host side): the kernel is asked in any
-	// case, by CNI_NETNS and CNI_IFNAME.
-	peer, err := chaining.ResolveHostPeer(inv.Netns, inv.Key.IfName)
+	// case, by CNI_NETNS and CNI_IFNAME, and for the pod's addresses too
+	// when prevResult cannot say which they are.
+	idx := chaining.PodInterface(prev, inv.Netns, inv.Key.IfName)
+	_, span = tracing.Start(inv.Ctx, "chaining.resolve_peer")
+	peer, err := chaining.ResolveHostPeer(inv.Netns, inv.Key.IfName, idx < 0)
+	tracing.End(span, err)
 	if err != nil {
 		var nv *chaining.ErrNotVeth
 		if errors.As(err, &nv) {
@@ -31,7 +39,6 @@ func (m *Manager) addChained(inv *request.Invocation) (_ []byte, err error) {
 		}
 		return nil, internalError("resolve host side of %s: %v", inv.Key.IfName, err)
 	}
-	idx := chaining.PodInterface(prev, inv.Netns, inv.Key.IfName)
 	ips := chaining.PodAddresses(prev, idx, peer.PodAddrs)
 	if idx < 0 && len(ips) == 0 && len(prev.IPs) > 0 {
 		return nil, types.NewError(types.ErrInvalidNetworkConfig, fmt.Sprintf(
@@ -40,24 +47,56 @@ func (m *Manager) addChained(inv *request.Invocation) (_ []byte, err error) {
 	ep := m.newEndpoint(inv, store.ModeChained)
 	ep.HostIfName = peer.Name
 	ep.IPs = ips
-	_, span := tracing.Start(inv.Ctx, "store.commit")
-	err = m.Store.Put(ep)
-	tracing.End(span, err)
-	if err != nil {
-		return nil, internalError("%v", err)
+	if err := m.commitAndAttach(inv, ep, peer.Index); err != nil {
+		return nil, err
 	}
-	defer func() {
-		if err != nil {
-			_ = m.release(ep)
-		}
+	out, err := marshalResult(prev)
+	if err != nil {
+		_ = m.release(ep)
+	}
+	return out, err
+}
+
+// commitAndAttach commits ep's record and attaches the datapath to the host
+// interface side by side: the one waits for fsync, the other for the
+// kernel's RCU grace periods, and neither needs the other. Attaching before
+// the record is durable is crash-safe here because a chained attachment
+// holds no kernel state but the datapath's, and the datapath's is keyed by
+// the attachment: a daemon that starts detaches every pinned endpoint no
+// record names (ReconcileDatapath), and GC sweeps only veths and pins. The
+// ADD succeeds only once both are done, so policy is enforced from the pod's
+// first packet and a record survives any crash after success. On failure
+// nothing is left: a committed record is released, an attach without a
+// record is detached.
+func (m *Manager) commitAndAttach(inv *request.Invocation, ep *store.Endpoint, hostIfIndex int) error {
+	dpEndpoint := datapathEndpoint(ep, hostIfIndex) // before Put touches ep
+	committed := make(chan error, 1)
+	go func() {
+		_, span := tracing.Start(inv.Ctx, "store.commit")
+		err := m.Store.Put(ep)
+		tracing.End(span, err)
+		committed <- err
 	}()
+	var attachErr error
 	if m.Datapath != nil {
 		_, span := tracing.Start(inv.Ctx, "bpf.attach")
-		err = m.Datapath.AttachEndpoint(datapathEndpoint(ep, peer.Index))
-		tracing.End(span, err)
-		if err != nil {
-			return nil, attachError(peer.Name, err)
-		}
+		attachErr = m.Datapath.AttachEndpoint(dpEndpoint)
+		tracing.End(span, attachErr)
 	}
-	return marshalResult(prev)
+	commitErr := <-committed
+	switch {
+	case commitErr != nil:
+		if m.Datapath != nil && attachErr == nil {
+			if err := m.Datapath.DetachEndpoint(dpEndpoint); err != nil {
+				m.Log.Error("undo datapath attach of an ADD whose record failed", zap.String("endpoint", ep.Key.String()), zap.Error(err))
+			}
+		}
+		return internalError("%v", commitErr)
+	case attachErr != nil:
+		if err := m.release(ep); err != nil {
+			m.Log.Error("undo failed ADD", zap.String("endpoint", ep.Key.String()), zap.Error(err))
+		}
+		return attachError(ep.HostIfName, attachErr)
+	}
+	return nil
 }

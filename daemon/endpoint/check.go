@@ -37,7 +37,7 @@ func (m *Manager) Check(inv *request.Invocation) error {
 		var onPod []netip.Addr
 		if idx < 0 {
 			// Not named by prevResult: the kernel says which addresses are the pod's.
-			peer, err := chaining.ResolveHostPeer(inv.Netns, inv.Key.IfName)
+			peer, err := chaining.ResolveHostPeer(inv.Netns, inv.Key.IfName, true)
 			if err != nil {
 				return checkFailed("%v", err)
 			}
@@ -63,7 +63,7 @@ func (m *Manager) Check(inv *request.Invocation) error {
 			return checkFailed("%v", err)
 		}
 	case store.ModeChained:
-		peer, err := chaining.ResolveHostPeer(inv.Netns, inv.Key.IfName)
+		peer, err := chaining.ResolveHostPeer(inv.Netns, inv.Key.IfName, false)
 		if err != nil {
 			return checkFailed("%v", err)
 		}

@@ -70,7 +70,10 @@ func (m *Manager) Add(inv *request.Invocation) ([]byte, error) {
 
 	// A DEL the runtime saw succeed (queued) before it issued this ADD must
 	// land on the old attachment, never on the one this ADD creates.
-	if err := m.applyQueuedDels(inv.Key); err != nil {
+	_, span := tracing.Start(inv.Ctx, "deletequeue.apply")
+	err := m.applyQueuedDels(inv.Key)
+	tracing.End(span, err)
+	if err != nil {
 		return nil, types.NewError(types.ErrTryAgainLater, fmt.Sprintf("apply queued DEL of %s first: %v", inv.Key, err), "")
 	}
 
@@ -143,25 +146,35 @@ func (m *Manager) addPrimary(inv *request.Invocation) (_ []byte, err error) {
 	if err != nil {
 		return nil, err
 	}
-	_, span = tracing.Start(inv.Ctx, "netlink.setup")
-	att, err := netsetup.SetupPod(netsetup.PodConfig{
+	setup := netsetup.PodConfig{
 		NetNSPath:  ep.PinPath,
 		IfName:     inv.Key.IfName,
 		HostIfName: ep.HostIfName,
 		MTU:        ep.MTU,
 		Addrs:      ips,
-	})
+	}
+	var attachErr error
+	if m.Datapath != nil {
+		// The datapath attaches to the host veth while both ends are being
+		// configured; the ADD returns only after both, so policy holds from
+		// the pod's first packet.
+		dpEndpoint := datapathEndpoint(ep, 0)
+		setup.WhileConfiguring = func(hostIfIndex int) error {
+			_, span := tracing.Start(inv.Ctx, "bpf.attach")
+			dpEndpoint.HostIfIndex = hostIfIndex
+			attachErr = m.Datapath.AttachEndpoint(dpEndpoint)
+			tracing.End(span, attachErr)
+			return attachErr
+		}
+	}
+	_, span = tracing.Start(inv.Ctx, "netlink.setup")
+	att, err := netsetup.SetupPod(setup)
 	tracing.End(span, err)
+	if attachErr != nil {
+		return nil, attachError(ep.HostIfName, attachErr)
+	}
 	if err != nil {
 		return nil, internalError("set up pod network: %v", err)
-	}
-	if m.Datapath != nil {
-		_, span = tracing.Start(inv.Ctx, "bpf.attach")
-		err = m.Datapath.AttachEndpoint(datapathEndpoint(ep, att.HostIfIndex))
-		tracing.End(span, err)
-		if err != nil {
-			return nil, attachError(ep.HostIfName, err)
-		}
 	}
 	return primaryResult(inv, ep, att)
 }

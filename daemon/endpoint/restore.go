@@ -128,7 +128,7 @@ func (m *Manager) applyQueuedDels(k store.Key) error {
 	if m.DeleteQueueDir == "" {
 		return nil
 	}
-	entries, err := deletequeue.List(m.DeleteQueueDir)
+	entries, err := deletequeue.ForKey(m.DeleteQueueDir, k.Network, k.ContainerID, k.IfName)
 	if err != nil {
 		return err
 	}

@@ -1,35 +1,25 @@
 package metrics
 
 import (
-	"fmt"
 	"os"
-	"path/filepath"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-)
 
-// queueEntrySuffix ends committed entries of the plugin's DEL queue
-// (proto/deletequeue); undecodable ones are set aside as ".del.bad".
-const queueEntrySuffix = ".del"
+	"github.com/coordino/coordino/proto/deletequeue"
+)
 
 // DeleteQueue counts the DELs waiting in the plugin's on-disk queue dir and
 // the age of the oldest one. A missing dir is an empty queue.
 func DeleteQueue(dir string) (n int, oldest time.Duration, err error) {
-	entries, err := os.ReadDir(dir)
-	if os.IsNotExist(err) {
-		return 0, 0, nil
-	}
+	paths, err := deletequeue.Paths(dir)
 	if err != nil {
-		return 0, 0, fmt.Errorf("read delete queue: %w", err)
+		return 0, 0, err
 	}
 	now := time.Now()
-	for _, e := range entries {
-		if !e.Type().IsRegular() || filepath.Ext(e.Name()) != queueEntrySuffix {
-			continue
-		}
+	for _, p := range paths {
 		n++
-		if info, err := e.Info(); err == nil && now.Sub(info.ModTime()) > oldest {
+		if info, err := os.Lstat(p); err == nil && now.Sub(info.ModTime()) > oldest {
 			oldest = now.Sub(info.ModTime())
 		}
 	}

@@ -2,6 +2,7 @@ package netsetup
 
 import (
 	"bytes"
+	"errors"
 	"net"
 	"net/netip"
 	"strings"
@@ -456,4 +457,40 @@ func BenchmarkSetupTeardown(b *testing.B) {
 			b.ReportMetric(float64(teardownTime.Nanoseconds())/float64(b.N), "teardown-ns/op")
 		})
 	}
+}
+
+// WhileConfiguring gets the host veth's ifindex and SetupPod waits for it;
+// its failure fails SetupPod and leaves nothing behind, like any other step.
+func TestSetupPodWhileConfiguring(t *testing.T) {
+	privileged.Require(t)
+	node := newNode(t)
+	cfg := podCfg(t, "10.244.7.5/32")
+	var got int
+	cfg.WhileConfiguring = func(hostIfIndex int) error {
+		time.Sleep(20 * time.Millisecond) // finishes after the netlink work: SetupPod must wait
+		got = hostIfIndex
+		return nil
+	}
+	var att *Attachment
+	var err error
+	do(t, node, func() error { att, err = SetupPod(cfg); return nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got == 0 || got != att.HostIfIndex {
+		t.Fatalf("WhileConfiguring got ifindex %d, the host veth is %d", got, att.HostIfIndex)
+	}
+	do(t, node, func() error { return TeardownPod(cfg.HostIfName) })
+
+	cfg.WhileConfiguring = func(int) error { return errors.New("attach refused") }
+	do(t, node, func() error { _, err = SetupPod(cfg); return nil })
+	if err == nil || err.Error() != "attach refused" {
+		t.Fatalf("SetupPod with a failing WhileConfiguring = %v", err)
+	}
+	do(t, node, func() error {
+		if names, _ := ListHostIfaces(); len(names) != 0 {
+			t.Errorf("host veths left behind: %v", names)
+		}
+		return nil
+	})
 }

@@ -71,11 +71,26 @@ func SetupPod(cfg PodConfig) (*Attachment, error) {
 		}
 	}()
 
-	if err := configurePodSide(pod, cfg, att); err != nil {
-		return nil, fmt.Errorf("set up pod interface %s in %s: %w", cfg.IfName, cfg.NetNSPath, err)
+	var alongside chan error
+	if cfg.WhileConfiguring != nil {
+		alongside = make(chan error, 1)
+		go func() { alongside <- cfg.WhileConfiguring(att.HostIfIndex) }()
 	}
-	if err := configureHostSide(host, cfg, att); err != nil {
-		return nil, fmt.Errorf("set up host veth %s: %w", cfg.HostIfName, err)
+	err = configurePodSide(pod, cfg, att)
+	if err != nil {
+		err = fmt.Errorf("set up pod interface %s in %s: %w", cfg.IfName, cfg.NetNSPath, err)
+	} else if err = configureHostSide(host, cfg, att); err != nil {
+		err = fmt.Errorf("set up host veth %s: %w", cfg.HostIfName, err)
+	}
+	if alongside != nil {
+		// Waited for even after a failure: nothing may still act on the
+		// veth once the deferred cleanup has deleted it.
+		if aerr := <-alongside; err == nil {
+			err = aerr
+		}
+	}
+	if err != nil {
+		return nil, err
 	}
 	ok = true
 	return att, nil

@@ -108,7 +108,9 @@ func (s *Server) serve(ctx context.Context, verb request.Verb, req *cniv1.CNIReq
 		span.SetAttributes(tracing.VerbKey.String(string(verb)), tracing.ContainerIDKey.String(req.ContainerId), tracing.IfNameKey.String(req.Ifname))
 	}
 	result, err := func() ([]byte, error) {
+		_, pspan := tracing.Start(ctx, "request.parse")
 		inv, err := request.Parse(verb, req)
+		tracing.End(pspan, err)
 		if err != nil {
 			return nil, err
 		}

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/coordino/coordino/proto/cni/v1/wire"
@@ -56,11 +57,60 @@ func TestCorruptAndUnusableEntriesAreSetAside(t *testing.T) {
 		t.Fatalf("n=%d errs=%v", n, errs)
 	}
 	bad, _ := filepath.Glob(filepath.Join(dir, "*.bad"))
+	keyed, _ := filepath.Glob(filepath.Join(dir, "*", "*.bad"))
+	bad = append(bad, keyed...)
 	if len(bad) != 2 {
 		t.Fatalf("set aside: %v", bad)
 	}
 	if n, errs := Drain(dir, func(Entry) error { t.Fatal("retried a set-aside entry"); return nil }); n != 0 || len(errs) != 0 {
 		t.Fatal(n, errs)
+	}
+}
+
+// Entries live in the key directory of their attachment, ForKey finds an
+// attachment's without looking at the others', and the drain takes every
+// entry, key directories and the flat layout of older plugins alike, in
+// queue order across both.
+func TestKeyDirectories(t *testing.T) {
+	dir := t.TempDir()
+	conf := func(name string) []byte {
+		return []byte(`{"cniVersion":"1.1.0","name":"` + name + `","type":"coordino"}`)
+	}
+	// An entry an older plugin wrote at the top, queued first.
+	legacy := wire.AppendQueuedDelete(nil, &wire.Request{ContainerID: "old", IfName: "eth0", Stdin: conf("n1")}, 1)
+	if err := os.WriteFile(filepath.Join(dir, "00000000000000000001-x.del"), legacy, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, w := range []struct{ net, id string }{{"n1", "a"}, {"n2", "a"}, {"n1", "b"}, {"n1", "a"}} {
+		if err := Write(dir, &wire.Request{ContainerID: w.id, IfName: "eth0", Stdin: conf(w.net)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if KeyDir("n1", "a", "eth0") == KeyDir("n2", "a", "eth0") || KeyDir("n1", "ab", "c") == KeyDir("n1", "a", "bc") {
+		t.Fatal("distinct attachments share a key directory")
+	}
+	got, err := ForKey(dir, "n1", "a", "eth0")
+	if err != nil || len(got) != 2 || got[0].Path >= got[1].Path {
+		t.Fatalf("ForKey(n1/a/eth0) = %v, %v; want its two entries in queue order", got, err)
+	}
+	for _, e := range got {
+		if filepath.Dir(e.Path) != filepath.Join(dir, KeyDir("n1", "a", "eth0")) || e.Request.ContainerID != "a" {
+			t.Fatalf("entry %s (%s) is not in the key directory of n1/a/eth0", e.Path, e.Request.ContainerID)
+		}
+	}
+	if got, err := ForKey(dir, "n3", "a", "eth0"); err != nil || len(got) != 0 {
+		t.Fatalf("ForKey of an attachment with nothing queued = %v, %v", got, err)
+	}
+	var order []string
+	n, errs := Drain(dir, func(e Entry) error {
+		order = append(order, networkName(e.Request.Stdin)+"/"+e.Request.ContainerID)
+		return nil
+	})
+	if n != 5 || len(errs) != 0 || order[0] != "n1/old" || order[1] != "n1/a" || order[2] != "n2/a" || order[3] != "n1/b" || order[4] != "n1/a" {
+		t.Fatalf("drain: n=%d errs=%v order=%v", n, errs, order)
+	}
+	if left, _ := os.ReadDir(dir); len(left) != 0 {
+		t.Fatalf("drained queue keeps %v", left)
 	}
 }
 
@@ -77,6 +127,23 @@ func FuzzDecode(f *testing.F) {
 		req, _, err := Decode(data)
 		if err == nil && (req == nil || req.ContainerID == "") {
 			t.Fatal("accepted an entry without a container ID")
+		}
+	})
+}
+
+// The key directory of any queued request, whatever its config holds, is
+// one safe path element under the queue, and the same for the same request.
+func FuzzKeyDirOfRequest(f *testing.F) {
+	f.Add([]byte(`{"cniVersion":"1.1.0","name":"n1","type":"coordino"}`), "c1", "eth0")
+	f.Add([]byte(`{"name":"../.."}`), "../x", "a/b")
+	f.Add([]byte("garbage"), "", "")
+	f.Fuzz(func(t *testing.T, stdin []byte, containerID, ifName string) {
+		d := KeyDir(networkName(stdin), containerID, ifName)
+		if !strings.HasPrefix(d, keyDirPrefix) || strings.ContainsAny(d, "/\x00") || d != filepath.Base(d) {
+			t.Fatalf("key directory %q is not one safe path element", d)
+		}
+		if d != KeyDir(networkName(stdin), containerID, ifName) {
+			t.Fatal("key directory not deterministic")
 		}
 	})
 }

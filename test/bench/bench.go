@@ -31,6 +31,9 @@ type Params struct {
 	// DaemonArgs are extra coordino-daemon flags (e.g. --legacy-tc), to
 	// compare daemon configurations.
 	DaemonArgs []string `json:"daemon_args,omitempty"`
+	// BaselineDaemon, when set, is another coordino-daemon build measured in
+	// the same rounds (A/B): two more systems, primary and chained.
+	BaselineDaemon string `json:"baseline_daemon,omitempty"`
 	// Progress receives one line per round; nil discards them.
 	Progress io.Writer `json:"-"`
 }
@@ -138,9 +141,10 @@ type bed struct {
 	live map[*slot]bool
 	// modeOf maps a measured pod's container ID to its mode, to sort the
 	// daemon's own timings.
-	modeOf     map[string]string
-	res        *samples
-	daemonArgs []string
+	modeOf         map[string]string
+	res            *samples
+	daemonArgs     []string
+	baselineDaemon string
 	// binaries fingerprints bin/ when the run starts.
 	binaries map[string]string
 	// empty is the empty Go binary; emptyCPU is what emptyN execs of it cost.
@@ -164,7 +168,8 @@ func Run(ctx context.Context, p Params) (*Report, error) {
 		return nil, err
 	}
 	b := &bed{progress: p.Progress, live: map[*slot]bool{}, modeOf: map[string]string{}, res: newSamples(),
-		daemonArgs: p.DaemonArgs, binaries: fingerprint()}
+		daemonArgs: p.DaemonArgs, baselineDaemon: p.BaselineDaemon}
+	b.binaries = b.fingerprint()
 	if b.progress == nil {
 		b.progress = io.Discard
 	}
@@ -204,17 +209,21 @@ func (b *bed) setup() error {
 	if b.execCost, err = measureExecCost(dir, b.empty, 100); err != nil {
 		return fmt.Errorf("plugin exec cost: %w", err)
 	}
-	newNode := func(name string, cidrs []string, extra []string) (*harness.Node, error) {
+	newNodeWith := func(name string, cidrs []string, opts harness.NodeOptions) (*harness.Node, error) {
 		d := filepath.Join(dir, name)
 		if err := os.MkdirAll(d, 0o700); err != nil {
 			return nil, err
 		}
-		n, err := harness.NewNode(d, "bench-"+name, harness.NodeOptions{PodCIDRs: cidrs, ExtraArgs: extra})
+		opts.PodCIDRs = cidrs
+		n, err := harness.NewNode(d, "bench-"+name, opts)
 		if err != nil {
 			return nil, fmt.Errorf("node %s: %w", name, err)
 		}
 		b.nodes = append(b.nodes, n)
 		return n, nil
+	}
+	newNode := func(name string, cidrs []string, extra []string) (*harness.Node, error) {
+		return newNodeWith(name, cidrs, harness.NodeOptions{ExtraArgs: extra})
 	}
 
 	cn, err := newNode("coordino", []string{coordinoCIDR}, b.daemonArgs)
@@ -238,20 +247,37 @@ func (b *bed) setup() error {
 		return err
 	}
 
-	hn, err := newNode("chained", nil, b.daemonArgs)
+	chained, err := newChained(SysChained, "chained", chainedCIDR, harness.NodeOptions{ExtraArgs: b.daemonArgs}, newNodeWith)
 	if err != nil {
 		return err
 	}
-	chained := &system{name: SysChained, node: hn, daemon: true}
-	if chained.cni, err = hn.NewCNI(bridgeConflist("bench-chained", chainedCIDR, hn, true)); err != nil {
-		return err
-	}
-	// A chained-only node: no pod CIDR, Coordino allocates nothing there.
-	if err := hn.StartDaemon(); err != nil {
-		chained.fail(fmt.Errorf("start daemon on the chained node: %w", err))
-	}
 	b.systems = []*system{coordino, ref, chained}
+	if b.baselineDaemon != "" {
+		return b.setupBaseline(b.baselineDaemon, newNodeWith)
+	}
 	return nil
+}
+
+// nodeMaker creates a node of the run.
+type nodeMaker func(name string, cidrs []string, opts harness.NodeOptions) (*harness.Node, error)
+
+// newChained is a chained system on its own chained-only node (no pod CIDR:
+// Coordino allocates nothing there): the bridge conflist with Coordino
+// after it, its addresses from cidr. A daemon that fails to start is the
+// system's error, not the run's.
+func newChained(sysName, nodeName, cidr string, opts harness.NodeOptions, newNode nodeMaker) (*system, error) {
+	n, err := newNode(nodeName, nil, opts)
+	if err != nil {
+		return nil, err
+	}
+	s := &system{name: sysName, node: n, daemon: true}
+	if s.cni, err = n.NewCNI(bridgeConflist("bench-chained", cidr, n, true)); err != nil {
+		return nil, err
+	}
+	if err := n.StartDaemon(); err != nil {
+		s.fail(fmt.Errorf("start daemon on node %s: %w", nodeName, err))
+	}
+	return s, nil
 }
 
 // bridgeConflist is the reference primary: the bridge plugin with

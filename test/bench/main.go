@@ -21,6 +21,7 @@ func main() {
 	flag.IntVar(&p.Rounds, "rounds", p.Rounds, "rounds per mode; system order rotates each round")
 	flag.IntVar(&p.Warmup, "warmup", p.Warmup, "unmeasured ADD+DEL pairs per system first")
 	daemonArgs := flag.String("daemon-args", "", "extra coordino-daemon flags, space-separated (e.g. --legacy-tc)")
+	flag.StringVar(&p.BaselineDaemon, "baseline-daemon", "", "another coordino-daemon binary (e.g. built from main) measured in the same rounds, primary and chained, for an A/B")
 	flag.Parse()
 	p.DaemonArgs = strings.Fields(*daemonArgs)
 	if *quick {

@@ -2,7 +2,6 @@ package main
 
 import (
 	"bufio"
-	"crypto/sha256"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -99,7 +98,7 @@ func (b *bed) report(p Params, modes []mode, took time.Duration) *Report {
 	r.Process = b.processCost(r, modes[0].Name)
 	r.Targets = targets(r, modes)
 	r.Binaries = b.binaries
-	if now := fingerprint(); !maps.Equal(now, b.binaries) {
+	if now := b.fingerprint(); !maps.Equal(now, b.binaries) {
 		r.Warnings = append(r.Warnings, fmt.Sprintf("binaries changed during the run: %v at start, %v at end", b.binaries, now))
 	}
 	return r
@@ -112,11 +111,7 @@ func fingerprint() map[string]string {
 		filepath.Join(harness.BinDir(), "coordino"), filepath.Join(harness.BinDir(), "coordino-daemon"),
 		filepath.Join(harness.RefBinDir(), "bridge"), filepath.Join(harness.RefBinDir(), "host-local"),
 	} {
-		sum := "missing"
-		if data, err := os.ReadFile(p); err == nil {
-			sum = fmt.Sprintf("%x", sha256.Sum256(data))[:12]
-		}
-		out[filepath.Base(p)] = sum
+		out[filepath.Base(p)] = fileSum(p)
 	}
 	return out
 }
@@ -263,10 +258,10 @@ func (r *Report) WriteTable(w io.Writer) {
 	writeRows(w, r.Daemon, false)
 
 	fmt.Fprintln(w, "\nCPU time per operation (ms; plugin processes / coordino-daemon / this driver incl. libcni):")
-	fmt.Fprintf(w, "  %-14s %-4s %-28s %8s %8s %8s %8s\n", "mode", "verb", "system", "plugins", "daemon", "driver", "total")
+	fmt.Fprintf(w, "  %-14s %-4s %-36s %8s %8s %8s %8s\n", "mode", "verb", "system", "plugins", "daemon", "driver", "total")
 	for _, x := range r.Rows {
 		if c := x.CPU; c != nil {
-			fmt.Fprintf(w, "  %-14s %-4s %-28s %8.2f %8.2f %8.2f %8.2f\n", x.Mode, x.Verb, x.System, c.Plugins, c.Daemon, c.Driver, c.Plugins+c.Daemon+c.Driver)
+			fmt.Fprintf(w, "  %-14s %-4s %-36s %8.2f %8.2f %8.2f %8.2f\n", x.Mode, x.Verb, x.System, c.Plugins, c.Daemon, c.Driver, c.Plugins+c.Daemon+c.Driver)
 		}
 	}
 
@@ -278,6 +273,8 @@ func (r *Report) WriteTable(w io.Writer) {
 				a.N, a.PluginAddCPU, a.EmptyCPU)
 		}
 	}
+
+	r.writeBaseline(w)
 
 	fmt.Fprintln(w, "\nTargets:")
 	for _, t := range r.Targets {
@@ -302,9 +299,9 @@ func (r *Report) WriteTable(w io.Writer) {
 // writeRows prints rows grouped by (mode, verb); with ratios, each group
 // ends with Coordino / reference for every column.
 func writeRows(w io.Writer, rows []Row, ratios bool) {
-	fmt.Fprintf(w, "  %-14s %-4s %-28s %5s %4s %8s %8s %8s %8s\n", "mode", "verb", "system", "n", "err", "p50", "p90", "p99", "mean")
+	fmt.Fprintf(w, "  %-14s %-4s %-36s %5s %4s %8s %8s %8s %8s\n", "mode", "verb", "system", "n", "err", "p50", "p90", "p99", "mean")
 	for i, x := range rows {
-		fmt.Fprintf(w, "  %-14s %-4s %-28s %5d %4d %s %s %s %s\n", x.Mode, x.Verb, x.System, x.N, x.Errors,
+		fmt.Fprintf(w, "  %-14s %-4s %-36s %5d %4d %s %s %s %s\n", x.Mode, x.Verb, x.System, x.N, x.Errors,
 			ms(x.N, x.P50), ms(x.N, x.P90), ms(x.N, x.P99), ms(x.N, x.Mean))
 		last := i == len(rows)-1 || rows[i+1].Mode != x.Mode || rows[i+1].Verb != x.Verb
 		if !ratios || !last {
@@ -321,7 +318,7 @@ func writeRows(w io.Writer, rows []Row, ratios bool) {
 				}
 			}
 		}
-		fmt.Fprintf(w, "  %-14s %-4s %-28s %5s %4s %s %s %s %s\n", "", "", "ratio coordino/reference", "", "",
+		fmt.Fprintf(w, "  %-14s %-4s %-36s %5s %4s %s %s %s %s\n", "", "", "ratio coordino/reference", "", "",
 			ratio(c, ref, c.P50, ref.P50), ratio(c, ref, c.P90, ref.P90), ratio(c, ref, c.P99, ref.P99), ratio(c, ref, c.Mean, ref.Mean))
 	}
 }

@@ -36,4 +36,10 @@ func TestChurnSmoke(t *testing.T) {
 	if len(r.Samples) < 3 {
 		t.Errorf("only %d samples", len(r.Samples))
 	}
+	if len(r.Minutes) == 0 || r.Minutes[0].Adds == 0 {
+		t.Errorf("no per-minute rows: %+v", r.Minutes)
+	}
+	if len(r.Goals()) == 0 {
+		t.Error("no goals reported")
+	}
 }

@@ -69,3 +69,64 @@ func slope(s []Sample, pick func(Sample) float64) float64 {
 	}
 	return (n*sxy - sx*sy) / den
 }
+
+// Minute is one minute of the run.
+type Minute struct {
+	Minute int `json:"minute"`
+	// Adds are the ADDs started in this minute; their latency percentiles in ms.
+	Adds   int     `json:"adds"`
+	AddP50 float64 `json:"add_p50_ms"`
+	AddP99 float64 `json:"add_p99_ms"`
+	// CPUPct is the daemon's mean CPU (% of one core) over the samples in
+	// this minute; RSSMB its RSS at the last of them.
+	CPUPct float64 `json:"cpu_pct"`
+	RSSMB  float64 `json:"rss_mb"`
+}
+
+// perMinute buckets samples and ADDs (started at addAt, taking adds) by
+// minute of the run.
+func perMinute(samples []Sample, addAt, adds []time.Duration) []Minute {
+	var out []Minute
+	at := func(m int) *Minute {
+		for len(out) <= m {
+			out = append(out, Minute{Minute: len(out) + 1})
+		}
+		return &out[m]
+	}
+	took := map[int][]time.Duration{}
+	for i, a := range addAt {
+		m := int(a / time.Minute)
+		took[m] = append(took[m], adds[i])
+		at(m).Adds++
+	}
+	for m, d := range took {
+		st := harness.Summarize(d, 0)
+		at(m).AddP50, at(m).AddP99 = st.P50, st.P99
+	}
+	cpu := map[int][]float64{}
+	for _, s := range samples {
+		m := int(s.At / 60)
+		cpu[m] = append(cpu[m], s.CPUPct)
+		at(m).RSSMB = s.RSSMB
+	}
+	for m, v := range cpu {
+		sum := 0.0
+		for _, x := range v {
+			sum += x
+		}
+		at(m).CPUPct = sum / float64(len(v))
+	}
+	return out
+}
+
+// mean of pick over the samples.
+func mean(s []Sample, pick func(Sample) float64) float64 {
+	if len(s) == 0 {
+		return 0
+	}
+	sum := 0.0
+	for _, x := range s {
+		sum += pick(x)
+	}
+	return sum / float64(len(s))
+}

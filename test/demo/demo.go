@@ -19,6 +19,7 @@ import (
 	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/vishvananda/netlink"
 
+	"github.com/coordino/coordino/proto/deletequeue"
 	"github.com/coordino/coordino/test/harness"
 )
 
@@ -339,7 +340,7 @@ func (d *demo) reportLeftovers() {
 	errs = append(errs, err)
 	eps, err := d.node.Metric("coordino_endpoints")
 	errs = append(errs, err)
-	queued, _ := filepath.Glob(filepath.Join(d.node.RunDir, "delete-queue", "*"))
+	queued, _ := deletequeue.Paths(filepath.Join(d.node.RunDir, "delete-queue"))
 	leases := d.leases()
 	if err := errors.Join(errs...); err != nil {
 		d.ui.check(err, "count leftovers")

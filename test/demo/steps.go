@@ -20,6 +20,7 @@ import (
 
 	"github.com/coordino/coordino/daemon/ipam"
 	"github.com/coordino/coordino/plugin"
+	"github.com/coordino/coordino/proto/deletequeue"
 	"github.com/coordino/coordino/test/harness"
 )
 
@@ -349,7 +350,7 @@ func (d *demo) daemonRestart() error {
 		err = fmt.Errorf("took %v", took)
 	}
 	u.check(err, "DEL db returned in %s although the daemon is down", ms(took))
-	queued, _ := filepath.Glob(filepath.Join(d.node.RunDir, "delete-queue", "*"))
+	queued, _ := deletequeue.Paths(filepath.Join(d.node.RunDir, "delete-queue"))
 	var qerr error
 	if len(queued) != 1 {
 		qerr = fmt.Errorf("delete queue holds %v", queued)
@@ -386,7 +387,7 @@ func (d *demo) daemonRestart() error {
 		return err
 	}
 	u.check(nil, "daemon restarted as pid %d, serving after %s", d.node.DaemonPID(), ms(time.Since(start)))
-	queued, _ = filepath.Glob(filepath.Join(d.node.RunDir, "delete-queue", "*"))
+	queued, _ = deletequeue.Paths(filepath.Join(d.node.RunDir, "delete-queue"))
 	veths, verr := d.node.HostVeths()
 	pins, perr := d.node.Pins()
 	used, merr := d.node.Metric("coordino_ipam_addresses", `state="used"`)

@@ -16,6 +16,7 @@ import (
 	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/vishvananda/netlink"
 
+	"github.com/coordino/coordino/proto/deletequeue"
 	"github.com/coordino/coordino/test/harness"
 )
 
@@ -76,7 +77,7 @@ func TestDelWhileDaemonDownIsAppliedAfterRestart(t *testing.T) {
 	if took := time.Since(start); took > 2*time.Second {
 		t.Fatalf("DEL with daemon down took %v", took)
 	}
-	queued, _ := filepath.Glob(filepath.Join(n.RunDir, "delete-queue", "*.del"))
+	queued, _ := deletequeue.Paths(filepath.Join(n.RunDir, "delete-queue"))
 	if len(queued) != 1 {
 		t.Fatalf("queued DELs = %v", queued)
 	}

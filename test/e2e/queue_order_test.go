@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/coordino/coordino/proto/cni/v1/wire"
+	"github.com/coordino/coordino/proto/deletequeue"
 	"github.com/coordino/coordino/test/harness"
 )
 
@@ -23,14 +24,15 @@ func TestQueuedDelNeverRemovesANewerAttachment(t *testing.T) {
 	p, rt, _ := addPod(t, c, "a")
 
 	queue := filepath.Join(n.RunDir, wire.DeleteQueueDir)
-	if err := os.MkdirAll(queue, 0o700); err != nil {
+	keyDir := filepath.Join(queue, deletequeue.KeyDir("coordino", rt.ContainerID, rt.IfName))
+	if err := os.MkdirAll(keyDir, 0o700); err != nil {
 		t.Fatal(err)
 	}
 	data := wire.AppendQueuedDelete(nil, &wire.Request{
 		ContainerID: rt.ContainerID, Netns: p.NS.Path(), IfName: rt.IfName,
 		Stdin: pluginConf(n.RunDir, nil),
 	}, time.Now().Add(time.Hour).UnixNano())
-	if err := os.WriteFile(filepath.Join(queue, "99999999999999999999-x.del"), data, 0o600); err != nil {
+	if err := os.WriteFile(filepath.Join(keyDir, "99999999999999999999-x.del"), data, 0o600); err != nil {
 		t.Fatal(err)
 	}
 

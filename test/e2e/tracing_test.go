@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/hex"
 	"net"
@@ -96,7 +97,9 @@ func TestTracesShowAddSpanTree(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	want := []string{"ipam.allocate", "store.commit", "netns.pin", "netlink.setup", "bpf.attach"}
+	// In the order they start: the datapath attach runs while the veth's
+	// two ends are configured, inside netlink.setup's time.
+	want := []string{"request.parse", "deletequeue.apply", "ipam.allocate", "store.commit", "netns.pin", "netlink.setup", "bpf.attach"}
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		spans, services := recv.snapshot()
@@ -107,14 +110,19 @@ func TestTracesShowAddSpanTree(t *testing.T) {
 			}
 		}
 		var children []string
+		var childSpans []*tracev1.Span
 		if root != nil {
 			for _, s := range spans {
 				if bytes.Equal(s.ParentSpanId, root.SpanId) {
 					if !bytes.Equal(s.TraceId, root.TraceId) || s.StartTimeUnixNano < root.StartTimeUnixNano || s.EndTimeUnixNano > root.EndTimeUnixNano {
 						t.Fatalf("child %s is outside its parent %s", s.Name, root.Name)
 					}
-					children = append(children, s.Name)
+					childSpans = append(childSpans, s)
 				}
+			}
+			slices.SortStableFunc(childSpans, func(a, b *tracev1.Span) int { return cmp.Compare(a.StartTimeUnixNano, b.StartTimeUnixNano) })
+			for _, s := range childSpans {
+				children = append(children, s.Name)
 			}
 		}
 		sawDel := slices.ContainsFunc(spans, func(s *tracev1.Span) bool {
@@ -123,6 +131,9 @@ func TestTracesShowAddSpanTree(t *testing.T) {
 		if root != nil && sawDel && len(children) == len(want) {
 			if !slices.Equal(children, want) {
 				t.Fatalf("ADD children = %v, want %v in order", children, want)
+			}
+			if setup, attach := childSpans[5], childSpans[6]; attach.EndTimeUnixNano > setup.EndTimeUnixNano {
+				t.Fatalf("bpf.attach ends after netlink.setup: the ADD did not wait for it inside the setup")
 			}
 			// The plugin's span sits between the runtime's and the daemon's.
 			var plugin *tracev1.Span

@@ -40,6 +40,9 @@ type Node struct {
 	// Kubeconfig, when set, runs the daemon in Kubernetes mode against it
 	// (no --standalone, no --pod-cidr: blocks come from the NodeConfig).
 	Kubeconfig string
+	// DaemonBinary, when set, is run instead of bin/coordino-daemon (a
+	// benchmark's baseline build).
+	DaemonBinary string
 
 	daemon  *exec.Cmd
 	exited  chan struct{}
@@ -54,6 +57,8 @@ type NodeOptions struct {
 	NodeIP string
 	// ExtraArgs are appended to the daemon's command line.
 	ExtraArgs []string
+	// DaemonBinary replaces bin/coordino-daemon when set.
+	DaemonBinary string
 }
 
 // RandomSuffix returns n random hex characters for unique names.
@@ -85,6 +90,8 @@ func NewNode(dir, name string, opts NodeOptions) (*Node, error) {
 		NodeIP:    netip.MustParseAddr(ipStr),
 		ExtraArgs: opts.ExtraArgs,
 		logPath:   filepath.Join(dir, "daemon.log"),
+
+		DaemonBinary: opts.DaemonBinary,
 	}
 	// A private bpffs per node: pins vanish with the test, and the host's
 	// /sys/fs/bpf (not even mounted on some machines) is never touched.
@@ -180,7 +187,11 @@ func (n *Node) startDaemonProcess() error {
 		return err
 	}
 	_ = os.Remove(filepath.Join(n.RunDir, "metrics.addr"))
-	args := append([]string{"--net=" + n.NS.Path(), "--", filepath.Join(BinDir(), "coordino-daemon")}, n.DaemonArgs()...)
+	bin := filepath.Join(BinDir(), "coordino-daemon")
+	if n.DaemonBinary != "" {
+		bin = n.DaemonBinary
+	}
+	args := append([]string{"--net=" + n.NS.Path(), "--", bin}, n.DaemonArgs()...)
 	cmd := exec.Command("nsenter", args...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	// No Pdeathsig: it fires when the forking *thread* exits, and ns.Do
