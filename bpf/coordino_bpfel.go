@@ -150,25 +150,26 @@ type CoordinoPolicyValue struct {
 type CoordinoReason uint32
 
 const (
-	CoordinoReasonREASON_POLICY           CoordinoReason = 0
-	CoordinoReasonREASON_NOT_ISOLATED     CoordinoReason = 1
-	CoordinoReasonREASON_HOST             CoordinoReason = 2
-	CoordinoReasonREASON_ESTABLISHED      CoordinoReason = 3
-	CoordinoReasonREASON_REPLY            CoordinoReason = 4
-	CoordinoReasonREASON_RELATED          CoordinoReason = 5
-	CoordinoReasonREASON_NOT_IP           CoordinoReason = 6
-	CoordinoReasonREASON_NEIGHBOR         CoordinoReason = 7
-	CoordinoReasonREASON_FIRST_DROP       CoordinoReason = 8
-	CoordinoReasonREASON_POLICY_DENIED    CoordinoReason = 8
-	CoordinoReasonREASON_POLICY_REVOKED   CoordinoReason = 9
-	CoordinoReasonREASON_NO_ENDPOINT      CoordinoReason = 10
-	CoordinoReasonREASON_MALFORMED        CoordinoReason = 11
-	CoordinoReasonREASON_SPOOFED          CoordinoReason = 12
-	CoordinoReasonREASON_FRAGMENT         CoordinoReason = 13
-	CoordinoReasonREASON_MAX              CoordinoReason = 14
-	CoordinoReasonREASON_EVENT_LOST       CoordinoReason = 14
-	CoordinoReasonREASON_EVENT_SUPPRESSED CoordinoReason = 15
-	CoordinoReasonREASON_SLOTS            CoordinoReason = 32
+	CoordinoReasonREASON_POLICY                CoordinoReason = 0
+	CoordinoReasonREASON_NOT_ISOLATED          CoordinoReason = 1
+	CoordinoReasonREASON_HOST                  CoordinoReason = 2
+	CoordinoReasonREASON_ESTABLISHED           CoordinoReason = 3
+	CoordinoReasonREASON_REPLY                 CoordinoReason = 4
+	CoordinoReasonREASON_RELATED               CoordinoReason = 5
+	CoordinoReasonREASON_NOT_IP                CoordinoReason = 6
+	CoordinoReasonREASON_NEIGHBOR              CoordinoReason = 7
+	CoordinoReasonREASON_FIRST_DROP            CoordinoReason = 8
+	CoordinoReasonREASON_POLICY_DENIED         CoordinoReason = 8
+	CoordinoReasonREASON_POLICY_REVOKED        CoordinoReason = 9
+	CoordinoReasonREASON_NO_ENDPOINT           CoordinoReason = 10
+	CoordinoReasonREASON_MALFORMED             CoordinoReason = 11
+	CoordinoReasonREASON_SPOOFED               CoordinoReason = 12
+	CoordinoReasonREASON_FRAGMENT              CoordinoReason = 13
+	CoordinoReasonREASON_MAX                   CoordinoReason = 14
+	CoordinoReasonREASON_EVENT_LOST            CoordinoReason = 14
+	CoordinoReasonREASON_EVENT_SUPPRESSED      CoordinoReason = 15
+	CoordinoReasonREASON_SERVICE_UNENFORCEABLE CoordinoReason = 16
+	CoordinoReasonREASON_SLOTS                 CoordinoReason = 32
 )
 
 // Names of all BPF objects in the ELF.
@@ -185,6 +186,7 @@ const (
 	CoordinoMapCdoFrags        = "cdo_frags"
 	CoordinoMapCdoIpcache      = "cdo_ipcache"
 	CoordinoMapCdoPolicy       = "cdo_policy"
+	CoordinoMapCdoSvcCidrs     = "cdo_svc_cidrs"
 	CoordinoMapCdoVerdicts     = "cdo_verdicts"
 	CoordinoProgCdoFromEp      = "cdo_from_ep"
 	CoordinoProgCdoToEp        = "cdo_to_ep"
@@ -255,6 +257,7 @@ type CoordinoMapSpecs struct {
 	CdoFrags     *ebpf.MapSpec `ebpf:"cdo_frags"`
 	CdoIpcache   *ebpf.MapSpec `ebpf:"cdo_ipcache"`
 	CdoPolicy    *ebpf.MapSpec `ebpf:"cdo_policy"`
+	CdoSvcCidrs  *ebpf.MapSpec `ebpf:"cdo_svc_cidrs"`
 	CdoVerdicts  *ebpf.MapSpec `ebpf:"cdo_verdicts"`
 }
 
@@ -299,6 +302,7 @@ type CoordinoMaps struct {
 	CdoFrags     *ebpf.Map `ebpf:"cdo_frags"`
 	CdoIpcache   *ebpf.Map `ebpf:"cdo_ipcache"`
 	CdoPolicy    *ebpf.Map `ebpf:"cdo_policy"`
+	CdoSvcCidrs  *ebpf.Map `ebpf:"cdo_svc_cidrs"`
 	CdoVerdicts  *ebpf.Map `ebpf:"cdo_verdicts"`
 }
 
@@ -314,6 +318,7 @@ func (m *CoordinoMaps) Close() error {
 		m.CdoFrags,
 		m.CdoIpcache,
 		m.CdoPolicy,
+		m.CdoSvcCidrs,
 		m.CdoVerdicts,
 	)
 }

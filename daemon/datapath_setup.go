@@ -44,7 +44,8 @@ func startDatapath(ctx context.Context, o *config.Options, m *metrics.Metrics, h
 		return nil, err
 	}
 	dp, err := datapath.Open(datapath.Config{BPFDir: o.BPFDir, AttachMode: datapath.AttachMode(o.AttachMode), Logger: log, NodeIPs: nodeIPs,
-		ConntrackSize: o.ConntrackSize, Identities: identityAssigner(kube)})
+		ConntrackSize: o.ConntrackSize, Identities: identityAssigner(kube),
+		ServiceCIDRs: o.ServicePrefixes, NoServiceHook: o.NoServiceHook})
 	if err != nil {
 		return nil, err
 	}

@@ -45,6 +45,12 @@ type Config struct {
 	// ConntrackSize is the conntrack table's capacity; 0 means
 	// DefaultConntrackSize. Changing it replaces the pinned table.
 	ConntrackSize int
+	// ServiceCIDRs are the cluster's Service address ranges: new flows of
+	// egress-isolated pods to them are decided after kube-proxy's DNAT.
+	ServiceCIDRs []netip.Prefix
+	// NoServiceHook leaves the post-DNAT hook detached, as on kernels
+	// without BPF netfilter links: such flows are dropped (fail closed).
+	NoServiceHook bool
 
 	// Tests only: a smaller policy map, and a faster retry after a failed
 	// map update.
@@ -99,6 +105,8 @@ type Datapath struct {
 	retryDelay    time.Duration
 	closed        bool
 	cidrsRetained bool
+	// serviceHookErr is why the post-DNAT hook is not attached (nil: it is).
+	serviceHookErr error
 }
 
 // Open loads the BPF objects and creates, or adopts, the pinned maps, the
@@ -160,6 +168,10 @@ func Open(cfg Config) (*Datapath, error) {
 	d.metrics = newMetrics(d)
 	d.ifKeys.Store(&map[uint32]string{})
 	if err := d.restore(); err != nil {
+		d.Close()
+		return nil, err
+	}
+	if err := d.setupServices(); err != nil {
 		d.Close()
 		return nil, err
 	}

@@ -1,0 +1,52 @@
+/* Services: policy on the destination kube-proxy translated to.
+ *
+ * kube-proxy (iptables or nftables) rewrites a Service address to a backend
+ * in netfilter PREROUTING, after the tc hook on the client's host interface
+ * has seen the packet. So for an egress-isolated pod the tc hook does not
+ * decide a new flow to a Service CIDR: it tracks it as CT_SERVICE |
+ * CT_SVC_PENDING under the tuple it sees (the Service's, which is also what
+ * replies carry once the kernel un-NATs them) and lets it pass; the
+ * netfilter program (coordino_svc.c) right after DNAT decides on the
+ * translated destination and clears the mark or drops the packet. Without
+ * that program (CFG_SERVICE_HOOK clear) such flows are dropped: fail closed. */
+#pragma once
+
+#include <linux/bpf.h>
+#include <bpf/bpf_helpers.h>
+
+#include "../coordino.h"
+#include "parse.h"
+
+/* svc_cidrs: LPM trie of the cluster's Service CIDRs (same key as the
+ * ipcache), written by the daemon from --service-cidrs. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
+	__uint(max_entries, 64);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, struct ipcache_key);
+	__type(value, __u32);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} cdo_svc_cidrs SEC(".maps");
+
+static __always_inline int svc_hook_active(const struct config *cfg)
+{
+	return cfg && (cfg->flags & CFG_SERVICE_HOOK);
+}
+
+/* svc_deferred reports whether a new flow of an endpoint's egress is decided
+ * after DNAT: the endpoint is egress-isolated and p goes to a Service CIDR
+ * with a protocol kube-proxy translates. */
+static __always_inline int svc_deferred(const struct endpoint_info *ep, const struct packet *p)
+{
+	if (!(ep->flags & EP_EGRESS_ISOLATED) || !is_port_proto(p->proto) || p->icmp_error)
+		return 0;
+	struct ipcache_key k = {.family = p->family};
+	if (p->family == 4) {
+		k.prefixlen = 32 + 32;
+		__builtin_memcpy(k.addr, p->dst, 4);
+	} else {
+		k.prefixlen = 32 + 128;
+		__builtin_memcpy(k.addr, p->dst, 16);
+	}
+	return bpf_map_lookup_elem(&cdo_svc_cidrs, &k) != NULL;
+}

@@ -1,0 +1,182 @@
+package datapath
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"path/filepath"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
+	"github.com/coordino/coordino/bpf"
+	"go.uber.org/zap"
+)
+
+// cfgServiceHook is CFG_SERVICE_HOOK of bpf/coordino.h.
+const cfgServiceHook = 2
+
+// servicePriority runs the post-DNAT program right after kube-proxy's DNAT
+// (NF_IP_PRI_NAT_DST, -100, the priority of iptables' nat PREROUTING and of
+// nftables' "dstnat"), before filtering and routing.
+const servicePriority = -100 + 1
+
+// serviceHooks are the netfilter hooks of the post-DNAT program, by pin name.
+var serviceHooks = []struct {
+	pin    string
+	family link.NetfilterProtocolFamily
+}{
+	{"service-ipv4", link.NetfilterProtoIPv4},
+	{"service-ipv6", link.NetfilterProtoIPv6},
+}
+
+// ErrServiceHookDisabled is the reason the datapath gives when the post-DNAT
+// hook is off by configuration (Config.NoServiceHook).
+var ErrServiceHookDisabled = errors.New("post-DNAT hook disabled by configuration")
+
+// setupServices writes the Service CIDRs and attaches the post-DNAT program
+// (bpf/coordino_svc.c). Where that fails, the tc programs drop Service
+// traffic of egress-isolated pods instead (fail closed); the error says why.
+// Only an error writing the maps fails Open.
+func (d *Datapath) setupServices() error {
+	if err := d.writeServiceCIDRs(d.cfg.ServiceCIDRs); err != nil {
+		return err
+	}
+	hookErr := ErrServiceHookDisabled
+	if !d.cfg.NoServiceHook {
+		hookErr = d.attachServiceHook()
+	}
+	flags := d.cfgFlags | cfgServiceHook
+	if hookErr != nil {
+		flags = d.cfgFlags &^ cfgServiceHook
+		// A previous daemon's hook must not decide against maps it no longer knows.
+		d.unpinServiceHook()
+	}
+	d.mu.Lock()
+	d.cfgFlags = flags
+	err := d.writeConfig()
+	d.mu.Unlock()
+	if err != nil {
+		return fmt.Errorf("datapath: write config: %w", err)
+	}
+	d.serviceHookErr = hookErr
+	switch {
+	case hookErr == nil:
+		d.log.Info("Service traffic is decided after kube-proxy's DNAT",
+			zap.Stringers("serviceCIDRs", d.cfg.ServiceCIDRs), zap.Int32("netfilterPriority", servicePriority))
+	case len(d.cfg.ServiceCIDRs) > 0:
+		d.log.Error("post-DNAT hook unavailable: new flows from egress-isolated pods to Service CIDRs are DROPPED (fail closed); needs kernel >= 6.4 with BPF netfilter links (CONFIG_NETFILTER_BPF_LINK)",
+			zap.Stringers("serviceCIDRs", d.cfg.ServiceCIDRs), zap.Error(hookErr))
+	default:
+		d.log.Info("post-DNAT hook not attached; no Service CIDRs configured", zap.Error(hookErr))
+	}
+	return nil
+}
+
+// ServiceHookError reports why the post-DNAT hook is not attached, or nil
+// when it is.
+func (d *Datapath) ServiceHookError() error {
+	return d.serviceHookErr
+}
+
+// attachServiceHook loads the post-DNAT program on the tc object's maps and
+// links it to PREROUTING for both families. The links are pinned, so a
+// daemon restart keeps Service flows decided; the new links are attached
+// before the old pins are replaced, so there is no gap.
+func (d *Datapath) attachServiceHook() error {
+	spec, err := bpf.LoadCoordinoSvc()
+	if err != nil {
+		return fmt.Errorf("load post-DNAT spec: %w", err)
+	}
+	var objs bpf.CoordinoSvcPrograms
+	maps := d.objs.CoordinoMaps
+	opts := &ebpf.CollectionOptions{MapReplacements: map[string]*ebpf.Map{
+		"cdo_config": maps.CdoConfig, "cdo_conntrack": maps.CdoConntrack, "cdo_ct_stats": maps.CdoCtStats,
+		"cdo_endpoints": maps.CdoEndpoints, "cdo_ev_budget": maps.CdoEvBudget, "cdo_flows": maps.CdoFlows,
+		"cdo_ipcache": maps.CdoIpcache, "cdo_policy": maps.CdoPolicy, "cdo_verdicts": maps.CdoVerdicts,
+	}}
+	if err := spec.LoadAndAssign(&objs, opts); err != nil {
+		var verr *ebpf.VerifierError
+		if errors.As(err, &verr) {
+			return fmt.Errorf("load post-DNAT program: %+v", verr)
+		}
+		return fmt.Errorf("load post-DNAT program: %w", err)
+	}
+	defer objs.Close()
+	var links []link.Link
+	defer func() {
+		for _, l := range links {
+			l.Close()
+		}
+	}()
+	for _, h := range serviceHooks {
+		l, err := link.AttachNetfilter(link.NetfilterOptions{
+			Program:        objs.CdoSvc,
+			ProtocolFamily: h.family,
+			Hook:           link.NetfilterInetPreRouting,
+			Priority:       servicePriority,
+		})
+		if err != nil {
+			return fmt.Errorf("attach post-DNAT program (family %d): %w", h.family, err)
+		}
+		links = append(links, l)
+	}
+	for i, h := range serviceHooks {
+		pin := filepath.Join(d.cfg.BPFDir, "links", h.pin)
+		tmp := pin + "-new"
+		os.Remove(tmp)
+		if err := links[i].Pin(tmp); err != nil {
+			return fmt.Errorf("pin post-DNAT link: %w", err)
+		}
+		// rename over the old pin detaches the previous daemon's hook.
+		if err := os.Rename(tmp, pin); err != nil {
+			os.Remove(tmp)
+			return fmt.Errorf("pin post-DNAT link: %w", err)
+		}
+	}
+	return nil
+}
+
+// unpinServiceHook detaches a post-DNAT hook a previous daemon pinned.
+func (d *Datapath) unpinServiceHook() {
+	for _, h := range serviceHooks {
+		pin := filepath.Join(d.cfg.BPFDir, "links", h.pin)
+		if err := os.Remove(pin); err != nil && !errors.Is(err, os.ErrNotExist) {
+			d.log.Warn("stale post-DNAT link not removed", zap.String("pin", pin), zap.Error(err))
+		}
+	}
+}
+
+// writeServiceCIDRs makes the Service CIDR map hold exactly cidrs.
+func (d *Datapath) writeServiceCIDRs(cidrs []netip.Prefix) error {
+	m := d.objs.CdoSvcCidrs
+	want := map[bpf.CoordinoIpcacheKey]bool{}
+	for _, p := range cidrs {
+		want[ipcacheKey(p.Masked())] = true
+	}
+	var (
+		k     bpf.CoordinoIpcacheKey
+		v     uint32
+		stale []bpf.CoordinoIpcacheKey
+	)
+	it := m.Iterate()
+	for it.Next(&k, &v) {
+		if !want[k] {
+			stale = append(stale, k)
+		}
+	}
+	if err := it.Err(); err != nil {
+		return fmt.Errorf("datapath: read Service CIDRs: %w", err)
+	}
+	for _, k := range stale {
+		if err := m.Delete(&k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			return fmt.Errorf("datapath: remove Service CIDR: %w", err)
+		}
+	}
+	for k := range want {
+		if err := m.Update(&k, uint32(1), ebpf.UpdateAny); err != nil {
+			return fmt.Errorf("datapath: write Service CIDR: %w", err)
+		}
+	}
+	return nil
+}
