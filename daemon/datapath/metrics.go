@@ -24,6 +24,10 @@ var reasonNames = [...]string{
 	bpf.CoordinoReasonREASON_SERVICE_UNENFORCEABLE: "service-unenforceable",
 }
 
+// ReasonServiceUnenforceable is the drop reason of Service traffic that
+// cannot be decided after DNAT (no post-DNAT hook).
+const ReasonServiceUnenforceable = uint8(bpf.CoordinoReasonREASON_SERVICE_UNENFORCEABLE)
+
 // ReasonName names a verdict reason as used in metrics and flow events.
 func ReasonName(r uint8) string {
 	if int(r) < len(reasonNames) && reasonNames[r] != "" {

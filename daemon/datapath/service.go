@@ -180,3 +180,15 @@ func (d *Datapath) writeServiceCIDRs(cidrs []netip.Prefix) error {
 	}
 	return nil
 }
+
+// ServiceAddress reports whether addr lies in a configured Service CIDR:
+// new flows of egress-isolated pods to it are decided after DNAT.
+func (d *Datapath) ServiceAddress(addr netip.Addr) bool {
+	addr = addr.Unmap()
+	for _, p := range d.cfg.ServiceCIDRs {
+		if p.Contains(addr) {
+			return true
+		}
+	}
+	return false
+}

@@ -9,12 +9,15 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
+	inspectv1 "github.com/coordino/coordino/proto/inspect/v1"
 	"github.com/coordino/coordino/test/harness"
 	"github.com/coordino/coordino/test/testbed"
 )
@@ -156,6 +159,22 @@ type svcProbe struct {
 	what  string
 }
 
+// explainVerdict asks the node's inspect API (coordinoctl policy explain)
+// about from → to:port/TCP and returns the verdict and the egress reason.
+func explainVerdict(t *testing.T, node *k8sNode, from string, to netip.Addr, port uint32) (string, string) {
+	t.Helper()
+	conn, err := grpc.NewClient("unix://"+filepath.Join(node.RunDir, "inspect.sock"), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ex, err := inspectv1.NewInspectorClient(conn).ExplainPolicy(bg(t), &inspectv1.ExplainPolicyRequest{From: from, To: to.String(), Protocol: "TCP", Port: port})
+	if err != nil {
+		t.Fatalf("explain %s → %v:%d: %v", from, to, port, err)
+	}
+	return ex.Verdict, ex.Steps[0].Reason
+}
+
 func probeServices(t *testing.T, stage string, probes []svcProbe) {
 	t.Helper()
 	var ps []harness.Probe
@@ -273,6 +292,13 @@ func TestServicesWithKubeProxy(t *testing.T) {
 			kp.stop(t)
 		})
 	}
+	// explain does not pretend to know the backend of a Service address.
+	if v, _ := explainVerdict(t, node, ns+"/client", svc, 80); v != "decided-after-dnat" {
+		t.Errorf("explain client → svc: verdict %q, want decided-after-dnat", v)
+	}
+	if v, _ := explainVerdict(t, node, ns+"/client", backend.addr, backendPort); v != "allowed" {
+		t.Errorf("explain client → backend: verdict %q, want allowed", v)
+	}
 	if v, err := node.Metric("coordino_datapath_packets_total", `direction="egress"`, `reason="policy-denied"`); err != nil || v == 0 {
 		t.Errorf("egress policy-denied counter = %v (%v), want > 0", v, err)
 	}
@@ -301,6 +327,9 @@ func TestServicesWithKubeProxy(t *testing.T) {
 			{client, backend.addr, backendPort, "tcp", harness.Reached, "direct, as before"},
 			{other, svc2, 81, "tcp", harness.Reached, "not egress-isolated"},
 		})
+		if v, r := explainVerdict(t, node, ns+"/client", svc, 80); v != "denied" || r != "service-unenforceable" {
+			t.Errorf("explain client → svc without the hook: %q (%s), want denied (service-unenforceable)", v, r)
+		}
 		if v, err := node.Metric("coordino_datapath_packets_total", `reason="service-unenforceable"`); err != nil || v == 0 {
 			t.Errorf("service-unenforceable counter = %v (%v), want > 0", v, err)
 		}
