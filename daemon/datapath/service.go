@@ -11,15 +11,18 @@ import (
 	"github.com/cilium/ebpf/link"
 	"github.com/coordino/coordino/bpf"
 	"go.uber.org/zap"
+	"golang.org/x/sys/unix"
 )
 
 // cfgServiceHook is CFG_SERVICE_HOOK of bpf/coordino.h.
 const cfgServiceHook = 2
 
-// servicePriority runs the post-DNAT program right after kube-proxy's DNAT
+// servicePriorities run the post-DNAT program right after kube-proxy's DNAT
 // (NF_IP_PRI_NAT_DST, -100, the priority of iptables' nat PREROUTING and of
-// nftables' "dstnat"), before filtering and routing.
-const servicePriority = -100 + 1
+// nftables' "dstnat"), before filtering and routing. The kernel refuses a
+// second BPF program at a priority taken, so a restarting daemon attaches
+// at the other one before it unpins its predecessor's: no gap.
+var servicePriorities = []int32{-100 + 1, -100 + 2}
 
 // serviceHooks are the netfilter hooks of the post-DNAT program, by pin name.
 var serviceHooks = []struct {
@@ -63,7 +66,7 @@ func (d *Datapath) setupServices() error {
 	switch {
 	case hookErr == nil:
 		d.log.Info("Service traffic is decided after kube-proxy's DNAT",
-			zap.Stringers("serviceCIDRs", d.cfg.ServiceCIDRs), zap.Int32("netfilterPriority", servicePriority))
+			zap.Stringers("serviceCIDRs", d.cfg.ServiceCIDRs))
 	case len(d.cfg.ServiceCIDRs) > 0:
 		d.log.Error("post-DNAT hook unavailable: new flows from egress-isolated pods to Service CIDRs are DROPPED (fail closed); needs kernel >= 6.4 with BPF netfilter links (CONFIG_NETFILTER_BPF_LINK)",
 			zap.Stringers("serviceCIDRs", d.cfg.ServiceCIDRs), zap.Error(hookErr))
@@ -110,16 +113,27 @@ func (d *Datapath) attachServiceHook() error {
 		}
 	}()
 	for _, h := range serviceHooks {
-		l, err := link.AttachNetfilter(link.NetfilterOptions{
-			Program:        objs.CdoSvc,
-			ProtocolFamily: h.family,
-			Hook:           link.NetfilterInetPreRouting,
-			Priority:       servicePriority,
-		})
+		var err error
+		for _, prio := range servicePriorities {
+			var l link.Link
+			l, err = link.AttachNetfilter(link.NetfilterOptions{
+				Program:        objs.CdoSvc,
+				ProtocolFamily: h.family,
+				Hook:           link.NetfilterInetPreRouting,
+				Priority:       prio,
+			})
+			if err == nil {
+				links = append(links, l)
+				d.log.Debug("post-DNAT hook attached", zap.String("hook", h.pin), zap.Int32("priority", prio))
+				break
+			}
+			if !errors.Is(err, unix.EBUSY) {
+				break
+			}
+		}
 		if err != nil {
 			return fmt.Errorf("attach post-DNAT program (family %d): %w", h.family, err)
 		}
-		links = append(links, l)
 	}
 	for i, h := range serviceHooks {
 		pin := filepath.Join(d.cfg.BPFDir, "links", h.pin)

@@ -2,9 +2,12 @@ package datapath
 
 import (
 	"fmt"
+	"io"
 	"math/rand/v2"
+	"net"
 	"net/netip"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -24,20 +27,28 @@ var (
 // dnatToServer installs the DNAT rule; removed at cleanup.
 func dnatToServer(t *testing.T) {
 	t.Helper()
+	nftDNAT(t, "ip", svcIP.String(), podIPs["b"].String(), 80)
+}
+
+// nftDNAT translates svc port 8080 (TCP, UDP) to backend:port in a table
+// of family ("ip" or "ip6"), as kube-proxy's nftables mode does.
+func nftDNAT(t *testing.T, family, svc, backend string, port int) {
+	t.Helper()
 	table := fmt.Sprintf("cdotest%x", rand.Uint32())
-	rules := fmt.Sprintf(`table ip %[1]s {
+	match := map[string]string{"ip": "ip", "ip6": "ip6"}[family]
+	rules := fmt.Sprintf(`table %[1]s %[2]s {
 	chain pre {
 		type nat hook prerouting priority dstnat; policy accept;
-		ip daddr %[2]s tcp dport 8080 dnat to %[3]s:80
-		ip daddr %[2]s udp dport 8080 dnat to %[3]s:80
+		%[3]s daddr %[4]s tcp dport 8080 dnat to %[5]s:%[6]d
+		%[3]s daddr %[4]s udp dport 8080 dnat to %[5]s:%[6]d
 	}
-}`, table, svcIP, podIPs["b"])
+}`, family, table, match, svc, backend, port)
 	cmd := exec.Command("nft", "-f", "-")
 	cmd.Stdin = strings.NewReader(rules)
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("nft: %v: %s", err, out)
 	}
-	t.Cleanup(func() { _ = exec.Command("nft", "delete", "table", "ip", table).Run() })
+	t.Cleanup(func() { _ = exec.Command("nft", "delete", "table", family, table).Run() })
 }
 
 // expectService probes pod from → the Service on proto/8080.
@@ -133,5 +144,88 @@ func TestServiceFailsClosedWithoutHook(t *testing.T) {
 	c.expect(true, "a>b tcp/80")
 	if n := reasonCount(t, c, "service-unenforceable"); n == 0 {
 		t.Error("no drop counted as service-unenforceable")
+	}
+}
+
+// TestServiceIPv6DecidedOnBackend: the same decision for IPv6 (the
+// program's second netfilter link).
+func TestServiceIPv6DecidedOnBackend(t *testing.T) {
+	svc6 := netip.MustParseAddr("fd00:96::10")
+	c := newClusterWith(t, Config{AttachMode: AttachTC, ServiceCIDRs: []netip.Prefix{svcCIDR, netip.MustParsePrefix("fd00:96::/108")}}, true)
+	// The test pods serve IPv4 only: b gets an IPv6 echo server on 82.
+	b6 := podIPs6["b"]
+	err := c.pods["b"].Do(func() error {
+		ln, err := net.Listen("tcp6", netip.AddrPortFrom(b6, 82).String())
+		if err != nil {
+			return err
+		}
+		t.Cleanup(func() { ln.Close() })
+		go func() {
+			for {
+				conn, err := ln.Accept()
+				if err != nil {
+					return
+				}
+				go func() { defer conn.Close(); _, _ = io.Copy(conn, conn) }()
+			}
+		}()
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	nftDNAT(t, "ip6", svc6.String(), "["+b6.String()+"]", 82)
+	dial := func() error {
+		return c.pods["a"].Do(func() error {
+			conn, err := net.DialTimeout("tcp6", netip.AddrPortFrom(svc6, 8080).String(), testnet.Timeout)
+			if err != nil {
+				return err
+			}
+			defer conn.Close()
+			return testnet.Echo(conn)
+		})
+	}
+	allow := func(peer string) string {
+		return `
+metadata: {name: client-egress, namespace: default}
+spec:
+  podSelector: {matchLabels: {app: client}}
+  policyTypes: [Egress]
+  egress: [{to: [` + peer + `], ports: [{protocol: TCP, port: 82}, {protocol: TCP, port: 8080}]}]`
+	}
+	c.policies(allow(`{podSelector: {matchLabels: {app: server}}}`))
+	// A fresh IPv6 path may lose its first SYN to neighbour resolution.
+	err = dial()
+	for i := 0; err != nil && i < 2; i++ {
+		err = dial()
+	}
+	if err != nil {
+		t.Errorf("a>[%v]:8080 with the backend allowed: %v", svc6, err)
+	}
+	c.policies(allow(`{ipBlock: {cidr: "fd00:96::/108"}}`))
+	if err := dial(); err == nil {
+		t.Errorf("a>[%v]:8080 with only the Service CIDR allowed: passed, want denied", svc6)
+	}
+}
+
+// TestServiceHookSurvivesRestart: the post-DNAT links are pinned, so
+// while no daemon runs a denied Service flow stays denied (an unpinned hook
+// would vanish with the daemon and the tc program's deferral would let it
+// through), and a new daemon replaces them without leaving extra hooks.
+func TestServiceHookSurvivesRestart(t *testing.T) {
+	c := newClusterWith(t, Config{AttachMode: AttachTC, ServiceCIDRs: []netip.Prefix{svcCIDR}}, false)
+	dnatToServer(t)
+	c.policies(clientEgressTo(`{ipBlock: {cidr: 10.96.0.0/16}}`))
+	c.expectService(false, "a", "tcp")
+	if err := c.dp.Close(); err != nil {
+		t.Fatal(err)
+	}
+	c.expectService(false, "a", "tcp")
+	c.open()
+	c.policies(clientEgressTo(`{podSelector: {matchLabels: {app: server}}}`))
+	c.expectService(true, "a", "tcp")
+	pins, err := filepath.Glob(filepath.Join(c.cfg.BPFDir, "links", "service-*"))
+	if err != nil || len(pins) != 2 {
+		t.Errorf("service link pins after restart: %v (%v), want service-ipv4 and service-ipv6", pins, err)
 	}
 }
