@@ -23,6 +23,7 @@
 #include "lib/policy.h"
 #include "lib/conntrack.h"
 #include "lib/events.h"
+#include "lib/service.h"
 
 char __license[] SEC("license") = "Dual BSD/GPL";
 
@@ -79,32 +80,23 @@ struct nf_conn___cdo {
 extern int bpf_dynptr_from_skb(struct sk_buff___cdo *skb, __u64 flags,
 			       struct bpf_dynptr *ptr__uninit) __ksym;
 
-/* original_destination replaces p's destination with the one the client
- * addressed (the Service's), from the packet's conntrack entry. Without
- * one nothing was translated and p already holds it. 0 when the packet is
- * not the original direction of its connection or the entry disagrees. */
-static __always_inline int original_destination(const struct sk_buff___cdo *skb, struct packet *p)
+/* original_destination reads the destination the client addressed (the
+ * Service's) from the packet's conntrack entry into orig; 0 when the packet
+ * is not the original direction of its connection or not to a Service. */
+static __always_inline int original_destination(unsigned long nfct, __u8 family, struct packet *orig)
 {
-	unsigned long nfct = skb->_nfct;
-	if (!nfct)
-		return 1;
 	if ((nfct & NFCT_INFOMASK) >= IP_CT_IS_REPLY)
 		return 0;
 	struct nf_conn___cdo *ct = (void *)(nfct & ~NFCT_INFOMASK);
-	__u8 proto = 0;
-	__be16 port = 0;
 	__u8 addr[16] = {};
-	if (bpf_core_read(&proto, sizeof(proto), &ct->tuplehash[IP_CT_DIR_ORIGINAL].tuple.dst.protonum) ||
-	    bpf_core_read(&port, sizeof(port), &ct->tuplehash[IP_CT_DIR_ORIGINAL].tuple.dst.u.all) ||
+	if (bpf_core_read(&orig->proto, sizeof(orig->proto), &ct->tuplehash[IP_CT_DIR_ORIGINAL].tuple.dst.protonum) ||
+	    bpf_core_read(&orig->dport, sizeof(orig->dport), &ct->tuplehash[IP_CT_DIR_ORIGINAL].tuple.dst.u.all) ||
 	    bpf_core_read(addr, sizeof(addr), &ct->tuplehash[IP_CT_DIR_ORIGINAL].tuple.dst.u3.all))
 		return 0;
-	if (proto != p->proto)
-		return 0;
-	p->dport = port;
-	if (p->family == 4)
+	if (family == 4)
 		__builtin_memset(addr + 4, 0, 12);
-	__builtin_memcpy(p->dst, addr, 16);
-	return 1;
+	__builtin_memcpy(orig->dst, addr, 16);
+	return is_port_proto(orig->proto) && svc_address(family, orig->dst);
 }
 
 /* cdo_svc decides a pending Service flow (see lib/service.h) on the
@@ -122,19 +114,36 @@ int cdo_svc(struct bpf_nf_ctx___cdo *ctx)
 	if (!ep || !(ep->flags & EP_EGRESS_ISOLATED))
 		return NF_ACCEPT;
 
+	/* Most packets are not to a Service: tell from the conntrack entry,
+	 * before parsing. Without one nothing was translated. */
+	__u8 family = state->pf == NFPROTO_IPV4 ? 4 : 6;
+	struct packet orig = {};
+	unsigned long nfct = skb->_nfct;
+	if (nfct && !original_destination(nfct, family, &orig))
+		return NF_ACCEPT;
+
 	struct bpf_dynptr ptr;
 	if (bpf_dynptr_from_skb(skb, 0, &ptr))
 		return NF_ACCEPT;
+	/* p is the translated packet; orig becomes what the tc program saw. */
 	struct packet p = {};
-	__u8 family = state->pf == NFPROTO_IPV4 ? 4 : 6;
 	if (parse_ip(&ptr, 0, family, &p, 0) != PARSE_OK || !is_port_proto(p.proto) ||
 	    p.frag == FRAG_LATER)
 		return NF_ACCEPT;
-
-	/* p is the translated packet; orig is what the tc program saw. */
-	struct packet orig = p;
-	if (!original_destination(skb, &orig))
-		return NF_ACCEPT;
+	if (!nfct) {
+		if (!svc_address(family, p.dst))
+			return NF_ACCEPT;
+		orig = p;
+	} else {
+		if (orig.proto != p.proto)
+			return NF_ACCEPT;
+		__u8 dst[16];
+		__builtin_memcpy(dst, orig.dst, 16);
+		__be16 dport = orig.dport;
+		orig = p;
+		__builtin_memcpy(orig.dst, dst, 16);
+		orig.dport = dport;
+	}
 	__u64 now = bpf_ktime_get_ns();
 	struct ct_key k;
 	__u8 origin;

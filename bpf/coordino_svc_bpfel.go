@@ -98,6 +98,7 @@ const (
 	CoordinoSvcMapCdoFlows     = "cdo_flows"
 	CoordinoSvcMapCdoIpcache   = "cdo_ipcache"
 	CoordinoSvcMapCdoPolicy    = "cdo_policy"
+	CoordinoSvcMapCdoSvcCidrs  = "cdo_svc_cidrs"
 	CoordinoSvcMapCdoVerdicts  = "cdo_verdicts"
 	CoordinoSvcProgCdoSvc      = "cdo_svc"
 )
@@ -159,6 +160,7 @@ type CoordinoSvcMapSpecs struct {
 	CdoFlows     *ebpf.MapSpec `ebpf:"cdo_flows"`
 	CdoIpcache   *ebpf.MapSpec `ebpf:"cdo_ipcache"`
 	CdoPolicy    *ebpf.MapSpec `ebpf:"cdo_policy"`
+	CdoSvcCidrs  *ebpf.MapSpec `ebpf:"cdo_svc_cidrs"`
 	CdoVerdicts  *ebpf.MapSpec `ebpf:"cdo_verdicts"`
 }
 
@@ -196,6 +198,7 @@ type CoordinoSvcMaps struct {
 	CdoFlows     *ebpf.Map `ebpf:"cdo_flows"`
 	CdoIpcache   *ebpf.Map `ebpf:"cdo_ipcache"`
 	CdoPolicy    *ebpf.Map `ebpf:"cdo_policy"`
+	CdoSvcCidrs  *ebpf.Map `ebpf:"cdo_svc_cidrs"`
 	CdoVerdicts  *ebpf.Map `ebpf:"cdo_verdicts"`
 }
 
@@ -209,6 +212,7 @@ func (m *CoordinoSvcMaps) Close() error {
 		m.CdoFlows,
 		m.CdoIpcache,
 		m.CdoPolicy,
+		m.CdoSvcCidrs,
 		m.CdoVerdicts,
 	)
 }

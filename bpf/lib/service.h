@@ -28,6 +28,20 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } cdo_svc_cidrs SEC(".maps");
 
+/* svc_address reports whether addr lies in a Service CIDR. */
+static __always_inline int svc_address(__u8 family, const __u8 *addr)
+{
+	struct ipcache_key k = {.family = family};
+	if (family == 4) {
+		k.prefixlen = 32 + 32;
+		__builtin_memcpy(k.addr, addr, 4);
+	} else {
+		k.prefixlen = 32 + 128;
+		__builtin_memcpy(k.addr, addr, 16);
+	}
+	return bpf_map_lookup_elem(&cdo_svc_cidrs, &k) != NULL;
+}
+
 static __always_inline int svc_hook_active(const struct config *cfg)
 {
 	return cfg && (cfg->flags & CFG_SERVICE_HOOK);
@@ -40,13 +54,5 @@ static __always_inline int svc_deferred(const struct endpoint_info *ep, const st
 {
 	if (!(ep->flags & EP_EGRESS_ISOLATED) || !is_port_proto(p->proto) || p->icmp_error)
 		return 0;
-	struct ipcache_key k = {.family = p->family};
-	if (p->family == 4) {
-		k.prefixlen = 32 + 32;
-		__builtin_memcpy(k.addr, p->dst, 4);
-	} else {
-		k.prefixlen = 32 + 128;
-		__builtin_memcpy(k.addr, p->dst, 16);
-	}
-	return bpf_map_lookup_elem(&cdo_svc_cidrs, &k) != NULL;
+	return svc_address(p->family, p->dst);
 }

@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
@@ -97,6 +98,7 @@ func (d *Datapath) attachServiceHook() error {
 		"cdo_config": maps.CdoConfig, "cdo_conntrack": maps.CdoConntrack, "cdo_ct_stats": maps.CdoCtStats,
 		"cdo_endpoints": maps.CdoEndpoints, "cdo_ev_budget": maps.CdoEvBudget, "cdo_flows": maps.CdoFlows,
 		"cdo_ipcache": maps.CdoIpcache, "cdo_policy": maps.CdoPolicy, "cdo_verdicts": maps.CdoVerdicts,
+		"cdo_svc_cidrs": maps.CdoSvcCidrs,
 	}}
 	if err := spec.LoadAndAssign(&objs, opts); err != nil {
 		var verr *ebpf.VerifierError
@@ -192,7 +194,40 @@ func (d *Datapath) writeServiceCIDRs(cidrs []netip.Prefix) error {
 			return fmt.Errorf("datapath: write Service CIDR: %w", err)
 		}
 	}
+	if len(stale) > 0 {
+		d.purgeServiceFlows(cidrs)
+	}
 	return nil
+}
+
+// ctService is CT_SERVICE of bpf/coordino.h.
+const ctService = 16
+
+// purgeServiceFlows forgets Service flows to addresses no longer in cidrs:
+// the post-DNAT hook only looks at Service CIDRs, so such a flow left
+// pending would never be decided. Their next packet is judged anew.
+func (d *Datapath) purgeServiceFlows(cidrs []netip.Prefix) {
+	var (
+		k    bpf.CoordinoCtKey
+		v    bpf.CoordinoCtEntry
+		dead []bpf.CoordinoCtKey
+	)
+	it := d.objs.CdoConntrack.Iterate()
+	for it.Next(&k, &v) {
+		if v.Flags&ctService == 0 {
+			continue
+		}
+		dst := netip.AddrFrom16(k.Dst)
+		if k.Family == 4 {
+			dst = netip.AddrFrom4([4]byte(k.Dst[:4]))
+		}
+		if !slices.ContainsFunc(cidrs, func(p netip.Prefix) bool { return p.Contains(dst) }) {
+			dead = append(dead, k)
+		}
+	}
+	for i := range dead {
+		_ = deleteKey(d.objs.CdoConntrack, &dead[i])
+	}
 }
 
 // ServiceAddress reports whether addr lies in a configured Service CIDR:

@@ -229,3 +229,31 @@ func TestServiceHookSurvivesRestart(t *testing.T) {
 		t.Errorf("service link pins after restart: %v (%v), want service-ipv4 and service-ipv6", pins, err)
 	}
 }
+
+// TestServiceCIDRRemovedFlowsJudgedAnew: a restart without a Service CIDR
+// forgets that CIDR's flows, which the post-DNAT hook no longer looks at;
+// kept, a flow sent back to pending by a policy change would pass
+// undecided for ever.
+func TestServiceCIDRRemovedFlowsJudgedAnew(t *testing.T) {
+	c := newClusterWith(t, Config{AttachMode: AttachTC, ServiceCIDRs: []netip.Prefix{svcCIDR}}, false)
+	dnatToServer(t)
+	c.policies(clientEgressTo(`{podSelector: {matchLabels: {app: server}}}`))
+	conn, err := c.pods["a"].Dial(svcIP, 8080)
+	if err != nil {
+		t.Fatalf("dial service: %v", err)
+	}
+	defer conn.Close()
+	if err := testnet.Echo(conn); err != nil {
+		t.Fatalf("echo: %v", err)
+	}
+	if err := c.dp.Close(); err != nil {
+		t.Fatal(err)
+	}
+	c.cfg.ServiceCIDRs = nil
+	c.open()
+	// Now judged on the Service address, which no rule allows.
+	c.policies(clientEgressTo(`{podSelector: {matchLabels: {app: server}}}, {ipBlock: {cidr: 203.0.113.0/24}}`))
+	if err := testnet.Echo(conn); err == nil {
+		t.Fatal("flow to a former Service CIDR still passes after a policy change")
+	}
+}
