@@ -38,6 +38,8 @@ var serviceHooks = []struct {
 // hook is off by configuration (Config.NoServiceHook).
 var ErrServiceHookDisabled = errors.New("post-DNAT hook disabled by configuration")
 
+var errNoServiceCIDRs = errors.New("no Service CIDRs configured (--service-cidrs)")
+
 // setupServices writes the Service CIDRs and attaches the post-DNAT program
 // (bpf/coordino_svc.c). Where that fails, the tc programs drop Service
 // traffic of egress-isolated pods instead (fail closed); the error says why.
@@ -47,7 +49,11 @@ func (d *Datapath) setupServices() error {
 		return err
 	}
 	hookErr := ErrServiceHookDisabled
-	if !d.cfg.NoServiceHook {
+	switch {
+	case len(d.cfg.ServiceCIDRs) == 0:
+		// Nothing is deferred: spare every packet of isolated pods the hook.
+		hookErr = errNoServiceCIDRs
+	case !d.cfg.NoServiceHook:
 		hookErr = d.attachServiceHook()
 	}
 	flags := d.cfgFlags | cfgServiceHook
@@ -72,7 +78,7 @@ func (d *Datapath) setupServices() error {
 		d.log.Error("post-DNAT hook unavailable: new flows from egress-isolated pods to Service CIDRs are DROPPED (fail closed); needs kernel >= 6.4 with BPF netfilter links (CONFIG_NETFILTER_BPF_LINK)",
 			zap.Stringers("serviceCIDRs", d.cfg.ServiceCIDRs), zap.Error(hookErr))
 	default:
-		d.log.Info("post-DNAT hook not attached; no Service CIDRs configured", zap.Error(hookErr))
+		d.log.Info("post-DNAT hook not attached: Service traffic is judged on the Service address", zap.Error(hookErr))
 	}
 	return nil
 }

@@ -32,7 +32,7 @@ func dnatToServer(t *testing.T) {
 
 // nftDNAT translates svc port 8080 (TCP, UDP) to backend:port in a table
 // of family ("ip" or "ip6"), as kube-proxy's nftables mode does.
-func nftDNAT(t *testing.T, family, svc, backend string, port int) {
+func nftDNAT(t testing.TB, family, svc, backend string, port int) {
 	t.Helper()
 	table := fmt.Sprintf("cdotest%x", rand.Uint32())
 	match := map[string]string{"ip": "ip", "ip6": "ip6"}[family]
