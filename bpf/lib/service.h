@@ -16,6 +16,7 @@
 
 #include "../coordino.h"
 #include "parse.h"
+#include "policy.h"
 
 /* svc_cidrs: LPM trie of the cluster's Service CIDRs (same key as the
  * ipcache), written by the daemon from --service-cidrs. */
@@ -31,14 +32,8 @@ struct {
 /* svc_address reports whether addr lies in a Service CIDR. */
 static __always_inline int svc_address(__u8 family, const __u8 *addr)
 {
-	struct ipcache_key k = {.family = family};
-	if (family == 4) {
-		k.prefixlen = 32 + 32;
-		__builtin_memcpy(k.addr, addr, 4);
-	} else {
-		k.prefixlen = 32 + 128;
-		__builtin_memcpy(k.addr, addr, 16);
-	}
+	struct ipcache_key k = {};
+	addr_key(&k, family, addr);
 	return bpf_map_lookup_elem(&cdo_svc_cidrs, &k) != NULL;
 }
 

@@ -213,27 +213,16 @@ const ctService = 16
 // the post-DNAT hook only looks at Service CIDRs, so such a flow left
 // pending would never be decided. Their next packet is judged anew.
 func (d *Datapath) purgeServiceFlows(cidrs []netip.Prefix) {
-	var (
-		k    bpf.CoordinoCtKey
-		v    bpf.CoordinoCtEntry
-		dead []bpf.CoordinoCtKey
-	)
-	it := d.objs.CdoConntrack.Iterate()
-	for it.Next(&k, &v) {
+	d.purgeConntrackWhere(func(k *bpf.CoordinoCtKey, v *bpf.CoordinoCtEntry) bool {
 		if v.Flags&ctService == 0 {
-			continue
+			return false
 		}
 		dst := netip.AddrFrom16(k.Dst)
 		if k.Family == 4 {
 			dst = netip.AddrFrom4([4]byte(k.Dst[:4]))
 		}
-		if !slices.ContainsFunc(cidrs, func(p netip.Prefix) bool { return p.Contains(dst) }) {
-			dead = append(dead, k)
-		}
-	}
-	for i := range dead {
-		_ = deleteKey(d.objs.CdoConntrack, &dead[i])
-	}
+		return !slices.ContainsFunc(cidrs, func(p netip.Prefix) bool { return p.Contains(dst) })
+	})
 }
 
 // ServiceAddress reports whether addr lies in a configured Service CIDR:

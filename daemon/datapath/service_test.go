@@ -2,7 +2,6 @@ package datapath
 
 import (
 	"fmt"
-	"io"
 	"math/rand/v2"
 	"net"
 	"net/netip"
@@ -100,10 +99,10 @@ func TestServiceDecidedOnBackend(t *testing.T) {
 	}
 }
 
-// TestServiceFlowRevokedOnBackend: an open connection through a Service
-// is cut when a policy change stops allowing its backend, and kept when
-// the change still allows it.
-func TestServiceFlowRevokedOnBackend(t *testing.T) {
+// openServiceFlow builds the cluster with the Service, lets a reach b, and
+// returns a working connection from a through the Service.
+func openServiceFlow(t *testing.T) (*cluster, net.Conn) {
+	t.Helper()
 	c := newClusterWith(t, Config{AttachMode: AttachTC, ServiceCIDRs: []netip.Prefix{svcCIDR}}, false)
 	dnatToServer(t)
 	c.policies(clientEgressTo(`{podSelector: {matchLabels: {app: server}}}`))
@@ -111,10 +110,18 @@ func TestServiceFlowRevokedOnBackend(t *testing.T) {
 	if err != nil {
 		t.Fatalf("dial service: %v", err)
 	}
-	defer conn.Close()
+	t.Cleanup(func() { conn.Close() })
 	if err := testnet.Echo(conn); err != nil {
 		t.Fatalf("echo: %v", err)
 	}
+	return c, conn
+}
+
+// TestServiceFlowRevokedOnBackend: an open connection through a Service
+// is cut when a policy change stops allowing its backend, and kept when
+// the change still allows it.
+func TestServiceFlowRevokedOnBackend(t *testing.T) {
+	c, conn := openServiceFlow(t)
 	// Still allowed (another rule now): the connection keeps working.
 	c.policies(clientEgressTo(`{podSelector: {matchLabels: {app: server}}}, {ipBlock: {cidr: 203.0.113.0/24}}`))
 	if err := testnet.Echo(conn); err != nil {
@@ -154,26 +161,7 @@ func TestServiceIPv6DecidedOnBackend(t *testing.T) {
 	c := newClusterWith(t, Config{AttachMode: AttachTC, ServiceCIDRs: []netip.Prefix{svcCIDR, netip.MustParsePrefix("fd00:96::/108")}}, true)
 	// The test pods serve IPv4 only: b gets an IPv6 echo server on 82.
 	b6 := podIPs6["b"]
-	err := c.pods["b"].Do(func() error {
-		ln, err := net.Listen("tcp6", netip.AddrPortFrom(b6, 82).String())
-		if err != nil {
-			return err
-		}
-		t.Cleanup(func() { ln.Close() })
-		go func() {
-			for {
-				conn, err := ln.Accept()
-				if err != nil {
-					return
-				}
-				go func() { defer conn.Close(); _, _ = io.Copy(conn, conn) }()
-			}
-		}()
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	c.pods["b"].ServeTCP(t, "tcp6", netip.AddrPortFrom(b6, 82).String())
 	nftDNAT(t, "ip6", svc6.String(), "["+b6.String()+"]", 82)
 	dial := func() error {
 		return c.pods["a"].Do(func() error {
@@ -195,7 +183,7 @@ spec:
 	}
 	c.policies(allow(`{podSelector: {matchLabels: {app: server}}}`))
 	// A fresh IPv6 path may lose its first SYN to neighbour resolution.
-	err = dial()
+	err := dial()
 	for i := 0; err != nil && i < 2; i++ {
 		err = dial()
 	}
@@ -235,17 +223,7 @@ func TestServiceHookSurvivesRestart(t *testing.T) {
 // kept, a flow sent back to pending by a policy change would pass
 // undecided for ever.
 func TestServiceCIDRRemovedFlowsJudgedAnew(t *testing.T) {
-	c := newClusterWith(t, Config{AttachMode: AttachTC, ServiceCIDRs: []netip.Prefix{svcCIDR}}, false)
-	dnatToServer(t)
-	c.policies(clientEgressTo(`{podSelector: {matchLabels: {app: server}}}`))
-	conn, err := c.pods["a"].Dial(svcIP, 8080)
-	if err != nil {
-		t.Fatalf("dial service: %v", err)
-	}
-	defer conn.Close()
-	if err := testnet.Echo(conn); err != nil {
-		t.Fatalf("echo: %v", err)
-	}
+	c, conn := openServiceFlow(t)
 	if err := c.dp.Close(); err != nil {
 		t.Fatal(err)
 	}

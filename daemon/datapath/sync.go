@@ -470,6 +470,13 @@ func (d *Datapath) purgeConntrack(ifindex uint32, ips []netip.Addr) {
 		_, b := packetAddr(ip)
 		gone[b] = true
 	}
+	d.purgeConntrackWhere(func(k *bpf.CoordinoCtKey, _ *bpf.CoordinoCtEntry) bool {
+		return k.Ifindex == ifindex || gone[k.Src] || gone[k.Dst]
+	})
+}
+
+// purgeConntrackWhere deletes the conntrack entries drop selects.
+func (d *Datapath) purgeConntrackWhere(drop func(*bpf.CoordinoCtKey, *bpf.CoordinoCtEntry) bool) {
 	var (
 		k    bpf.CoordinoCtKey
 		v    bpf.CoordinoCtEntry
@@ -477,7 +484,7 @@ func (d *Datapath) purgeConntrack(ifindex uint32, ips []netip.Addr) {
 	)
 	it := d.objs.CdoConntrack.Iterate()
 	for it.Next(&k, &v) {
-		if k.Ifindex == ifindex || gone[k.Src] || gone[k.Dst] {
+		if drop(&k, &v) {
 			dead = append(dead, k)
 		}
 	}
