@@ -14,9 +14,9 @@ import (
 )
 
 // Service tests: an nftables DNAT rule in the node netns stands in for
-// kube-proxy (test/services runs the real one): Service address svcIP
+// kube-proxy (test/k8smode runs the real one): Service address svcIP
 // port 8080 translates to pod b port 80 (TCP and UDP). The full matrix
-// against kube-proxy is in test/services; these pin the datapath's part.
+// against kube-proxy is in test/k8smode; these pin the datapath's part.
 
 var (
 	svcCIDR = netip.MustParsePrefix("10.96.0.0/16")
