@@ -79,6 +79,9 @@ static __always_inline int svc_defer(struct __sk_buff *skb, const struct endpoin
 		return drop(skb, ep, DIR_EGRESS, p, ID_WORLD, REASON_SERVICE_UNENFORCEABLE, now);
 	if (create)
 		ct_create(ifindex, DIR_EGRESS, p, revision, now, CT_SERVICE | CT_SVC_PENDING);
+	struct ct_key k;
+	svc_pending_key(&k, p);
+	bpf_map_update_elem(&cdo_svc_pending, &k, &ifindex, BPF_ANY);
 	if (p->frag == FRAG_FIRST)
 		frag_remember(ifindex, p, now);
 	return TC_ACT_UNSPEC;

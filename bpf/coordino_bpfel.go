@@ -187,6 +187,7 @@ const (
 	CoordinoMapCdoIpcache      = "cdo_ipcache"
 	CoordinoMapCdoPolicy       = "cdo_policy"
 	CoordinoMapCdoSvcCidrs     = "cdo_svc_cidrs"
+	CoordinoMapCdoSvcPending   = "cdo_svc_pending"
 	CoordinoMapCdoVerdicts     = "cdo_verdicts"
 	CoordinoProgCdoFromEp      = "cdo_from_ep"
 	CoordinoProgCdoToEp        = "cdo_to_ep"
@@ -247,18 +248,19 @@ type CoordinoProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type CoordinoMapSpecs struct {
-	CdoConfig    *ebpf.MapSpec `ebpf:"cdo_config"`
-	CdoConntrack *ebpf.MapSpec `ebpf:"cdo_conntrack"`
-	CdoCtStats   *ebpf.MapSpec `ebpf:"cdo_ct_stats"`
-	CdoEndpoints *ebpf.MapSpec `ebpf:"cdo_endpoints"`
-	CdoEpAddrs   *ebpf.MapSpec `ebpf:"cdo_ep_addrs"`
-	CdoEvBudget  *ebpf.MapSpec `ebpf:"cdo_ev_budget"`
-	CdoFlows     *ebpf.MapSpec `ebpf:"cdo_flows"`
-	CdoFrags     *ebpf.MapSpec `ebpf:"cdo_frags"`
-	CdoIpcache   *ebpf.MapSpec `ebpf:"cdo_ipcache"`
-	CdoPolicy    *ebpf.MapSpec `ebpf:"cdo_policy"`
-	CdoSvcCidrs  *ebpf.MapSpec `ebpf:"cdo_svc_cidrs"`
-	CdoVerdicts  *ebpf.MapSpec `ebpf:"cdo_verdicts"`
+	CdoConfig     *ebpf.MapSpec `ebpf:"cdo_config"`
+	CdoConntrack  *ebpf.MapSpec `ebpf:"cdo_conntrack"`
+	CdoCtStats    *ebpf.MapSpec `ebpf:"cdo_ct_stats"`
+	CdoEndpoints  *ebpf.MapSpec `ebpf:"cdo_endpoints"`
+	CdoEpAddrs    *ebpf.MapSpec `ebpf:"cdo_ep_addrs"`
+	CdoEvBudget   *ebpf.MapSpec `ebpf:"cdo_ev_budget"`
+	CdoFlows      *ebpf.MapSpec `ebpf:"cdo_flows"`
+	CdoFrags      *ebpf.MapSpec `ebpf:"cdo_frags"`
+	CdoIpcache    *ebpf.MapSpec `ebpf:"cdo_ipcache"`
+	CdoPolicy     *ebpf.MapSpec `ebpf:"cdo_policy"`
+	CdoSvcCidrs   *ebpf.MapSpec `ebpf:"cdo_svc_cidrs"`
+	CdoSvcPending *ebpf.MapSpec `ebpf:"cdo_svc_pending"`
+	CdoVerdicts   *ebpf.MapSpec `ebpf:"cdo_verdicts"`
 }
 
 // CoordinoVariableSpecs contains global variables before they are loaded into the kernel.
@@ -292,18 +294,19 @@ func (o *CoordinoObjects) Close() error {
 //
 // It can be passed to LoadCoordinoObjects or ebpf.CollectionSpec.LoadAndAssign.
 type CoordinoMaps struct {
-	CdoConfig    *ebpf.Map `ebpf:"cdo_config"`
-	CdoConntrack *ebpf.Map `ebpf:"cdo_conntrack"`
-	CdoCtStats   *ebpf.Map `ebpf:"cdo_ct_stats"`
-	CdoEndpoints *ebpf.Map `ebpf:"cdo_endpoints"`
-	CdoEpAddrs   *ebpf.Map `ebpf:"cdo_ep_addrs"`
-	CdoEvBudget  *ebpf.Map `ebpf:"cdo_ev_budget"`
-	CdoFlows     *ebpf.Map `ebpf:"cdo_flows"`
-	CdoFrags     *ebpf.Map `ebpf:"cdo_frags"`
-	CdoIpcache   *ebpf.Map `ebpf:"cdo_ipcache"`
-	CdoPolicy    *ebpf.Map `ebpf:"cdo_policy"`
-	CdoSvcCidrs  *ebpf.Map `ebpf:"cdo_svc_cidrs"`
-	CdoVerdicts  *ebpf.Map `ebpf:"cdo_verdicts"`
+	CdoConfig     *ebpf.Map `ebpf:"cdo_config"`
+	CdoConntrack  *ebpf.Map `ebpf:"cdo_conntrack"`
+	CdoCtStats    *ebpf.Map `ebpf:"cdo_ct_stats"`
+	CdoEndpoints  *ebpf.Map `ebpf:"cdo_endpoints"`
+	CdoEpAddrs    *ebpf.Map `ebpf:"cdo_ep_addrs"`
+	CdoEvBudget   *ebpf.Map `ebpf:"cdo_ev_budget"`
+	CdoFlows      *ebpf.Map `ebpf:"cdo_flows"`
+	CdoFrags      *ebpf.Map `ebpf:"cdo_frags"`
+	CdoIpcache    *ebpf.Map `ebpf:"cdo_ipcache"`
+	CdoPolicy     *ebpf.Map `ebpf:"cdo_policy"`
+	CdoSvcCidrs   *ebpf.Map `ebpf:"cdo_svc_cidrs"`
+	CdoSvcPending *ebpf.Map `ebpf:"cdo_svc_pending"`
+	CdoVerdicts   *ebpf.Map `ebpf:"cdo_verdicts"`
 }
 
 func (m *CoordinoMaps) Close() error {
@@ -319,6 +322,7 @@ func (m *CoordinoMaps) Close() error {
 		m.CdoIpcache,
 		m.CdoPolicy,
 		m.CdoSvcCidrs,
+		m.CdoSvcPending,
 		m.CdoVerdicts,
 	)
 }

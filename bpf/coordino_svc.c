@@ -109,9 +109,11 @@ int cdo_svc(struct bpf_nf_ctx___cdo *ctx)
 	struct net_device___cdo *in = state->in;
 	if (!in)
 		return NF_ACCEPT;
+	/* From a pod's veth: only egress-isolated pods defer. From elsewhere
+	 * (a bridge its veth is a port of): cdo_svc_pending names the pod. */
 	__u32 ifindex = in->ifindex;
 	struct endpoint_info *ep = bpf_map_lookup_elem(&cdo_endpoints, &ifindex);
-	if (!ep || !(ep->flags & EP_EGRESS_ISOLATED))
+	if (ep && !(ep->flags & EP_EGRESS_ISOLATED))
 		return NF_ACCEPT;
 
 	/* Most packets are not to a Service: tell from the conntrack entry,
@@ -144,6 +146,16 @@ int cdo_svc(struct bpf_nf_ctx___cdo *ctx)
 		__builtin_memcpy(orig.dst, dst, 16);
 		orig.dport = dport;
 	}
+	struct ct_key pk;
+	svc_pending_key(&pk, &orig);
+	__u32 *owner = bpf_map_lookup_elem(&cdo_svc_pending, &pk);
+	if (!owner)
+		return NF_ACCEPT; /* not deferred by a tc program */
+	ifindex = *owner;
+	bpf_map_delete_elem(&cdo_svc_pending, &pk);
+	ep = bpf_map_lookup_elem(&cdo_endpoints, &ifindex);
+	if (!ep || !(ep->flags & EP_EGRESS_ISOLATED))
+		return NF_ACCEPT;
 	__u64 now = bpf_ktime_get_ns();
 	struct ct_key k;
 	__u8 origin;

@@ -90,17 +90,18 @@ type CoordinoSvcPolicyValue struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	CoordinoSvcMapCdoConfig    = "cdo_config"
-	CoordinoSvcMapCdoConntrack = "cdo_conntrack"
-	CoordinoSvcMapCdoCtStats   = "cdo_ct_stats"
-	CoordinoSvcMapCdoEndpoints = "cdo_endpoints"
-	CoordinoSvcMapCdoEvBudget  = "cdo_ev_budget"
-	CoordinoSvcMapCdoFlows     = "cdo_flows"
-	CoordinoSvcMapCdoIpcache   = "cdo_ipcache"
-	CoordinoSvcMapCdoPolicy    = "cdo_policy"
-	CoordinoSvcMapCdoSvcCidrs  = "cdo_svc_cidrs"
-	CoordinoSvcMapCdoVerdicts  = "cdo_verdicts"
-	CoordinoSvcProgCdoSvc      = "cdo_svc"
+	CoordinoSvcMapCdoConfig     = "cdo_config"
+	CoordinoSvcMapCdoConntrack  = "cdo_conntrack"
+	CoordinoSvcMapCdoCtStats    = "cdo_ct_stats"
+	CoordinoSvcMapCdoEndpoints  = "cdo_endpoints"
+	CoordinoSvcMapCdoEvBudget   = "cdo_ev_budget"
+	CoordinoSvcMapCdoFlows      = "cdo_flows"
+	CoordinoSvcMapCdoIpcache    = "cdo_ipcache"
+	CoordinoSvcMapCdoPolicy     = "cdo_policy"
+	CoordinoSvcMapCdoSvcCidrs   = "cdo_svc_cidrs"
+	CoordinoSvcMapCdoSvcPending = "cdo_svc_pending"
+	CoordinoSvcMapCdoVerdicts   = "cdo_verdicts"
+	CoordinoSvcProgCdoSvc       = "cdo_svc"
 )
 
 // LoadCoordinoSvc returns the embedded CollectionSpec for CoordinoSvc.
@@ -152,16 +153,17 @@ type CoordinoSvcProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type CoordinoSvcMapSpecs struct {
-	CdoConfig    *ebpf.MapSpec `ebpf:"cdo_config"`
-	CdoConntrack *ebpf.MapSpec `ebpf:"cdo_conntrack"`
-	CdoCtStats   *ebpf.MapSpec `ebpf:"cdo_ct_stats"`
-	CdoEndpoints *ebpf.MapSpec `ebpf:"cdo_endpoints"`
-	CdoEvBudget  *ebpf.MapSpec `ebpf:"cdo_ev_budget"`
-	CdoFlows     *ebpf.MapSpec `ebpf:"cdo_flows"`
-	CdoIpcache   *ebpf.MapSpec `ebpf:"cdo_ipcache"`
-	CdoPolicy    *ebpf.MapSpec `ebpf:"cdo_policy"`
-	CdoSvcCidrs  *ebpf.MapSpec `ebpf:"cdo_svc_cidrs"`
-	CdoVerdicts  *ebpf.MapSpec `ebpf:"cdo_verdicts"`
+	CdoConfig     *ebpf.MapSpec `ebpf:"cdo_config"`
+	CdoConntrack  *ebpf.MapSpec `ebpf:"cdo_conntrack"`
+	CdoCtStats    *ebpf.MapSpec `ebpf:"cdo_ct_stats"`
+	CdoEndpoints  *ebpf.MapSpec `ebpf:"cdo_endpoints"`
+	CdoEvBudget   *ebpf.MapSpec `ebpf:"cdo_ev_budget"`
+	CdoFlows      *ebpf.MapSpec `ebpf:"cdo_flows"`
+	CdoIpcache    *ebpf.MapSpec `ebpf:"cdo_ipcache"`
+	CdoPolicy     *ebpf.MapSpec `ebpf:"cdo_policy"`
+	CdoSvcCidrs   *ebpf.MapSpec `ebpf:"cdo_svc_cidrs"`
+	CdoSvcPending *ebpf.MapSpec `ebpf:"cdo_svc_pending"`
+	CdoVerdicts   *ebpf.MapSpec `ebpf:"cdo_verdicts"`
 }
 
 // CoordinoSvcVariableSpecs contains global variables before they are loaded into the kernel.
@@ -190,16 +192,17 @@ func (o *CoordinoSvcObjects) Close() error {
 //
 // It can be passed to LoadCoordinoSvcObjects or ebpf.CollectionSpec.LoadAndAssign.
 type CoordinoSvcMaps struct {
-	CdoConfig    *ebpf.Map `ebpf:"cdo_config"`
-	CdoConntrack *ebpf.Map `ebpf:"cdo_conntrack"`
-	CdoCtStats   *ebpf.Map `ebpf:"cdo_ct_stats"`
-	CdoEndpoints *ebpf.Map `ebpf:"cdo_endpoints"`
-	CdoEvBudget  *ebpf.Map `ebpf:"cdo_ev_budget"`
-	CdoFlows     *ebpf.Map `ebpf:"cdo_flows"`
-	CdoIpcache   *ebpf.Map `ebpf:"cdo_ipcache"`
-	CdoPolicy    *ebpf.Map `ebpf:"cdo_policy"`
-	CdoSvcCidrs  *ebpf.Map `ebpf:"cdo_svc_cidrs"`
-	CdoVerdicts  *ebpf.Map `ebpf:"cdo_verdicts"`
+	CdoConfig     *ebpf.Map `ebpf:"cdo_config"`
+	CdoConntrack  *ebpf.Map `ebpf:"cdo_conntrack"`
+	CdoCtStats    *ebpf.Map `ebpf:"cdo_ct_stats"`
+	CdoEndpoints  *ebpf.Map `ebpf:"cdo_endpoints"`
+	CdoEvBudget   *ebpf.Map `ebpf:"cdo_ev_budget"`
+	CdoFlows      *ebpf.Map `ebpf:"cdo_flows"`
+	CdoIpcache    *ebpf.Map `ebpf:"cdo_ipcache"`
+	CdoPolicy     *ebpf.Map `ebpf:"cdo_policy"`
+	CdoSvcCidrs   *ebpf.Map `ebpf:"cdo_svc_cidrs"`
+	CdoSvcPending *ebpf.Map `ebpf:"cdo_svc_pending"`
+	CdoVerdicts   *ebpf.Map `ebpf:"cdo_verdicts"`
 }
 
 func (m *CoordinoSvcMaps) Close() error {
@@ -213,6 +216,7 @@ func (m *CoordinoSvcMaps) Close() error {
 		m.CdoIpcache,
 		m.CdoPolicy,
 		m.CdoSvcCidrs,
+		m.CdoSvcPending,
 		m.CdoVerdicts,
 	)
 }

@@ -17,6 +17,7 @@
 #include "../coordino.h"
 #include "parse.h"
 #include "policy.h"
+#include "conntrack.h"
 
 /* svc_cidrs: LPM trie of the cluster's Service CIDRs (same key as the
  * ipcache), written by the daemon from --service-cidrs. */
@@ -28,6 +29,28 @@ struct {
 	__type(value, __u32);
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } cdo_svc_cidrs SEC(".maps");
+
+/* svc_pending: the endpoint (host ifindex) of each deferred packet's flow,
+ * keyed by its tuple as the client sent it (ct_key with ifindex 0). The
+ * netfilter program finds the endpoint by the packet's input device, which
+ * is the pod's host veth in routed setups; where the veth is a bridge port
+ * (chained after a bridge CNI) the input device is the bridge, and this map
+ * names the endpoint instead. Written for every deferred packet, so LRU
+ * eviction between the tc program's write and the netfilter program's
+ * read, microseconds later, would take 64k other deferred flows. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 65536);
+	__type(key, struct ct_key);
+	__type(value, __u32);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} cdo_svc_pending SEC(".maps");
+
+/* svc_pending_key is the flow's key in cdo_svc_pending. */
+static __always_inline void svc_pending_key(struct ct_key *k, const struct packet *p)
+{
+	tuple_key(k, 0, DIR_EGRESS, p, 0);
+}
 
 /* svc_address reports whether addr lies in a Service CIDR. */
 static __always_inline int svc_address(__u8 family, const __u8 *addr)

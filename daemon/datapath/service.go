@@ -59,8 +59,6 @@ func (d *Datapath) setupServices() error {
 	flags := d.cfgFlags | cfgServiceHook
 	if hookErr != nil {
 		flags = d.cfgFlags &^ cfgServiceHook
-		// A previous daemon's hook must not decide against maps it no longer knows.
-		d.unpinServiceHook()
 	}
 	d.mu.Lock()
 	d.cfgFlags = flags
@@ -68,6 +66,11 @@ func (d *Datapath) setupServices() error {
 	d.mu.Unlock()
 	if err != nil {
 		return fmt.Errorf("datapath: write config: %w", err)
+	}
+	if hookErr != nil {
+		// Only now that the tc programs no longer defer: a previous daemon's
+		// hook goes too, so what runs matches this configuration.
+		d.unpinServiceHook()
 	}
 	d.serviceHookErr = hookErr
 	switch {
@@ -104,7 +107,7 @@ func (d *Datapath) attachServiceHook() error {
 		"cdo_config": maps.CdoConfig, "cdo_conntrack": maps.CdoConntrack, "cdo_ct_stats": maps.CdoCtStats,
 		"cdo_endpoints": maps.CdoEndpoints, "cdo_ev_budget": maps.CdoEvBudget, "cdo_flows": maps.CdoFlows,
 		"cdo_ipcache": maps.CdoIpcache, "cdo_policy": maps.CdoPolicy, "cdo_verdicts": maps.CdoVerdicts,
-		"cdo_svc_cidrs": maps.CdoSvcCidrs,
+		"cdo_svc_cidrs": maps.CdoSvcCidrs, "cdo_svc_pending": maps.CdoSvcPending,
 	}}
 	if err := spec.LoadAndAssign(&objs, opts); err != nil {
 		var verr *ebpf.VerifierError

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/vishvananda/netlink"
+
 	"github.com/coordino/coordino/daemon/datapath/internal/testnet"
 )
 
@@ -234,4 +236,33 @@ func TestServiceCIDRRemovedFlowsJudgedAnew(t *testing.T) {
 	if err := testnet.Echo(conn); err == nil {
 		t.Fatal("flow to a former Service CIDR still passes after a policy change")
 	}
+}
+
+// TestServiceDecidedForBridgedPod: a pod whose host veth is a bridge port
+// (chained after a bridge CNI) enters PREROUTING from the bridge, not its
+// veth; its deferred flows are still decided (found by their tuple), not
+// waved through undecided.
+func TestServiceDecidedForBridgedPod(t *testing.T) {
+	c := newClusterWith(t, Config{AttachMode: AttachTC, ServiceCIDRs: []netip.Prefix{svcCIDR}}, false)
+	br := &netlink.Bridge{LinkAttrs: netlink.LinkAttrs{Name: fmt.Sprintf("cdb%x", rand.Uint32()&0xffffff)}}
+	if err := netlink.LinkAdd(br); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = netlink.LinkDel(br) })
+	port, err := netlink.LinkByName(c.pods["a"].HostIfName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := netlink.LinkSetUp(br); err != nil {
+		t.Fatal(err)
+	}
+	if err := netlink.LinkSetMaster(port, br); err != nil {
+		t.Fatal(err)
+	}
+	dnatToServer(t)
+	c.policies(clientEgressTo(`{podSelector: {matchLabels: {app: server}}}`))
+	c.expectService(true, "a", "tcp")
+	c.policies(clientEgressTo(`{ipBlock: {cidr: 10.96.0.0/16}}`))
+	c.expectService(false, "a", "tcp")
+	c.expectService(false, "a", "udp")
 }
