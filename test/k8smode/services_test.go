@@ -239,7 +239,7 @@ func servicePolicies(ns string) []*networkingv1.NetworkPolicy {
 // in the real API server. Pods: client (role=client, egress-isolated),
 // other (role=other, not isolated), backend (role=backend, ingress allows
 // only role=client) and backend2 (role=backend2, no policy). Services:
-// svc → backend, svc2 → backend2, each TCP+UDP on port 80 and 81.
+// svc (port 80) → backend, svc2 (port 81) → backend2, TCP and UDP, target port 8080.
 //
 // On the datapath before post-DNAT decisions, client → svc:80 is blocked
 // (the ClusterIP matched no rule) and client → svc2:81 reached (the
