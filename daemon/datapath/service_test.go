@@ -1,6 +1,7 @@
 package datapath
 
 import (
+	"context"
 	"fmt"
 	"math/rand/v2"
 	"net"
@@ -9,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/vishvananda/netlink"
 
@@ -92,12 +94,29 @@ func TestServiceDecidedOnBackend(t *testing.T) {
 	c.expectService(true, "a", "udp")
 	c.expect(true, "a>b tcp/80")
 
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	flows := make(chan Flow, 64)
+	go func() { _ = c.dp.ReadFlows(ctx, func(f Flow) { flows <- f }) }()
 	c.policies(clientEgressTo(`{ipBlock: {cidr: 10.96.0.0/16}}`))
 	c.expectService(false, "a", "tcp")
 	c.expectService(false, "a", "udp")
 	c.expectService(true, "c", "tcp") // c's namespace has no policy
 	if n := reasonCount(t, c, "policy-denied"); n == 0 {
 		t.Error("no egress drop counted as policy-denied")
+	}
+	// The drop is reported on a's endpoint with the backend it was decided on.
+	timeout := time.After(2 * time.Second)
+	for {
+		select {
+		case f := <-flows:
+			if f.Reason == "policy-denied" && f.Direction == "egress" && f.IfIndex == uint32(c.eps["a"].HostIfIndex) &&
+				f.Dst == podIPs["b"] && f.DstPort == 80 {
+				return
+			}
+		case <-timeout:
+			t.Fatal("no policy-denied flow event from a to the backend b:80")
+		}
 	}
 }
 
