@@ -40,7 +40,8 @@ enum reason {
 	REASON_MAX = 14,
 	REASON_EVENT_LOST = 14,   /* counter slot: flow event ring buffer full */
 	REASON_EVENT_SUPPRESSED = 15, /* counter slot: drop event over the rate limit */
-	REASON_SERVICE_UNENFORCEABLE = 16, /* Service traffic of an egress-isolated pod, no post-DNAT hook */
+	/* 16-19: reserved for node isolation reasons. */
+	REASON_SERVICE_UNENFORCEABLE = 20, /* Service traffic of an egress-isolated pod, no post-DNAT hook */
 	REASON_SLOTS = 32,        /* counter slots per direction, with room to grow */
 };
 

@@ -168,7 +168,7 @@ const (
 	CoordinoReasonREASON_MAX                   CoordinoReason = 14
 	CoordinoReasonREASON_EVENT_LOST            CoordinoReason = 14
 	CoordinoReasonREASON_EVENT_SUPPRESSED      CoordinoReason = 15
-	CoordinoReasonREASON_SERVICE_UNENFORCEABLE CoordinoReason = 16
+	CoordinoReasonREASON_SERVICE_UNENFORCEABLE CoordinoReason = 20
 	CoordinoReasonREASON_SLOTS                 CoordinoReason = 32
 )
 
