@@ -56,7 +56,7 @@ lint:
 # kubelet part needs kube-apiserver and kubelet builds (~25 min cold on 2
 # cores): `make e2e-runtime`.
 test: deps build ref-plugins lint check-generated
-	test/testbed/build.sh etcd kube-apiserver  # test/apiserver: real API server tests
+	test/testbed/build.sh etcd kube-apiserver kube-proxy  # test/apiserver: real API server tests; test/k8smode: kube-proxy
 	$(GO) test -count=1 -timeout 20m $$($(GO) list ./... | grep -v /test/runtime)
 	test/testbed/deps.sh
 	test/testbed/build.sh cri

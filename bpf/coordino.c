@@ -25,6 +25,7 @@
 #include "lib/conntrack.h"
 #include "lib/frag.h"
 #include "lib/events.h"
+#include "lib/service.h"
 
 char __license[] SEC("license") = "Dual BSD/GPL";
 
@@ -65,6 +66,25 @@ static __always_inline int handle_l2(struct __sk_buff *skb, __u8 dir)
 			return verdict(skb, dir, REASON_SPOOFED);
 	}
 	return verdict(skb, dir, REASON_NOT_IP);
+}
+
+/* svc_defer passes a Service flow of an egress-isolated endpoint on to the
+ * post-DNAT hook, which counts and reports its verdict; a new flow is tracked
+ * as pending first. Without the hook the flow is dropped (fail closed). */
+static __always_inline int svc_defer(struct __sk_buff *skb, const struct endpoint_info *ep,
+				     __u32 ifindex, const struct packet *p, const struct config *cfg,
+				     __u32 revision, __u64 now, int create)
+{
+	if (!svc_hook_active(cfg))
+		return drop(skb, ep, DIR_EGRESS, p, ID_WORLD, REASON_SERVICE_UNENFORCEABLE, now);
+	if (create)
+		ct_create(ifindex, DIR_EGRESS, p, revision, now, CT_SERVICE | CT_SVC_PENDING);
+	struct ct_key k;
+	svc_pending_key(&k, p);
+	bpf_map_update_elem(&cdo_svc_pending, &k, &ifindex, BPF_ANY);
+	if (p->frag == FRAG_FIRST)
+		frag_remember(ifindex, p, now);
+	return TC_ACT_UNSPEC;
 }
 
 static __always_inline int handle(struct __sk_buff *skb, __u8 dir)
@@ -133,7 +153,15 @@ static __always_inline int handle(struct __sk_buff *skb, __u8 dir)
 		break;
 	case CT_REVOKED_HIT:
 		return drop(skb, ep, dir, &p, remote.identity, REASON_POLICY_REVOKED, now);
+	case CT_DEFERRED:
+		if (!(ep->flags & EP_EGRESS_ISOLATED)) {
+			reason = REASON_ESTABLISHED;
+			break;
+		}
+		return svc_defer(skb, ep, ifindex, &p, cfg, revision, now, 0);
 	default:
+		if (dir == DIR_EGRESS && svc_deferred(ep, &p))
+			return svc_defer(skb, ep, ifindex, &p, cfg, revision, now, 1);
 		reason = decide(ep, dir, &remote, p.proto, p.dport);
 		if (!allowed(reason))
 			return drop(skb, ep, dir, &p, remote.identity, reason, now);

@@ -40,6 +40,8 @@ enum reason {
 	REASON_MAX = 14,
 	REASON_EVENT_LOST = 14,   /* counter slot: flow event ring buffer full */
 	REASON_EVENT_SUPPRESSED = 15, /* counter slot: drop event over the rate limit */
+	/* 16-19: reserved for node isolation reasons. */
+	REASON_SERVICE_UNENFORCEABLE = 20, /* Service traffic of an egress-isolated pod, no post-DNAT hook */
 	REASON_SLOTS = 32,        /* counter slots per direction, with room to grow */
 };
 
@@ -109,6 +111,9 @@ struct ct_key {
 #define CT_REPLIED 2   /* a packet in the reply direction was seen */
 #define CT_REVOKED 4   /* tombstone: policy revoked the flow, drop it both ways */
 #define CT_AMBIGUOUS 8 /* re-created mid-flow while both directions were allowed */
+#define CT_SERVICE 16  /* to a Service address: decided on the translated destination */
+#define CT_SVC_PENDING 32 /* CT_SERVICE flow waiting for the post-DNAT hook's decision */
+#define CT_SVC_ALLOWED 64 /* the post-DNAT hook allowed the flow at least once */
 
 struct ct_entry {
 	__u64 last_seen_ns;
@@ -138,6 +143,9 @@ struct ep_addr_key {
  * client) wants allowed new flows; without it only drops are reported, so an
  * unobserved node pays no ring-buffer write or daemon wakeup per connection. */
 #define CFG_EMIT_ALLOWED 1
+/* CFG_SERVICE_HOOK: the post-DNAT netfilter program is attached, so Service
+ * traffic of egress-isolated pods is deferred to it instead of dropped. */
+#define CFG_SERVICE_HOOK 2
 
 /* config: single-slot array written by the daemon. flags took the place of
  * padding, so the layout (and pinned maps) are unchanged. */

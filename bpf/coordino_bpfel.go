@@ -150,25 +150,26 @@ type CoordinoPolicyValue struct {
 type CoordinoReason uint32
 
 const (
-	CoordinoReasonREASON_POLICY           CoordinoReason = 0
-	CoordinoReasonREASON_NOT_ISOLATED     CoordinoReason = 1
-	CoordinoReasonREASON_HOST             CoordinoReason = 2
-	CoordinoReasonREASON_ESTABLISHED      CoordinoReason = 3
-	CoordinoReasonREASON_REPLY            CoordinoReason = 4
-	CoordinoReasonREASON_RELATED          CoordinoReason = 5
-	CoordinoReasonREASON_NOT_IP           CoordinoReason = 6
-	CoordinoReasonREASON_NEIGHBOR         CoordinoReason = 7
-	CoordinoReasonREASON_FIRST_DROP       CoordinoReason = 8
-	CoordinoReasonREASON_POLICY_DENIED    CoordinoReason = 8
-	CoordinoReasonREASON_POLICY_REVOKED   CoordinoReason = 9
-	CoordinoReasonREASON_NO_ENDPOINT      CoordinoReason = 10
-	CoordinoReasonREASON_MALFORMED        CoordinoReason = 11
-	CoordinoReasonREASON_SPOOFED          CoordinoReason = 12
-	CoordinoReasonREASON_FRAGMENT         CoordinoReason = 13
-	CoordinoReasonREASON_MAX              CoordinoReason = 14
-	CoordinoReasonREASON_EVENT_LOST       CoordinoReason = 14
-	CoordinoReasonREASON_EVENT_SUPPRESSED CoordinoReason = 15
-	CoordinoReasonREASON_SLOTS            CoordinoReason = 32
+	CoordinoReasonREASON_POLICY                CoordinoReason = 0
+	CoordinoReasonREASON_NOT_ISOLATED          CoordinoReason = 1
+	CoordinoReasonREASON_HOST                  CoordinoReason = 2
+	CoordinoReasonREASON_ESTABLISHED           CoordinoReason = 3
+	CoordinoReasonREASON_REPLY                 CoordinoReason = 4
+	CoordinoReasonREASON_RELATED               CoordinoReason = 5
+	CoordinoReasonREASON_NOT_IP                CoordinoReason = 6
+	CoordinoReasonREASON_NEIGHBOR              CoordinoReason = 7
+	CoordinoReasonREASON_FIRST_DROP            CoordinoReason = 8
+	CoordinoReasonREASON_POLICY_DENIED         CoordinoReason = 8
+	CoordinoReasonREASON_POLICY_REVOKED        CoordinoReason = 9
+	CoordinoReasonREASON_NO_ENDPOINT           CoordinoReason = 10
+	CoordinoReasonREASON_MALFORMED             CoordinoReason = 11
+	CoordinoReasonREASON_SPOOFED               CoordinoReason = 12
+	CoordinoReasonREASON_FRAGMENT              CoordinoReason = 13
+	CoordinoReasonREASON_MAX                   CoordinoReason = 14
+	CoordinoReasonREASON_EVENT_LOST            CoordinoReason = 14
+	CoordinoReasonREASON_EVENT_SUPPRESSED      CoordinoReason = 15
+	CoordinoReasonREASON_SERVICE_UNENFORCEABLE CoordinoReason = 20
+	CoordinoReasonREASON_SLOTS                 CoordinoReason = 32
 )
 
 // Names of all BPF objects in the ELF.
@@ -185,6 +186,8 @@ const (
 	CoordinoMapCdoFrags        = "cdo_frags"
 	CoordinoMapCdoIpcache      = "cdo_ipcache"
 	CoordinoMapCdoPolicy       = "cdo_policy"
+	CoordinoMapCdoSvcCidrs     = "cdo_svc_cidrs"
+	CoordinoMapCdoSvcPending   = "cdo_svc_pending"
 	CoordinoMapCdoVerdicts     = "cdo_verdicts"
 	CoordinoProgCdoFromEp      = "cdo_from_ep"
 	CoordinoProgCdoToEp        = "cdo_to_ep"
@@ -245,17 +248,19 @@ type CoordinoProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type CoordinoMapSpecs struct {
-	CdoConfig    *ebpf.MapSpec `ebpf:"cdo_config"`
-	CdoConntrack *ebpf.MapSpec `ebpf:"cdo_conntrack"`
-	CdoCtStats   *ebpf.MapSpec `ebpf:"cdo_ct_stats"`
-	CdoEndpoints *ebpf.MapSpec `ebpf:"cdo_endpoints"`
-	CdoEpAddrs   *ebpf.MapSpec `ebpf:"cdo_ep_addrs"`
-	CdoEvBudget  *ebpf.MapSpec `ebpf:"cdo_ev_budget"`
-	CdoFlows     *ebpf.MapSpec `ebpf:"cdo_flows"`
-	CdoFrags     *ebpf.MapSpec `ebpf:"cdo_frags"`
-	CdoIpcache   *ebpf.MapSpec `ebpf:"cdo_ipcache"`
-	CdoPolicy    *ebpf.MapSpec `ebpf:"cdo_policy"`
-	CdoVerdicts  *ebpf.MapSpec `ebpf:"cdo_verdicts"`
+	CdoConfig     *ebpf.MapSpec `ebpf:"cdo_config"`
+	CdoConntrack  *ebpf.MapSpec `ebpf:"cdo_conntrack"`
+	CdoCtStats    *ebpf.MapSpec `ebpf:"cdo_ct_stats"`
+	CdoEndpoints  *ebpf.MapSpec `ebpf:"cdo_endpoints"`
+	CdoEpAddrs    *ebpf.MapSpec `ebpf:"cdo_ep_addrs"`
+	CdoEvBudget   *ebpf.MapSpec `ebpf:"cdo_ev_budget"`
+	CdoFlows      *ebpf.MapSpec `ebpf:"cdo_flows"`
+	CdoFrags      *ebpf.MapSpec `ebpf:"cdo_frags"`
+	CdoIpcache    *ebpf.MapSpec `ebpf:"cdo_ipcache"`
+	CdoPolicy     *ebpf.MapSpec `ebpf:"cdo_policy"`
+	CdoSvcCidrs   *ebpf.MapSpec `ebpf:"cdo_svc_cidrs"`
+	CdoSvcPending *ebpf.MapSpec `ebpf:"cdo_svc_pending"`
+	CdoVerdicts   *ebpf.MapSpec `ebpf:"cdo_verdicts"`
 }
 
 // CoordinoVariableSpecs contains global variables before they are loaded into the kernel.
@@ -289,17 +294,19 @@ func (o *CoordinoObjects) Close() error {
 //
 // It can be passed to LoadCoordinoObjects or ebpf.CollectionSpec.LoadAndAssign.
 type CoordinoMaps struct {
-	CdoConfig    *ebpf.Map `ebpf:"cdo_config"`
-	CdoConntrack *ebpf.Map `ebpf:"cdo_conntrack"`
-	CdoCtStats   *ebpf.Map `ebpf:"cdo_ct_stats"`
-	CdoEndpoints *ebpf.Map `ebpf:"cdo_endpoints"`
-	CdoEpAddrs   *ebpf.Map `ebpf:"cdo_ep_addrs"`
-	CdoEvBudget  *ebpf.Map `ebpf:"cdo_ev_budget"`
-	CdoFlows     *ebpf.Map `ebpf:"cdo_flows"`
-	CdoFrags     *ebpf.Map `ebpf:"cdo_frags"`
-	CdoIpcache   *ebpf.Map `ebpf:"cdo_ipcache"`
-	CdoPolicy    *ebpf.Map `ebpf:"cdo_policy"`
-	CdoVerdicts  *ebpf.Map `ebpf:"cdo_verdicts"`
+	CdoConfig     *ebpf.Map `ebpf:"cdo_config"`
+	CdoConntrack  *ebpf.Map `ebpf:"cdo_conntrack"`
+	CdoCtStats    *ebpf.Map `ebpf:"cdo_ct_stats"`
+	CdoEndpoints  *ebpf.Map `ebpf:"cdo_endpoints"`
+	CdoEpAddrs    *ebpf.Map `ebpf:"cdo_ep_addrs"`
+	CdoEvBudget   *ebpf.Map `ebpf:"cdo_ev_budget"`
+	CdoFlows      *ebpf.Map `ebpf:"cdo_flows"`
+	CdoFrags      *ebpf.Map `ebpf:"cdo_frags"`
+	CdoIpcache    *ebpf.Map `ebpf:"cdo_ipcache"`
+	CdoPolicy     *ebpf.Map `ebpf:"cdo_policy"`
+	CdoSvcCidrs   *ebpf.Map `ebpf:"cdo_svc_cidrs"`
+	CdoSvcPending *ebpf.Map `ebpf:"cdo_svc_pending"`
+	CdoVerdicts   *ebpf.Map `ebpf:"cdo_verdicts"`
 }
 
 func (m *CoordinoMaps) Close() error {
@@ -314,6 +321,8 @@ func (m *CoordinoMaps) Close() error {
 		m.CdoFrags,
 		m.CdoIpcache,
 		m.CdoPolicy,
+		m.CdoSvcCidrs,
+		m.CdoSvcPending,
 		m.CdoVerdicts,
 	)
 }

@@ -45,6 +45,7 @@ enum ct_result {
 	CT_ESTABLISHED,
 	CT_REPLY,
 	CT_REVOKED_HIT,
+	CT_DEFERRED, /* CT_SVC_PENDING flow, original direction: the service hook decides */
 };
 
 static __always_inline void ct_stat(__u32 slot)
@@ -142,7 +143,10 @@ static __always_inline int ct_track(const struct endpoint_info *ep, __u32 ifinde
 	if (!e)
 		return CT_NEW;
 	if (e->revision != revision) {
-		if (ct_still_allowed(ep, &k, e, remote)) {
+		if (e->flags & CT_SERVICE) {
+			/* Only the post-DNAT hook knows the backend (lib/service.h). */
+			e->flags = (e->flags & ~CT_REVOKED) | CT_SVC_PENDING;
+		} else if (ct_still_allowed(ep, &k, e, remote)) {
 			e->flags &= ~CT_REVOKED;
 		} else if (!(e->flags & CT_REVOKED)) {
 			e->flags |= CT_REVOKED;
@@ -168,6 +172,8 @@ static __always_inline int ct_track(const struct endpoint_info *ep, __u32 ifinde
 		e->flags |= CT_CLOSING;
 	if (now > e->last_seen_ns + CT_REFRESH_NS)
 		e->last_seen_ns = now;
+	if (origin == dir && (e->flags & CT_SVC_PENDING))
+		return CT_DEFERRED;
 	return origin == dir ? CT_ESTABLISHED : CT_REPLY;
 }
 
@@ -182,7 +188,7 @@ static __always_inline int ct_related(const struct endpoint_info *ep, __u32 ifin
 	struct ct_entry *e = ct_lookup(ifindex, dir ^ 1, q, now, &k, &origin);
 	if (!e || (e->flags & CT_REVOKED))
 		return 0;
-	if (e->revision == revision)
+	if (e->revision == revision || (e->flags & CT_SERVICE))
 		return 1;
 	/* The peer is the quoted flow's, not the error's sender (a router). */
 	struct ipcache_value remote = remote_of(q, dir ^ 1);

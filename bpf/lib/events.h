@@ -74,8 +74,9 @@ static __always_inline __s64 drop_event_wake(__u64 now)
 	return b->used++ == 0 ? BPF_RB_FORCE_WAKEUP : BPF_RB_NO_WAKEUP;
 }
 
-static __always_inline void emit(struct __sk_buff *skb, const struct endpoint_info *ep, __u8 dir,
-				 const struct packet *p, __u32 remote_id, __u32 reason, __u64 now)
+/* emit_on reports p's verdict on the endpoint interface ifindex. */
+static __always_inline void emit_on(__u32 ifindex, const struct endpoint_info *ep, __u8 dir,
+				    const struct packet *p, __u32 remote_id, __u32 reason, __u64 now)
 {
 	__u64 wake;
 	if (reason >= REASON_FIRST_DROP) {
@@ -95,7 +96,7 @@ static __always_inline void emit(struct __sk_buff *skb, const struct endpoint_in
 		return;
 	}
 	ev->ts_ns = now;
-	ev->ifindex = skb->ifindex;
+	ev->ifindex = ifindex;
 	ev->local_id = ep ? ep->identity : 0;
 	ev->remote_id = remote_id;
 	ev->family = p->family;
@@ -107,4 +108,10 @@ static __always_inline void emit(struct __sk_buff *skb, const struct endpoint_in
 	__builtin_memcpy(ev->src, p->src, 16);
 	__builtin_memcpy(ev->dst, p->dst, 16);
 	bpf_ringbuf_submit(ev, wake);
+}
+
+static __always_inline void emit(struct __sk_buff *skb, const struct endpoint_info *ep, __u8 dir,
+				 const struct packet *p, __u32 remote_id, __u32 reason, __u64 now)
+{
+	emit_on(skb->ifindex, ep, dir, p, remote_id, reason, now);
 }

@@ -1,7 +1,8 @@
 /* Packet parsing: IPv4/IPv6 headers, the IPv6 extension-header chain,
  * fragments, L4 ports and the packet quoted by an ICMP error. Everything is
- * read with bpf_skb_load_bytes, so a truncated packet fails a load and is
- * reported malformed instead of being read past its end. */
+ * read with bpf_skb_load_bytes (bpf_dynptr_read in the netfilter program),
+ * so a truncated packet fails a load and is reported malformed instead of
+ * being read past its end. */
 #pragma once
 
 #include <linux/bpf.h>
@@ -32,6 +33,14 @@
 #define ICMP6_NEIGH_ADVERT 136
 #define ICMP6_REDIRECT 137
 #define ICMP6_MLD2_REPORT 143
+
+/* The parser reads through parse_load from a PARSE_CTX: the tc programs'
+ * skb by default; the netfilter program (coordino_svc.c) defines both to
+ * read from a dynptr over its skb before including this header. */
+#ifndef PARSE_CTX
+#define PARSE_CTX struct __sk_buff
+#define parse_load(ctx, off, to, len) bpf_skb_load_bytes(ctx, off, to, len)
+#endif
 
 enum frag_kind {
 	FRAG_NONE,  /* not fragmented (or an atomic fragment) */
@@ -96,25 +105,25 @@ static __always_inline int ip6_is_unspecified(const __u8 *a)
 /* parse_l4 reads the L4 header at p->l4_off. For a quoted packet it reads
  * only the 8 bytes RFC 792 guarantees, and never TCP flags: a quoted RST
  * says nothing about the live flow. */
-static __always_inline int parse_l4(struct __sk_buff *skb, struct packet *p, int quoted)
+static __always_inline int parse_l4(PARSE_CTX *skb, struct packet *p, int quoted)
 {
 	__u8 hdr[8];
 
 	if (p->frag == FRAG_LATER)
 		return PARSE_OK;
 	if (is_port_proto(p->proto)) {
-		if (bpf_skb_load_bytes(skb, p->l4_off, hdr, 4) < 0)
+		if (parse_load(skb, p->l4_off, hdr, 4) < 0)
 			return PARSE_MALFORMED;
 		__builtin_memcpy(&p->sport, &hdr[0], 2);
 		__builtin_memcpy(&p->dport, &hdr[2], 2);
 		if (p->proto == IPPROTO_TCP && !quoted &&
-		    bpf_skb_load_bytes(skb, p->l4_off + 13, &p->tcp_flags, 1) < 0)
+		    parse_load(skb, p->l4_off + 13, &p->tcp_flags, 1) < 0)
 			return PARSE_MALFORMED;
 		return PARSE_OK;
 	}
 	if (!is_icmp(p))
 		return PARSE_OK;
-	if (bpf_skb_load_bytes(skb, p->l4_off, hdr, sizeof(hdr)) < 0)
+	if (parse_load(skb, p->l4_off, hdr, sizeof(hdr)) < 0)
 		return PARSE_MALFORMED;
 	__u8 type = hdr[0];
 	p->icmp_type = type;
@@ -143,13 +152,13 @@ static __always_inline int is_ipv6_ext(__u8 next)
 
 /* parse_ip parses the IP header at off and, unless p is a later fragment,
  * its L4 header. quoted parses the packet inside an ICMP error. */
-static __always_inline int parse_ip(struct __sk_buff *skb, __u32 off, __u8 family,
+static __always_inline int parse_ip(PARSE_CTX *skb, __u32 off, __u8 family,
 				    struct packet *p, int quoted)
 {
 	p->family = family;
 	if (family == 4) {
 		__u8 h[20];
-		if (bpf_skb_load_bytes(skb, off, h, sizeof(h)) < 0)
+		if (parse_load(skb, off, h, sizeof(h)) < 0)
 			return PARSE_MALFORMED;
 		__u32 ihl = (h[0] & 0x0f) * 4;
 		if ((h[0] >> 4) != 4 || ihl < 20)
@@ -168,7 +177,7 @@ static __always_inline int parse_ip(struct __sk_buff *skb, __u32 off, __u8 famil
 	}
 
 	__u8 h[40];
-	if (bpf_skb_load_bytes(skb, off, h, sizeof(h)) < 0)
+	if (parse_load(skb, off, h, sizeof(h)) < 0)
 		return PARSE_MALFORMED;
 	if ((h[0] >> 4) != 6)
 		return PARSE_MALFORMED;
@@ -184,7 +193,7 @@ static __always_inline int parse_ip(struct __sk_buff *skb, __u32 off, __u8 famil
 		__u8 ext[8];
 		if (next == NEXTHDR_FRAGMENT) {
 			if (p->frag != FRAG_NONE ||
-			    bpf_skb_load_bytes(skb, off, ext, sizeof(ext)) < 0)
+			    parse_load(skb, off, ext, sizeof(ext)) < 0)
 				return PARSE_MALFORMED;
 			__u16 offset = (((__u16)ext[2] << 8) | ext[3]) & 0xfff8;
 			__u32 id;
@@ -203,7 +212,7 @@ static __always_inline int parse_ip(struct __sk_buff *skb, __u32 off, __u8 famil
 			}
 			off += 8;
 		} else {
-			if (bpf_skb_load_bytes(skb, off, ext, 2) < 0)
+			if (parse_load(skb, off, ext, 2) < 0)
 				return PARSE_MALFORMED;
 			if (next == NEXTHDR_HOP) {
 				/* RFC 8200: only directly after the IPv6 header. */
@@ -225,7 +234,7 @@ static __always_inline int parse_ip(struct __sk_buff *skb, __u32 off, __u8 famil
 }
 
 /* parse_quote parses the packet an ICMP error quotes (same family). */
-static __always_inline int parse_quote(struct __sk_buff *skb, const struct packet *p,
+static __always_inline int parse_quote(PARSE_CTX *skb, const struct packet *p,
 				       struct packet *q)
 {
 	if (parse_ip(skb, p->l4_off + 8, p->family, q, 1) != PARSE_OK)

@@ -49,17 +49,24 @@ static __always_inline __u32 isolation_flag(__u8 dir)
 	return dir == DIR_INGRESS ? EP_INGRESS_ISOLATED : EP_EGRESS_ISOLATED;
 }
 
+/* addr_key fills an LPM key (ipcache layout) for one address. */
+static __always_inline void addr_key(struct ipcache_key *k, __u8 family, const __u8 *addr)
+{
+	k->family = family;
+	if (family == 4) {
+		k->prefixlen = 32 + 32;
+		__builtin_memcpy(k->addr, addr, 4);
+	} else {
+		k->prefixlen = 32 + 128;
+		__builtin_memcpy(k->addr, addr, 16);
+	}
+}
+
 static __always_inline struct ipcache_value lookup_identity(__u8 family, const __u8 *addr)
 {
 	struct ipcache_value world = {.identity = ID_WORLD, .cidr_identity = ID_WORLD};
-	struct ipcache_key k = {.family = family};
-	if (family == 4) {
-		k.prefixlen = 32 + 32;
-		__builtin_memcpy(k.addr, addr, 4);
-	} else {
-		k.prefixlen = 32 + 128;
-		__builtin_memcpy(k.addr, addr, 16);
-	}
+	struct ipcache_key k = {};
+	addr_key(&k, family, addr);
 	struct ipcache_value *v = bpf_map_lookup_elem(&cdo_ipcache, &k);
 	return v ? *v : world;
 }

@@ -53,6 +53,8 @@ type Options struct {
 
 	// Prefixes is PodCIDRs parsed.
 	Prefixes []netip.Prefix `json:"-"`
+
+	Services
 }
 
 // Defaults are the production paths.
@@ -121,6 +123,7 @@ func Parse(args []string, stderr io.Writer) (*Options, error) {
 	fs.IntVar(&o.WireGuardPort, "wireguard-port", o.WireGuardPort, "WireGuard UDP listen port")
 	fs.BoolVar(&o.WireGuardNodeToNode, "wireguard-node-to-node", o.WireGuardNodeToNode, "also encrypt node-to-node traffic (needed for node-to-remote-pod traffic under encryption)")
 	fs.StringVar(&o.OTLPEndpoint, "otlp-endpoint", "", "export OpenTelemetry traces of CNI verbs over OTLP/gRPC to host:port (plaintext) or a URL (https://…); default: the OTEL_EXPORTER_OTLP_* variables, else no tracing")
+	o.Services.register(fs)
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -191,6 +194,7 @@ func (o *Options) applyFlags(flags *Options, explicit map[string]bool) {
 		"wireguard-port":         func() { o.WireGuardPort = flags.WireGuardPort },
 		"wireguard-node-to-node": func() { o.WireGuardNodeToNode = flags.WireGuardNodeToNode },
 	}
+	o.Services.applyFlags(&flags.Services, set)
 	for name := range explicit {
 		if f := set[name]; f != nil {
 			f()
@@ -231,6 +235,9 @@ func (o *Options) validate() error {
 		return fmt.Errorf("attach-mode %q: want tc or tcx", o.AttachMode)
 	}
 	if err := o.validateCrossNode(); err != nil {
+		return err
+	}
+	if err := o.Services.validate(); err != nil {
 		return err
 	}
 	switch o.LogLevel {

@@ -119,7 +119,7 @@ func (d *Datapath) ctStat(slot bpf.CoordinoCtStat) (uint64, error) {
 // conntrackEntries counts the table's entries.
 func (d *Datapath) conntrackEntries() (int, error) {
 	n := 0
-	err := d.walkConntrack(func(*bpf.CoordinoCtKey) { n++ })
+	err := d.walkConntrack(func(*bpf.CoordinoCtKey, *bpf.CoordinoCtEntry) { n++ })
 	return n, err
 }
 
@@ -129,7 +129,7 @@ const ctBatch = 4096
 // walkConntrack calls fn for every key of the conntrack table, read in
 // batches of ctBatch (two syscalls per entry with an iterator), falling
 // back to the iterator on kernels without batch operations.
-func (d *Datapath) walkConntrack(fn func(*bpf.CoordinoCtKey)) error {
+func (d *Datapath) walkConntrack(fn func(*bpf.CoordinoCtKey, *bpf.CoordinoCtEntry)) error {
 	var (
 		cursor ebpf.MapBatchCursor
 		keys   = make([]bpf.CoordinoCtKey, ctBatch)
@@ -138,7 +138,7 @@ func (d *Datapath) walkConntrack(fn func(*bpf.CoordinoCtKey)) error {
 	for first := true; ; first = false {
 		n, err := d.objs.CdoConntrack.BatchLookup(&cursor, keys, vals, nil)
 		for i := range n {
-			fn(&keys[i])
+			fn(&keys[i], &vals[i])
 		}
 		switch {
 		case errors.Is(err, ebpf.ErrKeyNotExist):
@@ -151,14 +151,14 @@ func (d *Datapath) walkConntrack(fn func(*bpf.CoordinoCtKey)) error {
 	}
 }
 
-func (d *Datapath) iterateConntrack(fn func(*bpf.CoordinoCtKey)) error {
+func (d *Datapath) iterateConntrack(fn func(*bpf.CoordinoCtKey, *bpf.CoordinoCtEntry)) error {
 	var (
 		k bpf.CoordinoCtKey
 		v bpf.CoordinoCtEntry
 	)
 	it := d.objs.CdoConntrack.Iterate()
 	for it.Next(&k, &v) {
-		fn(&k)
+		fn(&k, &v)
 	}
 	return it.Err()
 }

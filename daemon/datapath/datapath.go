@@ -48,6 +48,12 @@ type Config struct {
 	// MapSizes are the other maps' capacities (capacity.go); zero fields
 	// take the defaults.
 	MapSizes MapSizes
+	// ServiceCIDRs are the cluster's Service address ranges: new flows of
+	// egress-isolated pods to them are decided after kube-proxy's DNAT.
+	ServiceCIDRs []netip.Prefix
+	// NoServiceHook leaves the post-DNAT hook detached, as on kernels
+	// without BPF netfilter links: such flows are dropped (fail closed).
+	NoServiceHook bool
 
 	// Tests only: a faster retry after a failed map update.
 	retryDelay time.Duration
@@ -106,6 +112,8 @@ type Datapath struct {
 	cidrsRetained bool
 	// episodes are the maps' refused writes, by map name (capacity.go).
 	episodes map[string]*mapEpisode
+	// serviceHookErr is why the post-DNAT hook is not attached (nil: it is).
+	serviceHookErr error
 }
 
 // Open loads the BPF objects and creates, or adopts, the pinned maps, the
@@ -173,6 +181,10 @@ func Open(cfg Config) (*Datapath, error) {
 	d.metrics = newMetrics(d)
 	d.ifKeys.Store(&map[uint32]string{})
 	if err := d.restore(); err != nil {
+		d.Close()
+		return nil, err
+	}
+	if err := d.setupServices(); err != nil {
 		d.Close()
 		return nil, err
 	}

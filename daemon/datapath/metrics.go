@@ -7,25 +7,30 @@ import (
 
 // reasonNames index bpf reason values; keep in sync with enum reason.
 var reasonNames = [...]string{
-	bpf.CoordinoReasonREASON_POLICY:         "policy",
-	bpf.CoordinoReasonREASON_NOT_ISOLATED:   "not-isolated",
-	bpf.CoordinoReasonREASON_HOST:           "host",
-	bpf.CoordinoReasonREASON_ESTABLISHED:    "established",
-	bpf.CoordinoReasonREASON_REPLY:          "reply",
-	bpf.CoordinoReasonREASON_RELATED:        "related",
-	bpf.CoordinoReasonREASON_NOT_IP:         "not-ip",
-	bpf.CoordinoReasonREASON_NEIGHBOR:       "neighbor-discovery",
-	bpf.CoordinoReasonREASON_POLICY_DENIED:  "policy-denied",
-	bpf.CoordinoReasonREASON_POLICY_REVOKED: "policy-revoked",
-	bpf.CoordinoReasonREASON_NO_ENDPOINT:    "no-endpoint",
-	bpf.CoordinoReasonREASON_MALFORMED:      "malformed",
-	bpf.CoordinoReasonREASON_SPOOFED:        "spoofed",
-	bpf.CoordinoReasonREASON_FRAGMENT:       "fragment-unknown",
+	bpf.CoordinoReasonREASON_POLICY:                "policy",
+	bpf.CoordinoReasonREASON_NOT_ISOLATED:          "not-isolated",
+	bpf.CoordinoReasonREASON_HOST:                  "host",
+	bpf.CoordinoReasonREASON_ESTABLISHED:           "established",
+	bpf.CoordinoReasonREASON_REPLY:                 "reply",
+	bpf.CoordinoReasonREASON_RELATED:               "related",
+	bpf.CoordinoReasonREASON_NOT_IP:                "not-ip",
+	bpf.CoordinoReasonREASON_NEIGHBOR:              "neighbor-discovery",
+	bpf.CoordinoReasonREASON_POLICY_DENIED:         "policy-denied",
+	bpf.CoordinoReasonREASON_POLICY_REVOKED:        "policy-revoked",
+	bpf.CoordinoReasonREASON_NO_ENDPOINT:           "no-endpoint",
+	bpf.CoordinoReasonREASON_MALFORMED:             "malformed",
+	bpf.CoordinoReasonREASON_SPOOFED:               "spoofed",
+	bpf.CoordinoReasonREASON_FRAGMENT:              "fragment-unknown",
+	bpf.CoordinoReasonREASON_SERVICE_UNENFORCEABLE: "service-unenforceable",
 }
+
+// ReasonServiceUnenforceable is the drop reason of Service traffic that
+// cannot be decided after DNAT (no post-DNAT hook).
+const ReasonServiceUnenforceable = uint8(bpf.CoordinoReasonREASON_SERVICE_UNENFORCEABLE)
 
 // ReasonName names a verdict reason as used in metrics and flow events.
 func ReasonName(r uint8) string {
-	if int(r) < len(reasonNames) {
+	if int(r) < len(reasonNames) && reasonNames[r] != "" {
 		return reasonNames[r]
 	}
 	return "unknown"
@@ -112,7 +117,10 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 		if dir == 1 {
 			dirName = "egress"
 		}
-		for reason := range uint32(bpf.CoordinoReasonREASON_MAX) {
+		for reason := range uint32(len(reasonNames)) {
+			if reasonNames[reason] == "" { // counter-only slots
+				continue
+			}
 			pkts, bytes, err := m.d.counter(dir, reason)
 			if err != nil {
 				continue

@@ -104,7 +104,7 @@ func purgeByIterator(d *Datapath, ifindex uint32, ips []netip.Addr) {
 		gone[b] = true
 	}
 	var dead []bpf.CoordinoCtKey
-	_ = d.iterateConntrack(func(k *bpf.CoordinoCtKey) {
+	_ = d.iterateConntrack(func(k *bpf.CoordinoCtKey, _ *bpf.CoordinoCtEntry) {
 		if k.Ifindex == ifindex || gone[k.Src] || gone[k.Dst] {
 			dead = append(dead, *k)
 		}

@@ -527,14 +527,23 @@ func (d *Datapath) purgeConntrack(ifindex uint32, ips []netip.Addr) {
 		_, b := packetAddr(ip)
 		gone[b] = true
 	}
-	var dead []bpf.CoordinoCtKey
-	err := d.walkConntrack(func(k *bpf.CoordinoCtKey) {
-		if k.Ifindex == ifindex || gone[k.Src] || gone[k.Dst] {
-			dead = append(dead, *k)
-		}
+	err := d.purgeConntrackWhere(func(k *bpf.CoordinoCtKey, _ *bpf.CoordinoCtEntry) bool {
+		return k.Ifindex == ifindex || gone[k.Src] || gone[k.Dst]
 	})
 	if err != nil {
 		d.log.Warn("conntrack purge incomplete: entries of the removed endpoint expire on their own", zap.Error(err))
 	}
+}
+
+// purgeConntrackWhere deletes the conntrack entries drop selects; entries it
+// could not read are left to expire, and the read error is returned.
+func (d *Datapath) purgeConntrackWhere(drop func(*bpf.CoordinoCtKey, *bpf.CoordinoCtEntry) bool) error {
+	var dead []bpf.CoordinoCtKey
+	err := d.walkConntrack(func(k *bpf.CoordinoCtKey, v *bpf.CoordinoCtEntry) {
+		if drop(k, v) {
+			dead = append(dead, *k)
+		}
+	})
 	d.deleteConntrack(dead)
+	return err
 }

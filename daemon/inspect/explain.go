@@ -99,6 +99,9 @@ func (s *Service) ExplainPolicy(_ context.Context, req *inspectv1.ExplainPolicyR
 			v.SelectedBy, v.AllowedBy = dp.Provenance(dec, st.dir, st.peer, proto, port)
 		}
 		v.Detail = describe(dec, st.dir, v, st.at.name(), st.peerName, req.Protocol, port)
+		if explainService(dp, st.dir, st.peer, proto, dec, v, st.at.name()) && v.Verdict == verdictAfterDNAT {
+			out.Verdict = verdictAfterDNAT
+		}
 		if v.Verdict == "denied" {
 			out.Verdict = "denied"
 			denied = append(denied, v.Detail)
@@ -106,6 +109,8 @@ func (s *Service) ExplainPolicy(_ context.Context, req *inspectv1.ExplainPolicyR
 	}
 	if out.Verdict == "denied" {
 		out.Summary = "denied: " + strings.Join(denied, "; ")
+	} else if out.Verdict == verdictAfterDNAT {
+		out.Summary = out.Steps[0].Detail
 	} else {
 		out.Summary = "allowed"
 		for _, st := range out.Steps {

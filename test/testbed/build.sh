@@ -4,7 +4,7 @@
 #
 #   $COORDINO_TESTBED_CACHE/<component>-<version>/   (default /var/cache/coordino-testbed)
 #
-# usage: build.sh [component...]   components: containerd crictl etcd kubelet kube-apiserver
+# usage: build.sh [component...]   components: containerd crictl etcd kubelet kube-apiserver kube-proxy
 #                                   (default: all; "cri" = containerd crictl, "kube" = etcd kubelet kube-apiserver)
 # env:   COORDINO_TESTBED_CACHE  cache root
 #        TESTBED_NICE            nice level for the compiler (default 19: others keep working)
@@ -93,6 +93,7 @@ for comp in "${expanded[@]}"; do
 	etcd) cached etcd $ETCD_VERSION || timed etcd $ETCD_VERSION build_etcd ;;
 	kubelet) cached kubelet $K8S_VERSION || timed kubelet $K8S_VERSION build_k8s kubelet ;;
 	kube-apiserver) cached kube-apiserver $K8S_VERSION || timed kube-apiserver $K8S_VERSION build_k8s kube-apiserver ;;
+	kube-proxy) cached kube-proxy $K8S_VERSION || timed kube-proxy $K8S_VERSION build_k8s kube-proxy ;;
 	*) echo "unknown component $comp" >&2; exit 2 ;;
 	esac
 done

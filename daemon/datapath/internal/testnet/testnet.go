@@ -285,20 +285,9 @@ func (p *Pod) Serve(t testing.TB) {
 	t.Helper()
 	err := p.Do(func() error {
 		for _, port := range Ports {
-			ln, err := net.Listen("tcp4", ":"+strconv.Itoa(port))
-			if err != nil {
+			if err := serveTCPEcho(t, "tcp4", ":"+strconv.Itoa(port)); err != nil {
 				return err
 			}
-			t.Cleanup(func() { ln.Close() })
-			go func() {
-				for {
-					c, err := ln.Accept()
-					if err != nil {
-						return
-					}
-					go func() { defer c.Close(); _, _ = io.Copy(c, c) }()
-				}
-			}()
 			pc, err := net.ListenPacket("udp4", ":"+strconv.Itoa(port))
 			if err != nil {
 				return err
@@ -320,6 +309,34 @@ func (p *Pod) Serve(t testing.TB) {
 	if err != nil {
 		t.Fatalf("pod %s: serve: %v", p.Name, err)
 	}
+}
+
+// ServeTCP starts a TCP echo server on network ("tcp4", "tcp6") and
+// address inside the pod, e.g. an IPv6 one (Serve listens on IPv4).
+func (p *Pod) ServeTCP(t testing.TB, network, addr string) {
+	t.Helper()
+	if err := p.Do(func() error { return serveTCPEcho(t, network, addr) }); err != nil {
+		t.Fatalf("pod %s: serve %s %s: %v", p.Name, network, addr, err)
+	}
+}
+
+// serveTCPEcho listens in the calling thread's netns until cleanup.
+func serveTCPEcho(t testing.TB, network, addr string) error {
+	ln, err := net.Listen(network, addr)
+	if err != nil {
+		return err
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() { defer c.Close(); _, _ = io.Copy(c, c) }()
+		}
+	}()
+	return nil
 }
 
 // Timeout bounds each probe; a dropped SYN or datagram shows as a timeout.

@@ -1,0 +1,76 @@
+/* Services: policy on the destination kube-proxy translated to.
+ *
+ * kube-proxy (iptables or nftables) rewrites a Service address to a backend
+ * in netfilter PREROUTING, after the tc hook on the client's host interface
+ * has seen the packet. So for an egress-isolated pod the tc hook does not
+ * decide a new flow to a Service CIDR: it tracks it as CT_SERVICE |
+ * CT_SVC_PENDING under the tuple it sees (the Service's, which is also what
+ * replies carry once the kernel un-NATs them) and lets it pass; the
+ * netfilter program (coordino_svc.c) right after DNAT decides on the
+ * translated destination and clears the mark or drops the packet. Without
+ * that program (CFG_SERVICE_HOOK clear) such flows are dropped: fail closed. */
+#pragma once
+
+#include <linux/bpf.h>
+#include <bpf/bpf_helpers.h>
+
+#include "../coordino.h"
+#include "parse.h"
+#include "policy.h"
+#include "conntrack.h"
+
+/* svc_cidrs: LPM trie of the cluster's Service CIDRs (same key as the
+ * ipcache), written by the daemon from --service-cidrs. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
+	__uint(max_entries, 64);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, struct ipcache_key);
+	__type(value, __u32);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} cdo_svc_cidrs SEC(".maps");
+
+/* svc_pending: the endpoint (host ifindex) of each deferred packet's flow,
+ * keyed by its tuple as the client sent it (ct_key with ifindex 0). The
+ * netfilter program finds the endpoint by the packet's input device, which
+ * is the pod's host veth in routed setups; where the veth is a bridge port
+ * (chained after a bridge CNI) the input device is the bridge, and this map
+ * names the endpoint instead. Written for every deferred packet, so LRU
+ * eviction between the tc program's write and the netfilter program's
+ * read, microseconds later, would take 64k other deferred flows. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 65536);
+	__type(key, struct ct_key);
+	__type(value, __u32);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} cdo_svc_pending SEC(".maps");
+
+/* svc_pending_key is the flow's key in cdo_svc_pending. */
+static __always_inline void svc_pending_key(struct ct_key *k, const struct packet *p)
+{
+	tuple_key(k, 0, DIR_EGRESS, p, 0);
+}
+
+/* svc_address reports whether addr lies in a Service CIDR. */
+static __always_inline int svc_address(__u8 family, const __u8 *addr)
+{
+	struct ipcache_key k = {};
+	addr_key(&k, family, addr);
+	return bpf_map_lookup_elem(&cdo_svc_cidrs, &k) != NULL;
+}
+
+static __always_inline int svc_hook_active(const struct config *cfg)
+{
+	return cfg && (cfg->flags & CFG_SERVICE_HOOK);
+}
+
+/* svc_deferred reports whether a new flow of an endpoint's egress is decided
+ * after DNAT: the endpoint is egress-isolated and p goes to a Service CIDR
+ * with a protocol kube-proxy translates. */
+static __always_inline int svc_deferred(const struct endpoint_info *ep, const struct packet *p)
+{
+	if (!(ep->flags & EP_EGRESS_ISOLATED) || !is_port_proto(p->proto) || p->icmp_error)
+		return 0;
+	return svc_address(p->family, p->dst);
+}

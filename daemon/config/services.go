@@ -1,0 +1,63 @@
+package config
+
+import (
+	"flag"
+	"fmt"
+	"net/netip"
+	"strings"
+)
+
+// Services configures policy for traffic addressed to Services (see
+// docs/policy.md, "Services").
+type Services struct {
+	// ServiceCIDRs are the cluster's Service ranges (kube-apiserver's
+	// --service-cluster-ip-range), comma-separated or repeated.
+	ServiceCIDRs []string `json:"serviceCIDRs"`
+	// NoServiceHook keeps the post-DNAT hook detached: Service traffic of
+	// egress-isolated pods is dropped, as on kernels without BPF netfilter
+	// links.
+	NoServiceHook bool `json:"noServiceHook"`
+
+	// ServicePrefixes is ServiceCIDRs parsed.
+	ServicePrefixes []netip.Prefix `json:"-"`
+}
+
+type serviceCIDRList struct{ s *Services }
+
+func (c serviceCIDRList) String() string {
+	if c.s == nil {
+		return ""
+	}
+	return strings.Join(c.s.ServiceCIDRs, ",")
+}
+
+func (c serviceCIDRList) Set(v string) error {
+	for _, p := range strings.Split(v, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			c.s.ServiceCIDRs = append(c.s.ServiceCIDRs, p)
+		}
+	}
+	return nil
+}
+
+func (s *Services) register(fs *flag.FlagSet) {
+	fs.Var(serviceCIDRList{s}, "service-cidrs", "the cluster's Service CIDRs (comma-separated or repeated): egress policy of new flows to them is decided on the backend kube-proxy translates to")
+	fs.BoolVar(&s.NoServiceHook, "no-service-hook", false, "do not attach the post-DNAT netfilter hook: Service traffic of egress-isolated pods is dropped (what kernels without BPF netfilter links get)")
+}
+
+func (s *Services) applyFlags(flags *Services, set map[string]func()) {
+	set["service-cidrs"] = func() { s.ServiceCIDRs = flags.ServiceCIDRs }
+	set["no-service-hook"] = func() { s.NoServiceHook = flags.NoServiceHook }
+}
+
+func (s *Services) validate() error {
+	s.ServicePrefixes = nil
+	for _, c := range s.ServiceCIDRs {
+		p, err := netip.ParsePrefix(c)
+		if err != nil {
+			return fmt.Errorf("service-cidrs %q: %w", c, err)
+		}
+		s.ServicePrefixes = append(s.ServicePrefixes, p.Masked())
+	}
+	return nil
+}

@@ -1,0 +1,244 @@
+package datapath
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"slices"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
+	"github.com/coordino/coordino/bpf"
+	"go.uber.org/zap"
+	"golang.org/x/sys/unix"
+)
+
+// cfgServiceHook is CFG_SERVICE_HOOK of bpf/coordino.h.
+const cfgServiceHook = 2
+
+// servicePriorities run the post-DNAT program right after kube-proxy's DNAT
+// (NF_IP_PRI_NAT_DST, -100, the priority of iptables' nat PREROUTING and of
+// nftables' "dstnat"), before filtering and routing. The kernel refuses a
+// second BPF program at a priority taken, so a restarting daemon attaches
+// at the other one before it unpins its predecessor's: no gap.
+var servicePriorities = []int32{-100 + 1, -100 + 2}
+
+// serviceHooks are the netfilter hooks of the post-DNAT program, by pin name.
+var serviceHooks = []struct {
+	pin    string
+	family link.NetfilterProtocolFamily
+}{
+	{"service-ipv4", link.NetfilterProtoIPv4},
+	{"service-ipv6", link.NetfilterProtoIPv6},
+}
+
+// ErrServiceHookDisabled is the reason the datapath gives when the post-DNAT
+// hook is off by configuration (Config.NoServiceHook).
+var ErrServiceHookDisabled = errors.New("post-DNAT hook disabled by configuration")
+
+var errNoServiceCIDRs = errors.New("no Service CIDRs configured (--service-cidrs)")
+
+// setupServices writes the Service CIDRs and attaches the post-DNAT program
+// (bpf/coordino_svc.c). Where that fails, the tc programs drop Service
+// traffic of egress-isolated pods instead (fail closed); the error says why.
+// Only an error writing the maps fails Open.
+func (d *Datapath) setupServices() error {
+	if err := d.writeServiceCIDRs(d.cfg.ServiceCIDRs); err != nil {
+		return err
+	}
+	hookErr := ErrServiceHookDisabled
+	switch {
+	case len(d.cfg.ServiceCIDRs) == 0:
+		// Nothing is deferred: spare every packet of isolated pods the hook.
+		hookErr = errNoServiceCIDRs
+	case !d.cfg.NoServiceHook:
+		hookErr = d.attachServiceHook()
+	}
+	flags := d.cfgFlags | cfgServiceHook
+	if hookErr != nil {
+		flags = d.cfgFlags &^ cfgServiceHook
+	}
+	d.mu.Lock()
+	d.cfgFlags = flags
+	err := d.writeConfig()
+	d.mu.Unlock()
+	if err != nil {
+		return fmt.Errorf("datapath: write config: %w", err)
+	}
+	if hookErr != nil {
+		// Only now that the tc programs no longer defer: a previous daemon's
+		// hook goes too, so what runs matches this configuration.
+		d.unpinServiceHook()
+	}
+	d.serviceHookErr = hookErr
+	switch {
+	case hookErr == nil:
+		d.log.Info("Service traffic is decided after kube-proxy's DNAT",
+			zap.Stringers("serviceCIDRs", d.cfg.ServiceCIDRs))
+	case len(d.cfg.ServiceCIDRs) > 0:
+		d.log.Error("post-DNAT hook unavailable: new flows from egress-isolated pods to Service CIDRs are DROPPED (fail closed); needs kernel >= 6.4 with BPF netfilter links (CONFIG_NETFILTER_BPF_LINK)",
+			zap.Stringers("serviceCIDRs", d.cfg.ServiceCIDRs), zap.Error(hookErr))
+	default:
+		d.log.Info("post-DNAT hook not attached: Service traffic is judged on the Service address", zap.Error(hookErr))
+	}
+	return nil
+}
+
+// ServiceHookError reports why the post-DNAT hook is not attached, or nil
+// when it is.
+func (d *Datapath) ServiceHookError() error {
+	return d.serviceHookErr
+}
+
+// attachServiceHook loads the post-DNAT program on the tc object's maps and
+// links it to PREROUTING for both families. The links are pinned, so a
+// daemon restart keeps Service flows decided; the new links are attached
+// before the old pins are replaced, so there is no gap.
+func (d *Datapath) attachServiceHook() error {
+	spec, err := bpf.LoadCoordinoSvc()
+	if err != nil {
+		return fmt.Errorf("load post-DNAT spec: %w", err)
+	}
+	var objs bpf.CoordinoSvcPrograms
+	maps := d.objs.CoordinoMaps
+	opts := &ebpf.CollectionOptions{MapReplacements: map[string]*ebpf.Map{
+		"cdo_config": maps.CdoConfig, "cdo_conntrack": maps.CdoConntrack, "cdo_ct_stats": maps.CdoCtStats,
+		"cdo_endpoints": maps.CdoEndpoints, "cdo_ev_budget": maps.CdoEvBudget, "cdo_flows": maps.CdoFlows,
+		"cdo_ipcache": maps.CdoIpcache, "cdo_policy": maps.CdoPolicy, "cdo_verdicts": maps.CdoVerdicts,
+		"cdo_svc_cidrs": maps.CdoSvcCidrs, "cdo_svc_pending": maps.CdoSvcPending,
+	}}
+	if err := spec.LoadAndAssign(&objs, opts); err != nil {
+		var verr *ebpf.VerifierError
+		if errors.As(err, &verr) {
+			return fmt.Errorf("load post-DNAT program: %+v", verr)
+		}
+		return fmt.Errorf("load post-DNAT program: %w", err)
+	}
+	defer objs.Close()
+	var links []link.Link
+	defer func() {
+		for _, l := range links {
+			l.Close()
+		}
+	}()
+	for _, h := range serviceHooks {
+		var err error
+		for _, prio := range servicePriorities {
+			var l link.Link
+			l, err = link.AttachNetfilter(link.NetfilterOptions{
+				Program:        objs.CdoSvc,
+				ProtocolFamily: h.family,
+				Hook:           link.NetfilterInetPreRouting,
+				Priority:       prio,
+			})
+			if err == nil {
+				links = append(links, l)
+				d.log.Debug("post-DNAT hook attached", zap.String("hook", h.pin), zap.Int32("priority", prio))
+				break
+			}
+			if !errors.Is(err, unix.EBUSY) {
+				break
+			}
+		}
+		if err != nil {
+			return fmt.Errorf("attach post-DNAT program (family %d): %w", h.family, err)
+		}
+	}
+	for i, h := range serviceHooks {
+		pin := filepath.Join(d.cfg.BPFDir, "links", h.pin)
+		tmp := pin + "-new"
+		os.Remove(tmp)
+		if err := links[i].Pin(tmp); err != nil {
+			return fmt.Errorf("pin post-DNAT link: %w", err)
+		}
+		// rename over the old pin detaches the previous daemon's hook.
+		if err := os.Rename(tmp, pin); err != nil {
+			os.Remove(tmp)
+			return fmt.Errorf("pin post-DNAT link: %w", err)
+		}
+	}
+	return nil
+}
+
+// unpinServiceHook detaches a post-DNAT hook a previous daemon pinned.
+func (d *Datapath) unpinServiceHook() {
+	for _, h := range serviceHooks {
+		pin := filepath.Join(d.cfg.BPFDir, "links", h.pin)
+		if err := os.Remove(pin); err != nil && !errors.Is(err, os.ErrNotExist) {
+			d.log.Warn("stale post-DNAT link not removed", zap.String("pin", pin), zap.Error(err))
+		}
+	}
+}
+
+// writeServiceCIDRs makes the Service CIDR map hold exactly cidrs.
+func (d *Datapath) writeServiceCIDRs(cidrs []netip.Prefix) error {
+	m := d.objs.CdoSvcCidrs
+	want := map[bpf.CoordinoIpcacheKey]bool{}
+	for _, p := range cidrs {
+		want[ipcacheKey(p.Masked())] = true
+	}
+	var (
+		k     bpf.CoordinoIpcacheKey
+		v     uint32
+		stale []bpf.CoordinoIpcacheKey
+	)
+	it := m.Iterate()
+	for it.Next(&k, &v) {
+		if !want[k] {
+			stale = append(stale, k)
+		}
+	}
+	if err := it.Err(); err != nil {
+		return fmt.Errorf("datapath: read Service CIDRs: %w", err)
+	}
+	for _, k := range stale {
+		if err := m.Delete(&k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			return fmt.Errorf("datapath: remove Service CIDR: %w", err)
+		}
+	}
+	for k := range want {
+		if err := m.Update(&k, uint32(1), ebpf.UpdateAny); err != nil {
+			return fmt.Errorf("datapath: write Service CIDR: %w", err)
+		}
+	}
+	if len(stale) > 0 {
+		d.purgeServiceFlows(cidrs)
+	}
+	return nil
+}
+
+// ctService is CT_SERVICE of bpf/coordino.h.
+const ctService = 16
+
+// purgeServiceFlows forgets Service flows to addresses no longer in cidrs:
+// the post-DNAT hook only looks at Service CIDRs, so such a flow left
+// pending would never be decided. Their next packet is judged anew.
+func (d *Datapath) purgeServiceFlows(cidrs []netip.Prefix) {
+	err := d.purgeConntrackWhere(func(k *bpf.CoordinoCtKey, v *bpf.CoordinoCtEntry) bool {
+		if v.Flags&ctService == 0 {
+			return false
+		}
+		dst := netip.AddrFrom16(k.Dst)
+		if k.Family == 4 {
+			dst = netip.AddrFrom4([4]byte(k.Dst[:4]))
+		}
+		return !slices.ContainsFunc(cidrs, func(p netip.Prefix) bool { return p.Contains(dst) })
+	})
+	if err != nil {
+		d.log.Warn("purge of flows to former Service CIDRs incomplete: they stay pending until they expire", zap.Error(err))
+	}
+}
+
+// ServiceAddress reports whether addr lies in a configured Service CIDR:
+// new flows of egress-isolated pods to it are decided after DNAT.
+func (d *Datapath) ServiceAddress(addr netip.Addr) bool {
+	addr = addr.Unmap()
+	for _, p := range d.cfg.ServiceCIDRs {
+		if p.Contains(addr) {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,287 @@
+package datapath
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"net/netip"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/vishvananda/netlink"
+
+	"github.com/coordino/coordino/daemon/datapath/internal/testnet"
+)
+
+// Service tests: an nftables DNAT rule in the node netns stands in for
+// kube-proxy (test/k8smode runs the real one): Service address svcIP
+// port 8080 translates to pod b port 80 (TCP and UDP). The full matrix
+// against kube-proxy is in test/k8smode; these pin the datapath's part.
+
+var (
+	svcCIDR = netip.MustParsePrefix("10.96.0.0/16")
+	svcIP   = netip.MustParseAddr("10.96.0.10")
+)
+
+// dnatToServer installs the DNAT rule; removed at cleanup.
+func dnatToServer(t *testing.T) {
+	t.Helper()
+	nftDNAT(t, "ip", svcIP.String(), podIPs["b"].String(), 80)
+}
+
+// nftDNAT translates svc port 8080 (TCP, UDP) to backend:port in a table
+// of family ("ip" or "ip6"), as kube-proxy's nftables mode does.
+func nftDNAT(t testing.TB, family, svc, backend string, port int) {
+	t.Helper()
+	table := fmt.Sprintf("cdotest%x", rand.Uint32())
+	match := map[string]string{"ip": "ip", "ip6": "ip6"}[family]
+	rules := fmt.Sprintf(`table %[1]s %[2]s {
+	chain pre {
+		type nat hook prerouting priority dstnat; policy accept;
+		%[3]s daddr %[4]s tcp dport 8080 dnat to %[5]s:%[6]d
+		%[3]s daddr %[4]s udp dport 8080 dnat to %[5]s:%[6]d
+	}
+}`, family, table, match, svc, backend, port)
+	cmd := exec.Command("nft", "-f", "-")
+	cmd.Stdin = strings.NewReader(rules)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("nft: %v: %s", err, out)
+	}
+	t.Cleanup(func() { _ = exec.Command("nft", "delete", "table", family, table).Run() })
+}
+
+// expectService probes pod from → the Service on proto/8080.
+func (c *cluster) expectService(allowed bool, from, proto string) {
+	c.t.Helper()
+	err := c.pods[from].Probe(proto, svcIP, 8080)
+	if allowed && err != nil {
+		c.t.Errorf("%s>service %s/8080: want allowed, got %v", from, proto, err)
+	}
+	if !allowed && err == nil {
+		c.t.Errorf("%s>service %s/8080: want denied, but it passed", from, proto)
+	}
+}
+
+// clientEgressTo isolates a's egress (app=client in default), allowing only
+// peer on port 80 (the backend's port, not the Service's).
+func clientEgressTo(peer string) string {
+	return `
+metadata: {name: client-egress, namespace: default}
+spec:
+  podSelector: {matchLabels: {app: client}}
+  policyTypes: [Egress]
+  egress: [{to: [` + peer + `], ports: [{protocol: TCP, port: 80}, {protocol: UDP, port: 80}]}]`
+}
+
+// TestServiceDecidedOnBackend: egress policy is decided on the destination
+// DNAT chose. Allowing the backend's pods lets the client reach the Service
+// (the old datapath judged the Service address and dropped it); allowing
+// the Service CIDR but not the backend denies it (the old one allowed it).
+func TestServiceDecidedOnBackend(t *testing.T) {
+	c := newClusterWith(t, Config{AttachMode: AttachTC, ServiceCIDRs: []netip.Prefix{svcCIDR}}, false)
+	if err := c.dp.ServiceHookError(); err != nil {
+		t.Fatalf("post-DNAT hook not attached: %v", err)
+	}
+	dnatToServer(t)
+	c.expectService(true, "a", "tcp") // not isolated yet
+
+	c.policies(clientEgressTo(`{podSelector: {matchLabels: {app: server}}}`))
+	c.expectService(true, "a", "tcp")
+	c.expectService(true, "a", "udp")
+	c.expect(true, "a>b tcp/80")
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	flows := make(chan Flow, 64)
+	go func() { _ = c.dp.ReadFlows(ctx, func(f Flow) { flows <- f }) }()
+	c.policies(clientEgressTo(`{ipBlock: {cidr: 10.96.0.0/16}}`))
+	c.expectService(false, "a", "tcp")
+	c.expectService(false, "a", "udp")
+	c.expectService(true, "c", "tcp") // c's namespace has no policy
+	if n := reasonCount(t, c, "policy-denied"); n == 0 {
+		t.Error("no egress drop counted as policy-denied")
+	}
+	// The drop is reported on a's endpoint with the backend it was decided on.
+	timeout := time.After(2 * time.Second)
+	for {
+		select {
+		case f := <-flows:
+			if f.Reason == "policy-denied" && f.Direction == "egress" && f.IfIndex == uint32(c.eps["a"].HostIfIndex) &&
+				f.Dst == podIPs["b"] && f.DstPort == 80 {
+				return
+			}
+		case <-timeout:
+			t.Fatal("no policy-denied flow event from a to the backend b:80")
+		}
+	}
+}
+
+// openServiceFlow builds the cluster with the Service, lets a reach b, and
+// returns a working connection from a through the Service.
+func openServiceFlow(t *testing.T) (*cluster, net.Conn) {
+	t.Helper()
+	c := newClusterWith(t, Config{AttachMode: AttachTC, ServiceCIDRs: []netip.Prefix{svcCIDR}}, false)
+	dnatToServer(t)
+	c.policies(clientEgressTo(`{podSelector: {matchLabels: {app: server}}}`))
+	conn, err := c.pods["a"].Dial(svcIP, 8080)
+	if err != nil {
+		t.Fatalf("dial service: %v", err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	if err := testnet.Echo(conn); err != nil {
+		t.Fatalf("echo: %v", err)
+	}
+	return c, conn
+}
+
+// TestServiceFlowRevokedOnBackend: an open connection through a Service
+// is cut when a policy change stops allowing its backend, and kept when
+// the change still allows it.
+func TestServiceFlowRevokedOnBackend(t *testing.T) {
+	c, conn := openServiceFlow(t)
+	// Still allowed (another rule now): the connection keeps working.
+	c.policies(clientEgressTo(`{podSelector: {matchLabels: {app: server}}}, {ipBlock: {cidr: 203.0.113.0/24}}`))
+	if err := testnet.Echo(conn); err != nil {
+		t.Fatalf("echo after a change that still allows the backend: %v", err)
+	}
+	c.policies(clientEgressTo(`{ipBlock: {cidr: 10.96.0.0/16}}`))
+	if err := testnet.Echo(conn); err == nil {
+		t.Fatal("connection to a backend no longer allowed still works")
+	}
+	if n := reasonCount(t, c, "policy-revoked"); n == 0 {
+		t.Error("no packet counted as policy-revoked")
+	}
+}
+
+// TestServiceFailsClosedWithoutHook: without the post-DNAT hook (as on a
+// kernel before 6.4), an egress-isolated pod's Service traffic is dropped
+// even where its policy allows the backend, and counted with its reason.
+func TestServiceFailsClosedWithoutHook(t *testing.T) {
+	c := newClusterWith(t, Config{AttachMode: AttachTC, ServiceCIDRs: []netip.Prefix{svcCIDR}, NoServiceHook: true}, false)
+	if c.dp.ServiceHookError() == nil {
+		t.Fatal("hook reported attached although disabled")
+	}
+	dnatToServer(t)
+	c.expectService(true, "a", "tcp") // not isolated: nothing to decide
+	c.policies(clientEgressTo(`{podSelector: {matchLabels: {app: server}}}, {ipBlock: {cidr: 10.96.0.0/16}}`))
+	c.expectService(false, "a", "tcp")
+	c.expect(true, "a>b tcp/80")
+	if n := reasonCount(t, c, "service-unenforceable"); n == 0 {
+		t.Error("no drop counted as service-unenforceable")
+	}
+}
+
+// TestServiceIPv6DecidedOnBackend: the same decision for IPv6 (the
+// program's second netfilter link).
+func TestServiceIPv6DecidedOnBackend(t *testing.T) {
+	svc6 := netip.MustParseAddr("fd00:96::10")
+	c := newClusterWith(t, Config{AttachMode: AttachTC, ServiceCIDRs: []netip.Prefix{svcCIDR, netip.MustParsePrefix("fd00:96::/108")}}, true)
+	// The test pods serve IPv4 only: b gets an IPv6 echo server on 82.
+	b6 := podIPs6["b"]
+	c.pods["b"].ServeTCP(t, "tcp6", netip.AddrPortFrom(b6, 82).String())
+	nftDNAT(t, "ip6", svc6.String(), "["+b6.String()+"]", 82)
+	dial := func() error {
+		return c.pods["a"].Do(func() error {
+			conn, err := net.DialTimeout("tcp6", netip.AddrPortFrom(svc6, 8080).String(), testnet.Timeout)
+			if err != nil {
+				return err
+			}
+			defer conn.Close()
+			return testnet.Echo(conn)
+		})
+	}
+	allow := func(peer string) string {
+		return `
+metadata: {name: client-egress, namespace: default}
+spec:
+  podSelector: {matchLabels: {app: client}}
+  policyTypes: [Egress]
+  egress: [{to: [` + peer + `], ports: [{protocol: TCP, port: 82}, {protocol: TCP, port: 8080}]}]`
+	}
+	c.policies(allow(`{podSelector: {matchLabels: {app: server}}}`))
+	// A fresh IPv6 path may lose its first SYN to neighbour resolution.
+	err := dial()
+	for i := 0; err != nil && i < 2; i++ {
+		err = dial()
+	}
+	if err != nil {
+		t.Errorf("a>[%v]:8080 with the backend allowed: %v", svc6, err)
+	}
+	c.policies(allow(`{ipBlock: {cidr: "fd00:96::/108"}}`))
+	if err := dial(); err == nil {
+		t.Errorf("a>[%v]:8080 with only the Service CIDR allowed: passed, want denied", svc6)
+	}
+}
+
+// TestServiceHookSurvivesRestart: the post-DNAT links are pinned, so
+// while no daemon runs a denied Service flow stays denied (an unpinned hook
+// would vanish with the daemon and the tc program's deferral would let it
+// through), and a new daemon replaces them without leaving extra hooks.
+func TestServiceHookSurvivesRestart(t *testing.T) {
+	c := newClusterWith(t, Config{AttachMode: AttachTC, ServiceCIDRs: []netip.Prefix{svcCIDR}}, false)
+	dnatToServer(t)
+	c.policies(clientEgressTo(`{ipBlock: {cidr: 10.96.0.0/16}}`))
+	c.expectService(false, "a", "tcp")
+	if err := c.dp.Close(); err != nil {
+		t.Fatal(err)
+	}
+	c.expectService(false, "a", "tcp")
+	c.open()
+	c.policies(clientEgressTo(`{podSelector: {matchLabels: {app: server}}}`))
+	c.expectService(true, "a", "tcp")
+	pins, err := filepath.Glob(filepath.Join(c.cfg.BPFDir, "links", "service-*"))
+	if err != nil || len(pins) != 2 {
+		t.Errorf("service link pins after restart: %v (%v), want service-ipv4 and service-ipv6", pins, err)
+	}
+}
+
+// TestServiceCIDRRemovedFlowsJudgedAnew: a restart without a Service CIDR
+// forgets that CIDR's flows, which the post-DNAT hook no longer looks at;
+// kept, a flow sent back to pending by a policy change would pass
+// undecided for ever.
+func TestServiceCIDRRemovedFlowsJudgedAnew(t *testing.T) {
+	c, conn := openServiceFlow(t)
+	if err := c.dp.Close(); err != nil {
+		t.Fatal(err)
+	}
+	c.cfg.ServiceCIDRs = nil
+	c.open()
+	// Now judged on the Service address, which no rule allows.
+	c.policies(clientEgressTo(`{podSelector: {matchLabels: {app: server}}}, {ipBlock: {cidr: 203.0.113.0/24}}`))
+	if err := testnet.Echo(conn); err == nil {
+		t.Fatal("flow to a former Service CIDR still passes after a policy change")
+	}
+}
+
+// TestServiceDecidedForBridgedPod: a pod whose host veth is a bridge port
+// (chained after a bridge CNI) enters PREROUTING from the bridge, not its
+// veth; its deferred flows are still decided (found by their tuple), not
+// waved through undecided.
+func TestServiceDecidedForBridgedPod(t *testing.T) {
+	c := newClusterWith(t, Config{AttachMode: AttachTC, ServiceCIDRs: []netip.Prefix{svcCIDR}}, false)
+	br := &netlink.Bridge{LinkAttrs: netlink.LinkAttrs{Name: fmt.Sprintf("cdb%x", rand.Uint32()&0xffffff)}}
+	if err := netlink.LinkAdd(br); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = netlink.LinkDel(br) })
+	port, err := netlink.LinkByName(c.pods["a"].HostIfName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := netlink.LinkSetUp(br); err != nil {
+		t.Fatal(err)
+	}
+	if err := netlink.LinkSetMaster(port, br); err != nil {
+		t.Fatal(err)
+	}
+	dnatToServer(t)
+	c.policies(clientEgressTo(`{podSelector: {matchLabels: {app: server}}}`))
+	c.expectService(true, "a", "tcp")
+	c.policies(clientEgressTo(`{ipBlock: {cidr: 10.96.0.0/16}}`))
+	c.expectService(false, "a", "tcp")
+	c.expectService(false, "a", "udp")
+}
