@@ -132,6 +132,18 @@ type CoordinoIpcacheValue struct {
 	CidrIdentity uint32
 }
 
+type CoordinoNodeisoConfig struct {
+	_     structs.HostLayout
+	Flags uint32
+}
+
+type CoordinoNodeisoFlag uint32
+
+const (
+	CoordinoNodeisoFlagNODEISO_POD_TO_HOST  CoordinoNodeisoFlag = 1
+	CoordinoNodeisoFlagNODEISO_NODE_TO_NODE CoordinoNodeisoFlag = 2
+)
+
 type CoordinoPolicyKey struct {
 	_         structs.HostLayout
 	Prefixlen uint32
@@ -150,49 +162,60 @@ type CoordinoPolicyValue struct {
 type CoordinoReason uint32
 
 const (
-	CoordinoReasonREASON_POLICY           CoordinoReason = 0
-	CoordinoReasonREASON_NOT_ISOLATED     CoordinoReason = 1
-	CoordinoReasonREASON_HOST             CoordinoReason = 2
-	CoordinoReasonREASON_ESTABLISHED      CoordinoReason = 3
-	CoordinoReasonREASON_REPLY            CoordinoReason = 4
-	CoordinoReasonREASON_RELATED          CoordinoReason = 5
-	CoordinoReasonREASON_NOT_IP           CoordinoReason = 6
-	CoordinoReasonREASON_NEIGHBOR         CoordinoReason = 7
-	CoordinoReasonREASON_FIRST_DROP       CoordinoReason = 8
-	CoordinoReasonREASON_POLICY_DENIED    CoordinoReason = 8
-	CoordinoReasonREASON_POLICY_REVOKED   CoordinoReason = 9
-	CoordinoReasonREASON_NO_ENDPOINT      CoordinoReason = 10
-	CoordinoReasonREASON_MALFORMED        CoordinoReason = 11
-	CoordinoReasonREASON_SPOOFED          CoordinoReason = 12
-	CoordinoReasonREASON_FRAGMENT         CoordinoReason = 13
-	CoordinoReasonREASON_MAX              CoordinoReason = 14
-	CoordinoReasonREASON_EVENT_LOST       CoordinoReason = 14
-	CoordinoReasonREASON_EVENT_SUPPRESSED CoordinoReason = 15
-	CoordinoReasonREASON_SLOTS            CoordinoReason = 32
+	CoordinoReasonREASON_POLICY              CoordinoReason = 0
+	CoordinoReasonREASON_NOT_ISOLATED        CoordinoReason = 1
+	CoordinoReasonREASON_HOST                CoordinoReason = 2
+	CoordinoReasonREASON_ESTABLISHED         CoordinoReason = 3
+	CoordinoReasonREASON_REPLY               CoordinoReason = 4
+	CoordinoReasonREASON_RELATED             CoordinoReason = 5
+	CoordinoReasonREASON_NOT_IP              CoordinoReason = 6
+	CoordinoReasonREASON_NEIGHBOR            CoordinoReason = 7
+	CoordinoReasonREASON_FIRST_DROP          CoordinoReason = 8
+	CoordinoReasonREASON_POLICY_DENIED       CoordinoReason = 8
+	CoordinoReasonREASON_POLICY_REVOKED      CoordinoReason = 9
+	CoordinoReasonREASON_NO_ENDPOINT         CoordinoReason = 10
+	CoordinoReasonREASON_MALFORMED           CoordinoReason = 11
+	CoordinoReasonREASON_SPOOFED             CoordinoReason = 12
+	CoordinoReasonREASON_FRAGMENT            CoordinoReason = 13
+	CoordinoReasonREASON_MAX                 CoordinoReason = 14
+	CoordinoReasonREASON_EVENT_LOST          CoordinoReason = 14
+	CoordinoReasonREASON_EVENT_SUPPRESSED    CoordinoReason = 15
+	CoordinoReasonREASON_NODE_ISOLATED       CoordinoReason = 16
+	CoordinoReasonREASON_NODE_TO_NODE_DENIED CoordinoReason = 17
+	CoordinoReasonREASON_NODEISO_END         CoordinoReason = 18
+	CoordinoReasonREASON_SLOTS               CoordinoReason = 32
 )
 
 // Names of all BPF objects in the ELF.
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	CoordinoMapCdoConfig       = "cdo_config"
-	CoordinoMapCdoConntrack    = "cdo_conntrack"
-	CoordinoMapCdoCtStats      = "cdo_ct_stats"
-	CoordinoMapCdoEndpoints    = "cdo_endpoints"
-	CoordinoMapCdoEpAddrs      = "cdo_ep_addrs"
-	CoordinoMapCdoEvBudget     = "cdo_ev_budget"
-	CoordinoMapCdoFlows        = "cdo_flows"
-	CoordinoMapCdoFrags        = "cdo_frags"
-	CoordinoMapCdoIpcache      = "cdo_ipcache"
-	CoordinoMapCdoPolicy       = "cdo_policy"
-	CoordinoMapCdoVerdicts     = "cdo_verdicts"
-	CoordinoProgCdoFromEp      = "cdo_from_ep"
-	CoordinoProgCdoToEp        = "cdo_to_ep"
-	CoordinoVarUnusedCtStat    = "unused_ct_stat"
-	CoordinoVarUnusedDirection = "unused_direction"
-	CoordinoVarUnusedEpAddrKey = "unused_ep_addr_key"
-	CoordinoVarUnusedFlowEvent = "unused_flow_event"
-	CoordinoVarUnusedReason    = "unused_reason"
+	CoordinoMapCdoConfig           = "cdo_config"
+	CoordinoMapCdoConntrack        = "cdo_conntrack"
+	CoordinoMapCdoCtStats          = "cdo_ct_stats"
+	CoordinoMapCdoEndpoints        = "cdo_endpoints"
+	CoordinoMapCdoEpAddrs          = "cdo_ep_addrs"
+	CoordinoMapCdoEvBudget         = "cdo_ev_budget"
+	CoordinoMapCdoFlows            = "cdo_flows"
+	CoordinoMapCdoFrags            = "cdo_frags"
+	CoordinoMapCdoIpcache          = "cdo_ipcache"
+	CoordinoMapCdoNodeiso          = "cdo_nodeiso"
+	CoordinoMapCdoNodeisoCfg       = "cdo_nodeiso_cfg"
+	CoordinoMapCdoPolicy           = "cdo_policy"
+	CoordinoMapCdoVerdicts         = "cdo_verdicts"
+	CoordinoProgCdoFromEp          = "cdo_from_ep"
+	CoordinoProgCdoFromNode        = "cdo_from_node"
+	CoordinoProgCdoFromNodeL3      = "cdo_from_node_l3"
+	CoordinoProgCdoToEp            = "cdo_to_ep"
+	CoordinoProgCdoToNode          = "cdo_to_node"
+	CoordinoProgCdoToNodeL3        = "cdo_to_node_l3"
+	CoordinoVarUnusedCtStat        = "unused_ct_stat"
+	CoordinoVarUnusedDirection     = "unused_direction"
+	CoordinoVarUnusedEpAddrKey     = "unused_ep_addr_key"
+	CoordinoVarUnusedFlowEvent     = "unused_flow_event"
+	CoordinoVarUnusedNodeisoConfig = "unused_nodeiso_config"
+	CoordinoVarUnusedNodeisoFlag   = "unused_nodeiso_flag"
+	CoordinoVarUnusedReason        = "unused_reason"
 )
 
 // LoadCoordino returns the embedded CollectionSpec for Coordino.
@@ -237,36 +260,44 @@ type CoordinoSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type CoordinoProgramSpecs struct {
-	CdoFromEp *ebpf.ProgramSpec `ebpf:"cdo_from_ep"`
-	CdoToEp   *ebpf.ProgramSpec `ebpf:"cdo_to_ep"`
+	CdoFromEp     *ebpf.ProgramSpec `ebpf:"cdo_from_ep"`
+	CdoFromNode   *ebpf.ProgramSpec `ebpf:"cdo_from_node"`
+	CdoFromNodeL3 *ebpf.ProgramSpec `ebpf:"cdo_from_node_l3"`
+	CdoToEp       *ebpf.ProgramSpec `ebpf:"cdo_to_ep"`
+	CdoToNode     *ebpf.ProgramSpec `ebpf:"cdo_to_node"`
+	CdoToNodeL3   *ebpf.ProgramSpec `ebpf:"cdo_to_node_l3"`
 }
 
 // CoordinoMapSpecs contains maps before they are loaded into the kernel.
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type CoordinoMapSpecs struct {
-	CdoConfig    *ebpf.MapSpec `ebpf:"cdo_config"`
-	CdoConntrack *ebpf.MapSpec `ebpf:"cdo_conntrack"`
-	CdoCtStats   *ebpf.MapSpec `ebpf:"cdo_ct_stats"`
-	CdoEndpoints *ebpf.MapSpec `ebpf:"cdo_endpoints"`
-	CdoEpAddrs   *ebpf.MapSpec `ebpf:"cdo_ep_addrs"`
-	CdoEvBudget  *ebpf.MapSpec `ebpf:"cdo_ev_budget"`
-	CdoFlows     *ebpf.MapSpec `ebpf:"cdo_flows"`
-	CdoFrags     *ebpf.MapSpec `ebpf:"cdo_frags"`
-	CdoIpcache   *ebpf.MapSpec `ebpf:"cdo_ipcache"`
-	CdoPolicy    *ebpf.MapSpec `ebpf:"cdo_policy"`
-	CdoVerdicts  *ebpf.MapSpec `ebpf:"cdo_verdicts"`
+	CdoConfig     *ebpf.MapSpec `ebpf:"cdo_config"`
+	CdoConntrack  *ebpf.MapSpec `ebpf:"cdo_conntrack"`
+	CdoCtStats    *ebpf.MapSpec `ebpf:"cdo_ct_stats"`
+	CdoEndpoints  *ebpf.MapSpec `ebpf:"cdo_endpoints"`
+	CdoEpAddrs    *ebpf.MapSpec `ebpf:"cdo_ep_addrs"`
+	CdoEvBudget   *ebpf.MapSpec `ebpf:"cdo_ev_budget"`
+	CdoFlows      *ebpf.MapSpec `ebpf:"cdo_flows"`
+	CdoFrags      *ebpf.MapSpec `ebpf:"cdo_frags"`
+	CdoIpcache    *ebpf.MapSpec `ebpf:"cdo_ipcache"`
+	CdoNodeiso    *ebpf.MapSpec `ebpf:"cdo_nodeiso"`
+	CdoNodeisoCfg *ebpf.MapSpec `ebpf:"cdo_nodeiso_cfg"`
+	CdoPolicy     *ebpf.MapSpec `ebpf:"cdo_policy"`
+	CdoVerdicts   *ebpf.MapSpec `ebpf:"cdo_verdicts"`
 }
 
 // CoordinoVariableSpecs contains global variables before they are loaded into the kernel.
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type CoordinoVariableSpecs struct {
-	UnusedCtStat    *ebpf.VariableSpec `ebpf:"unused_ct_stat"`
-	UnusedDirection *ebpf.VariableSpec `ebpf:"unused_direction"`
-	UnusedEpAddrKey *ebpf.VariableSpec `ebpf:"unused_ep_addr_key"`
-	UnusedFlowEvent *ebpf.VariableSpec `ebpf:"unused_flow_event"`
-	UnusedReason    *ebpf.VariableSpec `ebpf:"unused_reason"`
+	UnusedCtStat        *ebpf.VariableSpec `ebpf:"unused_ct_stat"`
+	UnusedDirection     *ebpf.VariableSpec `ebpf:"unused_direction"`
+	UnusedEpAddrKey     *ebpf.VariableSpec `ebpf:"unused_ep_addr_key"`
+	UnusedFlowEvent     *ebpf.VariableSpec `ebpf:"unused_flow_event"`
+	UnusedNodeisoConfig *ebpf.VariableSpec `ebpf:"unused_nodeiso_config"`
+	UnusedNodeisoFlag   *ebpf.VariableSpec `ebpf:"unused_nodeiso_flag"`
+	UnusedReason        *ebpf.VariableSpec `ebpf:"unused_reason"`
 }
 
 // CoordinoObjects contains all objects after they have been loaded into the kernel.
@@ -289,17 +320,19 @@ func (o *CoordinoObjects) Close() error {
 //
 // It can be passed to LoadCoordinoObjects or ebpf.CollectionSpec.LoadAndAssign.
 type CoordinoMaps struct {
-	CdoConfig    *ebpf.Map `ebpf:"cdo_config"`
-	CdoConntrack *ebpf.Map `ebpf:"cdo_conntrack"`
-	CdoCtStats   *ebpf.Map `ebpf:"cdo_ct_stats"`
-	CdoEndpoints *ebpf.Map `ebpf:"cdo_endpoints"`
-	CdoEpAddrs   *ebpf.Map `ebpf:"cdo_ep_addrs"`
-	CdoEvBudget  *ebpf.Map `ebpf:"cdo_ev_budget"`
-	CdoFlows     *ebpf.Map `ebpf:"cdo_flows"`
-	CdoFrags     *ebpf.Map `ebpf:"cdo_frags"`
-	CdoIpcache   *ebpf.Map `ebpf:"cdo_ipcache"`
-	CdoPolicy    *ebpf.Map `ebpf:"cdo_policy"`
-	CdoVerdicts  *ebpf.Map `ebpf:"cdo_verdicts"`
+	CdoConfig     *ebpf.Map `ebpf:"cdo_config"`
+	CdoConntrack  *ebpf.Map `ebpf:"cdo_conntrack"`
+	CdoCtStats    *ebpf.Map `ebpf:"cdo_ct_stats"`
+	CdoEndpoints  *ebpf.Map `ebpf:"cdo_endpoints"`
+	CdoEpAddrs    *ebpf.Map `ebpf:"cdo_ep_addrs"`
+	CdoEvBudget   *ebpf.Map `ebpf:"cdo_ev_budget"`
+	CdoFlows      *ebpf.Map `ebpf:"cdo_flows"`
+	CdoFrags      *ebpf.Map `ebpf:"cdo_frags"`
+	CdoIpcache    *ebpf.Map `ebpf:"cdo_ipcache"`
+	CdoNodeiso    *ebpf.Map `ebpf:"cdo_nodeiso"`
+	CdoNodeisoCfg *ebpf.Map `ebpf:"cdo_nodeiso_cfg"`
+	CdoPolicy     *ebpf.Map `ebpf:"cdo_policy"`
+	CdoVerdicts   *ebpf.Map `ebpf:"cdo_verdicts"`
 }
 
 func (m *CoordinoMaps) Close() error {
@@ -313,6 +346,8 @@ func (m *CoordinoMaps) Close() error {
 		m.CdoFlows,
 		m.CdoFrags,
 		m.CdoIpcache,
+		m.CdoNodeiso,
+		m.CdoNodeisoCfg,
 		m.CdoPolicy,
 		m.CdoVerdicts,
 	)
@@ -322,25 +357,35 @@ func (m *CoordinoMaps) Close() error {
 //
 // It can be passed to LoadCoordinoObjects or ebpf.CollectionSpec.LoadAndAssign.
 type CoordinoVariables struct {
-	UnusedCtStat    *ebpf.Variable `ebpf:"unused_ct_stat"`
-	UnusedDirection *ebpf.Variable `ebpf:"unused_direction"`
-	UnusedEpAddrKey *ebpf.Variable `ebpf:"unused_ep_addr_key"`
-	UnusedFlowEvent *ebpf.Variable `ebpf:"unused_flow_event"`
-	UnusedReason    *ebpf.Variable `ebpf:"unused_reason"`
+	UnusedCtStat        *ebpf.Variable `ebpf:"unused_ct_stat"`
+	UnusedDirection     *ebpf.Variable `ebpf:"unused_direction"`
+	UnusedEpAddrKey     *ebpf.Variable `ebpf:"unused_ep_addr_key"`
+	UnusedFlowEvent     *ebpf.Variable `ebpf:"unused_flow_event"`
+	UnusedNodeisoConfig *ebpf.Variable `ebpf:"unused_nodeiso_config"`
+	UnusedNodeisoFlag   *ebpf.Variable `ebpf:"unused_nodeiso_flag"`
+	UnusedReason        *ebpf.Variable `ebpf:"unused_reason"`
 }
 
 // CoordinoPrograms contains all programs after they have been loaded into the kernel.
 //
 // It can be passed to LoadCoordinoObjects or ebpf.CollectionSpec.LoadAndAssign.
 type CoordinoPrograms struct {
-	CdoFromEp *ebpf.Program `ebpf:"cdo_from_ep"`
-	CdoToEp   *ebpf.Program `ebpf:"cdo_to_ep"`
+	CdoFromEp     *ebpf.Program `ebpf:"cdo_from_ep"`
+	CdoFromNode   *ebpf.Program `ebpf:"cdo_from_node"`
+	CdoFromNodeL3 *ebpf.Program `ebpf:"cdo_from_node_l3"`
+	CdoToEp       *ebpf.Program `ebpf:"cdo_to_ep"`
+	CdoToNode     *ebpf.Program `ebpf:"cdo_to_node"`
+	CdoToNodeL3   *ebpf.Program `ebpf:"cdo_to_node_l3"`
 }
 
 func (p *CoordinoPrograms) Close() error {
 	return _CoordinoClose(
 		p.CdoFromEp,
+		p.CdoFromNode,
+		p.CdoFromNodeL3,
 		p.CdoToEp,
+		p.CdoToNode,
+		p.CdoToNodeL3,
 	)
 }
 

@@ -99,6 +99,8 @@ type Datapath struct {
 	retryDelay    time.Duration
 	closed        bool
 	cidrsRetained bool
+	// nodeIso is node isolation's state (nodeiso.go).
+	nodeIso nodeIsoState
 }
 
 // Open loads the BPF objects and creates, or adopts, the pinned maps, the

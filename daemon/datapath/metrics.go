@@ -21,11 +21,14 @@ var reasonNames = [...]string{
 	bpf.CoordinoReasonREASON_MALFORMED:      "malformed",
 	bpf.CoordinoReasonREASON_SPOOFED:        "spoofed",
 	bpf.CoordinoReasonREASON_FRAGMENT:       "fragment-unknown",
+	// Node isolation; the slots between are counter-only (events lost).
+	bpf.CoordinoReasonREASON_NODE_ISOLATED:       "node-isolated",
+	bpf.CoordinoReasonREASON_NODE_TO_NODE_DENIED: "node-to-node-denied",
 }
 
 // ReasonName names a verdict reason as used in metrics and flow events.
 func ReasonName(r uint8) string {
-	if int(r) < len(reasonNames) {
+	if int(r) < len(reasonNames) && reasonNames[r] != "" {
 		return reasonNames[r]
 	}
 	return "unknown"
@@ -104,7 +107,10 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 		if dir == 1 {
 			dirName = "egress"
 		}
-		for reason := range uint32(bpf.CoordinoReasonREASON_MAX) {
+		for reason := range uint32(len(reasonNames)) {
+			if reasonNames[reason] == "" {
+				continue
+			}
 			pkts, bytes, err := m.d.counter(dir, reason)
 			if err != nil {
 				continue
