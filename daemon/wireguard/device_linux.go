@@ -213,9 +213,13 @@ func (d *Device) startUserspace() error {
 	}
 	cmd := exec.Command(bin, "--interface", d.cfg.Device, "--mtu", strconv.Itoa(mtu), "--pid-file", PIDFile(d.cfg.RunDir, d.cfg.Device))
 	cmd.Stdout, cmd.Stderr = logf, logf
-	// Its own session: signals to the daemon's process group and the
-	// daemon's death leave it running.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	// Its own process group: signals to the daemon's group and the daemon's
+	// death leave it running. Not its own session: with the kernel's
+	// scheduler autogroups (on by default where tasks sit in the root
+	// cgroup), a session is its own CPU group, and a device alone in one
+	// forwarded at 0.6-0.7× of the same process sharing the daemon's
+	// session (docs/benchmarks.md, userspace WireGuard).
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("start %s: %w", bin, err)
 	}

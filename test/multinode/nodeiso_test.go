@@ -39,14 +39,21 @@ spec:
 `
 
 // TestNodeIsolation drives a NodeIsolationPolicy through the standalone
-// policy directory of three nodes (direct routing) and checks pod -> own
-// node, pod -> other node and node -> node ports both ways, that probes
-// (node -> own pod) and the pod network are untouched, that drops show in
-// the flow log and counters with their own reasons, and that removing the
-// policy restores today's behaviour.
+// policy directory of three nodes and checks pod -> own node, pod -> other
+// node and node -> node ports both ways, that probes (node -> own pod) and
+// the pod network are untouched, that drops show in the flow log and
+// counters with their own reasons, and that removing the policy restores
+// today's behaviour. Under WireGuard node-to-node traffic arrives on the
+// tunnel device and the tunnel's own port must stay open on the underlay.
 func TestNodeIsolation(t *testing.T) {
+	for _, m := range []mode{direct, wgUser} {
+		t.Run(m.name, func(t *testing.T) { checkNodeIsolation(t, m) })
+	}
+}
+
+func checkNodeIsolation(t *testing.T, m mode) {
 	start := time.Now()
-	c := newClusterWith(t, direct, 3, func(dir string) []string {
+	c := newClusterWith(t, m, 3, func(dir string) []string {
 		if err := os.MkdirAll(filepath.Join(dir, "policies"), 0o700); err != nil {
 			t.Fatal(err)
 		}
@@ -139,7 +146,7 @@ func TestNodeIsolation(t *testing.T) {
 			expectHost(t, n1.NS, "node1 -> node0 closed port", n0, v6, closedPort, true)
 		}
 	})
-	t.Logf("node isolation: %v", time.Since(start).Round(time.Millisecond))
+	t.Logf("node isolation, %s: %v", m.name, time.Since(start).Round(time.Millisecond))
 }
 
 // expectHost dials target's port from netns and checks that it answers
