@@ -46,7 +46,9 @@ func startCrossNode(ctx context.Context, o *config.Options, log *zap.Logger, onP
 		dev, err := wireguard.Start(wireguard.Config{
 			Self: o.NodeName, Device: o.WireGuardDevice, ListenPort: o.WireGuardPort,
 			MTU: underlayMTU - routing.WireGuardOverhead, StateDir: o.StateDir, RunDir: o.RunDir,
-			NodeToNode: o.WireGuardNodeToNode,
+			NodeToNode: o.WireGuardNodeToNode, KeyMaxAge: o.WireGuardKeyMaxAge,
+			// Standalone publishes rotated keys in wireguard.pub; Kubernetes
+			// mode sets OnPublicKey to write NodeConfig status.
 		}, log)
 		if err != nil {
 			return 0, err

@@ -39,6 +39,12 @@ func LoadOrCreateKey(stateDir string) (wgtypes.Key, error) {
 			// Never echo the content: it is (part of) a secret.
 			return wgtypes.Key{}, fmt.Errorf("%s does not hold a WireGuard private key", path)
 		}
+		// During a rotation the published key is the pending one.
+		if next, ok, err := LoadNextKey(stateDir); err != nil {
+			return wgtypes.Key{}, err
+		} else if ok {
+			return k, writePublic(stateDir, next)
+		}
 		return k, writePublic(stateDir, k)
 	case !errors.Is(err, fs.ErrNotExist):
 		return wgtypes.Key{}, err
