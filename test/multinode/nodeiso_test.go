@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 
@@ -93,16 +94,25 @@ func checkNodeIsolation(t *testing.T, m mode) {
 		}
 	}
 	t.Run("isolated", func(t *testing.T) {
+		// Concurrently: each dropped case waits out its dial timeout.
+		var wg sync.WaitGroup
+		check := func(from ns.NetNS, what string, target *node, v6 bool, port int, open bool) {
+			wg.Add(1)
+			go func() { defer wg.Done(); expectHost(t, from, what, target, v6, port, open) }()
+		}
 		for _, v6 := range []bool{false, true} {
-			expectHost(t, pod0.NS, "pod0 -> own node dns", n0, v6, dnsPort, true)
-			expectHost(t, pod0.NS, "pod0 -> own node own-only port", n0, v6, ownPort, true)
-			expectHost(t, pod0.NS, "pod0 -> own node closed port", n0, v6, closedPort, false)
-			expectHost(t, pod0.NS, "pod0 -> node1 dns", n1, v6, dnsPort, true)
-			expectHost(t, pod0.NS, "pod0 -> node1 own-only port", n1, v6, ownPort, false)
-			expectHost(t, pod0.NS, "pod0 -> node1 closed port", n1, v6, closedPort, false)
-			expectHost(t, n1.NS, "node1 -> node0 dns", n0, v6, dnsPort, true)
-			expectHost(t, n1.NS, "node1 -> node0 closed port", n0, v6, closedPort, false)
-			expectHost(t, n0.NS, "node0 -> node1 closed port", n1, v6, closedPort, false)
+			check(pod0.NS, "pod0 -> own node dns", n0, v6, dnsPort, true)
+			check(pod0.NS, "pod0 -> own node own-only port", n0, v6, ownPort, true)
+			check(pod0.NS, "pod0 -> own node closed port", n0, v6, closedPort, false)
+			check(pod0.NS, "pod0 -> node1 dns", n1, v6, dnsPort, true)
+			check(pod0.NS, "pod0 -> node1 own-only port", n1, v6, ownPort, false)
+			check(pod0.NS, "pod0 -> node1 closed port", n1, v6, closedPort, false)
+			check(n1.NS, "node1 -> node0 dns", n0, v6, dnsPort, true)
+			check(n1.NS, "node1 -> node0 closed port", n0, v6, closedPort, false)
+			check(n0.NS, "node0 -> node1 closed port", n1, v6, closedPort, false)
+		}
+		wg.Wait()
+		for _, v6 := range []bool{false, true} {
 			// Probes and the pod network are not node isolation's business.
 			for _, n := range c.nodes {
 				if err := reach(n.NS, n.pods[0], v6); err != nil {
