@@ -77,7 +77,7 @@ func Run(ctx context.Context, o *config.Options, log *zap.Logger) error {
 	if err != nil {
 		return err
 	}
-	nodes.bind(dp)
+	nodes.bind(ctx, dp)
 	if dp != nil {
 		defer dp.Close() // releases FDs; pins keep pods enforced while the daemon is away
 	} else if kube != nil {

@@ -1,9 +1,11 @@
 package daemon
 
 import (
+	"context"
 	"net/netip"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/vishvananda/netlink"
 	"go.uber.org/zap"
@@ -40,11 +42,31 @@ func (n *nodePeers) publish(s peers.Set) {
 	n.applyLocked()
 }
 
-// bind starts feeding dp (nil with --no-datapath: nothing to do).
-func (n *nodePeers) bind(dp *datapath.Datapath) {
+// reattachInterval bounds how long a re-created node device (a restarted
+// userspace WireGuard process brings a new TUN) runs without the
+// node-to-node programs.
+const reattachInterval = 2 * time.Second
+
+// bind starts feeding dp (nil with --no-datapath: nothing to do) until ctx
+// ends, re-checking the attachments periodically.
+func (n *nodePeers) bind(ctx context.Context, dp *datapath.Datapath) {
 	if dp == nil {
 		return
 	}
+	go func() {
+		t := time.NewTicker(reattachInterval)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				n.mu.Lock()
+				n.attachDevices()
+				n.mu.Unlock()
+			}
+		}
+	}()
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	n.dp = dp
@@ -74,6 +96,14 @@ func (n *nodePeers) applyLocked() {
 	slices.SortFunc(remote, netip.Addr.Compare)
 	if err := n.dp.SetRemoteNodeIPs(remote); err != nil {
 		n.log.Error("node isolation: remote node addresses", zap.Error(err))
+	}
+	n.attachDevices()
+}
+
+// attachDevices (re)attaches the node-to-node programs; callers hold mu.
+func (n *nodePeers) attachDevices() {
+	if n.dp == nil || n.last == nil {
+		return
 	}
 	for _, d := range n.devices() {
 		if err := n.dp.AttachNodeDevice(d.name, d.index, d.l3); err != nil {

@@ -197,9 +197,17 @@ func (d *Datapath) attachNodeHook(pin string, ifindex int, prog *ebpf.Program, a
 	if l, err := link.LoadPinnedLink(pin, nil); err == nil {
 		info, ierr := l.Info()
 		same := ierr == nil && info.TCX() != nil && int(info.TCX().Ifindex) == ifindex
-		if same && l.Update(prog) == nil {
-			l.Close()
-			return nil
+		if same {
+			if pi, err := prog.Info(); err == nil {
+				if id, ok := pi.ID(); ok && id == info.Program {
+					l.Close()
+					return nil // already this program: the periodic check is free
+				}
+			}
+			if l.Update(prog) == nil {
+				l.Close()
+				return nil
+			}
 		}
 		_ = l.Unpin()
 		l.Close()

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -20,6 +21,9 @@ import (
 // Host ports of the node isolation test: dnsPort is open to pods on every
 // node and to other nodes, ownPort to pods on their own node only, and
 // closedPort to nobody once the policy is in force.
+// reattachWait is the daemon's period for re-checking node devices.
+const reattachWait = 2 * time.Second
+
 const (
 	dnsPort    = 53
 	ownPort    = 7000
@@ -124,6 +128,27 @@ func checkNodeIsolation(t *testing.T, m mode) {
 			}
 		}
 	})
+
+	if m.encryption == "wireguard" {
+		// A crashed userspace device comes back as a new TUN: node-to-node
+		// isolation must come back on it too.
+		t.Run("device-restarted", func(t *testing.T) {
+			pid := n0.wgPID()
+			if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+				t.Fatal(err)
+			}
+			if err := eventually(15*time.Second, func() error {
+				if got := n0.wgPID(); got == pid || got == 0 {
+					return fmt.Errorf("device not restarted")
+				}
+				return answers(n1.NS, n0.address(false), dnsPort, fmt.Sprintf("%s:%d", n0.Name, dnsPort))
+			}); err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(2 * reattachWait)
+			expectHost(t, n1.NS, "node1 -> node0 closed port after the device restarted", n0, false, closedPort, false)
+		})
+	}
 
 	t.Run("drops-reported", func(t *testing.T) {
 		if err := eventually(5*time.Second, func() error {
