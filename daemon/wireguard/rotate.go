@@ -2,11 +2,9 @@ package wireguard
 
 import (
 	"errors"
-	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
-	"strings"
 
 	"github.com/coordino/coordino/daemon/atomicfile"
 	"golang.zx2c4.com/wireguard/wgctrl/wgtypes"
@@ -45,19 +43,16 @@ func PrepareRotation(stateDir string) (wgtypes.Key, error) {
 
 // LoadNextKey returns the pending key of a rotation, if any.
 func LoadNextKey(stateDir string) (wgtypes.Key, bool, error) {
-	data, err := os.ReadFile(filepath.Join(stateDir, NextPrivateKeyFile))
+	path := filepath.Join(stateDir, NextPrivateKeyFile)
+	data, err := os.ReadFile(path)
 	if errors.Is(err, fs.ErrNotExist) {
 		return wgtypes.Key{}, false, nil
 	}
 	if err != nil {
 		return wgtypes.Key{}, false, err
 	}
-	k, err := wgtypes.ParseKey(strings.TrimSpace(string(data)))
-	if err != nil {
-		// Never echo the content: it is a secret.
-		return wgtypes.Key{}, false, fmt.Errorf("%s does not hold a WireGuard private key", NextPrivateKeyFile)
-	}
-	return k, true, nil
+	k, err := parseKey(path, data)
+	return k, err == nil, err
 }
 
 // CommitRotation makes the pending key the node's key (one rename: a crash
