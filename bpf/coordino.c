@@ -26,6 +26,7 @@
 #include "lib/frag.h"
 #include "lib/events.h"
 #include "lib/service.h"
+#include "lib/nodeiso_hooks.h"
 
 char __license[] SEC("license") = "Dual BSD/GPL";
 
@@ -35,6 +36,8 @@ const enum direction *unused_direction __attribute__((unused));
 const enum ct_stat *unused_ct_stat __attribute__((unused));
 const struct flow_event *unused_flow_event __attribute__((unused));
 const struct ep_addr_key *unused_ep_addr_key __attribute__((unused));
+const struct nodeiso_config *unused_nodeiso_config __attribute__((unused));
+const enum nodeiso_flag *unused_nodeiso_flag __attribute__((unused));
 
 #ifndef ETH_P_8021AD
 #define ETH_P_8021AD 0x88A8
@@ -125,7 +128,8 @@ static __always_inline int handle(struct __sk_buff *skb, __u8 dir)
 	 * the pod (its own keep working, the others are cut and stay cut; a
 	 * reply in flight at the change must not open a flow the other way). */
 	int isolated = ep->flags & EP_ISOLATED;
-	if (!isolated && !observed && p.proto != IPPROTO_TCP && p.proto != IPPROTO_UDP)
+	if (!isolated && !observed && p.proto != IPPROTO_TCP && p.proto != IPPROTO_UDP &&
+	    !nodeiso_pods_isolated())
 		return verdict(skb, dir, REASON_NOT_ISOLATED);
 
 	if (p.frag == FRAG_LATER && !frag_ports_of(ifindex, &p, now)) {

@@ -10,6 +10,7 @@
 #define ID_ANY 0       /* wildcard remote in the policy map, never assigned */
 #define ID_HOST 1      /* this node */
 #define ID_WORLD 2     /* anything the ipcache does not know */
+#define ID_REMOTE_NODE 3 /* another node's address (from the peers list) */
 #define ID_FIRST_POD 256
 #define ID_CIDR_FLAG 0x01000000
 
@@ -40,7 +41,10 @@ enum reason {
 	REASON_MAX = 14,
 	REASON_EVENT_LOST = 14,   /* counter slot: flow event ring buffer full */
 	REASON_EVENT_SUPPRESSED = 15, /* counter slot: drop event over the rate limit */
-	/* 16-19: reserved for node isolation reasons. */
+	REASON_NODE_ISOLATED = 16, /* pod -> node port no NodeIsolationPolicy allows */
+	REASON_NODE_TO_NODE_DENIED = 17, /* node -> node port no NodeIsolationPolicy allows */
+	REASON_NODEISO_END = 18,  /* first slot past the node isolation reasons */
+	/* 18-19: free. */
 	REASON_SERVICE_UNENFORCEABLE = 20, /* Service traffic of an egress-isolated pod, no post-DNAT hook */
 	REASON_SLOTS = 32,        /* counter slots per direction, with room to grow */
 };
@@ -174,4 +178,18 @@ struct flow_event {
 	__be16 dport;
 	__u8 src[16];
 	__u8 dst[16];
+};
+
+/* Node isolation (lib/nodeiso.h). The cdo_nodeiso map reuses policy_key;
+ * pod -> host entries use local_id NODEISO_LOCAL_POD (no pod identity is 0:
+ * rules apply to every pod). nodeiso_config.flags say which directions a
+ * NodeIsolationPolicy isolates. */
+#define NODEISO_LOCAL_POD 0
+enum nodeiso_flag {
+	NODEISO_POD_TO_HOST = 1,  /* pods open flows to node addresses only on allowed ports */
+	NODEISO_NODE_TO_NODE = 2, /* nodes accept flows from other nodes only on allowed ports */
+};
+
+struct nodeiso_config {
+	__u32 flags; /* NODEISO_* */
 };

@@ -132,6 +132,18 @@ type CoordinoIpcacheValue struct {
 	CidrIdentity uint32
 }
 
+type CoordinoNodeisoConfig struct {
+	_     structs.HostLayout
+	Flags uint32
+}
+
+type CoordinoNodeisoFlag uint32
+
+const (
+	CoordinoNodeisoFlagNODEISO_POD_TO_HOST  CoordinoNodeisoFlag = 1
+	CoordinoNodeisoFlagNODEISO_NODE_TO_NODE CoordinoNodeisoFlag = 2
+)
+
 type CoordinoPolicyKey struct {
 	_         structs.HostLayout
 	Prefixlen uint32
@@ -168,6 +180,9 @@ const (
 	CoordinoReasonREASON_MAX                   CoordinoReason = 14
 	CoordinoReasonREASON_EVENT_LOST            CoordinoReason = 14
 	CoordinoReasonREASON_EVENT_SUPPRESSED      CoordinoReason = 15
+	CoordinoReasonREASON_NODE_ISOLATED         CoordinoReason = 16
+	CoordinoReasonREASON_NODE_TO_NODE_DENIED   CoordinoReason = 17
+	CoordinoReasonREASON_NODEISO_END           CoordinoReason = 18
 	CoordinoReasonREASON_SERVICE_UNENFORCEABLE CoordinoReason = 20
 	CoordinoReasonREASON_SLOTS                 CoordinoReason = 32
 )
@@ -176,26 +191,34 @@ const (
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	CoordinoMapCdoConfig       = "cdo_config"
-	CoordinoMapCdoConntrack    = "cdo_conntrack"
-	CoordinoMapCdoCtStats      = "cdo_ct_stats"
-	CoordinoMapCdoEndpoints    = "cdo_endpoints"
-	CoordinoMapCdoEpAddrs      = "cdo_ep_addrs"
-	CoordinoMapCdoEvBudget     = "cdo_ev_budget"
-	CoordinoMapCdoFlows        = "cdo_flows"
-	CoordinoMapCdoFrags        = "cdo_frags"
-	CoordinoMapCdoIpcache      = "cdo_ipcache"
-	CoordinoMapCdoPolicy       = "cdo_policy"
-	CoordinoMapCdoSvcCidrs     = "cdo_svc_cidrs"
-	CoordinoMapCdoSvcPending   = "cdo_svc_pending"
-	CoordinoMapCdoVerdicts     = "cdo_verdicts"
-	CoordinoProgCdoFromEp      = "cdo_from_ep"
-	CoordinoProgCdoToEp        = "cdo_to_ep"
-	CoordinoVarUnusedCtStat    = "unused_ct_stat"
-	CoordinoVarUnusedDirection = "unused_direction"
-	CoordinoVarUnusedEpAddrKey = "unused_ep_addr_key"
-	CoordinoVarUnusedFlowEvent = "unused_flow_event"
-	CoordinoVarUnusedReason    = "unused_reason"
+	CoordinoMapCdoConfig           = "cdo_config"
+	CoordinoMapCdoConntrack        = "cdo_conntrack"
+	CoordinoMapCdoCtStats          = "cdo_ct_stats"
+	CoordinoMapCdoEndpoints        = "cdo_endpoints"
+	CoordinoMapCdoEpAddrs          = "cdo_ep_addrs"
+	CoordinoMapCdoEvBudget         = "cdo_ev_budget"
+	CoordinoMapCdoFlows            = "cdo_flows"
+	CoordinoMapCdoFrags            = "cdo_frags"
+	CoordinoMapCdoIpcache          = "cdo_ipcache"
+	CoordinoMapCdoNodeiso          = "cdo_nodeiso"
+	CoordinoMapCdoNodeisoCfg       = "cdo_nodeiso_cfg"
+	CoordinoMapCdoPolicy           = "cdo_policy"
+	CoordinoMapCdoSvcCidrs         = "cdo_svc_cidrs"
+	CoordinoMapCdoSvcPending       = "cdo_svc_pending"
+	CoordinoMapCdoVerdicts         = "cdo_verdicts"
+	CoordinoProgCdoFromEp          = "cdo_from_ep"
+	CoordinoProgCdoFromNode        = "cdo_from_node"
+	CoordinoProgCdoFromNodeL3      = "cdo_from_node_l3"
+	CoordinoProgCdoToEp            = "cdo_to_ep"
+	CoordinoProgCdoToNode          = "cdo_to_node"
+	CoordinoProgCdoToNodeL3        = "cdo_to_node_l3"
+	CoordinoVarUnusedCtStat        = "unused_ct_stat"
+	CoordinoVarUnusedDirection     = "unused_direction"
+	CoordinoVarUnusedEpAddrKey     = "unused_ep_addr_key"
+	CoordinoVarUnusedFlowEvent     = "unused_flow_event"
+	CoordinoVarUnusedNodeisoConfig = "unused_nodeiso_config"
+	CoordinoVarUnusedNodeisoFlag   = "unused_nodeiso_flag"
+	CoordinoVarUnusedReason        = "unused_reason"
 )
 
 // LoadCoordino returns the embedded CollectionSpec for Coordino.
@@ -240,8 +263,12 @@ type CoordinoSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type CoordinoProgramSpecs struct {
-	CdoFromEp *ebpf.ProgramSpec `ebpf:"cdo_from_ep"`
-	CdoToEp   *ebpf.ProgramSpec `ebpf:"cdo_to_ep"`
+	CdoFromEp     *ebpf.ProgramSpec `ebpf:"cdo_from_ep"`
+	CdoFromNode   *ebpf.ProgramSpec `ebpf:"cdo_from_node"`
+	CdoFromNodeL3 *ebpf.ProgramSpec `ebpf:"cdo_from_node_l3"`
+	CdoToEp       *ebpf.ProgramSpec `ebpf:"cdo_to_ep"`
+	CdoToNode     *ebpf.ProgramSpec `ebpf:"cdo_to_node"`
+	CdoToNodeL3   *ebpf.ProgramSpec `ebpf:"cdo_to_node_l3"`
 }
 
 // CoordinoMapSpecs contains maps before they are loaded into the kernel.
@@ -257,6 +284,8 @@ type CoordinoMapSpecs struct {
 	CdoFlows      *ebpf.MapSpec `ebpf:"cdo_flows"`
 	CdoFrags      *ebpf.MapSpec `ebpf:"cdo_frags"`
 	CdoIpcache    *ebpf.MapSpec `ebpf:"cdo_ipcache"`
+	CdoNodeiso    *ebpf.MapSpec `ebpf:"cdo_nodeiso"`
+	CdoNodeisoCfg *ebpf.MapSpec `ebpf:"cdo_nodeiso_cfg"`
 	CdoPolicy     *ebpf.MapSpec `ebpf:"cdo_policy"`
 	CdoSvcCidrs   *ebpf.MapSpec `ebpf:"cdo_svc_cidrs"`
 	CdoSvcPending *ebpf.MapSpec `ebpf:"cdo_svc_pending"`
@@ -267,11 +296,13 @@ type CoordinoMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type CoordinoVariableSpecs struct {
-	UnusedCtStat    *ebpf.VariableSpec `ebpf:"unused_ct_stat"`
-	UnusedDirection *ebpf.VariableSpec `ebpf:"unused_direction"`
-	UnusedEpAddrKey *ebpf.VariableSpec `ebpf:"unused_ep_addr_key"`
-	UnusedFlowEvent *ebpf.VariableSpec `ebpf:"unused_flow_event"`
-	UnusedReason    *ebpf.VariableSpec `ebpf:"unused_reason"`
+	UnusedCtStat        *ebpf.VariableSpec `ebpf:"unused_ct_stat"`
+	UnusedDirection     *ebpf.VariableSpec `ebpf:"unused_direction"`
+	UnusedEpAddrKey     *ebpf.VariableSpec `ebpf:"unused_ep_addr_key"`
+	UnusedFlowEvent     *ebpf.VariableSpec `ebpf:"unused_flow_event"`
+	UnusedNodeisoConfig *ebpf.VariableSpec `ebpf:"unused_nodeiso_config"`
+	UnusedNodeisoFlag   *ebpf.VariableSpec `ebpf:"unused_nodeiso_flag"`
+	UnusedReason        *ebpf.VariableSpec `ebpf:"unused_reason"`
 }
 
 // CoordinoObjects contains all objects after they have been loaded into the kernel.
@@ -303,6 +334,8 @@ type CoordinoMaps struct {
 	CdoFlows      *ebpf.Map `ebpf:"cdo_flows"`
 	CdoFrags      *ebpf.Map `ebpf:"cdo_frags"`
 	CdoIpcache    *ebpf.Map `ebpf:"cdo_ipcache"`
+	CdoNodeiso    *ebpf.Map `ebpf:"cdo_nodeiso"`
+	CdoNodeisoCfg *ebpf.Map `ebpf:"cdo_nodeiso_cfg"`
 	CdoPolicy     *ebpf.Map `ebpf:"cdo_policy"`
 	CdoSvcCidrs   *ebpf.Map `ebpf:"cdo_svc_cidrs"`
 	CdoSvcPending *ebpf.Map `ebpf:"cdo_svc_pending"`
@@ -320,6 +353,8 @@ func (m *CoordinoMaps) Close() error {
 		m.CdoFlows,
 		m.CdoFrags,
 		m.CdoIpcache,
+		m.CdoNodeiso,
+		m.CdoNodeisoCfg,
 		m.CdoPolicy,
 		m.CdoSvcCidrs,
 		m.CdoSvcPending,
@@ -331,25 +366,35 @@ func (m *CoordinoMaps) Close() error {
 //
 // It can be passed to LoadCoordinoObjects or ebpf.CollectionSpec.LoadAndAssign.
 type CoordinoVariables struct {
-	UnusedCtStat    *ebpf.Variable `ebpf:"unused_ct_stat"`
-	UnusedDirection *ebpf.Variable `ebpf:"unused_direction"`
-	UnusedEpAddrKey *ebpf.Variable `ebpf:"unused_ep_addr_key"`
-	UnusedFlowEvent *ebpf.Variable `ebpf:"unused_flow_event"`
-	UnusedReason    *ebpf.Variable `ebpf:"unused_reason"`
+	UnusedCtStat        *ebpf.Variable `ebpf:"unused_ct_stat"`
+	UnusedDirection     *ebpf.Variable `ebpf:"unused_direction"`
+	UnusedEpAddrKey     *ebpf.Variable `ebpf:"unused_ep_addr_key"`
+	UnusedFlowEvent     *ebpf.Variable `ebpf:"unused_flow_event"`
+	UnusedNodeisoConfig *ebpf.Variable `ebpf:"unused_nodeiso_config"`
+	UnusedNodeisoFlag   *ebpf.Variable `ebpf:"unused_nodeiso_flag"`
+	UnusedReason        *ebpf.Variable `ebpf:"unused_reason"`
 }
 
 // CoordinoPrograms contains all programs after they have been loaded into the kernel.
 //
 // It can be passed to LoadCoordinoObjects or ebpf.CollectionSpec.LoadAndAssign.
 type CoordinoPrograms struct {
-	CdoFromEp *ebpf.Program `ebpf:"cdo_from_ep"`
-	CdoToEp   *ebpf.Program `ebpf:"cdo_to_ep"`
+	CdoFromEp     *ebpf.Program `ebpf:"cdo_from_ep"`
+	CdoFromNode   *ebpf.Program `ebpf:"cdo_from_node"`
+	CdoFromNodeL3 *ebpf.Program `ebpf:"cdo_from_node_l3"`
+	CdoToEp       *ebpf.Program `ebpf:"cdo_to_ep"`
+	CdoToNode     *ebpf.Program `ebpf:"cdo_to_node"`
+	CdoToNodeL3   *ebpf.Program `ebpf:"cdo_to_node_l3"`
 }
 
 func (p *CoordinoPrograms) Close() error {
 	return _CoordinoClose(
 		p.CdoFromEp,
+		p.CdoFromNode,
+		p.CdoFromNodeL3,
 		p.CdoToEp,
+		p.CdoToNode,
+		p.CdoToNodeL3,
 	)
 }
 

@@ -71,6 +71,11 @@ type CoordinoSvcIpcacheValue struct {
 	CidrIdentity uint32
 }
 
+type CoordinoSvcNodeisoConfig struct {
+	_     structs.HostLayout
+	Flags uint32
+}
+
 type CoordinoSvcPolicyKey struct {
 	_         structs.HostLayout
 	Prefixlen uint32
@@ -97,6 +102,8 @@ const (
 	CoordinoSvcMapCdoEvBudget   = "cdo_ev_budget"
 	CoordinoSvcMapCdoFlows      = "cdo_flows"
 	CoordinoSvcMapCdoIpcache    = "cdo_ipcache"
+	CoordinoSvcMapCdoNodeiso    = "cdo_nodeiso"
+	CoordinoSvcMapCdoNodeisoCfg = "cdo_nodeiso_cfg"
 	CoordinoSvcMapCdoPolicy     = "cdo_policy"
 	CoordinoSvcMapCdoSvcCidrs   = "cdo_svc_cidrs"
 	CoordinoSvcMapCdoSvcPending = "cdo_svc_pending"
@@ -160,6 +167,8 @@ type CoordinoSvcMapSpecs struct {
 	CdoEvBudget   *ebpf.MapSpec `ebpf:"cdo_ev_budget"`
 	CdoFlows      *ebpf.MapSpec `ebpf:"cdo_flows"`
 	CdoIpcache    *ebpf.MapSpec `ebpf:"cdo_ipcache"`
+	CdoNodeiso    *ebpf.MapSpec `ebpf:"cdo_nodeiso"`
+	CdoNodeisoCfg *ebpf.MapSpec `ebpf:"cdo_nodeiso_cfg"`
 	CdoPolicy     *ebpf.MapSpec `ebpf:"cdo_policy"`
 	CdoSvcCidrs   *ebpf.MapSpec `ebpf:"cdo_svc_cidrs"`
 	CdoSvcPending *ebpf.MapSpec `ebpf:"cdo_svc_pending"`
@@ -199,6 +208,8 @@ type CoordinoSvcMaps struct {
 	CdoEvBudget   *ebpf.Map `ebpf:"cdo_ev_budget"`
 	CdoFlows      *ebpf.Map `ebpf:"cdo_flows"`
 	CdoIpcache    *ebpf.Map `ebpf:"cdo_ipcache"`
+	CdoNodeiso    *ebpf.Map `ebpf:"cdo_nodeiso"`
+	CdoNodeisoCfg *ebpf.Map `ebpf:"cdo_nodeiso_cfg"`
 	CdoPolicy     *ebpf.Map `ebpf:"cdo_policy"`
 	CdoSvcCidrs   *ebpf.Map `ebpf:"cdo_svc_cidrs"`
 	CdoSvcPending *ebpf.Map `ebpf:"cdo_svc_pending"`
@@ -214,6 +225,8 @@ func (m *CoordinoSvcMaps) Close() error {
 		m.CdoEvBudget,
 		m.CdoFlows,
 		m.CdoIpcache,
+		m.CdoNodeiso,
+		m.CdoNodeisoCfg,
 		m.CdoPolicy,
 		m.CdoSvcCidrs,
 		m.CdoSvcPending,

@@ -18,8 +18,9 @@ import (
 // startCrossNode brings up the cross-node datapath (routing, or WireGuard
 // when encryption is on), applies the peer set once (the start-up
 // reconcile) and keeps applying it as the source changes until ctx is done.
-// It returns what the pod MTU gives up for the tunnel.
-func startCrossNode(ctx context.Context, o *config.Options, log *zap.Logger) (int, error) {
+// It returns what the pod MTU gives up for the tunnel. onPeers sees every
+// applied set (node isolation classifies the nodes' addresses with it).
+func startCrossNode(ctx context.Context, o *config.Options, log *zap.Logger, onPeers func(peers.Set)) (int, error) {
 	log = log.Named("crossnode")
 	// Standalone source. Kubernetes mode plugs peers.NodeConfigs in here
 	// (its first set arrives from Run rather than from Load).
@@ -45,7 +46,9 @@ func startCrossNode(ctx context.Context, o *config.Options, log *zap.Logger) (in
 		dev, err := wireguard.Start(wireguard.Config{
 			Self: o.NodeName, Device: o.WireGuardDevice, ListenPort: o.WireGuardPort,
 			MTU: underlayMTU - routing.WireGuardOverhead, StateDir: o.StateDir, RunDir: o.RunDir,
-			NodeToNode: o.WireGuardNodeToNode,
+			NodeToNode: o.WireGuardNodeToNode, KeyMaxAge: o.WireGuardKeyMaxAge,
+			// Standalone publishes rotated keys in wireguard.pub; Kubernetes
+			// mode sets OnPublicKey to write NodeConfig status.
 		}, log)
 		if err != nil {
 			return 0, err
@@ -64,6 +67,7 @@ func startCrossNode(ctx context.Context, o *config.Options, log *zap.Logger) (in
 		apply = r.Apply
 	}
 	applyLogged := func(s peers.Set) {
+		onPeers(s)
 		if err := apply(s); err != nil {
 			log.Error("cross-node datapath partly programmed", zap.Error(err))
 			return

@@ -49,7 +49,8 @@ func Run(ctx context.Context, o *config.Options, log *zap.Logger) error {
 	if err := netsetup.EnableForwarding(v6); err != nil {
 		return err
 	}
-	mtuOverhead, err := startCrossNode(ctx, o, log)
+	nodes := newNodePeers(o, log)
+	mtuOverhead, err := startCrossNode(ctx, o, log, nodes.publish)
 	if err != nil {
 		return err
 	}
@@ -76,6 +77,7 @@ func Run(ctx context.Context, o *config.Options, log *zap.Logger) error {
 	if err != nil {
 		return err
 	}
+	nodes.bind(ctx, dp)
 	if dp != nil {
 		defer dp.Close() // releases FDs; pins keep pods enforced while the daemon is away
 	} else if kube != nil {

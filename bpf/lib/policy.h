@@ -7,6 +7,7 @@
 
 #include "../coordino.h"
 #include "parse.h"
+#include "nodeiso.h"
 
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
@@ -108,6 +109,9 @@ static __always_inline __u32 decide(const struct endpoint_info *ep, __u8 dir,
 	/* Kubelet probes and other traffic from this node are always allowed. */
 	if (dir == DIR_INGRESS && remote->identity == ID_HOST)
 		return REASON_HOST;
+	__u32 node_verdict = nodeiso_pod_verdict(dir, remote->identity, proto, dport);
+	if (node_verdict)
+		return node_verdict;
 	if (!(ep->flags & isolation_flag(dir)))
 		return REASON_NOT_ISOLATED;
 	if (!is_port_proto(proto))

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/coordino/coordino/daemon/metrics"
 )
@@ -48,6 +49,9 @@ type Options struct {
 	WireGuardDevice     string `json:"wireGuardDevice"`
 	WireGuardPort       int    `json:"wireGuardPort"`
 	WireGuardNodeToNode bool   `json:"wireGuardNodeToNode"`
+	// WireGuardKeyMaxAge rotates the WireGuard key when older (0: only on
+	// request, by creating wireguard.rotate in the state dir).
+	WireGuardKeyMaxAge time.Duration `json:"wireGuardKeyMaxAge"`
 	// OTLPEndpoint receives OpenTelemetry traces; empty defers to OTEL_*.
 	OTLPEndpoint string `json:"otlpEndpoint"`
 
@@ -122,6 +126,7 @@ func Parse(args []string, stderr io.Writer) (*Options, error) {
 	fs.StringVar(&o.WireGuardDevice, "wireguard-device", o.WireGuardDevice, "WireGuard interface name (userspace devices share /var/run/wireguard: unique per host)")
 	fs.IntVar(&o.WireGuardPort, "wireguard-port", o.WireGuardPort, "WireGuard UDP listen port")
 	fs.BoolVar(&o.WireGuardNodeToNode, "wireguard-node-to-node", o.WireGuardNodeToNode, "also encrypt node-to-node traffic (needed for node-to-remote-pod traffic under encryption)")
+	fs.DurationVar(&o.WireGuardKeyMaxAge, "wireguard-key-max-age", 0, "rotate the WireGuard key when it is older than this (0: only when <state-dir>/wireguard.rotate is created)")
 	fs.StringVar(&o.OTLPEndpoint, "otlp-endpoint", "", "export OpenTelemetry traces of CNI verbs over OTLP/gRPC to host:port (plaintext) or a URL (https://…); default: the OTEL_EXPORTER_OTLP_* variables, else no tracing")
 	o.Services.register(fs)
 	if err := fs.Parse(args); err != nil {
@@ -193,6 +198,7 @@ func (o *Options) applyFlags(flags *Options, explicit map[string]bool) {
 		"wireguard-device":       func() { o.WireGuardDevice = flags.WireGuardDevice },
 		"wireguard-port":         func() { o.WireGuardPort = flags.WireGuardPort },
 		"wireguard-node-to-node": func() { o.WireGuardNodeToNode = flags.WireGuardNodeToNode },
+		"wireguard-key-max-age":  func() { o.WireGuardKeyMaxAge = flags.WireGuardKeyMaxAge },
 	}
 	o.Services.applyFlags(&flags.Services, set)
 	for name := range explicit {

@@ -8,7 +8,9 @@ import (
 	"io"
 	"strings"
 
+	coordinov1alpha1 "github.com/coordino/coordino/api/coordino/v1alpha1"
 	"github.com/coordino/coordino/api/policyir"
+	"github.com/coordino/coordino/daemon/nodeiso"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -21,12 +23,14 @@ const MaxFileSize = 4 << 20
 
 // Objects are the policy objects of one file.
 type Objects struct {
-	Policies   []*networkingv1.NetworkPolicy
-	Namespaces []*corev1.Namespace
+	Policies      []*networkingv1.NetworkPolicy
+	Namespaces    []*corev1.Namespace
+	NodeIsolation []*coordinov1alpha1.NodeIsolationPolicy
 }
 
 // ParseFile parses a YAML or JSON file of networking.k8s.io/v1
-// NetworkPolicy and v1 Namespace documents separated by "---". Every error
+// NetworkPolicy, v1 Namespace and coordino.io/v1alpha1 NodeIsolationPolicy
+// documents separated by "---". Every error
 // names the file, the document and, where it can, the field.
 func ParseFile(name string, data []byte) (*Objects, error) {
 	if len(data) > MaxFileSize {
@@ -78,8 +82,17 @@ func parseDoc(raw []byte, out *Objects) error {
 			return fmt.Errorf("Namespace: %w", err)
 		}
 		out.Namespaces = append(out.Namespaces, ns)
+	case tm.Kind == "NodeIsolationPolicy" && tm.APIVersion == coordinov1alpha1.SchemeGroupVersion.String():
+		nip := &coordinov1alpha1.NodeIsolationPolicy{}
+		if err := yaml.UnmarshalStrict(raw, nip); err != nil {
+			return fmt.Errorf("NodeIsolationPolicy: %w", err)
+		}
+		if err := nodeiso.Validate(nip); err != nil {
+			return err
+		}
+		out.NodeIsolation = append(out.NodeIsolation, nip)
 	default:
-		return fmt.Errorf("apiVersion %q kind %q: want networking.k8s.io/v1 NetworkPolicy or v1 Namespace", tm.APIVersion, tm.Kind)
+		return fmt.Errorf("apiVersion %q kind %q: want networking.k8s.io/v1 NetworkPolicy, v1 Namespace or coordino.io/v1alpha1 NodeIsolationPolicy", tm.APIVersion, tm.Kind)
 	}
 	return nil
 }

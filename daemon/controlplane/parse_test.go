@@ -3,6 +3,8 @@ package controlplane
 import (
 	"strings"
 	"testing"
+
+	"github.com/coordino/coordino/daemon/nodeiso"
 )
 
 const validFile = `
@@ -74,6 +76,7 @@ func FuzzParseFile(f *testing.F) {
 	f.Add([]byte("apiVersion: networking.k8s.io/v1\nkind: NetworkPolicy\nmetadata: {name: p}\nspec: {podSelector: {matchExpressions: [{key: a, operator: In}]}}"))
 	f.Add([]byte("apiVersion: networking.k8s.io/v1\nkind: NetworkPolicy\nmetadata: {name: p}\nspec:\n  podSelector: {}\n  ingress: [{from: [{ipBlock: {cidr: '::/0', except: ['::1/128']}}], ports: [{port: http}]}]"))
 	f.Add([]byte("---\n---\n"))
+	f.Add([]byte("apiVersion: coordino.io/v1alpha1\nkind: NodeIsolationPolicy\nmetadata: {name: n}\nspec:\n  podToHost: [{protocol: UDP, port: 53, scope: AllNodes}, {protocol: ICMP, scope: OwnNode}]\n  nodeToNode: [{protocol: TCP, port: 10250, endPort: 10259}]"))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		objs, err := ParseFile("fuzz.yaml", data)
 		if err != nil {
@@ -84,5 +87,29 @@ func FuzzParseFile(f *testing.F) {
 		}
 		// Whatever parses must compile without panicking.
 		compileForFuzz(t, objs)
+		if _, err := nodeiso.Compile(objs.NodeIsolation, []uint16{51871}); err != nil {
+			t.Fatalf("parsed node isolation policy does not compile: %v", err)
+		}
 	})
+}
+
+// TestParseNodeIsolationPolicy: the policy directory takes NodeIsolationPolicy
+// documents, and a bad one is rejected with an error naming the field.
+func TestParseNodeIsolationPolicy(t *testing.T) {
+	objs, err := ParseFile("n.yaml", []byte("apiVersion: coordino.io/v1alpha1\nkind: NodeIsolationPolicy\nmetadata: {name: n}\nspec: {podToHost: [{protocol: UDP, port: 53, scope: AllNodes}]}"))
+	if err != nil || len(objs.NodeIsolation) != 1 {
+		t.Fatalf("valid policy: %v, %d parsed", err, len(objs.NodeIsolation))
+	}
+	for doc, field := range map[string]string{
+		"spec: {podToHost: [{protocol: GRE, scope: AllNodes}]}":           "spec.podToHost[0].protocol",
+		"spec: {nodeToNode: [{protocol: TCP, port: 9, endPort: 8}]}":      "spec.nodeToNode[0].endPort",
+		"spec: {podToHost: [{protocol: ICMP, port: 8, scope: OwnNode}]}":  "spec.podToHost[0].port",
+		"spec: {policyTypes: [Egress]}":                                   "spec.policyTypes[0]",
+		"spec: {podToHost: [{protocol: TCP, port: 53, scope: ThisNode}]}": "spec.podToHost[0].scope",
+	} {
+		_, err := ParseFile("n.yaml", []byte("apiVersion: coordino.io/v1alpha1\nkind: NodeIsolationPolicy\nmetadata: {name: n}\n"+doc))
+		if err == nil || !strings.Contains(err.Error(), field) {
+			t.Errorf("%s: error %v does not name %s", doc, err, field)
+		}
+	}
 }

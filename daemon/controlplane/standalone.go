@@ -287,7 +287,7 @@ func (s *Standalone) sweepSaved(seen map[string]bool) {
 // is dropped with a warning so the result does not depend on map order.
 func (s *Standalone) snapshot() policy.Snapshot {
 	var snap policy.Snapshot
-	seenNP, seenNS := map[string]string{}, map[string]string{}
+	seenNP, seenNS, seenNIP := map[string]string{}, map[string]string{}, map[string]string{}
 	for _, name := range slices.Sorted(maps.Keys(s.files)) {
 		objs := s.files[name]
 		for _, np := range objs.Policies {
@@ -306,6 +306,14 @@ func (s *Standalone) snapshot() policy.Snapshot {
 			}
 			seenNS[ns.Name] = name
 			snap.Namespaces = append(snap.Namespaces, ns)
+		}
+		for _, nip := range objs.NodeIsolation {
+			if first, dup := seenNIP[nip.Name]; dup {
+				s.log.Warn("duplicate NodeIsolationPolicy ignored", zap.String("policy", nip.Name), zap.String("file", name), zap.String("first", first))
+				continue
+			}
+			seenNIP[nip.Name] = name
+			snap.NodeIsolation = append(snap.NodeIsolation, nip)
 		}
 	}
 	return snap

@@ -114,6 +114,8 @@ type Datapath struct {
 	episodes map[string]*mapEpisode
 	// serviceHookErr is why the post-DNAT hook is not attached (nil: it is).
 	serviceHookErr error
+	// nodeIso is node isolation's state (nodeiso.go).
+	nodeIso nodeIsoState
 }
 
 // Open loads the BPF objects and creates, or adopts, the pinned maps, the

@@ -7,20 +7,23 @@ import (
 
 // reasonNames index bpf reason values; keep in sync with enum reason.
 var reasonNames = [...]string{
-	bpf.CoordinoReasonREASON_POLICY:                "policy",
-	bpf.CoordinoReasonREASON_NOT_ISOLATED:          "not-isolated",
-	bpf.CoordinoReasonREASON_HOST:                  "host",
-	bpf.CoordinoReasonREASON_ESTABLISHED:           "established",
-	bpf.CoordinoReasonREASON_REPLY:                 "reply",
-	bpf.CoordinoReasonREASON_RELATED:               "related",
-	bpf.CoordinoReasonREASON_NOT_IP:                "not-ip",
-	bpf.CoordinoReasonREASON_NEIGHBOR:              "neighbor-discovery",
-	bpf.CoordinoReasonREASON_POLICY_DENIED:         "policy-denied",
-	bpf.CoordinoReasonREASON_POLICY_REVOKED:        "policy-revoked",
-	bpf.CoordinoReasonREASON_NO_ENDPOINT:           "no-endpoint",
-	bpf.CoordinoReasonREASON_MALFORMED:             "malformed",
-	bpf.CoordinoReasonREASON_SPOOFED:               "spoofed",
-	bpf.CoordinoReasonREASON_FRAGMENT:              "fragment-unknown",
+	bpf.CoordinoReasonREASON_POLICY:         "policy",
+	bpf.CoordinoReasonREASON_NOT_ISOLATED:   "not-isolated",
+	bpf.CoordinoReasonREASON_HOST:           "host",
+	bpf.CoordinoReasonREASON_ESTABLISHED:    "established",
+	bpf.CoordinoReasonREASON_REPLY:          "reply",
+	bpf.CoordinoReasonREASON_RELATED:        "related",
+	bpf.CoordinoReasonREASON_NOT_IP:         "not-ip",
+	bpf.CoordinoReasonREASON_NEIGHBOR:       "neighbor-discovery",
+	bpf.CoordinoReasonREASON_POLICY_DENIED:  "policy-denied",
+	bpf.CoordinoReasonREASON_POLICY_REVOKED: "policy-revoked",
+	bpf.CoordinoReasonREASON_NO_ENDPOINT:    "no-endpoint",
+	bpf.CoordinoReasonREASON_MALFORMED:      "malformed",
+	bpf.CoordinoReasonREASON_SPOOFED:        "spoofed",
+	bpf.CoordinoReasonREASON_FRAGMENT:       "fragment-unknown",
+	// The slots between named reasons are counter-only (events lost).
+	bpf.CoordinoReasonREASON_NODE_ISOLATED:         "node-isolated",
+	bpf.CoordinoReasonREASON_NODE_TO_NODE_DENIED:   "node-to-node-denied",
 	bpf.CoordinoReasonREASON_SERVICE_UNENFORCEABLE: "service-unenforceable",
 }
 

@@ -144,7 +144,8 @@ func (d *Datapath) UpdatePolicy(s policy.Snapshot) error {
 		d.synced = true
 		d.markAll()
 	}
-	err := d.flush()
+	d.setNodeIsolationPolicies(s.NodeIsolation)
+	err := errors.Join(d.flush(), d.applyNodeIsolation())
 	if !d.cidrsRetained && err == nil {
 		// Numbers restored from the pins that no policy uses any more.
 		keep := map[netip.Prefix]bool{}

@@ -80,7 +80,7 @@ func (d *Datapath) markAll() {
 		d.dirty.ips[p] = struct{}{}
 	}
 	d.engine.Prefixes(func(p netip.Prefix, _ identity.ID) { d.dirty.ips[p] = struct{}{} })
-	for _, ip := range d.cfg.NodeIPs {
+	for _, ip := range slices.Concat(d.cfg.NodeIPs, d.nodeIso.remoteIPs) {
 		d.dirty.ips[netip.PrefixFrom(ip.Unmap(), ip.Unmap().BitLen())] = struct{}{}
 	}
 	for ifindex := range d.mirror.endpoints {
@@ -104,6 +104,9 @@ type wanted struct {
 func (d *Datapath) wanted() *wanted {
 	w := &wanted{d: d, byIf: map[uint32]*record{}, owners: map[netip.Addr]identity.ID{},
 		installedIso: map[identity.ID]policy.Isolation{}}
+	for _, ip := range d.nodeIso.remoteIPs {
+		w.owners[ip.Unmap()] = identity.RemoteNode
+	}
 	for _, ip := range d.cfg.NodeIPs {
 		w.owners[ip.Unmap()] = identity.Host
 	}
@@ -177,7 +180,7 @@ func (d *Datapath) collectChanges() {
 	}
 	for p := range ch.Prefixes {
 		d.dirty.ips[p] = struct{}{}
-		for _, ip := range d.cfg.NodeIPs {
+		for _, ip := range slices.Concat(d.cfg.NodeIPs, d.nodeIso.remoteIPs) {
 			if p.Contains(ip.Unmap()) {
 				d.dirty.ips[netip.PrefixFrom(ip.Unmap(), ip.Unmap().BitLen())] = struct{}{}
 			}
@@ -489,7 +492,7 @@ func (d *Datapath) syncEndpointsOnly() error {
 	}
 	for p, v := range d.mirror.ipcache {
 		id := identity.ID(v.Identity)
-		if addrs[p] || id.IsCIDR() || id == identity.Host {
+		if addrs[p] || id.IsCIDR() || id == identity.Host || id == identity.RemoteNode {
 			continue
 		}
 		k := ipcacheKey(p)

@@ -31,9 +31,11 @@ type lastKnown struct {
 	Namespaces map[string]map[string]string `json:"namespaces,omitempty"`
 	// Policies is what daemons saved before they read PolicyIRs; still
 	// served from when a file has it.
-	Policies   []*networkingv1.NetworkPolicy            `json:"policies,omitempty"`
-	PolicyIRs  []*coordinov1alpha1.PolicyIR             `json:"policyIRs,omitempty"`
-	Identities map[string]coordinov1alpha1.IdentitySpec `json:"identities,omitempty"` // name (number) → spec
+	Policies  []*networkingv1.NetworkPolicy `json:"policies,omitempty"`
+	PolicyIRs []*coordinov1alpha1.PolicyIR  `json:"policyIRs,omitempty"`
+	// NodeIsolation keeps node isolation in force through an API outage.
+	NodeIsolation []*coordinov1alpha1.NodeIsolationPolicy  `json:"nodeIsolation,omitempty"`
+	Identities    map[string]coordinov1alpha1.IdentitySpec `json:"identities,omitempty"` // name (number) → spec
 }
 
 type knownPod struct {

@@ -103,6 +103,7 @@ type Source struct {
 	irs     coordinolisters.PolicyIRLister
 	ncs     coordinolisters.NodeConfigLister
 	idents  coordinolisters.IdentityLister
+	nips    coordinolisters.NodeIsolationPolicyLister
 	hasSync []cache.InformerSynced
 
 	// live: informers synced, the listers are the truth. Atomic, as the
@@ -215,7 +216,9 @@ func New(cfg Config) (*Source, error) {
 	irI := s.crdInf.Coordino().V1alpha1().PolicyIRs()
 	ncI := s.ncInf.Coordino().V1alpha1().NodeConfigs()
 	idI := s.crdInf.Coordino().V1alpha1().Identities()
+	nipI := s.crdInf.Coordino().V1alpha1().NodeIsolationPolicies()
 	s.pods, s.nss, s.irs, s.ncs, s.idents = podI.Lister(), nsI.Lister(), irI.Lister(), ncI.Lister(), idI.Lister()
+	s.nips = nipI.Lister()
 	for _, reg := range []struct {
 		inf  cache.SharedIndexInformer
 		mark func(*dirtyBits)
@@ -225,6 +228,7 @@ func New(cfg Config) (*Source, error) {
 		{irI.Informer(), func(d *dirtyBits) { d.policy = true }},
 		{ncI.Informer(), func(d *dirtyBits) { d.blocks = true }},
 		{idI.Informer(), func(d *dirtyBits) { d.identities = true }},
+		{nipI.Informer(), func(d *dirtyBits) { d.policy = true }},
 	} {
 		mark := reg.mark
 		h := func(any) { s.markDirty(mark) }
@@ -451,8 +455,10 @@ func (s *Source) snapshot() policy.Snapshot {
 		irs, _ := s.irs.List(labels.Everything())
 		nss, _ := s.nss.List(labels.Everything())
 		snap.PolicyIRs, snap.Namespaces = irs, nss
+		snap.NodeIsolation, _ = s.nips.List(labels.Everything())
 	} else if s.known != nil {
 		snap.Policies, snap.PolicyIRs = s.known.Policies, s.known.PolicyIRs
+		snap.NodeIsolation = s.known.NodeIsolation
 		for name, l := range s.known.Namespaces {
 			snap.Namespaces = append(snap.Namespaces, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: l}})
 		}
@@ -465,6 +471,7 @@ func (s *Source) snapshot() policy.Snapshot {
 		return cmpStrings(a.Namespace+"/"+a.Name, b.Namespace+"/"+b.Name)
 	})
 	slices.SortFunc(snap.Namespaces, func(a, b *corev1.Namespace) int { return cmpStrings(a.Name, b.Name) })
+	slices.SortFunc(snap.NodeIsolation, func(a, b *coordinov1alpha1.NodeIsolationPolicy) int { return cmpStrings(a.Name, b.Name) })
 	return snap
 }
 
@@ -583,6 +590,7 @@ func (s *Source) save() {
 		lk.Namespaces[ns.Name] = ns.Labels
 	}
 	lk.PolicyIRs, _ = s.irs.List(labels.Everything())
+	lk.NodeIsolation, _ = s.nips.List(labels.Everything())
 	ids, _ := s.idents.List(labels.Everything())
 	for _, id := range ids {
 		lk.Identities[id.Name] = id.Spec

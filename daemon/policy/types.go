@@ -55,6 +55,8 @@ type Snapshot struct {
 	// PolicyIRs are policies the controller compiled (Kubernetes mode).
 	PolicyIRs  []*coordinov1alpha1.PolicyIR
 	Namespaces []*corev1.Namespace
+	// NodeIsolation are the cluster's NodeIsolationPolicies (daemon/nodeiso).
+	NodeIsolation []*coordinov1alpha1.NodeIsolationPolicy
 }
 
 // Input is what Compile needs besides the snapshot: the known identities and

@@ -56,6 +56,13 @@ type Config struct {
 	// NodeToNode also routes (and accepts) peer node addresses through the
 	// tunnel, so node-to-node and node-to-remote-pod traffic is encrypted.
 	NodeToNode bool
+	// KeyMaxAge starts a key rotation once the private key file is older
+	// (0: only on request, see RotateTriggerFile).
+	KeyMaxAge time.Duration
+	// OnPublicKey, when set, is called with the key peers must be told
+	// about whenever it changes (a rotation was prepared): the hook for
+	// publishing it in NodeConfig. Standalone, wireguard.pub is the record.
+	OnPublicKey func(wgtypes.Key)
 }
 
 // Device is this node's WireGuard device and its configuration.
@@ -69,6 +76,10 @@ type Device struct {
 
 	mu   sync.Mutex
 	last peers.Set
+	// next is the pending key of a rotation (nil: none); switched is set
+	// when the device just moved to it, until apply has seen it.
+	next     *wgtypes.Key
+	switched bool
 }
 
 // Start loads (or creates) the key and brings the device up: an existing
@@ -89,6 +100,12 @@ func Start(cfg Config, log *zap.Logger) (*Device, error) {
 		return nil, fmt.Errorf("wgctrl: %w", err)
 	}
 	d := &Device{cfg: cfg, log: log, client: client, key: key}
+	if next, ok, err := LoadNextKey(cfg.StateDir); err != nil {
+		client.Close()
+		return nil, fmt.Errorf("wireguard key: %w", err)
+	} else if ok {
+		d.next = &next
+	}
 	if err := d.ensure(); err != nil {
 		client.Close()
 		return nil, err
@@ -213,9 +230,13 @@ func (d *Device) startUserspace() error {
 	}
 	cmd := exec.Command(bin, "--interface", d.cfg.Device, "--mtu", strconv.Itoa(mtu), "--pid-file", PIDFile(d.cfg.RunDir, d.cfg.Device))
 	cmd.Stdout, cmd.Stderr = logf, logf
-	// Its own session: signals to the daemon's process group and the
-	// daemon's death leave it running.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	// Its own process group: signals to the daemon's group and the daemon's
+	// death leave it running. Not its own session: with the kernel's
+	// scheduler autogroups (on by default where tasks sit in the root
+	// cgroup), a session is its own CPU group, and a device alone in one
+	// forwarded at 0.6-0.7× of the same process sharing the daemon's
+	// session (docs/benchmarks.md, userspace WireGuard).
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("start %s: %w", bin, err)
 	}
@@ -245,6 +266,9 @@ func (d *Device) Apply(set peers.Set) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.last = set
+	if err := d.maybeSwitchKey(set); err != nil {
+		return err
+	}
 	return d.apply(set)
 }
 
@@ -297,6 +321,9 @@ func (d *Device) apply(set peers.Set) error {
 		if err := d.client.ConfigureDevice(d.cfg.Device, c); err != nil {
 			return fmt.Errorf("configure peers of %s: %w", d.cfg.Device, err)
 		}
+	}
+	if fresh := d.freshPeers(have, c.Peers); len(fresh) > 0 {
+		go d.settle(fresh, time.Now())
 	}
 	if err := d.router.Apply(keyed); err != nil {
 		errs = append(errs, err)
@@ -356,6 +383,7 @@ func (d *Device) Run(ctx context.Context) {
 			return
 		case <-t.C:
 		}
+		d.checkRotation()
 		if _, err := d.client.Device(d.cfg.Device); err == nil {
 			continue
 		}

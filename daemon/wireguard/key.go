@@ -34,10 +34,15 @@ func LoadOrCreateKey(stateDir string) (wgtypes.Key, error) {
 		if fi.Mode().Perm()&0o077 != 0 {
 			return wgtypes.Key{}, fmt.Errorf("%s is readable by others (mode %v): want 0600", path, fi.Mode().Perm())
 		}
-		k, err := wgtypes.ParseKey(strings.TrimSpace(string(data)))
+		k, err := parseKey(path, data)
 		if err != nil {
-			// Never echo the content: it is (part of) a secret.
-			return wgtypes.Key{}, fmt.Errorf("%s does not hold a WireGuard private key", path)
+			return wgtypes.Key{}, err
+		}
+		// During a rotation the published key is the pending one.
+		if next, ok, err := LoadNextKey(stateDir); err != nil {
+			return wgtypes.Key{}, err
+		} else if ok {
+			return k, writePublic(stateDir, next)
 		}
 		return k, writePublic(stateDir, k)
 	case !errors.Is(err, fs.ErrNotExist):
@@ -58,4 +63,14 @@ func LoadOrCreateKey(stateDir string) (wgtypes.Key, error) {
 
 func writePublic(stateDir string, k wgtypes.Key) error {
 	return atomicfile.Write(filepath.Join(stateDir, PublicKeyFile), []byte(k.PublicKey().String()+"\n"), 0o644)
+}
+
+// parseKey parses a key file's content without ever echoing it: it is a
+// secret.
+func parseKey(path string, data []byte) (wgtypes.Key, error) {
+	k, err := wgtypes.ParseKey(strings.TrimSpace(string(data)))
+	if err != nil {
+		return wgtypes.Key{}, fmt.Errorf("%s does not hold a WireGuard private key", path)
+	}
+	return k, nil
 }

@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"sort"
 	"strconv"
+	"syscall"
 	"testing"
 	"time"
 
@@ -212,6 +213,14 @@ func requestRate(t *testing.T, from, to ns.NetNS, addr netip.Addr) float64 {
 // 10.254.0.1/2, and returns node1's tunnel address.
 func bareTunnel(t *testing.T, c *cluster) netip.Addr {
 	t.Helper()
+	return bareTunnelWith(t, c, 254, false)
+}
+
+// bareTunnelWith is bareTunnel on 10.<subnet>.0.0/24 (UDP port 51646 +
+// subnet), with the processes in their own session when setsid (as the
+// daemon starts its device).
+func bareTunnelWith(t *testing.T, c *cluster, subnet int, setsid bool) netip.Addr {
+	t.Helper()
 	var keys [2]wgtypes.Key
 	var names [2]string
 	for i := range keys {
@@ -225,6 +234,7 @@ func bareTunnel(t *testing.T, c *cluster) netip.Addr {
 	defer client.Close()
 	for i, n := range c.nodes[:2] {
 		cmd := exec.Command("nsenter", "--net="+n.NS.Path(), "--", harness.BinDir()+"/coordino-wireguard", "--interface", names[i], "--mtu", "1420")
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: setsid}
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
 		}
@@ -233,9 +243,9 @@ func bareTunnel(t *testing.T, c *cluster) netip.Addr {
 		if err := eventually(5*time.Second, func() error { _, err := client.Device(names[i]); return err }); err != nil {
 			t.Fatal(err)
 		}
-		port := 51900
+		port := 51646 + subnet
 		other := c.nodes[1-i]
-		_, allowed, _ := net.ParseCIDR(fmt.Sprintf("10.254.0.%d/32", 2-i))
+		_, allowed, _ := net.ParseCIDR(fmt.Sprintf("10.%d.0.%d/32", subnet, 2-i))
 		// The node's own mark: the bare tunnel's UDP must bypass the node's
 		// node-to-node steering into Coordino's device.
 		mark := wireguard.FirewallMark
@@ -249,7 +259,7 @@ func bareTunnel(t *testing.T, c *cluster) netip.Addr {
 			if err != nil {
 				return err
 			}
-			addr, _ := netlink.ParseAddr(fmt.Sprintf("10.254.0.%d/24", i+1))
+			addr, _ := netlink.ParseAddr(fmt.Sprintf("10.%d.0.%d/24", subnet, i+1))
 			if err := netlink.AddrAdd(l, addr); err != nil {
 				return err
 			}
@@ -258,5 +268,5 @@ func bareTunnel(t *testing.T, c *cluster) netip.Addr {
 			t.Fatal(err)
 		}
 	}
-	return netip.MustParseAddr("10.254.0.2")
+	return netip.MustParseAddr(fmt.Sprintf("10.%d.0.2", subnet))
 }

@@ -52,6 +52,8 @@ type cluster struct {
 	bridge   string
 	base     string
 	nodes    []*node
+	// nodeArgs, when set, adds daemon flags per node (given its dir).
+	nodeArgs func(dir string) []string
 }
 
 // node is a harness node plus what the test bed knows about it.
@@ -97,6 +99,12 @@ func (p *pod) addr(v6 bool) netip.Addr {
 // the peers file lists all of them (and, with WireGuard, their keys).
 func newCluster(t *testing.T, m mode, count int) *cluster {
 	t.Helper()
+	return newClusterWith(t, m, count, nil)
+}
+
+// newClusterWith is newCluster with extra daemon flags per node.
+func newClusterWith(t *testing.T, m mode, count int, nodeArgs func(dir string) []string) *cluster {
+	t.Helper()
 	privileged.Require(t)
 	if err := harness.RequireBinaries(); err != nil {
 		t.Fatal(err)
@@ -110,7 +118,7 @@ func newCluster(t *testing.T, m mode, count int) *cluster {
 	}
 	// One base dir made before close is registered: TempDir removal runs
 	// after close (cleanups run last-in first-out), once mounts are gone.
-	c := &cluster{t: t, mode: m, underlay: u, bridge: "br-" + harness.RandomSuffix(6), base: t.TempDir()}
+	c := &cluster{t: t, mode: m, underlay: u, bridge: "br-" + harness.RandomSuffix(6), base: t.TempDir(), nodeArgs: nodeArgs}
 	t.Cleanup(c.close)
 	if err := u.Do(func(ns.NetNS) error {
 		br := &netlink.Bridge{LinkAttrs: netlink.LinkAttrs{Name: c.bridge, MTU: 1500}}
@@ -148,11 +156,15 @@ func (c *cluster) addNode() *node {
 	n.peersFile = filepath.Join(dir, "peers.yaml")
 	n.wgDevice = "cwg" + harness.RandomSuffix(8)
 	var err error
+	args := []string{"--peers-file", n.peersFile, "--routing", c.mode.routing, "--encryption", c.mode.encryption,
+		"--wireguard-device", n.wgDevice}
+	if c.nodeArgs != nil {
+		args = append(args, c.nodeArgs(dir)...)
+	}
 	n.Node, err = harness.NewNode(dir, name, harness.NodeOptions{
-		NodeIP:   n.address(false).String(),
-		PodCIDRs: []string{n.blocks()[0].String(), n.blocks()[1].String()},
-		ExtraArgs: []string{"--peers-file", n.peersFile, "--routing", c.mode.routing, "--encryption", c.mode.encryption,
-			"--wireguard-device", n.wgDevice},
+		NodeIP:    n.address(false).String(),
+		PodCIDRs:  []string{n.blocks()[0].String(), n.blocks()[1].String()},
+		ExtraArgs: args,
 	})
 	if err != nil {
 		t.Fatal(err)

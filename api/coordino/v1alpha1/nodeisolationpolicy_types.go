@@ -9,9 +9,21 @@ const (
 	ScopeAllNodes   = "AllNodes"
 )
 
+// Directions a NodeIsolationPolicy can isolate.
+const (
+	// PolicyTypePodToHost isolates pods from node addresses: a pod opens a
+	// flow to its own node or another node only on a PodToHost port.
+	PolicyTypePodToHost = "PodToHost"
+	// PolicyTypeNodeToNode isolates nodes from each other: a node accepts a
+	// new flow from another node only on a NodeToNode port.
+	PolicyTypeNodeToNode = "NodeToNode"
+)
+
 // NodeIsolationPolicy says which host ports pods may reach on nodes and
-// which node-to-node traffic is allowed (filled in by the node isolation
-// work; defined now so the API is whole).
+// which node-to-node traffic is allowed. Without any NodeIsolationPolicy
+// nothing is isolated; with several, a direction is isolated when one of
+// them isolates it and the allowed ports are the union of their rules.
+// Traffic from a node to its own pods (kubelet probes) is never isolated.
 //
 // +genclient
 // +genclient:nonNamespaced
@@ -30,17 +42,29 @@ type NodeIsolationPolicy struct {
 
 // NodeIsolationPolicySpec lists allowed host ports per direction.
 type NodeIsolationPolicySpec struct {
+	// PolicyTypes are the directions this policy isolates. Unset, it is
+	// PodToHost, plus NodeToNode when nodeToNode lists rules (as
+	// NetworkPolicy infers Egress from egress rules).
+	// +optional
+	// +listType=set
+	// +kubebuilder:validation:items:Enum=PodToHost;NodeToNode
+	PolicyTypes []string `json:"policyTypes,omitempty"`
 	// PodToHost: ports on nodes that pods may open.
 	// +optional
 	// +listType=atomic
 	PodToHost []HostPortRule `json:"podToHost,omitempty"`
-	// NodeToNode: ports nodes may open on each other's pods/host.
+	// NodeToNode: ports nodes may open on each other's addresses (the
+	// scope is ignored). The tunnel's own UDP port (WireGuard, VXLAN) is
+	// always allowed.
 	// +optional
 	// +listType=atomic
 	NodeToNode []HostPortRule `json:"nodeToNode,omitempty"`
 }
 
 // HostPortRule allows one protocol and port range towards a scope of nodes.
+// Port 0 (unset) means every port; EndPort, when set, ends an inclusive
+// range starting at Port. ICMP means echo requests of both families and
+// takes no port.
 type HostPortRule struct {
 	// +kubebuilder:validation:Enum=TCP;UDP;SCTP;ICMP
 	Protocol string `json:"protocol"`

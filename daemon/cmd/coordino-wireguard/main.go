@@ -1,7 +1,7 @@
 // Command coordino-wireguard is the userspace WireGuard device for nodes
 // whose kernel has no WireGuard module: wireguard-go on a TUN device,
 // configured through the standard UAPI socket (/var/run/wireguard/<if>.sock)
-// by the daemon's wgctrl client. The daemon starts it in its own session so
+// by the daemon's wgctrl client. The daemon starts it in its own process group so
 // it keeps forwarding while the daemon restarts or is upgraded; a restarted
 // daemon adopts it through the socket.
 package main

@@ -1,0 +1,224 @@
+package datapath
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"slices"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
+	"go.uber.org/zap"
+
+	coordinov1alpha1 "github.com/coordino/coordino/api/coordino/v1alpha1"
+	"github.com/coordino/coordino/bpf"
+	"github.com/coordino/coordino/daemon/nodeiso"
+	"github.com/coordino/coordino/daemon/policy"
+)
+
+// Node isolation (NodeIsolationPolicy, bpf/lib/nodeiso.h). Other nodes'
+// addresses get the remote-node identity in the ipcache (SetRemoteNodeIPs);
+// the policies arrive with each snapshot (UpdatePolicy); the node-to-node
+// programs sit on the node's underlay and tunnel devices (AttachNodeDevice).
+
+// nodeIsoState is what the datapath holds for node isolation; guarded by mu.
+type nodeIsoState struct {
+	remoteIPs   []netip.Addr
+	tunnelPorts []uint16
+	policies    []*coordinov1alpha1.NodeIsolationPolicy
+	// keys mirrors cdo_nodeiso (nil until read); flags cdo_nodeiso_cfg.
+	keys  map[policy.Key]struct{}
+	flags uint32
+}
+
+// SetRemoteNodeIPs replaces the addresses of the other nodes (from the peers
+// list): they take the remote-node identity, which pod -> other node and
+// node -> node isolation judge. This node's own addresses stay the host's.
+func (d *Datapath) SetRemoteNodeIPs(ips []netip.Addr) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for _, ip := range slices.Concat(d.nodeIso.remoteIPs, ips) {
+		ip = ip.Unmap()
+		d.dirty.ips[netip.PrefixFrom(ip, ip.BitLen())] = struct{}{}
+	}
+	d.nodeIso.remoteIPs = slices.Clone(ips)
+	if !d.synced {
+		return nil
+	}
+	if err := d.flush(); err != nil {
+		return fmt.Errorf("datapath: update remote node addresses: %w", err)
+	}
+	return nil
+}
+
+// SetTunnelPorts sets the UDP ports nodes always accept from each other
+// while node-to-node traffic is isolated (WireGuard, VXLAN).
+func (d *Datapath) SetTunnelPorts(ports []uint16) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.nodeIso.tunnelPorts = slices.Clone(ports)
+	if !d.synced {
+		return nil
+	}
+	return d.applyNodeIsolation()
+}
+
+// setNodeIsolationPolicies records the snapshot's policies; the caller
+// holds mu and applies them.
+func (d *Datapath) setNodeIsolationPolicies(pols []*coordinov1alpha1.NodeIsolationPolicy) {
+	d.nodeIso.policies = pols
+}
+
+// applyNodeIsolation brings cdo_nodeiso and its flags in line with the
+// policies. Fail closed: isolation bits that go away are cleared first,
+// stale allows deleted before new ones are added, new isolation bits set
+// last, so no intermediate state allows what neither the old nor the new
+// policies allow. Then the revision is bumped: tracked pod flows towards
+// node addresses are re-decided at their next packet.
+func (d *Datapath) applyNodeIsolation() error {
+	rules, compileErr := nodeiso.Compile(d.nodeIso.policies, d.nodeIso.tunnelPorts)
+	if err := d.readNodeIsoMirror(); err != nil {
+		return err
+	}
+	var flags uint32
+	if rules.PodToHost {
+		flags |= uint32(bpf.CoordinoNodeisoFlagNODEISO_POD_TO_HOST)
+	}
+	if rules.NodeToNode {
+		flags |= uint32(bpf.CoordinoNodeisoFlagNODEISO_NODE_TO_NODE)
+	}
+	want := map[policy.Key]struct{}{}
+	for _, k := range rules.Keys {
+		want[k] = struct{}{}
+	}
+	changed := false
+	if cleared := d.nodeIso.flags &^ flags; cleared != 0 {
+		if err := d.writeNodeIsoFlags(d.nodeIso.flags &^ cleared); err != nil {
+			return err
+		}
+		changed = true
+	}
+	for k := range d.nodeIso.keys {
+		if _, ok := want[k]; ok {
+			continue
+		}
+		bk := policyKey(k)
+		if err := deleteKey(d.objs.CdoNodeiso, &bk); err != nil {
+			return fmt.Errorf("datapath: delete node isolation entry: %w", err)
+		}
+		delete(d.nodeIso.keys, k)
+		changed = true
+	}
+	for k := range want {
+		if _, ok := d.nodeIso.keys[k]; ok {
+			continue
+		}
+		bk := policyKey(k)
+		if err := d.objs.CdoNodeiso.Update(&bk, &bpf.CoordinoPolicyValue{}, ebpf.UpdateAny); err != nil {
+			return fmt.Errorf("datapath: add node isolation entry: %w", err)
+		}
+		d.nodeIso.keys[k] = struct{}{}
+		changed = true
+	}
+	if flags != d.nodeIso.flags {
+		if err := d.writeNodeIsoFlags(flags); err != nil {
+			return err
+		}
+		changed = true
+	}
+	if changed {
+		d.log.Info("node isolation applied", zap.Bool("podToHost", rules.PodToHost), zap.Bool("nodeToNode", rules.NodeToNode),
+			zap.Int("entries", len(rules.Keys)), zap.Int("policies", len(d.nodeIso.policies)))
+		if err := d.bumpRevision(); err != nil {
+			return err
+		}
+	}
+	if compileErr != nil {
+		return fmt.Errorf("datapath: node isolation: %w", compileErr)
+	}
+	return nil
+}
+
+func (d *Datapath) writeNodeIsoFlags(flags uint32) error {
+	if err := d.objs.CdoNodeisoCfg.Update(uint32(0), &bpf.CoordinoNodeisoConfig{Flags: flags}, ebpf.UpdateAny); err != nil {
+		return fmt.Errorf("datapath: write node isolation flags: %w", err)
+	}
+	d.nodeIso.flags = flags
+	return nil
+}
+
+// readNodeIsoMirror adopts what a previous daemon left in the maps.
+func (d *Datapath) readNodeIsoMirror() error {
+	if d.nodeIso.keys != nil {
+		return nil
+	}
+	keys := map[policy.Key]struct{}{}
+	var (
+		k bpf.CoordinoPolicyKey
+		v bpf.CoordinoPolicyValue
+	)
+	it := d.objs.CdoNodeiso.Iterate()
+	for it.Next(&k, &v) {
+		keys[fromPolicyKey(k)] = struct{}{}
+	}
+	if err := it.Err(); err != nil {
+		return fmt.Errorf("datapath: read node isolation map: %w", err)
+	}
+	var cfg bpf.CoordinoNodeisoConfig
+	if err := d.objs.CdoNodeisoCfg.Lookup(uint32(0), &cfg); err != nil {
+		return fmt.Errorf("datapath: read node isolation flags: %w", err)
+	}
+	d.nodeIso.keys, d.nodeIso.flags = keys, cfg.Flags
+	return nil
+}
+
+// AttachNodeDevice attaches the node-to-node programs to a node interface:
+// the underlay (Ethernet) or an L3 tunnel device such as the userspace
+// WireGuard TUN (l3). The tcx links are pinned, so enforcement outlives a
+// daemon restart; calling it again re-points them at the current programs,
+// or re-attaches when the interface was re-created under the same name.
+func (d *Datapath) AttachNodeDevice(ifname string, ifindex int, l3 bool) error {
+	in, out := d.objs.CdoFromNode, d.objs.CdoToNode
+	if l3 {
+		in, out = d.objs.CdoFromNodeL3, d.objs.CdoToNodeL3
+	}
+	dir := filepath.Join(d.cfg.BPFDir, "links", "node-"+ifname)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("datapath: node device %s: %w", ifname, err)
+	}
+	return errors.Join(
+		d.attachNodeHook(filepath.Join(dir, "ingress"), ifindex, in, ebpf.AttachTCXIngress),
+		d.attachNodeHook(filepath.Join(dir, "egress"), ifindex, out, ebpf.AttachTCXEgress))
+}
+
+func (d *Datapath) attachNodeHook(pin string, ifindex int, prog *ebpf.Program, at ebpf.AttachType) error {
+	if l, err := link.LoadPinnedLink(pin, nil); err == nil {
+		info, ierr := l.Info()
+		same := ierr == nil && info.TCX() != nil && int(info.TCX().Ifindex) == ifindex
+		if same {
+			if pi, err := prog.Info(); err == nil {
+				if id, ok := pi.ID(); ok && id == info.Program {
+					l.Close()
+					return nil // already this program: the periodic check is free
+				}
+			}
+			if l.Update(prog) == nil {
+				l.Close()
+				return nil
+			}
+		}
+		_ = l.Unpin()
+		l.Close()
+	}
+	l, err := link.AttachTCX(link.TCXOptions{Interface: ifindex, Program: prog, Attach: at, Anchor: link.Head()})
+	if err != nil {
+		return fmt.Errorf("datapath: attach node isolation to ifindex %d: %w", ifindex, err)
+	}
+	defer l.Close()
+	if err := l.Pin(pin); err != nil {
+		return fmt.Errorf("datapath: pin node isolation link: %w", err)
+	}
+	return nil
+}
