@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
@@ -108,7 +109,15 @@ func (d *Datapath) attachServiceHook() error {
 		"cdo_endpoints": maps.CdoEndpoints, "cdo_ev_budget": maps.CdoEvBudget, "cdo_flows": maps.CdoFlows,
 		"cdo_ipcache": maps.CdoIpcache, "cdo_policy": maps.CdoPolicy, "cdo_verdicts": maps.CdoVerdicts,
 		"cdo_svc_cidrs": maps.CdoSvcCidrs, "cdo_svc_pending": maps.CdoSvcPending,
+		"cdo_nodeiso": maps.CdoNodeiso, "cdo_nodeiso_cfg": maps.CdoNodeisoCfg,
 	}}
+	// A map the post-DNAT program would get a private copy of silently
+	// decides on empty state (e.g. no policy): refuse to load instead.
+	for name := range spec.Maps {
+		if _, shared := opts.MapReplacements[name]; !shared && !strings.HasPrefix(name, ".") {
+			return fmt.Errorf("load post-DNAT program: map %s is not shared with the tc programs", name)
+		}
+	}
 	if err := spec.LoadAndAssign(&objs, opts); err != nil {
 		var verr *ebpf.VerifierError
 		if errors.As(err, &verr) {
