@@ -18,21 +18,33 @@ import (
 // startCrossNode brings up the cross-node datapath (routing, or WireGuard
 // when encryption is on), applies the peer set once (the start-up
 // reconcile) and keeps applying it as the source changes until ctx is done.
-// It returns what the pod MTU gives up for the tunnel.
-func startCrossNode(ctx context.Context, o *config.Options, log *zap.Logger) (int, error) {
+// It returns what the pod MTU gives up for the tunnel, and the cross-node
+// state the rest of the daemon publishes and consumes.
+func startCrossNode(ctx context.Context, o *config.Options, log *zap.Logger) (int, *crossNode, error) {
 	log = log.Named("crossnode")
-	// Standalone source. Kubernetes mode plugs peers.NodeConfigs in here
-	// (its first set arrives from Run rather than from Load).
-	src := &peers.File{Path: o.PeersFile, Log: log}
+	xn := &crossNode{self: o.NodeName}
+	var src peers.Source = &peers.File{Path: o.PeersFile, Log: log}
 	initial := peers.Set{}
-	if o.PeersFile != "" {
+	kubernetes := !o.Standalone
+	if kubernetes {
+		// NodeConfigs: the first set arrives from Run once the informer has
+		// synced; until then the routes of a previous run stay as they are.
+		nc, err := nodeConfigSource(o, log)
+		if err != nil {
+			return 0, nil, err
+		}
+		src = nc
+		if addrs, err := nodeAddresses(); err == nil {
+			initial[o.NodeName] = &peers.Node{Name: o.NodeName, Addresses: addrs}
+		}
+	} else if o.PeersFile != "" {
 		// The file may appear later, its directory must exist to be watched.
 		if fi, err := os.Stat(filepath.Dir(o.PeersFile)); err != nil || !fi.IsDir() {
-			return 0, fmt.Errorf("peers-file %s: its directory must exist to be watched", o.PeersFile)
+			return 0, nil, fmt.Errorf("peers-file %s: its directory must exist to be watched", o.PeersFile)
 		}
-		s, err := src.Load()
+		s, err := src.(*peers.File).Load()
 		if err != nil {
-			return 0, err
+			return 0, nil, err
 		}
 		initial = s
 	}
@@ -48,8 +60,9 @@ func startCrossNode(ctx context.Context, o *config.Options, log *zap.Logger) (in
 			NodeToNode: o.WireGuardNodeToNode,
 		}, log)
 		if err != nil {
-			return 0, err
+			return 0, nil, err
 		}
+		xn.wireGuardKey, xn.wireGuardPort = dev.PublicKey().String(), o.WireGuardPort
 		go func() { <-ctx.Done(); dev.Close() }()
 		go dev.Run(ctx)
 		apply = dev.Apply
@@ -59,11 +72,12 @@ func startCrossNode(ctx context.Context, o *config.Options, log *zap.Logger) (in
 		}
 		r, err := routing.New(routing.Config{Mode: o.Routing, Self: o.NodeName, UnderlayMTU: underlayMTU}, log)
 		if err != nil {
-			return 0, err
+			return 0, nil, err
 		}
 		apply = r.Apply
 	}
 	applyLogged := func(s peers.Set) {
+		xn.setPeers(s)
 		if err := apply(s); err != nil {
 			log.Error("cross-node datapath partly programmed", zap.Error(err))
 			return
@@ -71,9 +85,12 @@ func startCrossNode(ctx context.Context, o *config.Options, log *zap.Logger) (in
 		log.Info("cross-node datapath programmed", zap.Int("nodes", len(s)))
 	}
 	// The first apply is synchronous: stale routes of a previous run are
-	// gone before pods are served.
-	applyLogged(initial)
-	if o.PeersFile != "" {
+	// gone before pods are served. In Kubernetes mode that is the first set
+	// from the API instead.
+	if !kubernetes {
+		applyLogged(initial)
+	}
+	if o.PeersFile != "" || kubernetes {
 		go func() {
 			if err := src.Run(ctx, applyLogged); err != nil {
 				log.Error("peers source stopped", zap.Error(err))
@@ -83,7 +100,7 @@ func startCrossNode(ctx context.Context, o *config.Options, log *zap.Logger) (in
 	log.Info("cross-node datapath", zap.String("routing", o.Routing), zap.String("encryption", o.Encryption),
 		zap.Int("podMTUOverhead", overhead), zap.String("peersFile", o.PeersFile))
 	if overhead >= underlayMTU {
-		return 0, fmt.Errorf("underlay MTU %d leaves no room for a %d-byte tunnel overhead", underlayMTU, overhead)
+		return 0, nil, fmt.Errorf("underlay MTU %d leaves no room for a %d-byte tunnel overhead", underlayMTU, overhead)
 	}
-	return overhead, nil
+	return overhead, xn, nil
 }

@@ -49,7 +49,7 @@ func Run(ctx context.Context, o *config.Options, log *zap.Logger) error {
 	if err := netsetup.EnableForwarding(v6); err != nil {
 		return err
 	}
-	mtuOverhead, err := startCrossNode(ctx, o, log)
+	mtuOverhead, xn, err := startCrossNode(ctx, o, log)
 	if err != nil {
 		return err
 	}
@@ -68,7 +68,7 @@ func Run(ctx context.Context, o *config.Options, log *zap.Logger) error {
 		return counts, err
 	})
 	hub := flows.NewHub()
-	kube, err := newKubernetesSource(o, pool, m, log)
+	kube, err := newKubernetesSource(o, pool, m, log, xn)
 	if err != nil {
 		return err
 	}
@@ -78,6 +78,7 @@ func Run(ctx context.Context, o *config.Options, log *zap.Logger) error {
 	}
 	if dp != nil {
 		defer dp.Close() // releases FDs; pins keep pods enforced while the daemon is away
+		xn.attach(dp, log)
 	} else if kube != nil {
 		if err := runSource(ctx, kube, discardPolicy{}, log); err != nil {
 			return err
@@ -137,6 +138,7 @@ func Run(ctx context.Context, o *config.Options, log *zap.Logger) error {
 	if kube != nil {
 		// Only now may label and identity changes re-attach endpoints.
 		kube.SetRefresher(mgr.RefreshEndpoints)
+		publishEndpoints(ctx, kube, st, dp)
 	}
 
 	stopInspect, err := startInspect(ctx, o, st, pool, dp, hub, m, logs, log)

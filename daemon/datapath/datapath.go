@@ -95,7 +95,9 @@ type Datapath struct {
 	// dirty are map entries that may differ from what the engine wants.
 	dirty pending
 	// retryTimer is set while a retry of a failed flush is scheduled.
-	retryTimer    *time.Timer
+	retryTimer *time.Timer
+	// remote are other nodes' pod and node addresses (remote.go).
+	remote        remoteAddrs
 	retryDelay    time.Duration
 	closed        bool
 	cidrsRetained bool

@@ -15,6 +15,7 @@ import (
 	"go.uber.org/zap"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
@@ -65,7 +66,10 @@ type Config struct {
 	// match the controller's (default coordinov1alpha1.DefaultExcludedLabels).
 	ExcludedLabels []string
 	// NodeAddresses are reported in NodeConfig status; may be nil.
-	NodeAddresses  func() []netip.Addr
+	NodeAddresses func() []netip.Addr
+	// WireGuard returns the status.wireGuard to publish given the node's
+	// addresses (nil: no encryption); may be nil.
+	WireGuard      func(addrs []netip.Addr) *coordinov1alpha1.WireGuardStatus
 	PodWait        time.Duration
 	SyncWait       time.Duration
 	StatusInterval time.Duration
@@ -103,7 +107,13 @@ type Source struct {
 	irs     coordinolisters.PolicyIRLister
 	ncs     coordinolisters.NodeConfigLister
 	idents  coordinolisters.IdentityLister
+	nodeEps coordinolisters.NodeEndpointsLister
 	hasSync []cache.InformerSynced
+
+	// remote turns other nodes' NodeEndpoints into ipcache deltas.
+	remote      *remoteEndpoints
+	remoteCount atomic.Int64
+	publishKick chan struct{}
 
 	// live: informers synced, the listers are the truth. Atomic, as the
 	// datapath asks (through the assigner) while it holds its own lock.
@@ -126,11 +136,14 @@ type Source struct {
 	liveGauge    prometheus.GaugeFunc
 	tempGauge    prometheus.GaugeFunc
 	statusWrites prometheus.Counter
+
+	endpointWrites prometheus.Counter
+	remoteGauge    prometheus.GaugeFunc
 }
 
 // dirtyBits say what changed since the last apply.
 type dirtyBits struct {
-	blocks, policy, identities, pods, nsLbl bool
+	blocks, policy, identities, pods, nsLbl, remote bool
 }
 
 // New builds the clients and informers and loads the last-known state; Run
@@ -175,9 +188,13 @@ func New(cfg Config) (*Source, error) {
 	}
 	s := &Source{
 		cfg: cfg, log: cfg.Log.Named("k8s"), kube: kube, crd: crd, known: known,
-		announced: map[identity.ID]identity.Identity{},
-		kick:      make(chan struct{}, 1),
-		synced:    make(chan struct{}),
+		announced:   map[identity.ID]identity.Identity{},
+		kick:        make(chan struct{}, 1),
+		remote:      newRemoteEndpoints(cfg.NodeName, cfg.Log.Named("k8s")),
+		publishKick: make(chan struct{}, 1),
+		endpointWrites: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "coordino_k8s_node_endpoints_writes_total", Help: "NodeEndpoints writes (create or update) of this node."}),
+		synced: make(chan struct{}),
 		unseenPods: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "coordino_k8s_pod_label_misses_total",
 			Help: "ADDs refused (try again later) because the pod was not in the daemon's cache within the bounded wait."}),
@@ -194,6 +211,10 @@ func New(cfg Config) (*Source, error) {
 			}
 			return 0
 		})
+	s.remoteGauge = prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "coordino_remote_endpoints",
+		Help: "Pod addresses on other nodes known with their identity (from NodeEndpoints)."},
+		func() float64 { return float64(s.remoteCount.Load()) })
 	s.tempGauge = prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "coordino_identities_temporary",
 		Help: "Node-local temporary identities held by endpoints whose label set has no cluster Identity yet."},
@@ -213,7 +234,13 @@ func New(cfg Config) (*Source, error) {
 	irI := s.crdInf.Coordino().V1alpha1().PolicyIRs()
 	ncI := s.ncInf.Coordino().V1alpha1().NodeConfigs()
 	idI := s.crdInf.Coordino().V1alpha1().Identities()
+	neI := s.crdInf.Coordino().V1alpha1().NodeEndpoints()
 	s.pods, s.nss, s.irs, s.ncs, s.idents = podI.Lister(), nsI.Lister(), irI.Lister(), ncI.Lister(), idI.Lister()
+	s.nodeEps = neI.Lister()
+	if _, err := neI.Informer().AddEventHandler(s.remote.handler(func() { s.markDirty(func(d *dirtyBits) { d.remote = true }) })); err != nil {
+		return nil, err
+	}
+	s.hasSync = append(s.hasSync, neI.Informer().HasSynced)
 	for _, reg := range []struct {
 		inf  cache.SharedIndexInformer
 		mark func(*dirtyBits)
@@ -241,7 +268,7 @@ func (s *Source) Identities() *Identities { return s.ids }
 
 // Collectors returns the source's Prometheus collectors.
 func (s *Source) Collectors() []prometheus.Collector {
-	return []prometheus.Collector{s.unseenPods, s.liveGauge, s.tempGauge, s.statusWrites}
+	return []prometheus.Collector{s.unseenPods, s.liveGauge, s.tempGauge, s.statusWrites, s.endpointWrites, s.remoteGauge}
 }
 
 // Synced is closed once the first snapshot (live or last-known) is applied.
@@ -296,7 +323,7 @@ func (s *Source) Run(ctx context.Context, sink controlplane.Sink) error {
 		s.goLive()
 	}
 	s.markDirty(func(d *dirtyBits) {
-		*d = dirtyBits{blocks: true, policy: true, identities: true, pods: true, nsLbl: true}
+		*d = dirtyBits{blocks: true, policy: true, identities: true, pods: true, nsLbl: true, remote: true}
 	})
 	go s.statusLoop(ctx)
 	if !live {
@@ -305,7 +332,7 @@ func (s *Source) Run(ctx context.Context, sink controlplane.Sink) error {
 				s.log.Info("API server synced: converging from the last-known state")
 				s.goLive()
 				s.markDirty(func(d *dirtyBits) {
-					*d = dirtyBits{blocks: true, policy: true, identities: true, pods: true, nsLbl: true}
+					*d = dirtyBits{blocks: true, policy: true, identities: true, pods: true, nsLbl: true, remote: true}
 				})
 			}
 		}()
@@ -349,6 +376,12 @@ func (s *Source) apply(sink controlplane.Sink) {
 	if d.identities || d.nsLbl {
 		s.applyIdentities(sink)
 	}
+	if d.remote && s.isLive() {
+		// Before the policy: the first flush after a start has them.
+		rs, _ := sink.(RemoteSink)
+		s.remote.apply(rs)
+		s.remoteCount.Store(int64(s.remote.count()))
+	}
 	if d.policy {
 		if err := sink.UpdatePolicy(s.snapshot()); err != nil {
 			s.log.Warn("datapath reported policy errors", zap.Error(err))
@@ -356,6 +389,7 @@ func (s *Source) apply(sink controlplane.Sink) {
 	}
 	if d.identities || d.nsLbl || d.pods {
 		s.refresh()
+		s.PublishEndpoints() // named ports, or identities moved
 	}
 }
 
@@ -652,12 +686,16 @@ func (s *Source) status(nc *coordinov1alpha1.NodeConfig) coordinov1alpha1.NodeCo
 		st.Blocks = append(st.Blocks, coordinov1alpha1.BlockUsage{CIDR: b.CIDR, Used: int32(u.Used), Capacity: int32(u.Size)})
 	}
 	if s.cfg.NodeAddresses != nil {
+		addrs := s.cfg.NodeAddresses()
+		if len(addrs) > 16 {
+			addrs = addrs[:16]
+		}
 		st.Addresses = nil
-		for _, a := range s.cfg.NodeAddresses() {
+		for _, a := range addrs {
 			st.Addresses = append(st.Addresses, a.String())
 		}
-		if len(st.Addresses) > 16 {
-			st.Addresses = st.Addresses[:16]
+		if s.cfg.WireGuard != nil {
+			st.WireGuard = s.cfg.WireGuard(addrs)
 		}
 	}
 	st.ObservedGeneration = s.applied.Load()
@@ -665,5 +703,6 @@ func (s *Source) status(nc *coordinov1alpha1.NodeConfig) coordinov1alpha1.NodeCo
 }
 
 func statusEqual(a, b coordinov1alpha1.NodeConfigStatus) bool {
-	return slices.Equal(a.Blocks, b.Blocks) && slices.Equal(a.Addresses, b.Addresses) && a.ObservedGeneration == b.ObservedGeneration
+	return slices.Equal(a.Blocks, b.Blocks) && slices.Equal(a.Addresses, b.Addresses) && a.ObservedGeneration == b.ObservedGeneration &&
+		equality.Semantic.DeepEqual(a.WireGuard, b.WireGuard)
 }

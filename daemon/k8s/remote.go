@@ -1,0 +1,150 @@
+package k8s
+
+import (
+	"fmt"
+	"net/netip"
+	"sync"
+
+	"go.uber.org/zap"
+	"k8s.io/client-go/tools/cache"
+
+	coordinov1alpha1 "github.com/coordino/coordino/api/coordino/v1alpha1"
+	"github.com/coordino/coordino/daemon/identity"
+)
+
+// RemoteSink learns the addresses of pods on other nodes with their
+// cluster identity, as deltas; *datapath.Datapath is one.
+type RemoteSink interface {
+	UpdateRemoteEndpoints(upsert map[netip.Addr]identity.ID, remove []netip.Addr) error
+}
+
+// remoteEndpoints turns NodeEndpoints events into ipcache deltas. The
+// informer handler only records which nodes changed (the latest object of
+// each); the apply loop diffs each changed node's entries against what it
+// announced for that node, so one pod starting costs the diff of its node's
+// object and one ipcache write on every other node, whatever the cluster's
+// size.
+type remoteEndpoints struct {
+	self string
+	log  *zap.Logger
+
+	mu      sync.Mutex
+	pending map[string]*coordinov1alpha1.NodeEndpoints // nil: deleted
+
+	// Touched by the apply loop only.
+	byNode map[string]map[netip.Addr]identity.ID
+	// owner is the node an address was last announced for: a pod address
+	// reused on another node before the old node's object caught up is not
+	// withdrawn by that late update.
+	owner map[netip.Addr]string
+}
+
+func newRemoteEndpoints(self string, log *zap.Logger) *remoteEndpoints {
+	return &remoteEndpoints{self: self, log: log, pending: map[string]*coordinov1alpha1.NodeEndpoints{},
+		byNode: map[string]map[netip.Addr]identity.ID{}, owner: map[netip.Addr]string{}}
+}
+
+// handler records events; mark tells the apply loop.
+func (r *remoteEndpoints) handler(mark func()) cache.ResourceEventHandler {
+	record := func(obj any, deleted bool) {
+		if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+			obj = t.Obj
+		}
+		ne, ok := obj.(*coordinov1alpha1.NodeEndpoints)
+		if !ok || ne.Name == r.self {
+			return
+		}
+		r.mu.Lock()
+		if deleted {
+			r.pending[ne.Name] = nil
+		} else {
+			r.pending[ne.Name] = ne
+		}
+		r.mu.Unlock()
+		mark()
+	}
+	return cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(o any) { record(o, false) },
+		UpdateFunc: func(_, o any) { record(o, false) },
+		DeleteFunc: func(o any) { record(o, true) },
+	}
+}
+
+// apply sends the deltas of the nodes changed since the last call.
+func (r *remoteEndpoints) apply(sink RemoteSink) {
+	r.mu.Lock()
+	changed := r.pending
+	r.pending = map[string]*coordinov1alpha1.NodeEndpoints{}
+	r.mu.Unlock()
+	if len(changed) == 0 {
+		return
+	}
+	upsert := map[netip.Addr]identity.ID{}
+	var remove []netip.Addr
+	for node, ne := range changed {
+		next := map[netip.Addr]identity.ID{}
+		if ne != nil {
+			var err error
+			if next, err = remoteEntries(ne); err != nil {
+				r.log.Warn("NodeEndpoints entries skipped", zap.String("node", node), zap.Error(err))
+			}
+		}
+		prev := r.byNode[node]
+		for a := range prev {
+			if _, ok := next[a]; !ok && r.owner[a] == node {
+				remove = append(remove, a)
+				delete(r.owner, a)
+			}
+		}
+		for a, id := range next {
+			if prev[a] != id || r.owner[a] != node {
+				upsert[a] = id
+				r.owner[a] = node
+			}
+		}
+		if len(next) == 0 {
+			delete(r.byNode, node)
+		} else {
+			r.byNode[node] = next
+		}
+	}
+	if sink == nil || (len(upsert) == 0 && len(remove) == 0) {
+		return
+	}
+	if err := sink.UpdateRemoteEndpoints(upsert, remove); err != nil {
+		r.log.Error("updating remote endpoints", zap.Error(err))
+	}
+}
+
+// count is the number of remote addresses known (apply loop only).
+func (r *remoteEndpoints) count() int { return len(r.owner) }
+
+// remoteEntries parses one node's entries; a bad entry is skipped (and
+// reported) so it cannot withdraw the node's other pods.
+func remoteEntries(ne *coordinov1alpha1.NodeEndpoints) (map[netip.Addr]identity.ID, error) {
+	out := make(map[netip.Addr]identity.ID, len(ne.Spec.Endpoints))
+	var firstErr error
+	for i, ep := range ne.Spec.Endpoints {
+		id := identity.ID(ep.Identity)
+		if ep.Identity < 0 || id < identity.FirstPod || id > identity.LastCluster {
+			if firstErr == nil {
+				firstErr = fmt.Errorf("spec.endpoints[%d].identity %d: not a cluster identity", i, ep.Identity)
+			}
+			continue
+		}
+		for _, s := range ep.Addresses {
+			a, err := netip.ParseAddr(s)
+			if err == nil && (a.Zone() != "" || !a.IsValid() || a.IsUnspecified()) {
+				err = fmt.Errorf("%q is not a pod address", s)
+			}
+			if err != nil {
+				if firstErr == nil {
+					firstErr = fmt.Errorf("spec.endpoints[%d].addresses: %w", i, err)
+				}
+				continue
+			}
+			out[a.Unmap()] = id
+		}
+	}
+	return out, firstErr
+}
