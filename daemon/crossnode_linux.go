@@ -78,6 +78,13 @@ func startCrossNode(ctx context.Context, o *config.Options, log *zap.Logger) (in
 	}
 	applyLogged := func(s peers.Set) {
 		xn.setPeers(s)
+		if kubernetes && hasV6Block(s[o.NodeName]) {
+			// Blocks may arrive after start-up enabled forwarding for the
+			// families it knew of then.
+			if err := netsetup.EnableForwarding(true); err != nil {
+				log.Error("enabling IPv6 forwarding for the node's IPv6 block", zap.Error(err))
+			}
+		}
 		if err := apply(s); err != nil {
 			log.Error("cross-node datapath partly programmed", zap.Error(err))
 			return

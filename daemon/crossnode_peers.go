@@ -97,3 +97,8 @@ func (x *crossNode) wireGuardStatus(addrs []netip.Addr) *coordinov1alpha1.WireGu
 	}
 	return st
 }
+
+// hasV6Block reports whether n hosts an IPv6 pod block.
+func hasV6Block(n *peers.Node) bool {
+	return n != nil && slices.ContainsFunc(n.Blocks, func(p netip.Prefix) bool { return p.Addr().Is6() })
+}

@@ -2,6 +2,7 @@ package k8s
 
 import (
 	"context"
+	"fmt"
 	"net/netip"
 	"slices"
 	"strings"
@@ -102,12 +103,15 @@ func (s *Source) publish(ctx context.Context, eps []LocalEndpoint) (bool, error)
 	defer cancel()
 	switch {
 	case apierrors.IsNotFound(err):
-		obj := &coordinov1alpha1.NodeEndpoints{ObjectMeta: metav1.ObjectMeta{Name: s.cfg.NodeName}, Spec: spec}
 		// Owned by the Node, so the API's garbage collector removes it with
-		// the node even while the controller is down.
-		if node, err := s.kube.CoreV1().Nodes().Get(wctx, s.cfg.NodeName, metav1.GetOptions{}); err == nil {
-			obj.OwnerReferences = []metav1.OwnerReference{{APIVersion: "v1", Kind: "Node", Name: node.Name, UID: node.UID}}
+		// the node even while the controller is down; and never created for
+		// a Node that is gone (its object was just deleted with it).
+		node, err := s.kube.CoreV1().Nodes().Get(wctx, s.cfg.NodeName, metav1.GetOptions{})
+		if err != nil {
+			return false, fmt.Errorf("node %s: %w", s.cfg.NodeName, err)
 		}
+		obj := &coordinov1alpha1.NodeEndpoints{ObjectMeta: metav1.ObjectMeta{Name: s.cfg.NodeName,
+			OwnerReferences: []metav1.OwnerReference{{APIVersion: "v1", Kind: "Node", Name: node.Name, UID: node.UID}}}, Spec: spec}
 		_, err = cl.Create(wctx, obj, metav1.CreateOptions{})
 		if apierrors.IsAlreadyExists(err) {
 			return false, err // the informer has not shown it yet: next round updates it

@@ -5,9 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
-	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
@@ -20,8 +18,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
-	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
 	"github.com/coordino/coordino/api/client/clientset/versioned"
 	coordinov1alpha1 "github.com/coordino/coordino/api/coordino/v1alpha1"
@@ -176,35 +172,11 @@ func (c *cluster) identity(t testing.TB, number int, ns string, podLabels map[st
 // kubeconfigFor writes a kubeconfig reaching the API server at server
 // (the node-side proxy address) with cfg's credentials.
 func kubeconfigFor(t testing.TB, cfg *rest.Config, server, path string) {
-	t.Helper()
-	read := func(data []byte, file string) []byte {
-		if len(data) > 0 || file == "" {
-			return data
-		}
-		b, err := os.ReadFile(file)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return b
-	}
-	kc := clientcmdapi.NewConfig()
-	kc.Clusters["c"] = &clientcmdapi.Cluster{Server: "https://" + server, CertificateAuthorityData: read(cfg.CAData, cfg.CAFile),
-		TLSServerName: cfg.ServerName}
-	kc.AuthInfos["u"] = &clientcmdapi.AuthInfo{Token: cfg.BearerToken,
-		ClientCertificateData: read(cfg.CertData, cfg.CertFile), ClientKeyData: read(cfg.KeyData, cfg.KeyFile)}
-	kc.Contexts["c"] = &clientcmdapi.Context{Cluster: "c", AuthInfo: "u"}
-	kc.CurrentContext = "c"
-	if err := clientcmd.WriteToFile(*kc, path); err != nil {
-		t.Fatal(err)
-	}
+	apiserver.WriteKubeconfig(t, cfg, server, path)
 }
 
 // hostPort is the API server's address from its rest.Config.
-func hostPort(t testing.TB, cfg *rest.Config) string {
-	t.Helper()
-	h := strings.TrimPrefix(strings.TrimPrefix(cfg.Host, "https://"), "http://")
-	return strings.TrimSuffix(h, "/")
-}
+func hostPort(_ testing.TB, cfg *rest.Config) string { return apiserver.HostPort(cfg) }
 
 // k8sNode is a netns node whose daemon runs in Kubernetes mode, reaching
 // the API server through its own proxy.
@@ -228,7 +200,7 @@ func newK8sNode(t testing.TB, c *cluster) *k8sNode {
 	})
 	p := newAPIProxy(t, n.NS, hostPort(t, c.cfg))
 	n.Kubeconfig = filepath.Join(n.Dir, "kubeconfig")
-	kubeconfigFor(t, c.cfg, p.addr, n.Kubeconfig)
+	kubeconfigFor(t, c.cfg, p.Addr, n.Kubeconfig)
 	cni, err := n.NewCNI(n.PrimaryConflist("k8s", "1.1.0"))
 	if err != nil {
 		t.Fatal(err)

@@ -52,6 +52,9 @@ type cluster struct {
 	bridge   string
 	base     string
 	nodes    []*node
+	// kube is the API server and controller in Kubernetes mode (nil:
+	// standalone with peers files).
+	kube *kubeEnv
 }
 
 // node is a harness node plus what the test bed knows about it.
@@ -97,6 +100,25 @@ func (p *pod) addr(v6 bool) netip.Addr {
 // the peers file lists all of them (and, with WireGuard, their keys).
 func newCluster(t *testing.T, m mode, count int) *cluster {
 	t.Helper()
+	c := newUnderlay(t, m)
+	for i := 0; i < count; i++ {
+		c.addNode()
+	}
+	c.writePeers(c.nodes)
+	for _, n := range c.nodes {
+		c.startDaemon(n)
+	}
+	if m.encryption == "wireguard" {
+		// Keys exist only once each daemon ran: distribute them now, as an
+		// operator would.
+		c.writePeers(c.nodes)
+	}
+	return c
+}
+
+// newUnderlay creates the underlay namespace and its bridge.
+func newUnderlay(t *testing.T, m mode) *cluster {
+	t.Helper()
 	privileged.Require(t)
 	if err := harness.RequireBinaries(); err != nil {
 		t.Fatal(err)
@@ -121,18 +143,6 @@ func newCluster(t *testing.T, m mode, count int) *cluster {
 	}); err != nil {
 		t.Fatalf("underlay bridge: %v", err)
 	}
-	for i := 0; i < count; i++ {
-		c.addNode()
-	}
-	c.writePeers(c.nodes)
-	for _, n := range c.nodes {
-		c.startDaemon(n)
-	}
-	if m.encryption == "wireguard" {
-		// Keys exist only once each daemon ran: distribute them now, as an
-		// operator would.
-		c.writePeers(c.nodes)
-	}
 	return c
 }
 
@@ -147,15 +157,21 @@ func (c *cluster) addNode() *node {
 	}
 	n.peersFile = filepath.Join(dir, "peers.yaml")
 	n.wgDevice = "cwg" + harness.RandomSuffix(8)
+	args := []string{"--routing", c.mode.routing, "--encryption", c.mode.encryption, "--wireguard-device", n.wgDevice}
+	if c.kube == nil {
+		args = append(args, "--peers-file", n.peersFile)
+	}
 	var err error
 	n.Node, err = harness.NewNode(dir, name, harness.NodeOptions{
-		NodeIP:   n.address(false).String(),
-		PodCIDRs: []string{n.blocks()[0].String(), n.blocks()[1].String()},
-		ExtraArgs: []string{"--peers-file", n.peersFile, "--routing", c.mode.routing, "--encryption", c.mode.encryption,
-			"--wireguard-device", n.wgDevice},
+		NodeIP:    n.address(false).String(),
+		PodCIDRs:  []string{n.blocks()[0].String(), n.blocks()[1].String()},
+		ExtraArgs: args,
 	})
 	if err != nil {
 		t.Fatal(err)
+	}
+	if c.kube != nil {
+		c.kube.join(t, n)
 	}
 	c.nodes = append(c.nodes, n)
 	if err := c.plug(n); err != nil {
