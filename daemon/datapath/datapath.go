@@ -95,12 +95,13 @@ type Datapath struct {
 	// dirty are map entries that may differ from what the engine wants.
 	dirty pending
 	// retryTimer is set while a retry of a failed flush is scheduled.
-	retryTimer *time.Timer
-	// remote are other nodes' pod and node addresses (remote.go).
-	remote        remoteAddrs
+	retryTimer    *time.Timer
 	retryDelay    time.Duration
 	closed        bool
 	cidrsRetained bool
+
+	// remote are other nodes' pod and node addresses (remote.go).
+	remote remoteAddrs
 }
 
 // Open loads the BPF objects and creates, or adopts, the pinned maps, the
