@@ -77,6 +77,7 @@ func startCrossNode(ctx context.Context, o *config.Options, log *zap.Logger) (in
 		apply = r.Apply
 	}
 	applyLogged := func(s peers.Set) {
+		s = routable(s, o.NodeName)
 		xn.setPeers(s)
 		if kubernetes && hasV6Block(s[o.NodeName]) {
 			// Blocks may arrive after start-up enabled forwarding for the

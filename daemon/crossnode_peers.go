@@ -102,3 +102,16 @@ func (x *crossNode) wireGuardStatus(addrs []netip.Addr) *coordinov1alpha1.WireGu
 func hasV6Block(n *peers.Node) bool {
 	return n != nil && slices.ContainsFunc(n.Blocks, func(p netip.Prefix) bool { return p.Addr().Is6() })
 }
+
+// routable leaves out the other nodes that have published no address yet
+// (a NodeConfig before its daemon's first status write): nothing can be
+// routed to them, and they join with their first status.
+func routable(s peers.Set, self string) peers.Set {
+	out := make(peers.Set, len(s))
+	for name, n := range s {
+		if name == self || len(n.Addresses) > 0 {
+			out[name] = n
+		}
+	}
+	return out
+}

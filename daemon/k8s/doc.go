@@ -1,12 +1,15 @@
 // Package k8s is the daemon's Kubernetes control-plane source: informers on
 // the node's own NodeConfig (its address blocks), the Pods of this node
 // (their labels, read at ADD), Namespaces, Identities and the PolicyIRs the
-// controller compiles from NetworkPolicies.
+// controller compiles from NetworkPolicies; and every node's NodeEndpoints
+// (other nodes' pod addresses with their cluster identity, fed to the
+// datapath as deltas).
 //
 // Nothing on the ADD path waits on the API server beyond a short, bounded
 // wait for a pod the informer has not delivered yet, and nothing on it
 // writes to the API: the daemon writes only its NodeConfig's status (block
-// usage, node addresses), rate-limited, from a background loop.
+// usage, node addresses, WireGuard public key) and its own NodeEndpoints,
+// batched and rate-limited, from background loops.
 //
 // What the daemon last saw is persisted in the state directory, so a
 // daemon restarted while the API server is unreachable restores its blocks,

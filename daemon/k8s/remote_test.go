@@ -173,3 +173,32 @@ func referencePods(n int) []*corev1.Pod {
 	}
 	return out
 }
+
+// FuzzRemoteEntries: another node's object never panics the parser, and
+// what it accepts is a cluster identity on plain pod addresses.
+func FuzzRemoteEntries(f *testing.F) {
+	f.Add(int32(300), "10.1.0.1", "fd00::1")
+	f.Add(int32(0x800001), "10.1.0.1", "")
+	f.Add(int32(-1), "fe80::1%eth0", "::")
+	f.Add(int32(256), "::ffff:10.0.0.1", "not-an-ip")
+	f.Fuzz(func(t *testing.T, id int32, a, b string) {
+		got, _ := remoteEntries(nodeEndpoints("n", entry(id, a, b)))
+		for addr, n := range got {
+			if n < identity.FirstPod || n > identity.LastCluster {
+				t.Fatalf("accepted identity %d", n)
+			}
+			if !addr.IsValid() || addr.Zone() != "" || addr.Is4In6() || addr.IsUnspecified() {
+				t.Fatalf("accepted address %v", addr)
+			}
+		}
+	})
+}
+
+func TestStatusEqualSeesWireGuard(t *testing.T) {
+	a := coordinov1alpha1.NodeConfigStatus{Addresses: []string{"192.0.2.1"}}
+	b := *a.DeepCopy()
+	b.WireGuard = &coordinov1alpha1.WireGuardStatus{PublicKey: "k", Endpoint: "192.0.2.1:51871"}
+	if statusEqual(a, b) {
+		t.Fatal("a published WireGuard key is not a status change")
+	}
+}

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/containernetworking/cni/libcni"
 	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/containernetworking/plugins/pkg/testutils"
 	"github.com/vishvananda/netlink"
@@ -283,9 +284,15 @@ func (c *cluster) addPod(n *node) *pod {
 	if err != nil {
 		c.t.Fatal(err)
 	}
+	return c.attach(n, hp, harness.RuntimeConf(hp, "eth0"))
+}
+
+// attach runs ADD for hp on n, as a runtime would, and records the pod.
+func (c *cluster) attach(n *node, hp *harness.Pod, rt *libcni.RuntimeConf) *pod {
+	c.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	res, err := n.cni.Add(ctx, harness.RuntimeConf(hp, "eth0"))
+	res, err := n.cni.Add(ctx, rt)
 	if err != nil {
 		hp.Close()
 		c.t.Fatalf("ADD on %s: %v\n%s", n.Name, err, n.LogTail(30))

@@ -110,20 +110,8 @@ func (c *cluster) addKubePod(n *node, labels map[string]string) *pod {
 	if err != nil {
 		c.t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	res, err := n.cni.Add(ctx, harness.RuntimeConfIn(hp, "eth0", c.kube.ns))
-	if err != nil {
-		hp.Close()
-		c.t.Fatalf("ADD on %s: %v\n%s", n.Name, err, n.LogTail(30))
-	}
-	addrs, err := harness.Addresses(res)
-	if err != nil {
-		c.t.Fatal(err)
-	}
-	p := &pod{Pod: hp, node: n, addrs: addrs}
-	n.pods = append(n.pods, p)
-	for _, a := range addrs {
+	p := c.attach(n, hp, harness.RuntimeConfIn(hp, "eth0", c.kube.ns))
+	for _, a := range p.addrs {
 		stop, err := harness.Serve(p.NS, a, namePort, p.Name)
 		if err != nil {
 			c.t.Fatal(err)
@@ -309,6 +297,13 @@ func TestKubernetesModeRemoteIdentities(t *testing.T) {
 	t.Run("deleted-node-vanishes", func(t *testing.T) {
 		n2 := c.nodes[2]
 		joiner := n2.pods[0]
+		// Before: published, and allowed by its label.
+		if pub, err := c.published(n2); err != nil || pub[joiner.addr(false)] == 0 {
+			t.Fatalf("node2's NodeEndpoints does not list %v: %v %v", joiner.addr(false), pub, err)
+		}
+		if err := allowed(joiner, web, 10*time.Second); err != nil {
+			t.Fatal(err)
+		}
 		// The node goes away with its daemon; its pods' netns stay here
 		// (a node that vanished does not run DEL).
 		if err := n2.StopDaemon(syscall.SIGKILL); err != nil {
