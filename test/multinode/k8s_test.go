@@ -329,3 +329,37 @@ func TestKubernetesModeRemoteIdentities(t *testing.T) {
 	})
 	t.Logf("TestKubernetesModeRemoteIdentities: %v", time.Since(start).Round(time.Millisecond))
 }
+
+// TestKubernetesModeWireGuard: under encryption the daemons find each
+// other's public keys in NodeConfig status (published by each daemon, never
+// distributed by hand) and pods talk across nodes over both families.
+func TestKubernetesModeWireGuard(t *testing.T) {
+	start := time.Now()
+	c := newKubeCluster(t, wgUser, 2)
+	a, b := c.addKubePod(c.nodes[0], map[string]string{"app": "a"}), c.addKubePod(c.nodes[1], map[string]string{"app": "b"})
+	for _, n := range c.nodes {
+		nc, err := c.kube.crd.CoordinoV1alpha1().NodeConfigs().Get(bg(t), n.Name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := eventually(15*time.Second, func() error {
+			nc, err = c.kube.crd.CoordinoV1alpha1().NodeConfigs().Get(bg(t), n.Name, metav1.GetOptions{})
+			if err != nil || nc.Status.WireGuard == nil {
+				return fmt.Errorf("%s: no status.wireGuard yet (%v)", n.Name, err)
+			}
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		if want := n.address(false).String() + ":51871"; nc.Status.WireGuard.Endpoint != want {
+			t.Errorf("%s publishes endpoint %q, want %q", n.Name, nc.Status.WireGuard.Endpoint, want)
+		}
+	}
+	if err := allowed(a, b, 30*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if err := allowed(b, a, 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("TestKubernetesModeWireGuard: %v", time.Since(start).Round(time.Millisecond))
+}
