@@ -94,14 +94,13 @@ type Datapath struct {
 	cfgFlags uint32
 	// dirty are map entries that may differ from what the engine wants.
 	dirty pending
+	// remote are other nodes' pod and node addresses (remote.go).
+	remote remoteAddrs
 	// retryTimer is set while a retry of a failed flush is scheduled.
 	retryTimer    *time.Timer
 	retryDelay    time.Duration
 	closed        bool
 	cidrsRetained bool
-
-	// remote are other nodes' pod and node addresses (remote.go).
-	remote remoteAddrs
 }
 
 // Open loads the BPF objects and creates, or adopts, the pinned maps, the

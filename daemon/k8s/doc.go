@@ -1,9 +1,7 @@
 // Package k8s is the daemon's Kubernetes control-plane source: informers on
 // the node's own NodeConfig (its address blocks), the Pods of this node
 // (their labels, read at ADD), Namespaces, Identities and the PolicyIRs the
-// controller compiles from NetworkPolicies; and every node's NodeEndpoints
-// (other nodes' pod addresses with their cluster identity, fed to the
-// datapath as deltas).
+// controller compiles from NetworkPolicies.
 //
 // Nothing on the ADD path waits on the API server beyond a short, bounded
 // wait for a pod the informer has not delivered yet, and nothing on it
@@ -15,4 +13,7 @@
 // daemon restarted while the API server is unreachable restores its blocks,
 // pod labels, identities and policy from it instead of flushing anything,
 // and converges when the API server is back.
+//
+// Remote pods: every node's NodeEndpoints (other nodes' pod addresses with
+// their cluster identity) reach the datapath's ipcache as deltas.
 package k8s

@@ -281,7 +281,7 @@ func startController(b *testing.B, c *cluster) *controllerProc {
 		b.Fatalf("%s missing: run make build first", bin)
 	}
 	kc := filepath.Join(b.TempDir(), "kubeconfig")
-	kubeconfigFor(b, c.cfg, hostPort(b, c.cfg), kc)
+	harness.WriteKubeconfig(b, c.cfg, harness.APIHostPort(c.cfg), kc)
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		b.Fatal(err)

@@ -169,20 +169,11 @@ func (c *cluster) identity(t testing.TB, number int, ns string, podLabels map[st
 	}
 }
 
-// kubeconfigFor writes a kubeconfig reaching the API server at server
-// (the node-side proxy address) with cfg's credentials.
-func kubeconfigFor(t testing.TB, cfg *rest.Config, server, path string) {
-	apiserver.WriteKubeconfig(t, cfg, server, path)
-}
-
-// hostPort is the API server's address from its rest.Config.
-func hostPort(_ testing.TB, cfg *rest.Config) string { return apiserver.HostPort(cfg) }
-
 // k8sNode is a netns node whose daemon runs in Kubernetes mode, reaching
 // the API server through its own proxy.
 type k8sNode struct {
 	*harness.Node
-	proxy *apiProxy
+	proxy *harness.APIProxy
 	cni   *harness.CNI
 }
 
@@ -198,9 +189,9 @@ func newK8sNode(t testing.TB, c *cluster) *k8sNode {
 		}
 		n.Close()
 	})
-	p := newAPIProxy(t, n.NS, hostPort(t, c.cfg))
+	p := harness.NewAPIProxy(t, n.NS, harness.APIHostPort(c.cfg))
 	n.Kubeconfig = filepath.Join(n.Dir, "kubeconfig")
-	kubeconfigFor(t, c.cfg, p.Addr, n.Kubeconfig)
+	harness.WriteKubeconfig(t, c.cfg, p.Addr, n.Kubeconfig)
 	cni, err := n.NewCNI(n.PrimaryConflist("k8s", "1.1.0"))
 	if err != nil {
 		t.Fatal(err)

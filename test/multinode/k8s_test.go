@@ -79,9 +79,9 @@ func bg(t *testing.T) context.Context {
 // spec.podCIDRs.
 func (k *kubeEnv) join(t *testing.T, n *node) {
 	t.Helper()
-	proxy := apiserver.NewNetnsProxy(t, n.NS, apiserver.HostPort(k.srv.Config))
+	proxy := harness.NewAPIProxy(t, n.NS, harness.APIHostPort(k.srv.Config))
 	n.Kubeconfig = filepath.Join(n.Dir, "kubeconfig")
-	apiserver.WriteKubeconfig(t, k.srv.Config, proxy.Addr, n.Kubeconfig)
+	harness.WriteKubeconfig(t, k.srv.Config, proxy.Addr, n.Kubeconfig)
 	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n.Name}}
 	for _, b := range n.blocks() {
 		node.Spec.PodCIDRs = append(node.Spec.PodCIDRs, b.String())

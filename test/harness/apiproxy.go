@@ -1,4 +1,4 @@
-package apiserver
+package harness
 
 import (
 	"io"
@@ -14,27 +14,27 @@ import (
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 )
 
-// NetnsProxy makes the API server, listening on the host's loopback,
-// reachable from inside a node netns (whose loopback is its own) at the
-// same 127.0.0.1 address the server's certificate names. Cut and Restore
-// make the API server unreachable for that node and reachable again: open
+// APIProxy makes the API server, listening on the host's loopback, reachable
+// from inside a node netns (whose loopback is its own) at the same
+// 127.0.0.1 address the server's certificate names. Cut and Restore make
+// the API server unreachable for that node and reachable again: open
 // connections are reset and new ones refused, as when the server is down.
-type NetnsProxy struct {
-	// Addr is the node-side address.
-	Addr   string
+type APIProxy struct {
 	nodeNS ns.NetNS
 	target string // host-side address
+	// Addr is the node-side address.
+	Addr string
 
 	mu    sync.Mutex
 	l     net.Listener
 	conns map[net.Conn]bool
 }
 
-// NewNetnsProxy listens in nodeNS and forwards to the server at target
-// (host:port) until the test ends.
-func NewNetnsProxy(t testing.TB, nodeNS ns.NetNS, target string) *NetnsProxy {
+// NewAPIProxy listens inside nodeNS and forwards to target (host:port on
+// the host); it is cut when the test ends.
+func NewAPIProxy(t testing.TB, nodeNS ns.NetNS, target string) *APIProxy {
 	t.Helper()
-	p := &NetnsProxy{nodeNS: nodeNS, target: target, conns: map[net.Conn]bool{}}
+	p := &APIProxy{nodeNS: nodeNS, target: target, conns: map[net.Conn]bool{}}
 	if err := p.listen("127.0.0.1:0"); err != nil {
 		t.Fatal(err)
 	}
@@ -43,7 +43,7 @@ func NewNetnsProxy(t testing.TB, nodeNS ns.NetNS, target string) *NetnsProxy {
 	return p
 }
 
-func (p *NetnsProxy) listen(addr string) error {
+func (p *APIProxy) listen(addr string) error {
 	var l net.Listener
 	if err := p.nodeNS.Do(func(ns.NetNS) error {
 		var err error
@@ -59,7 +59,7 @@ func (p *NetnsProxy) listen(addr string) error {
 	return nil
 }
 
-func (p *NetnsProxy) serve(l net.Listener) {
+func (p *APIProxy) serve(l net.Listener) {
 	for {
 		in, err := l.Accept()
 		if err != nil {
@@ -86,7 +86,7 @@ func (p *NetnsProxy) serve(l net.Listener) {
 }
 
 // Cut closes the listener and every proxied connection.
-func (p *NetnsProxy) Cut() {
+func (p *APIProxy) Cut() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.l != nil {
@@ -100,21 +100,21 @@ func (p *NetnsProxy) Cut() {
 }
 
 // Restore listens again on the same node-side address.
-func (p *NetnsProxy) Restore(t testing.TB) {
+func (p *APIProxy) Restore(t testing.TB) {
 	t.Helper()
 	if err := p.listen(p.Addr); err != nil {
 		t.Fatal(err)
 	}
 }
 
-// HostPort is the API server's address from its rest.Config.
-func HostPort(cfg *rest.Config) string {
+// APIHostPort is the API server's address from its rest.Config.
+func APIHostPort(cfg *rest.Config) string {
 	h := strings.TrimPrefix(strings.TrimPrefix(cfg.Host, "https://"), "http://")
 	return strings.TrimSuffix(h, "/")
 }
 
 // WriteKubeconfig writes a kubeconfig reaching the API server at server
-// (e.g. a NetnsProxy's address) with cfg's credentials.
+// (e.g. a node-side proxy address) with cfg's credentials.
 func WriteKubeconfig(t testing.TB, cfg *rest.Config, server, path string) {
 	t.Helper()
 	read := func(data []byte, file string) []byte {
