@@ -10,7 +10,6 @@
 #define ID_ANY 0       /* wildcard remote in the policy map, never assigned */
 #define ID_HOST 1      /* this node */
 #define ID_WORLD 2     /* anything the ipcache does not know */
-#define ID_REMOTE_NODE 3 /* another node of the cluster (matched like ID_WORLD) */
 #define ID_FIRST_POD 256
 #define ID_CIDR_FLAG 0x01000000
 

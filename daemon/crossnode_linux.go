@@ -22,7 +22,7 @@ import (
 // state the rest of the daemon publishes and consumes.
 func startCrossNode(ctx context.Context, o *config.Options, log *zap.Logger) (int, *crossNode, error) {
 	log = log.Named("crossnode")
-	xn := &crossNode{self: o.NodeName}
+	xn := &crossNode{}
 	var src peers.Source = &peers.File{Path: o.PeersFile, Log: log}
 	initial := peers.Set{}
 	kubernetes := !o.Standalone
@@ -78,7 +78,6 @@ func startCrossNode(ctx context.Context, o *config.Options, log *zap.Logger) (in
 	}
 	applyLogged := func(s peers.Set) {
 		s = routable(s, o.NodeName)
-		xn.setPeers(s)
 		if kubernetes && hasV6Block(s[o.NodeName]) {
 			// Blocks may arrive after start-up enabled forwarding for the
 			// families it knew of then.

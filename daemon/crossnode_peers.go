@@ -3,7 +3,6 @@ package daemon
 import (
 	"net/netip"
 	"slices"
-	"sync"
 
 	"go.uber.org/zap"
 
@@ -16,24 +15,12 @@ import (
 
 // crossNode is what the cross-node datapath shares with the rest of the
 // daemon: the WireGuard identity the node publishes in its NodeConfig
-// status, and the other nodes' addresses, which the policy datapath gives
-// the remote-node identity.
+// status.
 type crossNode struct {
-	self string
 	// wireGuardKey is the public key (never the private one); empty
 	// without encryption.
 	wireGuardKey  string
 	wireGuardPort int
-
-	mu    sync.Mutex
-	nodes []netip.Addr
-	sink  remoteNodeSink
-	log   *zap.Logger
-}
-
-// remoteNodeSink is *datapath.Datapath.
-type remoteNodeSink interface {
-	SetRemoteNodes([]netip.Addr) error
 }
 
 // nodeConfigSource is the Kubernetes peer source: every node's NodeConfig.
@@ -47,41 +34,6 @@ func nodeConfigSource(o *config.Options, log *zap.Logger) (*peers.NodeConfigs, e
 		return nil, err
 	}
 	return &peers.NodeConfigs{Client: cl, Log: log}, nil
-}
-
-// setPeers records the other nodes' addresses from a new peer set.
-func (x *crossNode) setPeers(s peers.Set) {
-	var addrs []netip.Addr
-	for name, n := range s {
-		if name != x.self {
-			addrs = append(addrs, n.Addresses...)
-		}
-	}
-	slices.SortFunc(addrs, func(a, b netip.Addr) int { return a.Compare(b) })
-	x.mu.Lock()
-	defer x.mu.Unlock()
-	x.nodes = addrs
-	x.push()
-}
-
-// attach makes sink follow the remote node addresses from now on.
-func (x *crossNode) attach(sink remoteNodeSink, log *zap.Logger) {
-	if x == nil || sink == nil {
-		return
-	}
-	x.mu.Lock()
-	defer x.mu.Unlock()
-	x.sink, x.log = sink, log
-	x.push()
-}
-
-func (x *crossNode) push() {
-	if x.sink == nil {
-		return
-	}
-	if err := x.sink.SetRemoteNodes(x.nodes); err != nil {
-		x.log.Error("remote node addresses not fully in the ipcache", zap.Error(err))
-	}
 }
 
 // wireGuardStatus is the node's WireGuard entry in its NodeConfig status:

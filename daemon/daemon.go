@@ -78,7 +78,6 @@ func Run(ctx context.Context, o *config.Options, log *zap.Logger) error {
 	}
 	if dp != nil {
 		defer dp.Close() // releases FDs; pins keep pods enforced while the daemon is away
-		xn.attach(dp, log)
 	} else if kube != nil {
 		if err := runSource(ctx, kube, discardPolicy{}, log); err != nil {
 			return err

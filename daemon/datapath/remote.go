@@ -7,38 +7,28 @@ import (
 	"github.com/coordino/coordino/daemon/identity"
 )
 
-// Remote addresses. Pods on other nodes are known by address with their
-// cluster identity (Kubernetes mode: the NodeEndpoints of every node), and
-// other nodes by their underlay addresses (identity.RemoteNode, from the
-// peer set). They only feed the ipcache: the policy engine already knows
-// every cluster identity, so a remote pod's address resolving to its
-// identity is all a rule selecting it by labels needs. Updates are deltas;
-// each costs the ipcache writes of the addresses it names.
+// Remote pod addresses. Pods on other nodes are known by address with their
+// cluster identity (Kubernetes mode: the NodeEndpoints of every node). They
+// only feed the ipcache: the policy engine already knows every cluster
+// identity, so a remote pod's address resolving to its identity is all a
+// rule selecting it by labels needs. Updates are deltas; each costs the
+// ipcache writes of the addresses it names.
 type remoteAddrs struct {
-	pods  map[netip.Addr]identity.ID
-	nodes map[netip.Addr]struct{}
+	pods map[netip.Addr]identity.ID
 	// onLocalChange is told when local endpoints or their identities
 	// change (this node's NodeEndpoints publisher).
 	onLocalChange func()
 }
 
-// identity resolves a remote address: a pod's identity before a node's.
+// identity resolves a remote pod address.
 func (r *remoteAddrs) identity(a netip.Addr) (identity.ID, bool) {
-	if id, ok := r.pods[a]; ok {
-		return id, true
-	}
-	if _, ok := r.nodes[a]; ok {
-		return identity.RemoteNode, true
-	}
-	return 0, false
+	id, ok := r.pods[a]
+	return id, ok
 }
 
 // markRemote queues every remote address (full flush after a restart).
 func (d *Datapath) markRemote() {
 	for a := range d.remote.pods {
-		d.dirty.ips[netip.PrefixFrom(a, a.BitLen())] = struct{}{}
-	}
-	for a := range d.remote.nodes {
 		d.dirty.ips[netip.PrefixFrom(a, a.BitLen())] = struct{}{}
 	}
 }
@@ -73,28 +63,6 @@ func (d *Datapath) UpdateRemoteEndpoints(upsert map[netip.Addr]identity.ID, remo
 			d.dirty.ips[netip.PrefixFrom(a, a.BitLen())] = struct{}{}
 		}
 	}
-	return d.remoteChanged()
-}
-
-// SetRemoteNodes replaces the addresses of the other nodes.
-func (d *Datapath) SetRemoteNodes(addrs []netip.Addr) error {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	next := make(map[netip.Addr]struct{}, len(addrs))
-	for _, a := range addrs {
-		next[a.Unmap()] = struct{}{}
-	}
-	for a := range d.remote.nodes {
-		if _, ok := next[a]; !ok {
-			d.dirty.ips[netip.PrefixFrom(a, a.BitLen())] = struct{}{}
-		}
-	}
-	for a := range next {
-		if _, ok := d.remote.nodes[a]; !ok {
-			d.dirty.ips[netip.PrefixFrom(a, a.BitLen())] = struct{}{}
-		}
-	}
-	d.remote.nodes = next
 	return d.remoteChanged()
 }
 

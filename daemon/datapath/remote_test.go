@@ -9,8 +9,7 @@ import (
 )
 
 // Remote pod addresses reach the ipcache with their identity and leave it
-// again; another node's address is the remote-node identity; a local
-// endpoint's address is never taken over by a remote claim.
+// again; a local endpoint's address is never taken over by a remote claim.
 func TestRemoteAddressesInIPCache(t *testing.T) {
 	c := newCluster(t, AttachTC)
 	lookup := func(a netip.Addr) (identity.ID, bool) {
@@ -35,13 +34,6 @@ func TestRemoteAddressesInIPCache(t *testing.T) {
 	if id, _ := lookup(local); id != localID {
 		t.Errorf("local pod %v moved to %v by a remote claim, want its own %v", local, id, localID)
 	}
-	node := netip.MustParseAddr("192.0.2.77")
-	if err := c.dp.SetRemoteNodes([]netip.Addr{node}); err != nil {
-		t.Fatal(err)
-	}
-	if id, ok := lookup(node); !ok || id != identity.RemoteNode {
-		t.Errorf("remote node %v is %v (present %v), want remote-node", node, id, ok)
-	}
 	if err := c.dp.UpdateRemoteEndpoints(map[netip.Addr]identity.ID{remotePod6: 302}, []netip.Addr{remotePod}); err != nil {
 		t.Fatal(err)
 	}
@@ -50,12 +42,6 @@ func TestRemoteAddressesInIPCache(t *testing.T) {
 	}
 	if id, _ := lookup(remotePod6); id != 302 {
 		t.Errorf("remote pod %v is %v after its identity changed, want 302", remotePod6, id)
-	}
-	if err := c.dp.SetRemoteNodes(nil); err != nil {
-		t.Fatal(err)
-	}
-	if _, ok := lookup(node); ok {
-		t.Errorf("remote node %v still in the ipcache after it left", node)
 	}
 	if err := c.dp.UpdateRemoteEndpoints(map[netip.Addr]identity.ID{remotePod: identity.FirstNodeLocal}, nil); err == nil {
 		t.Error("a node-local identity was accepted for a remote pod")

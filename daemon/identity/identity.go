@@ -19,10 +19,6 @@ const (
 	Host ID = 1
 	// World is any address the ipcache does not know.
 	World ID = 2
-	// RemoteNode is the address of another node of the cluster. Policy
-	// treats it like World (only ipBlock peers and "every peer" match it);
-	// it tells node traffic apart in flows.
-	RemoteNode ID = 3
 	// FirstPod is the lowest identity handed out for a label set.
 	FirstPod ID = 256
 	// LastCluster is the highest cluster-wide identity (coordino.io Identity
@@ -50,8 +46,6 @@ func (id ID) String() string {
 		return "host"
 	case World:
 		return "world"
-	case RemoteNode:
-		return "remote-node"
 	}
 	if id.IsCIDR() {
 		return fmt.Sprintf("cidr:%d", uint32(id&^CIDRFlag))

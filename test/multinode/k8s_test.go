@@ -90,6 +90,17 @@ func (k *kubeEnv) join(t *testing.T, n *node) {
 	if _, err := k.kube.CoreV1().Nodes().Create(bg(t), node, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
+	// The controller copies the blocks into the NodeConfig; a daemon that
+	// starts before would serve its first ADDs without blocks.
+	if err := eventually(15*time.Second, func() error {
+		nc, err := k.crd.CoordinoV1alpha1().NodeConfigs().Get(bg(t), n.Name, metav1.GetOptions{})
+		if err == nil && len(nc.Spec.Blocks) != len(node.Spec.PodCIDRs) {
+			err = fmt.Errorf("NodeConfig %s has blocks %v", n.Name, nc.Spec.Blocks)
+		}
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // addKubePod creates the Pod object (bound to n, as the scheduler would)
