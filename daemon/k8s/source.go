@@ -66,13 +66,14 @@ type Config struct {
 	// match the controller's (default coordinov1alpha1.DefaultExcludedLabels).
 	ExcludedLabels []string
 	// NodeAddresses are reported in NodeConfig status; may be nil.
-	NodeAddresses func() []netip.Addr
-	// WireGuard returns the status.wireGuard to publish given the node's
-	// addresses (nil: no encryption); may be nil.
-	WireGuard      func(addrs []netip.Addr) *coordinov1alpha1.WireGuardStatus
+	NodeAddresses  func() []netip.Addr
 	PodWait        time.Duration
 	SyncWait       time.Duration
 	StatusInterval time.Duration
+
+	// WireGuard returns the status.wireGuard to publish given the node's
+	// addresses (nil: no encryption); may be nil.
+	WireGuard func(addrs []netip.Addr) *coordinov1alpha1.WireGuardStatus
 }
 
 // IdentitySink learns the cluster's identities as policy peers;
@@ -188,13 +189,9 @@ func New(cfg Config) (*Source, error) {
 	}
 	s := &Source{
 		cfg: cfg, log: cfg.Log.Named("k8s"), kube: kube, crd: crd, known: known,
-		announced:   map[identity.ID]identity.Identity{},
-		kick:        make(chan struct{}, 1),
-		remote:      newRemoteEndpoints(cfg.NodeName, cfg.Log.Named("k8s")),
-		publishKick: make(chan struct{}, 1),
-		endpointWrites: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "coordino_k8s_node_endpoints_writes_total", Help: "NodeEndpoints writes (create or update) of this node."}),
-		synced: make(chan struct{}),
+		announced: map[identity.ID]identity.Identity{},
+		kick:      make(chan struct{}, 1),
+		synced:    make(chan struct{}),
 		unseenPods: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "coordino_k8s_pod_label_misses_total",
 			Help: "ADDs refused (try again later) because the pod was not in the daemon's cache within the bounded wait."}),
@@ -202,6 +199,9 @@ func New(cfg Config) (*Source, error) {
 			Name: "coordino_k8s_status_writes_total", Help: "NodeConfig status updates written."}),
 	}
 	s.ids = NewIdentities(s.namespaceLabels)
+	s.remote, s.publishKick = newRemoteEndpoints(cfg.NodeName, s.log), make(chan struct{}, 1)
+	s.endpointWrites = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "coordino_k8s_node_endpoints_writes_total", Help: "NodeEndpoints writes (create or update) of this node."})
 	s.liveGauge = prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "coordino_k8s_live",
 		Help: "1 while the daemon's view comes from synced informers, 0 while it serves from the last-known state."},
@@ -373,14 +373,14 @@ func (s *Source) apply(sink controlplane.Sink) {
 	if d.blocks {
 		s.applyBlocks()
 	}
-	if d.identities || d.nsLbl {
-		s.applyIdentities(sink)
-	}
 	if d.remote && s.isLive() {
 		// Before the policy: the first flush after a start has them.
 		rs, _ := sink.(RemoteSink)
 		s.remote.apply(rs)
 		s.remoteCount.Store(int64(s.remote.count()))
+	}
+	if d.identities || d.nsLbl {
+		s.applyIdentities(sink)
 	}
 	if d.policy {
 		if err := sink.UpdatePolicy(s.snapshot()); err != nil {
