@@ -70,6 +70,18 @@ func (r *remoteEndpoints) handler(mark func()) cache.ResourceEventHandler {
 	}
 }
 
+// watchNodeEndpoints registers the informer on every node's NodeEndpoints;
+// it is part of the source's initial sync.
+func (s *Source) watchNodeEndpoints() error {
+	inf := s.crdInf.Coordino().V1alpha1().NodeEndpoints()
+	s.nodeEps = inf.Lister()
+	if _, err := inf.Informer().AddEventHandler(s.remote.handler(func() { s.markDirty(func(d *dirtyBits) { d.remote = true }) })); err != nil {
+		return err
+	}
+	s.hasSync = append(s.hasSync, inf.Informer().HasSynced)
+	return nil
+}
+
 // apply sends the deltas of the nodes changed since the last call.
 func (r *remoteEndpoints) apply(sink RemoteSink) {
 	r.mu.Lock()

@@ -108,11 +108,12 @@ type Source struct {
 	irs     coordinolisters.PolicyIRLister
 	ncs     coordinolisters.NodeConfigLister
 	idents  coordinolisters.IdentityLister
-	nodeEps coordinolisters.NodeEndpointsLister
 	hasSync []cache.InformerSynced
 
-	// remote turns other nodes' NodeEndpoints into ipcache deltas.
+	// remote turns other nodes' NodeEndpoints into ipcache deltas;
+	// nodeEps also holds this node's own object (publish.go).
 	remote      *remoteEndpoints
+	nodeEps     coordinolisters.NodeEndpointsLister
 	remoteCount atomic.Int64
 	publishKick chan struct{}
 
@@ -234,13 +235,7 @@ func New(cfg Config) (*Source, error) {
 	irI := s.crdInf.Coordino().V1alpha1().PolicyIRs()
 	ncI := s.ncInf.Coordino().V1alpha1().NodeConfigs()
 	idI := s.crdInf.Coordino().V1alpha1().Identities()
-	neI := s.crdInf.Coordino().V1alpha1().NodeEndpoints()
 	s.pods, s.nss, s.irs, s.ncs, s.idents = podI.Lister(), nsI.Lister(), irI.Lister(), ncI.Lister(), idI.Lister()
-	s.nodeEps = neI.Lister()
-	if _, err := neI.Informer().AddEventHandler(s.remote.handler(func() { s.markDirty(func(d *dirtyBits) { d.remote = true }) })); err != nil {
-		return nil, err
-	}
-	s.hasSync = append(s.hasSync, neI.Informer().HasSynced)
 	for _, reg := range []struct {
 		inf  cache.SharedIndexInformer
 		mark func(*dirtyBits)
@@ -259,6 +254,9 @@ func New(cfg Config) (*Source, error) {
 			return nil, err
 		}
 		s.hasSync = append(s.hasSync, reg.inf.HasSynced)
+	}
+	if err := s.watchNodeEndpoints(); err != nil {
+		return nil, err
 	}
 	return s, nil
 }
