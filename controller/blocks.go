@@ -52,6 +52,9 @@ func (c *Controller) syncNode(ctx context.Context, name string) error {
 	o, exists, _ := c.Nodes.GetByKey(name)
 	nc := c.nodeConfig(name)
 	if !exists {
+		if err := c.deleteNodeEndpoints(ctx, name); err != nil {
+			return err
+		}
 		return c.reclaimNode(ctx, name, nc)
 	}
 	node := o.(*corev1.Node)

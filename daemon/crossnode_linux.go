@@ -18,22 +18,34 @@ import (
 // startCrossNode brings up the cross-node datapath (routing, or WireGuard
 // when encryption is on), applies the peer set once (the start-up
 // reconcile) and keeps applying it as the source changes until ctx is done.
-// It returns what the pod MTU gives up for the tunnel. onPeers sees every
+// It returns what the pod MTU gives up for the tunnel, and the cross-node
+// state the rest of the daemon publishes and consumes. onPeers sees every
 // applied set (node isolation classifies the nodes' addresses with it).
-func startCrossNode(ctx context.Context, o *config.Options, log *zap.Logger, onPeers func(peers.Set)) (int, error) {
+func startCrossNode(ctx context.Context, o *config.Options, log *zap.Logger, onPeers func(peers.Set)) (int, *crossNode, error) {
 	log = log.Named("crossnode")
-	// Standalone source. Kubernetes mode plugs peers.NodeConfigs in here
-	// (its first set arrives from Run rather than from Load).
-	src := &peers.File{Path: o.PeersFile, Log: log}
+	xn := &crossNode{}
+	var src peers.Source = &peers.File{Path: o.PeersFile, Log: log}
 	initial := peers.Set{}
-	if o.PeersFile != "" {
+	kubernetes := !o.Standalone
+	if kubernetes {
+		// NodeConfigs: the first set arrives from Run once the informer has
+		// synced; until then the routes of a previous run stay as they are.
+		nc, err := nodeConfigSource(o, log)
+		if err != nil {
+			return 0, nil, err
+		}
+		src = nc
+		if addrs, err := nodeAddresses(); err == nil {
+			initial[o.NodeName] = &peers.Node{Name: o.NodeName, Addresses: addrs}
+		}
+	} else if o.PeersFile != "" {
 		// The file may appear later, its directory must exist to be watched.
 		if fi, err := os.Stat(filepath.Dir(o.PeersFile)); err != nil || !fi.IsDir() {
-			return 0, fmt.Errorf("peers-file %s: its directory must exist to be watched", o.PeersFile)
+			return 0, nil, fmt.Errorf("peers-file %s: its directory must exist to be watched", o.PeersFile)
 		}
-		s, err := src.Load()
+		s, err := src.(*peers.File).Load()
 		if err != nil {
-			return 0, err
+			return 0, nil, err
 		}
 		initial = s
 	}
@@ -47,12 +59,13 @@ func startCrossNode(ctx context.Context, o *config.Options, log *zap.Logger, onP
 			Self: o.NodeName, Device: o.WireGuardDevice, ListenPort: o.WireGuardPort,
 			MTU: underlayMTU - routing.WireGuardOverhead, StateDir: o.StateDir, RunDir: o.RunDir,
 			NodeToNode: o.WireGuardNodeToNode, KeyMaxAge: o.WireGuardKeyMaxAge,
-			// Standalone publishes rotated keys in wireguard.pub; Kubernetes
-			// mode sets OnPublicKey to write NodeConfig status.
+			// Rotated keys are published in wireguard.pub (standalone) and
+			// through the NodeConfig status (publishedKey, polled).
 		}, log)
 		if err != nil {
-			return 0, err
+			return 0, nil, err
 		}
+		xn.publishedKey, xn.wireGuardPort = dev.PublishedKey, o.WireGuardPort
 		go func() { <-ctx.Done(); dev.Close() }()
 		go dev.Run(ctx)
 		apply = dev.Apply
@@ -62,11 +75,19 @@ func startCrossNode(ctx context.Context, o *config.Options, log *zap.Logger, onP
 		}
 		r, err := routing.New(routing.Config{Mode: o.Routing, Self: o.NodeName, UnderlayMTU: underlayMTU}, log)
 		if err != nil {
-			return 0, err
+			return 0, nil, err
 		}
 		apply = r.Apply
 	}
 	applyLogged := func(s peers.Set) {
+		s = routable(s, o.NodeName)
+		if kubernetes && hasV6Block(s[o.NodeName]) {
+			// Blocks may arrive after start-up enabled forwarding for the
+			// families it knew of then.
+			if err := netsetup.EnableForwarding(true); err != nil {
+				log.Error("enabling IPv6 forwarding for the node's IPv6 block", zap.Error(err))
+			}
+		}
 		onPeers(s)
 		if err := apply(s); err != nil {
 			log.Error("cross-node datapath partly programmed", zap.Error(err))
@@ -75,9 +96,12 @@ func startCrossNode(ctx context.Context, o *config.Options, log *zap.Logger, onP
 		log.Info("cross-node datapath programmed", zap.Int("nodes", len(s)))
 	}
 	// The first apply is synchronous: stale routes of a previous run are
-	// gone before pods are served.
-	applyLogged(initial)
-	if o.PeersFile != "" {
+	// gone before pods are served. In Kubernetes mode that is the first set
+	// from the API instead.
+	if !kubernetes {
+		applyLogged(initial)
+	}
+	if o.PeersFile != "" || kubernetes {
 		go func() {
 			if err := src.Run(ctx, applyLogged); err != nil {
 				log.Error("peers source stopped", zap.Error(err))
@@ -87,7 +111,7 @@ func startCrossNode(ctx context.Context, o *config.Options, log *zap.Logger, onP
 	log.Info("cross-node datapath", zap.String("routing", o.Routing), zap.String("encryption", o.Encryption),
 		zap.Int("podMTUOverhead", overhead), zap.String("peersFile", o.PeersFile))
 	if overhead >= underlayMTU {
-		return 0, fmt.Errorf("underlay MTU %d leaves no room for a %d-byte tunnel overhead", underlayMTU, overhead)
+		return 0, nil, fmt.Errorf("underlay MTU %d leaves no room for a %d-byte tunnel overhead", underlayMTU, overhead)
 	}
-	return overhead, nil
+	return overhead, xn, nil
 }

@@ -50,7 +50,7 @@ func Run(ctx context.Context, o *config.Options, log *zap.Logger) error {
 		return err
 	}
 	nodes := newNodePeers(o, log)
-	mtuOverhead, err := startCrossNode(ctx, o, log, nodes.publish)
+	mtuOverhead, xn, err := startCrossNode(ctx, o, log, nodes.publish)
 	if err != nil {
 		return err
 	}
@@ -69,7 +69,7 @@ func Run(ctx context.Context, o *config.Options, log *zap.Logger) error {
 		return counts, err
 	})
 	hub := flows.NewHub()
-	kube, err := newKubernetesSource(o, pool, m, log)
+	kube, err := newKubernetesSource(o, pool, m, log, xn)
 	if err != nil {
 		return err
 	}
@@ -139,6 +139,7 @@ func Run(ctx context.Context, o *config.Options, log *zap.Logger) error {
 	if kube != nil {
 		// Only now may label and identity changes re-attach endpoints.
 		kube.SetRefresher(mgr.RefreshEndpoints)
+		publishEndpoints(ctx, kube, st, dp)
 	}
 
 	stopInspect, err := startInspect(ctx, o, st, pool, dp, hub, m, logs, log)

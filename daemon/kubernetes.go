@@ -9,15 +9,17 @@ import (
 
 	"github.com/coordino/coordino/daemon/config"
 	"github.com/coordino/coordino/daemon/controlplane"
+	"github.com/coordino/coordino/daemon/datapath"
 	"github.com/coordino/coordino/daemon/identity"
 	"github.com/coordino/coordino/daemon/ipam"
 	"github.com/coordino/coordino/daemon/k8s"
 	"github.com/coordino/coordino/daemon/metrics"
 	"github.com/coordino/coordino/daemon/policy"
+	"github.com/coordino/coordino/daemon/store"
 )
 
 // newKubernetesSource builds the Kubernetes source; nil in standalone mode.
-func newKubernetesSource(o *config.Options, pool *ipam.Pool, m *metrics.Metrics, log *zap.Logger) (*k8s.Source, error) {
+func newKubernetesSource(o *config.Options, pool *ipam.Pool, m *metrics.Metrics, log *zap.Logger, xn *crossNode) (*k8s.Source, error) {
 	if o.Standalone {
 		return nil, nil
 	}
@@ -38,6 +40,7 @@ func newKubernetesSource(o *config.Options, pool *ipam.Pool, m *metrics.Metrics,
 			}
 			return ips
 		},
+		WireGuard: xn.wireGuardStatus,
 	})
 	if err != nil {
 		return nil, err
@@ -72,6 +75,37 @@ func runSource(ctx context.Context, src controlplane.Source, sink controlplane.S
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+}
+
+// publishEndpoints makes the Kubernetes source publish this node's
+// endpoints (addresses from the store, identities as the datapath enforces
+// them) in its NodeEndpoints, again after every attach and detach. Without
+// a datapath there are no identities, and nothing is published.
+func publishEndpoints(ctx context.Context, kube *k8s.Source, st *store.Store, dp *datapath.Datapath) {
+	if kube == nil || dp == nil {
+		return
+	}
+	dp.SetLocalChangeHook(kube.PublishEndpoints)
+	kube.SetLocalEndpoints(ctx, func() ([]k8s.LocalEndpoint, error) {
+		ids := dp.LocalIdentities()
+		eps, err := st.List("")
+		if err != nil {
+			return nil, err
+		}
+		out := make([]k8s.LocalEndpoint, 0, len(eps))
+		for _, ep := range eps {
+			id, ok := ids[ep.Key.String()]
+			if !ok {
+				continue
+			}
+			le := k8s.LocalEndpoint{PodNamespace: ep.PodNamespace, PodName: ep.PodName, Identity: id}
+			for _, p := range ep.IPs {
+				le.Addresses = append(le.Addresses, p.Addr())
+			}
+			out = append(out, le)
+		}
+		return out, nil
+	})
 }
 
 // discardPolicy is the sink without a datapath (--no-datapath).

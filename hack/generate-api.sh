@@ -20,6 +20,8 @@ GOBIN=$BIN go install \
 	"k8s.io/code-generator/cmd/informer-gen@$CODE_GENERATOR_VERSION"
 
 HEADER=hack/boilerplate.go.txt
+# Kinds whose plural is the kind itself (the default pluralizer says "…ses").
+PLURALS=NodeEndpoints:NodeEndpoints
 rm -rf api/client api/crds
 "$BIN/controller-gen" object:headerFile="$HEADER" crd:maxDescLen=400 \
 	paths=./api/... output:crd:artifacts:config=api/crds
@@ -31,13 +33,13 @@ rm -rf api/client api/crds
 	echo "resources:"
 	for f in api/crds/coordino.io_*.yaml; do echo "  - $(basename "$f")"; done
 } >api/crds/kustomization.yaml
-"$BIN/client-gen" --go-header-file "$HEADER" \
+"$BIN/client-gen" --go-header-file "$HEADER" --plural-exceptions "$PLURALS" \
 	--output-dir api/client/clientset --output-pkg "$MOD/api/client/clientset" \
 	--clientset-name versioned --input-base "$MOD/api" --input coordino/v1alpha1
-"$BIN/lister-gen" --go-header-file "$HEADER" \
+"$BIN/lister-gen" --go-header-file "$HEADER" --plural-exceptions "$PLURALS" \
 	--output-dir api/client/listers --output-pkg "$MOD/api/client/listers" \
 	./api/coordino/v1alpha1
-"$BIN/informer-gen" --go-header-file "$HEADER" \
+"$BIN/informer-gen" --go-header-file "$HEADER" --plural-exceptions "$PLURALS" \
 	--output-dir api/client/informers --output-pkg "$MOD/api/client/informers" \
 	--versioned-clientset-package "$MOD/api/client/clientset/versioned" \
 	--listers-package "$MOD/api/client/listers" \

@@ -105,6 +105,8 @@ type Datapath struct {
 	cfgFlags uint32
 	// dirty are map entries that may differ from what the engine wants.
 	dirty pending
+	// remote are other nodes' pod and node addresses (remote.go).
+	remote remoteAddrs
 	// retryTimer is set while a retry of a failed flush is scheduled.
 	retryTimer    *time.Timer
 	retryDelay    time.Duration

@@ -74,6 +74,9 @@ func (d *Datapath) refreshIfKeys() {
 		m[uint32(r.HostIfIndex)] = r.Key
 	}
 	d.ifKeys.Store(&m)
+	if d.remote.onLocalChange != nil {
+		d.remote.onLocalChange()
+	}
 }
 
 // cfgEmitAllowed is CFG_EMIT_ALLOWED of bpf/coordino.h (bpf2go does not

@@ -83,6 +83,7 @@ func (d *Datapath) markAll() {
 	for _, ip := range slices.Concat(d.cfg.NodeIPs, d.nodeIso.remoteIPs) {
 		d.dirty.ips[netip.PrefixFrom(ip.Unmap(), ip.Unmap().BitLen())] = struct{}{}
 	}
+	d.markRemote()
 	for ifindex := range d.mirror.endpoints {
 		d.dirty.eps[ifindex] = struct{}{}
 	}
@@ -132,7 +133,11 @@ func (w *wanted) endpoint(ifindex uint32) (bpf.CoordinoEndpointInfo, bool) {
 
 func (w *wanted) ip(p netip.Prefix) (bpf.CoordinoIpcacheValue, bool) {
 	if p.IsSingleIP() {
-		if id, ok := w.owners[p.Addr()]; ok {
+		id, ok := w.owners[p.Addr()]
+		if !ok {
+			id, ok = w.d.remote.identity(p.Addr()) // local endpoints win
+		}
+		if ok {
 			return bpf.CoordinoIpcacheValue{Identity: uint32(id), CidrIdentity: uint32(w.d.engine.CIDRIdentity(p.Addr()))}, true
 		}
 	}

@@ -7,10 +7,14 @@
 // Nothing on the ADD path waits on the API server beyond a short, bounded
 // wait for a pod the informer has not delivered yet, and nothing on it
 // writes to the API: the daemon writes only its NodeConfig's status (block
-// usage, node addresses), rate-limited, from a background loop.
+// usage, node addresses, WireGuard public key) and its own NodeEndpoints,
+// batched and rate-limited, from background loops.
 //
 // What the daemon last saw is persisted in the state directory, so a
 // daemon restarted while the API server is unreachable restores its blocks,
 // pod labels, identities and policy from it instead of flushing anything,
 // and converges when the API server is back.
+//
+// Remote pods: every node's NodeEndpoints (other nodes' pod addresses with
+// their cluster identity) reach the datapath's ipcache as deltas.
 package k8s

@@ -30,17 +30,27 @@ func podNamedPorts(p *corev1.Pod) []policy.NamedPort {
 				if cp.Name == "" || cp.ContainerPort < 1 || cp.ContainerPort > 65535 {
 					continue
 				}
-				proto := policy.ProtoTCP
-				switch cp.Protocol {
-				case corev1.ProtocolUDP:
-					proto = policy.ProtoUDP
-				case corev1.ProtocolSCTP:
-					proto = policy.ProtoSCTP
-				}
-				out = append(out, policy.NamedPort{Name: cp.Name, Protocol: proto, Port: uint16(cp.ContainerPort)})
+				out = append(out, policy.NamedPort{Name: cp.Name, Protocol: protocolNumber(cp.Protocol), Port: uint16(cp.ContainerPort)})
 			}
 		}
 	}
+	return sortedPorts(out)
+}
+
+// protocolNumber is the policy engine's number of a Kubernetes protocol
+// (TCP when unset, as the API defaults it).
+func protocolNumber(p corev1.Protocol) uint8 {
+	switch p {
+	case corev1.ProtocolUDP:
+		return policy.ProtoUDP
+	case corev1.ProtocolSCTP:
+		return policy.ProtoSCTP
+	}
+	return policy.ProtoTCP
+}
+
+// sortedPorts sorts ports and drops duplicates, so equal sets compare equal.
+func sortedPorts(out []policy.NamedPort) []policy.NamedPort {
 	slices.SortFunc(out, func(a, b policy.NamedPort) int {
 		return cmp.Or(cmp.Compare(a.Name, b.Name), cmp.Compare(a.Protocol, b.Protocol), cmp.Compare(a.Port, b.Port))
 	})

@@ -15,6 +15,7 @@ import (
 	"go.uber.org/zap"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
@@ -69,6 +70,10 @@ type Config struct {
 	PodWait        time.Duration
 	SyncWait       time.Duration
 	StatusInterval time.Duration
+
+	// WireGuard returns the status.wireGuard to publish given the node's
+	// addresses (nil: no encryption); may be nil.
+	WireGuard func(addrs []netip.Addr) *coordinov1alpha1.WireGuardStatus
 }
 
 // IdentitySink learns the cluster's identities as policy peers;
@@ -106,6 +111,13 @@ type Source struct {
 	nips    coordinolisters.NodeIsolationPolicyLister
 	hasSync []cache.InformerSynced
 
+	// remote turns other nodes' NodeEndpoints into ipcache deltas;
+	// nodeEps also holds this node's own object (publish.go).
+	remote      *remoteEndpoints
+	nodeEps     coordinolisters.NodeEndpointsLister
+	remoteCount atomic.Int64
+	publishKick chan struct{}
+
 	// live: informers synced, the listers are the truth. Atomic, as the
 	// datapath asks (through the assigner) while it holds its own lock.
 	live atomic.Bool
@@ -129,11 +141,14 @@ type Source struct {
 	liveGauge    prometheus.GaugeFunc
 	tempGauge    prometheus.GaugeFunc
 	statusWrites prometheus.Counter
+
+	endpointWrites prometheus.Counter
+	remoteGauge    prometheus.GaugeFunc
 }
 
 // dirtyBits say what changed since the last apply.
 type dirtyBits struct {
-	blocks, policy, identities, pods, nsLbl bool
+	blocks, policy, identities, pods, nsLbl, remote bool
 }
 
 // New builds the clients and informers and loads the last-known state; Run
@@ -188,6 +203,9 @@ func New(cfg Config) (*Source, error) {
 			Name: "coordino_k8s_status_writes_total", Help: "NodeConfig status updates written."}),
 	}
 	s.ids = NewIdentities(s.namespaceLabels)
+	s.remote, s.publishKick = newRemoteEndpoints(cfg.NodeName, s.log), make(chan struct{}, 1)
+	s.endpointWrites = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "coordino_k8s_node_endpoints_writes_total", Help: "NodeEndpoints writes (create or update) of this node."})
 	s.liveGauge = prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "coordino_k8s_live",
 		Help: "1 while the daemon's view comes from synced informers, 0 while it serves from the last-known state."},
@@ -197,6 +215,10 @@ func New(cfg Config) (*Source, error) {
 			}
 			return 0
 		})
+	s.remoteGauge = prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "coordino_remote_endpoints",
+		Help: "Pod addresses on other nodes known with their identity (from NodeEndpoints)."},
+		func() float64 { return float64(s.remoteCount.Load()) })
 	s.tempGauge = prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "coordino_identities_temporary",
 		Help: "Node-local temporary identities held by endpoints whose label set has no cluster Identity yet."},
@@ -239,6 +261,9 @@ func New(cfg Config) (*Source, error) {
 		}
 		s.hasSync = append(s.hasSync, reg.inf.HasSynced)
 	}
+	if err := s.watchNodeEndpoints(); err != nil {
+		return nil, err
+	}
 	return s, nil
 }
 
@@ -247,7 +272,7 @@ func (s *Source) Identities() *Identities { return s.ids }
 
 // Collectors returns the source's Prometheus collectors.
 func (s *Source) Collectors() []prometheus.Collector {
-	return []prometheus.Collector{s.unseenPods, s.liveGauge, s.tempGauge, s.statusWrites}
+	return []prometheus.Collector{s.unseenPods, s.liveGauge, s.tempGauge, s.statusWrites, s.endpointWrites, s.remoteGauge}
 }
 
 // Synced is closed once the first snapshot (live or last-known) is applied.
@@ -302,7 +327,7 @@ func (s *Source) Run(ctx context.Context, sink controlplane.Sink) error {
 		s.goLive()
 	}
 	s.markDirty(func(d *dirtyBits) {
-		*d = dirtyBits{blocks: true, policy: true, identities: true, pods: true, nsLbl: true}
+		*d = dirtyBits{blocks: true, policy: true, identities: true, pods: true, nsLbl: true, remote: true}
 	})
 	go s.statusLoop(ctx)
 	if !live {
@@ -311,7 +336,7 @@ func (s *Source) Run(ctx context.Context, sink controlplane.Sink) error {
 				s.log.Info("API server synced: converging from the last-known state")
 				s.goLive()
 				s.markDirty(func(d *dirtyBits) {
-					*d = dirtyBits{blocks: true, policy: true, identities: true, pods: true, nsLbl: true}
+					*d = dirtyBits{blocks: true, policy: true, identities: true, pods: true, nsLbl: true, remote: true}
 				})
 			}
 		}()
@@ -352,6 +377,12 @@ func (s *Source) apply(sink controlplane.Sink) {
 	if d.blocks {
 		s.applyBlocks()
 	}
+	if d.remote && s.isLive() {
+		// Before the policy: the first flush after a start has them.
+		rs, _ := sink.(RemoteSink)
+		s.remote.apply(rs)
+		s.remoteCount.Store(int64(s.remote.count()))
+	}
 	if d.identities || d.nsLbl {
 		s.applyIdentities(sink)
 	}
@@ -365,6 +396,7 @@ func (s *Source) apply(sink controlplane.Sink) {
 	}
 	if d.identities || d.nsLbl || d.pods {
 		s.refresh()
+		s.PublishEndpoints() // named ports, or identities moved
 	}
 }
 
@@ -665,12 +697,16 @@ func (s *Source) status(nc *coordinov1alpha1.NodeConfig) coordinov1alpha1.NodeCo
 		st.Blocks = append(st.Blocks, coordinov1alpha1.BlockUsage{CIDR: b.CIDR, Used: int32(u.Used), Capacity: int32(u.Size)})
 	}
 	if s.cfg.NodeAddresses != nil {
+		addrs := s.cfg.NodeAddresses()
+		if len(addrs) > 16 {
+			addrs = addrs[:16]
+		}
 		st.Addresses = nil
-		for _, a := range s.cfg.NodeAddresses() {
+		for _, a := range addrs {
 			st.Addresses = append(st.Addresses, a.String())
 		}
-		if len(st.Addresses) > 16 {
-			st.Addresses = st.Addresses[:16]
+		if s.cfg.WireGuard != nil {
+			st.WireGuard = s.cfg.WireGuard(addrs)
 		}
 	}
 	st.ObservedGeneration = s.applied.Load()
@@ -678,5 +714,6 @@ func (s *Source) status(nc *coordinov1alpha1.NodeConfig) coordinov1alpha1.NodeCo
 }
 
 func statusEqual(a, b coordinov1alpha1.NodeConfigStatus) bool {
-	return slices.Equal(a.Blocks, b.Blocks) && slices.Equal(a.Addresses, b.Addresses) && a.ObservedGeneration == b.ObservedGeneration
+	return slices.Equal(a.Blocks, b.Blocks) && slices.Equal(a.Addresses, b.Addresses) && a.ObservedGeneration == b.ObservedGeneration &&
+		equality.Semantic.DeepEqual(a.WireGuard, b.WireGuard)
 }

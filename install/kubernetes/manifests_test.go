@@ -88,10 +88,10 @@ func TestBaseRenders(t *testing.T) {
 	}
 	slices.Sort(kinds)
 	want := []string{"*unstructured.Unstructured", "*unstructured.Unstructured", "*unstructured.Unstructured", "*unstructured.Unstructured",
-		"*unstructured.Unstructured", "*unstructured.Unstructured", // the six CRDs
+		"*unstructured.Unstructured", "*unstructured.Unstructured", "*unstructured.Unstructured", // the seven CRDs
 		"*v1.ClusterRole", "*v1.ClusterRole", "*v1.ClusterRoleBinding", "*v1.ClusterRoleBinding", "*v1.DaemonSet", "*v1.Deployment",
 		"*v1.Namespace", "*v1.Role", "*v1.RoleBinding", "*v1.ServiceAccount", "*v1.ServiceAccount",
-		"*v1.ValidatingAdmissionPolicy", "*v1.ValidatingAdmissionPolicyBinding"}
+		"*v1.ValidatingAdmissionPolicy", "*v1.ValidatingAdmissionPolicy", "*v1.ValidatingAdmissionPolicyBinding", "*v1.ValidatingAdmissionPolicyBinding"}
 	if !slices.Equal(kinds, want) {
 		t.Fatalf("base renders %v, want %v", kinds, want)
 	}
@@ -209,7 +209,8 @@ func checkNamespaced(t *testing.T, objs []runtime.Object, ns string) {
 }
 
 // checkRBAC: no wildcards or secrets anywhere; the daemon reads and writes
-// only NodeConfig status (own node: admission policy); the controller never
+// only NodeConfig status and NodeEndpoints (own node: admission policies,
+// never delete); the controller never
 // writes NodeConfig status nor core objects other than Events; each role is
 // bound to exactly its component's service account.
 func checkRBAC(t *testing.T, objs []runtime.Object) {
@@ -241,6 +242,12 @@ func checkRBAC(t *testing.T, objs []runtime.Object) {
 		if slices.Equal(r.Resources, []string{"nodeconfigs/status"}) && slices.Equal(r.APIGroups, []string{"coordino.io"}) {
 			if !slices.Equal(r.Verbs, []string{"get", "update", "patch"}) {
 				t.Errorf("daemon verbs on nodeconfigs/status: %v", r.Verbs)
+			}
+			continue
+		}
+		if slices.Equal(r.Resources, []string{"nodeendpoints"}) && slices.Equal(r.APIGroups, []string{"coordino.io"}) {
+			if !slices.Equal(r.Verbs, []string{"get", "list", "watch", "create", "update"}) {
+				t.Errorf("daemon verbs on nodeendpoints: %v", r.Verbs)
 			}
 			continue
 		}
@@ -297,9 +304,16 @@ func checkRBAC(t *testing.T, objs []runtime.Object) {
 	}
 	vaps := only[*admissionregistrationv1.ValidatingAdmissionPolicy](objs)
 	vapbs := only[*admissionregistrationv1.ValidatingAdmissionPolicyBinding](objs)
-	if len(vaps) != 1 || len(vapbs) != 1 || vapbs[0].Spec.PolicyName != vaps[0].Name ||
-		!slices.Contains(vapbs[0].Spec.ValidationActions, admissionregistrationv1.Deny) {
-		t.Error("the daemon's own-node NodeConfig policy is missing or not enforced")
+	bound := map[string]bool{}
+	for _, b := range vapbs {
+		if slices.Contains(b.Spec.ValidationActions, admissionregistrationv1.Deny) {
+			bound[b.Spec.PolicyName] = true
+		}
+	}
+	for _, name := range []string{"coordino-daemon-own-nodeconfig", "coordino-daemon-own-nodeendpoints"} {
+		if !slices.ContainsFunc(vaps, func(v *admissionregistrationv1.ValidatingAdmissionPolicy) bool { return v.Name == name }) || !bound[name] {
+			t.Errorf("the daemon's admission policy %s is missing or not enforced", name)
+		}
 	}
 }
 

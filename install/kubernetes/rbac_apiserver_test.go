@@ -122,6 +122,36 @@ func TestRBACOnAPIServer(t *testing.T) {
 		t.Error("a daemon token bound to no pod wrote NodeConfig status")
 	}
 	daemonCRD := versioned.NewForConfigOrDie(daemonCfg).CoordinoV1alpha1()
+	endpointsOf := func(node string) *coordinov1alpha1.NodeEndpoints {
+		return &coordinov1alpha1.NodeEndpoints{ObjectMeta: metav1.ObjectMeta{Name: node},
+			Spec: coordinov1alpha1.NodeEndpointsSpec{EndpointCount: 1, Endpoints: []coordinov1alpha1.NodeEndpoint{
+				{Addresses: []string{"10.1.0.5"}, Identity: 300, NamedPorts: []coordinov1alpha1.NamedPort{{Name: "http", Protocol: "TCP", Port: 8080}}}}}}
+	}
+	if _, err := daemonCRD.NodeEndpoints().Create(ctx, endpointsOf("node-b"), metav1.CreateOptions{}); !apierrors.IsForbidden(err) && !apierrors.IsInvalid(err) {
+		t.Errorf("daemon of node-a created node-b's NodeEndpoints: %v", err)
+	}
+	if ne, err := daemonCRD.NodeEndpoints().Create(ctx, endpointsOf("node-a"), metav1.CreateOptions{}); err != nil {
+		t.Errorf("daemon of node-a cannot publish its NodeEndpoints: %v", err)
+	} else {
+		ne.Spec.Endpoints[0].Addresses = append(ne.Spec.Endpoints[0].Addresses, "fd00::5")
+		if _, err := daemonCRD.NodeEndpoints().Update(ctx, ne, metav1.UpdateOptions{}); err != nil {
+			t.Errorf("daemon of node-a cannot update its NodeEndpoints: %v", err)
+		}
+		if err := daemonCRD.NodeEndpoints().Delete(ctx, "node-a", metav1.DeleteOptions{}); !apierrors.IsForbidden(err) {
+			t.Errorf("daemon deleted NodeEndpoints (the controller's job): %v", err)
+		}
+		if err := versioned.NewForConfigOrDie(controllerCfg).CoordinoV1alpha1().NodeEndpoints().Delete(ctx, "node-a", metav1.DeleteOptions{}); err != nil {
+			t.Errorf("controller cannot delete a node's NodeEndpoints: %v", err)
+		}
+	}
+	if _, err := versioned.NewForConfigOrDie(unboundCfg).CoordinoV1alpha1().NodeEndpoints().Create(ctx, endpointsOf("node-a"), metav1.CreateOptions{}); err == nil {
+		t.Error("a daemon token bound to no pod wrote NodeEndpoints")
+	}
+	bad := endpointsOf("node-a")
+	bad.Spec.Endpoints[0].Identity = 0x800001 // temporary identities are never published
+	if _, err := crdAdmin.CoordinoV1alpha1().NodeEndpoints().Create(ctx, bad, metav1.CreateOptions{}); !apierrors.IsInvalid(err) {
+		t.Errorf("a node-local identity passed the NodeEndpoints schema: %v", err)
+	}
 	nc, _ := crdAdmin.CoordinoV1alpha1().NodeConfigs().Get(ctx, "node-a", metav1.GetOptions{})
 	nc.Spec.Blocks = append(nc.Spec.Blocks, coordinov1alpha1.NodeBlock{CIDR: "10.1.1.0/26", Pool: "p"})
 	if _, err := daemonCRD.NodeConfigs().Update(ctx, nc, metav1.UpdateOptions{}); !apierrors.IsForbidden(err) {

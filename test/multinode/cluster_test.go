@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/containernetworking/cni/libcni"
 	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/containernetworking/plugins/pkg/testutils"
 	"github.com/vishvananda/netlink"
@@ -54,6 +55,9 @@ type cluster struct {
 	nodes    []*node
 	// nodeArgs, when set, adds daemon flags per node (given its dir).
 	nodeArgs func(dir string) []string
+	// kube is the API server and controller in Kubernetes mode (nil:
+	// standalone with peers files).
+	kube *kubeEnv
 }
 
 // node is a harness node plus what the test bed knows about it.
@@ -105,30 +109,8 @@ func newCluster(t *testing.T, m mode, count int) *cluster {
 // newClusterWith is newCluster with extra daemon flags per node.
 func newClusterWith(t *testing.T, m mode, count int, nodeArgs func(dir string) []string) *cluster {
 	t.Helper()
-	privileged.Require(t)
-	if err := harness.RequireBinaries(); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := os.Stat(filepath.Join(harness.BinDir(), "coordino-wireguard")); err != nil {
-		t.Fatal("bin/coordino-wireguard missing: run make build first")
-	}
-	u, err := testutils.NewNS()
-	if err != nil {
-		t.Fatal(err)
-	}
-	// One base dir made before close is registered: TempDir removal runs
-	// after close (cleanups run last-in first-out), once mounts are gone.
-	c := &cluster{t: t, mode: m, underlay: u, bridge: "br-" + harness.RandomSuffix(6), base: t.TempDir(), nodeArgs: nodeArgs}
-	t.Cleanup(c.close)
-	if err := u.Do(func(ns.NetNS) error {
-		br := &netlink.Bridge{LinkAttrs: netlink.LinkAttrs{Name: c.bridge, MTU: 1500}}
-		if err := netlink.LinkAdd(br); err != nil {
-			return err
-		}
-		return netlink.LinkSetUp(br)
-	}); err != nil {
-		t.Fatalf("underlay bridge: %v", err)
-	}
+	c := newUnderlay(t, m)
+	c.nodeArgs = nodeArgs
 	for i := 0; i < count; i++ {
 		c.addNode()
 	}
@@ -144,6 +126,36 @@ func newClusterWith(t *testing.T, m mode, count int, nodeArgs func(dir string) [
 	return c
 }
 
+// newUnderlay creates the underlay namespace and its bridge.
+func newUnderlay(t *testing.T, m mode) *cluster {
+	t.Helper()
+	privileged.Require(t)
+	if err := harness.RequireBinaries(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(harness.BinDir(), "coordino-wireguard")); err != nil {
+		t.Fatal("bin/coordino-wireguard missing: run make build first")
+	}
+	u, err := testutils.NewNS()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// One base dir made before close is registered: TempDir removal runs
+	// after close (cleanups run last-in first-out), once mounts are gone.
+	c := &cluster{t: t, mode: m, underlay: u, bridge: "br-" + harness.RandomSuffix(6), base: t.TempDir()}
+	t.Cleanup(c.close)
+	if err := u.Do(func(ns.NetNS) error {
+		br := &netlink.Bridge{LinkAttrs: netlink.LinkAttrs{Name: c.bridge, MTU: 1500}}
+		if err := netlink.LinkAdd(br); err != nil {
+			return err
+		}
+		return netlink.LinkSetUp(br)
+	}); err != nil {
+		t.Fatalf("underlay bridge: %v", err)
+	}
+	return c
+}
+
 func (c *cluster) addNode() *node {
 	t := c.t
 	i := len(c.nodes)
@@ -155,12 +167,14 @@ func (c *cluster) addNode() *node {
 	}
 	n.peersFile = filepath.Join(dir, "peers.yaml")
 	n.wgDevice = "cwg" + harness.RandomSuffix(8)
-	var err error
-	args := []string{"--peers-file", n.peersFile, "--routing", c.mode.routing, "--encryption", c.mode.encryption,
-		"--wireguard-device", n.wgDevice}
+	args := []string{"--routing", c.mode.routing, "--encryption", c.mode.encryption, "--wireguard-device", n.wgDevice}
+	if c.kube == nil {
+		args = append(args, "--peers-file", n.peersFile)
+	}
 	if c.nodeArgs != nil {
 		args = append(args, c.nodeArgs(dir)...)
 	}
+	var err error
 	n.Node, err = harness.NewNode(dir, name, harness.NodeOptions{
 		NodeIP:    n.address(false).String(),
 		PodCIDRs:  []string{n.blocks()[0].String(), n.blocks()[1].String()},
@@ -168,6 +182,9 @@ func (c *cluster) addNode() *node {
 	})
 	if err != nil {
 		t.Fatal(err)
+	}
+	if c.kube != nil {
+		c.kube.join(t, n)
 	}
 	c.nodes = append(c.nodes, n)
 	if err := c.plug(n); err != nil {
@@ -279,9 +296,15 @@ func (c *cluster) addPod(n *node) *pod {
 	if err != nil {
 		c.t.Fatal(err)
 	}
+	return c.attach(n, hp, harness.RuntimeConf(hp, "eth0"))
+}
+
+// attach runs ADD for hp on n, as a runtime would, and records the pod.
+func (c *cluster) attach(n *node, hp *harness.Pod, rt *libcni.RuntimeConf) *pod {
+	c.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	res, err := n.cni.Add(ctx, harness.RuntimeConf(hp, "eth0"))
+	res, err := n.cni.Add(ctx, rt)
 	if err != nil {
 		hp.Close()
 		c.t.Fatalf("ADD on %s: %v\n%s", n.Name, err, n.LogTail(30))

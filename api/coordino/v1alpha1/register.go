@@ -32,6 +32,7 @@ func addKnownTypes(scheme *runtime.Scheme) error {
 		&Identity{}, &IdentityList{},
 		&PolicyIR{}, &PolicyIRList{},
 		&NodeIsolationPolicy{}, &NodeIsolationPolicyList{},
+		&NodeEndpoints{}, &NodeEndpointsList{},
 	)
 	metav1.AddToGroupVersion(scheme, SchemeGroupVersion)
 	return nil

@@ -47,6 +47,8 @@ func (f *sharedInformerFactory) ForResource(resource schema.GroupVersionResource
 		return &genericInformer{resource: resource.GroupResource(), informer: f.Coordino().V1alpha1().Identities().Informer()}, nil
 	case v1alpha1.SchemeGroupVersion.WithResource("nodeconfigs"):
 		return &genericInformer{resource: resource.GroupResource(), informer: f.Coordino().V1alpha1().NodeConfigs().Informer()}, nil
+	case v1alpha1.SchemeGroupVersion.WithResource("nodeendpoints"):
+		return &genericInformer{resource: resource.GroupResource(), informer: f.Coordino().V1alpha1().NodeEndpoints().Informer()}, nil
 	case v1alpha1.SchemeGroupVersion.WithResource("nodeisolationpolicies"):
 		return &genericInformer{resource: resource.GroupResource(), informer: f.Coordino().V1alpha1().NodeIsolationPolicies().Informer()}, nil
 	case v1alpha1.SchemeGroupVersion.WithResource("policyirs"):

@@ -20,6 +20,10 @@ type IdentityListerExpansion interface{}
 // NodeConfigLister.
 type NodeConfigListerExpansion interface{}
 
+// NodeEndpointsListerExpansion allows custom methods to be added to
+// NodeEndpointsLister.
+type NodeEndpointsListerExpansion interface{}
+
 // NodeIsolationPolicyListerExpansion allows custom methods to be added to
 // NodeIsolationPolicyLister.
 type NodeIsolationPolicyListerExpansion interface{}

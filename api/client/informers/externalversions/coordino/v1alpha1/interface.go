@@ -18,6 +18,8 @@ type Interface interface {
 	Identities() TypedIdentityInformer
 	// NodeConfigs returns a NodeConfigInformer.
 	NodeConfigs() TypedNodeConfigInformer
+	// NodeEndpoints returns a NodeEndpointsInformer.
+	NodeEndpoints() TypedNodeEndpointsInformer
 	// NodeIsolationPolicies returns a NodeIsolationPolicyInformer.
 	NodeIsolationPolicies() TypedNodeIsolationPolicyInformer
 	// PolicyIRs returns a PolicyIRInformer.
@@ -53,6 +55,11 @@ func (v *version) Identities() TypedIdentityInformer {
 // NodeConfigs returns a TypedNodeConfigInformer.
 func (v *version) NodeConfigs() TypedNodeConfigInformer {
 	return &nodeConfigInformer{factory: v.factory, tweakListOptions: v.tweakListOptions}
+}
+
+// NodeEndpoints returns a TypedNodeEndpointsInformer.
+func (v *version) NodeEndpoints() TypedNodeEndpointsInformer {
+	return &nodeEndpointsInformer{factory: v.factory, tweakListOptions: v.tweakListOptions}
 }
 
 // NodeIsolationPolicies returns a TypedNodeIsolationPolicyInformer.

@@ -18,6 +18,7 @@ type CoordinoV1alpha1Interface interface {
 	IPPoolsGetter
 	IdentitiesGetter
 	NodeConfigsGetter
+	NodeEndpointsGetter
 	NodeIsolationPoliciesGetter
 	PolicyIRsGetter
 }
@@ -41,6 +42,10 @@ func (c *CoordinoV1alpha1Client) Identities() IdentityInterface {
 
 func (c *CoordinoV1alpha1Client) NodeConfigs() NodeConfigInterface {
 	return newNodeConfigs(c)
+}
+
+func (c *CoordinoV1alpha1Client) NodeEndpoints() NodeEndpointsInterface {
+	return newNodeEndpoints(c)
 }
 
 func (c *CoordinoV1alpha1Client) NodeIsolationPolicies() NodeIsolationPolicyInterface {

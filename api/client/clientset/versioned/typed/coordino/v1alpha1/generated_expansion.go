@@ -12,6 +12,8 @@ type IdentityExpansion interface{}
 
 type NodeConfigExpansion interface{}
 
+type NodeEndpointsExpansion interface{}
+
 type NodeIsolationPolicyExpansion interface{}
 
 type PolicyIRExpansion interface{}

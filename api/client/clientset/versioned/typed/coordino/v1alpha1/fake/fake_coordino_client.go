@@ -30,6 +30,10 @@ func (c *FakeCoordinoV1alpha1) NodeConfigs() v1alpha1.NodeConfigInterface {
 	return newFakeNodeConfigs(c)
 }
 
+func (c *FakeCoordinoV1alpha1) NodeEndpoints() v1alpha1.NodeEndpointsInterface {
+	return newFakeNodeEndpoints(c)
+}
+
 func (c *FakeCoordinoV1alpha1) NodeIsolationPolicies() v1alpha1.NodeIsolationPolicyInterface {
 	return newFakeNodeIsolationPolicies(c)
 }

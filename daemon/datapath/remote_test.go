@@ -1,0 +1,52 @@
+package datapath
+
+import (
+	"net/netip"
+	"testing"
+
+	"github.com/coordino/coordino/bpf"
+	"github.com/coordino/coordino/daemon/identity"
+)
+
+// Remote pod addresses reach the ipcache with their identity and leave it
+// again; a local endpoint's address is never taken over by a remote claim.
+func TestRemoteAddressesInIPCache(t *testing.T) {
+	c := newCluster(t, AttachTC)
+	lookup := func(a netip.Addr) (identity.ID, bool) {
+		var v bpf.CoordinoIpcacheValue
+		k := ipcacheKey(netip.PrefixFrom(a, a.BitLen()))
+		if err := c.dp.objs.CdoIpcache.Lookup(&k, &v); err != nil {
+			return 0, false
+		}
+		return identity.ID(v.Identity), true
+	}
+	remotePod, remotePod6 := netip.MustParseAddr("10.99.0.5"), netip.MustParseAddr("fd00:99::5")
+	local := podIPs["a"]
+	localID, _ := lookup(local)
+	if err := c.dp.UpdateRemoteEndpoints(map[netip.Addr]identity.ID{remotePod: 300, remotePod6: 300, local: 301}, nil); err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range []netip.Addr{remotePod, remotePod6} {
+		if id, ok := lookup(a); !ok || id != 300 {
+			t.Errorf("remote pod %v in the ipcache as %v (present %v), want 300", a, id, ok)
+		}
+	}
+	if id, _ := lookup(local); id != localID {
+		t.Errorf("local pod %v moved to %v by a remote claim, want its own %v", local, id, localID)
+	}
+	if err := c.dp.UpdateRemoteEndpoints(map[netip.Addr]identity.ID{remotePod6: 302}, []netip.Addr{remotePod}); err != nil {
+		t.Fatal(err)
+	}
+	if id, ok := lookup(remotePod); ok {
+		t.Errorf("removed remote pod %v still in the ipcache as %v", remotePod, id)
+	}
+	if id, _ := lookup(remotePod6); id != 302 {
+		t.Errorf("remote pod %v is %v after its identity changed, want 302", remotePod6, id)
+	}
+	if err := c.dp.UpdateRemoteEndpoints(map[netip.Addr]identity.ID{remotePod: identity.FirstNodeLocal}, nil); err == nil {
+		t.Error("a node-local identity was accepted for a remote pod")
+	}
+	if n := c.dp.RemoteEndpoints(); n != 2 {
+		t.Errorf("%d remote endpoints known, want 2 (the local claim counts, it is only shadowed)", n)
+	}
+}
