@@ -8,7 +8,7 @@
 #                                   kube-controller-manager kube-scheduler kube-proxy kubectl
 #                                   coredns agnhost e2e.test
 #                                   (default: cri kube; "cri" = containerd crictl, "kube" = etcd kubelet kube-apiserver,
-#                                    "cluster" = what the multi-node bed and the upstream suites need)
+#                                    "cluster" = what the multi-node bed needs; e2e.test separately)
 # env:   COORDINO_TESTBED_CACHE  cache root
 #        TESTBED_NICE            nice level for the compiler (default 19: others keep working)
 #        TESTBED_GOFLAGS         extra go flags, e.g. -p=1
@@ -108,7 +108,7 @@ for w in "${want[@]}"; do
 	case $w in
 	cri) expanded+=(containerd crictl) ;;
 	kube) expanded+=(etcd kubelet kube-apiserver) ;;
-	cluster) expanded+=(containerd crictl etcd kube-apiserver kubelet kube-controller-manager kube-scheduler kube-proxy kubectl coredns agnhost e2e.test) ;;
+	cluster) expanded+=(containerd crictl etcd kube-apiserver kubelet kube-controller-manager kube-scheduler kube-proxy kubectl coredns agnhost) ;;
 	*) expanded+=("$w") ;;
 	esac
 done
