@@ -38,10 +38,10 @@ type Options struct {
 	// RepoRoot is the Coordino checkout (manifests, bin/coordino-image.tar).
 	RepoRoot string
 	// ImageArchive is Coordino's image (make image). Default
-	// RepoRoot/bin/coordino-image.tar.
+	// $COORDINO_CLUSTER_IMAGE or RepoRoot/bin/coordino-image.tar.
 	ImageArchive string
 	// Overlay is the kustomize directory installed (default
-	// install/kubernetes/overlays/primary). Empty Install skips Coordino.
+	// $COORDINO_CLUSTER_OVERLAY or install/kubernetes/overlays/primary).
 	Overlay string
 	// SkipInstall brings nodes up without a CNI (they stay NotReady).
 	SkipInstall bool
@@ -130,10 +130,10 @@ func (o *Options) defaults() error {
 		o.RepoRoot = root
 	}
 	if o.ImageArchive == "" {
-		o.ImageArchive = filepath.Join(o.RepoRoot, "bin", "coordino-image.tar")
+		o.ImageArchive = envOr("COORDINO_CLUSTER_IMAGE", filepath.Join(o.RepoRoot, "bin", "coordino-image.tar"))
 	}
 	if o.Overlay == "" {
-		o.Overlay = filepath.Join(o.RepoRoot, "install", "kubernetes", "overlays", "primary")
+		o.Overlay = envOr("COORDINO_CLUSTER_OVERLAY", filepath.Join(o.RepoRoot, "install", "kubernetes", "overlays", "primary"))
 	}
 	if o.Logf == nil {
 		o.Logf = func(string, ...any) {}

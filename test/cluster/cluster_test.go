@@ -27,25 +27,43 @@ func requireCluster(t *testing.T) {
 	privileged.Require(t)
 }
 
-// hostFootprint is what the cluster may change on the host; Down must
+// hostFootprint is what the cluster may change on the host (its kinds of
+// names only: other tests run on the host at the same time); Down must
 // restore it exactly.
-func hostFootprint(t *testing.T) string {
+func hostFootprint(t *testing.T, dir string) string {
 	var parts []string
 	ents, _ := os.ReadDir("/run/netns")
 	for _, e := range ents {
-		parts = append(parts, "netns:"+e.Name())
+		if strings.HasPrefix(e.Name(), "cb-") {
+			parts = append(parts, "netns:"+e.Name())
+		}
 	}
 	ifs, _ := net.Interfaces()
 	for _, i := range ifs {
-		parts = append(parts, "link:"+i.Name)
+		if strings.HasPrefix(i.Name, "cbh-") {
+			parts = append(parts, "link:"+i.Name)
+		}
 	}
 	mi, err := os.ReadFile("/proc/self/mountinfo")
 	if err != nil {
 		t.Fatal(err)
 	}
+	ours := []string{dir, "/run/netns/cb-", "/sys/fs/bpf"}
+	for _, p := range nodePaths {
+		if p != "/run/netns" { // other tests' namespaces live there
+			ours = append(ours, p)
+		}
+	}
 	for _, l := range strings.Split(string(mi), "\n") {
-		if f := strings.Fields(l); len(f) > 4 {
-			parts = append(parts, "mount:"+f[4])
+		f := strings.Fields(l)
+		if len(f) <= 4 {
+			continue
+		}
+		for _, p := range ours {
+			if strings.HasPrefix(f[4], p) {
+				parts = append(parts, "mount:"+f[4])
+				break
+			}
 		}
 	}
 	for _, p := range nodePaths {
@@ -70,9 +88,10 @@ func TestClusterSmoke(t *testing.T) {
 	requireCluster(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 25*time.Minute)
 	defer cancel()
-	before := hostFootprint(t)
+	dir := t.TempDir() + "/c"
+	before := hostFootprint(t, dir)
 	start := time.Now()
-	c, err := Up(ctx, Options{Dir: t.TempDir() + "/c", Workers: 2, Logf: t.Logf})
+	c, err := Up(ctx, Options{Dir: dir, Workers: 2, Logf: t.Logf})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -81,7 +100,7 @@ func TestClusterSmoke(t *testing.T) {
 		if err := c.Down(); err != nil {
 			t.Errorf("down: %v", err)
 		}
-		if after := hostFootprint(t); after != before {
+		if after := hostFootprint(t, dir); after != before {
 			t.Errorf("host changed by the cluster:\n%s", diffLines(before, after))
 		}
 	}()

@@ -74,6 +74,16 @@ func Teardown(dir string, logf func(string, ...any)) error {
 			errs = append(errs, err)
 		}
 	}
+	// The host's end first: deleting the underlay namespace removes it
+	// too, but asynchronously.
+	if st.HostLink != "" {
+		if l, err := netlink.LinkByName(st.HostLink); err == nil {
+			logf("teardown: deleting link %s", st.HostLink)
+			if err := netlink.LinkDel(l); err != nil {
+				errs = append(errs, fmt.Errorf("delete link %s: %w", st.HostLink, err))
+			}
+		}
+	}
 	// With every holder gone the machines' mount namespaces are gone, and
 	// with them their bind mounts, bpffs and the pods' netns pins.
 	for _, n := range st.Netns {
@@ -83,14 +93,6 @@ func Teardown(dir string, logf func(string, ...any)) error {
 		logf("teardown: deleting netns %s", n)
 		if err := netns.DeleteNamed(n); err != nil {
 			errs = append(errs, fmt.Errorf("delete netns %s: %w", n, err))
-		}
-	}
-	if st.HostLink != "" {
-		if l, err := netlink.LinkByName(st.HostLink); err == nil {
-			logf("teardown: deleting link %s", st.HostLink)
-			if err := netlink.LinkDel(l); err != nil {
-				errs = append(errs, fmt.Errorf("delete link %s: %w", st.HostLink, err))
-			}
 		}
 	}
 	if err := testbed.UnmountUnder(dir); err != nil {
