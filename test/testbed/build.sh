@@ -88,7 +88,7 @@ build_e2e() {
 	for p in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
 		ldf="$ldf -X $p.gitVersion=$V -X $p.gitMajor=1 -X $p.gitMinor=$minor -X $p.gitTreeState=clean -X $p.buildDate=2026-01-01T00:00:00Z"
 	done
-	(cd "$HERE/k8sbuild" && nice -n "$NICE" go test -c -trimpath $EXTRA -ldflags "$ldf" -o "$OUT/e2e.test" k8s.io/kubernetes/test/e2e)
+	(cd "$HERE/k8sbuild" && nice -n "$NICE" go test -c -vet=off -trimpath $EXTRA -ldflags "$ldf" -o "$OUT/e2e.test" k8s.io/kubernetes/test/e2e)
 }
 
 # agnhost is the upstream suites' all-purpose test image program (servers,

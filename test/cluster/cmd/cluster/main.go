@@ -54,7 +54,7 @@ Cluster up: %d workers %v, Coordino installed from %s.
   export KUBECONFIG=%s
   alias kubectl=%s
   kubectl get nodes -o wide; kubectl -n coordino-system get pods -o wide
-  kubectl run a --image=%s --overrides='{"spec":{"nodeName":"worker-1"}}' -- /agnhost netexec
+  kubectl run a --image=%s --overrides='{"spec":{"nodeName":"worker-1"}}' -- netexec
 Logs in %s/logs. make cluster-down removes everything.
 `, workers, c.Nodes, c.Overlay, c.Kubeconfig, c.KubectlPath(), cluster.AgnhostImage, dir)
 	return nil
