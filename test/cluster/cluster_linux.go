@@ -114,55 +114,31 @@ func findBinaries(cache string) (binaries, error) {
 
 func (o *Options) defaults() error {
 	if o.Dir == "" {
-		o.Dir = envOr("COORDINO_CLUSTER_DIR", "/run/coordino-cluster")
+		o.Dir = testbed.EnvOr("COORDINO_CLUSTER_DIR", "/run/coordino-cluster")
 	}
 	if o.Workers == 0 {
 		o.Workers = 2
 	}
 	if o.Cache == "" {
-		o.Cache = envOr("COORDINO_TESTBED_CACHE", "/var/cache/coordino-testbed")
+		o.Cache = testbed.EnvOr("COORDINO_TESTBED_CACHE", "/var/cache/coordino-testbed")
 	}
 	if o.RepoRoot == "" {
-		root, err := repoRoot()
+		root, err := testbed.RepoRoot()
 		if err != nil {
 			return err
 		}
 		o.RepoRoot = root
 	}
 	if o.ImageArchive == "" {
-		o.ImageArchive = envOr("COORDINO_CLUSTER_IMAGE", filepath.Join(o.RepoRoot, "bin", "coordino-image.tar"))
+		o.ImageArchive = testbed.EnvOr("COORDINO_CLUSTER_IMAGE", filepath.Join(o.RepoRoot, "bin", "coordino-image.tar"))
 	}
 	if o.Overlay == "" {
-		o.Overlay = envOr("COORDINO_CLUSTER_OVERLAY", filepath.Join(o.RepoRoot, "install", "kubernetes", "overlays", "primary"))
+		o.Overlay = testbed.EnvOr("COORDINO_CLUSTER_OVERLAY", filepath.Join(o.RepoRoot, "install", "kubernetes", "overlays", "primary"))
 	}
 	if o.Logf == nil {
 		o.Logf = func(string, ...any) {}
 	}
 	return nil
-}
-
-func envOr(k, def string) string {
-	if v := os.Getenv(k); v != "" {
-		return v
-	}
-	return def
-}
-
-func repoRoot() (string, error) {
-	d, err := os.Getwd()
-	if err != nil {
-		return "", err
-	}
-	for {
-		if b, err := os.ReadFile(filepath.Join(d, "go.mod")); err == nil && strings.Contains(string(b), "module github.com/coordino/coordino\n") {
-			return d, nil
-		}
-		parent := filepath.Dir(d)
-		if parent == d {
-			return "", errors.New("coordino repository root (go.mod) not found above the working directory")
-		}
-		d = parent
-	}
 }
 
 func (c *Cluster) path(elem ...string) string {

@@ -105,7 +105,7 @@ conntrack: {maxPerCore: 0, min: 0, tcpEstablishedTimeout: 0s, tcpCloseWaitTimeou
 
 // KubeProxyMode is kube-proxy's mode on every worker (nftables, or
 // iptables through $COORDINO_CLUSTER_PROXY_MODE).
-func KubeProxyMode() string { return envOr("COORDINO_CLUSTER_PROXY_MODE", "nftables") }
+func KubeProxyMode() string { return testbed.EnvOr("COORDINO_CLUSTER_PROXY_MODE", "nftables") }
 
 func render(tmpl string, data any) (string, error) {
 	var b strings.Builder

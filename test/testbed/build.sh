@@ -69,26 +69,26 @@ build_etcd() {
 	(cd "$HERE/etcdbuild" && gobuild -ldflags '-s -w' -o "$OUT/etcd" go.etcd.io/etcd/server/v3)
 }
 
-build_k8s() { # <cmd>
+# k8s_ldflags: stripped, with the cluster's version stamped in (components
+# report it, e2e.test compares it).
+k8s_ldflags() {
 	local V=$K8S_VERSION minor
 	minor=$(echo "$V" | cut -d. -f2)
 	local ldf="-s -w"
 	for p in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
 		ldf="$ldf -X $p.gitVersion=$V -X $p.gitMajor=1 -X $p.gitMinor=$minor -X $p.gitTreeState=clean -X $p.buildDate=2026-01-01T00:00:00Z"
 	done
-	(cd "$HERE/k8sbuild" && gobuild -ldflags "$ldf" -o "$OUT/$1" "k8s.io/kubernetes/cmd/$1")
+	echo "$ldf"
+}
+
+build_k8s() { # <cmd>
+	(cd "$HERE/k8sbuild" && gobuild -ldflags "$(k8s_ldflags)" -o "$OUT/$1" "k8s.io/kubernetes/cmd/$1")
 }
 
 # e2e.test is the upstream conformance binary, compiled as the test binary of
 # k8s.io/kubernetes/test/e2e with the cluster's version stamped in.
 build_e2e() {
-	local V=$K8S_VERSION minor
-	minor=$(echo "$V" | cut -d. -f2)
-	local ldf="-s -w"
-	for p in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
-		ldf="$ldf -X $p.gitVersion=$V -X $p.gitMajor=1 -X $p.gitMinor=$minor -X $p.gitTreeState=clean -X $p.buildDate=2026-01-01T00:00:00Z"
-	done
-	(cd "$HERE/k8sbuild" && nice -n "$NICE" go test -c -vet=off -trimpath $EXTRA -ldflags "$ldf" -o "$OUT/e2e.test" k8s.io/kubernetes/test/e2e)
+	(cd "$HERE/k8sbuild" && nice -n "$NICE" go test -c -vet=off -trimpath $EXTRA -ldflags "$(k8s_ldflags)" -o "$OUT/e2e.test" k8s.io/kubernetes/test/e2e)
 }
 
 # agnhost is the upstream suites' all-purpose test image program (servers,
