@@ -39,12 +39,14 @@ run() { # <name> <focus> <skip>
 		--report-dir="$REPORT/$name" --ginkgo.no-color --ginkgo.v \
 		--ginkgo.focus="$focus" --ginkgo.skip="$skip" \
 		--ginkgo.timeout=4h --allowed-not-ready-nodes=0 \
-		2>&1 | tee "$REPORT/$name/e2e.log" | grep -E '^(•|\[FAIL\]|\[SKIPPED\]|Ran |PASS|FAIL|SUCCESS)' || true
+		2>&1 | tee "$REPORT/$name/e2e.log" | grep -a -E '^(•|\[FAIL\]|\[SKIPPED\]|Ran |PASS|FAIL|SUCCESS)'
+	[ "${PIPESTATUS[0]}" -eq 0 ] || failed=1
 	set -e
 	echo ">> $name took $(( $(date +%s) - start ))s; log $REPORT/$name/e2e.log"
-	grep -E '^Ran [0-9]+ of [0-9]+ Specs|^(SUCCESS|FAIL)! ' "$REPORT/$name/e2e.log" || true
+	grep -a -E '^Ran [0-9]+ of [0-9]+ Specs|^(SUCCESS|FAIL)! ' "$REPORT/$name/e2e.log" || true
 }
 
+failed=0
 netpol_focus='\[sig-network\] Netpol'
 conf_focus='\[sig-network\].*\[Conformance\]'
 case $SUITE in
@@ -56,3 +58,4 @@ all)
 	;;
 *) echo "unknown E2E_SUITE $SUITE" >&2; exit 2 ;;
 esac
+exit $failed
