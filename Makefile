@@ -132,3 +132,34 @@ image: build
 .PHONY: bench-k8s
 bench-k8s: deps build ref-plugins
 	$(GO) test -count=1 -run '^$$' -bench '^BenchmarkClusterOnAPIServer$$' -benchtime 1x -timeout 30m ./test/k8smode/ -args $(ARGS)
+
+# Multi-node Kubernetes cluster on this machine (test/cluster): a control
+# plane and WORKERS nodes, each a network namespace on an underlay bridge,
+# Coordino installed with kubectl apply -k from the offline-built image.
+# cluster-up returns with the cluster running (it prints KUBECONFIG);
+# cluster-down removes everything. e2e-cluster runs the upstream e2e.test
+# suites (E2E_SUITE=netpol|conformance|all, see test/cluster/e2e.sh) and
+# leaves the cluster up for inspection. First builds are long (hours cold on
+# 2 cores): test/testbed/build.sh caches them by version.
+WORKERS ?= 2
+.PHONY: cluster-up cluster-down e2e-cluster e2e-cluster-smoke
+cluster-up: image
+	test/testbed/deps.sh
+	TESTBED_NICE=$${TESTBED_NICE:-10} test/testbed/build.sh cluster
+	$(GO) build -o $(BIN)/coordino-cluster ./test/cluster/cmd/cluster
+	$(BIN)/coordino-cluster -workers $(WORKERS) up
+
+cluster-down:
+	$(GO) build -o $(BIN)/coordino-cluster ./test/cluster/cmd/cluster
+	$(BIN)/coordino-cluster down
+
+e2e-cluster: cluster-up
+	TESTBED_NICE=$${TESTBED_NICE:-10} test/testbed/build.sh e2e.test
+	test/cluster/e2e.sh
+
+# Two workers, Coordino via kustomize, pod-to-pod on one node and across
+# nodes, one NetworkPolicy case, tear-down leaves the host unchanged.
+e2e-cluster-smoke: image
+	test/testbed/deps.sh
+	TESTBED_NICE=$${TESTBED_NICE:-10} test/testbed/build.sh cluster
+	COORDINO_CLUSTER_E2E=1 $(GO) test -count=1 -v -timeout 30m -run '^TestClusterSmoke$$' ./test/cluster/

@@ -88,6 +88,13 @@ func (o *Options) defaults() error {
 	return nil
 }
 
+// EnvOr returns the environment variable k, or def when it is unset or empty.
+func EnvOr(k, def string) string { return envOr(k, def) }
+
+// RepoRoot finds the Coordino checkout (go.mod) at or above the working
+// directory.
+func RepoRoot() (string, error) { return repoRoot() }
+
 func envOr(k, def string) string {
 	if v := os.Getenv(k); v != "" {
 		return v

@@ -11,16 +11,9 @@ import (
 // the test/testbed/images module, packs the two images as docker-archive
 // tarballs and imports them into the bed's containerd. No registry involved.
 func (b *Bed) BuildImages() error {
-	src := filepath.Join(b.RepoRoot, "test", "testbed", "images")
 	out := b.path("images")
-	if err := os.MkdirAll(out, 0o755); err != nil {
+	if err := BuildImagePrograms(b.RepoRoot, out, "pause", "probe"); err != nil {
 		return err
-	}
-	build := exec.Command("go", "build", "-trimpath", "-ldflags=-s -w", "-o", out+"/", "./pause", "./probe", "./mkimg")
-	build.Dir = src
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if o, err := build.CombinedOutput(); err != nil {
-		return fmt.Errorf("build test images: %w: %s", err, o)
 	}
 	imgs := []struct{ tar, tag, entry, file string }{
 		{"pause.tar", PauseImage, "/pause", "pause:/pause"},
@@ -28,14 +21,45 @@ func (b *Bed) BuildImages() error {
 	}
 	for _, im := range imgs {
 		tarPath := filepath.Join(out, im.tar)
-		mk := exec.Command(filepath.Join(out, "mkimg"), "-o", tarPath, "-tag", im.tag,
-			"-entrypoint", im.entry, "-file", filepath.Join(out, im.file))
-		if o, err := mk.CombinedOutput(); err != nil {
-			return fmt.Errorf("mkimg %s: %w: %s", im.tag, err, o)
+		if err := PackImage(out, tarPath, im.tag, im.entry, filepath.Join(out, im.file)); err != nil {
+			return err
 		}
 		if _, err := b.Ctr("images", "import", tarPath); err != nil {
 			return err
 		}
+	}
+	return nil
+}
+
+// BuildImagePrograms builds mkimg and the named programs of the
+// test/testbed/images module into out.
+func BuildImagePrograms(repoRoot, out string, progs ...string) error {
+	if err := os.MkdirAll(out, 0o755); err != nil {
+		return err
+	}
+	args := []string{"build", "-trimpath", "-ldflags=-s -w", "-o", out + "/", "./mkimg"}
+	for _, p := range progs {
+		args = append(args, "./"+p)
+	}
+	build := exec.Command("go", args...)
+	build.Dir = filepath.Join(repoRoot, "test", "testbed", "images")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if o, err := build.CombinedOutput(); err != nil {
+		return fmt.Errorf("build test images: %w: %s", err, o)
+	}
+	return nil
+}
+
+// PackImage packs files ("src:/dst") into a one-layer image tagged tag with
+// the comma-separated entrypoint, written as a docker-archive to tarPath by
+// the mkimg that BuildImagePrograms put into toolDir.
+func PackImage(toolDir, tarPath, tag, entrypoint string, files ...string) error {
+	args := []string{"-o", tarPath, "-tag", tag, "-entrypoint", entrypoint}
+	for _, f := range files {
+		args = append(args, "-file", f)
+	}
+	if o, err := exec.Command(filepath.Join(toolDir, "mkimg"), args...).CombinedOutput(); err != nil {
+		return fmt.Errorf("mkimg %s: %w: %s", tag, err, o)
 	}
 	return nil
 }

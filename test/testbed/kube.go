@@ -146,7 +146,7 @@ nodeStatusUpdateFrequency: 2s
 // StartKubelet starts kubelet against the bed's containerd and the cluster
 // and waits until the node is Ready.
 func (b *Bed) StartKubelet(ctx context.Context, c *Cluster) error {
-	if err := ensureCgroupRoot(); err != nil {
+	if err := EnsureCgroupRoot(cgroupParent); err != nil {
 		return err
 	}
 	kcfg, err := c.PKI.Kubeconfig("kubelet-client", c.Server)
@@ -194,10 +194,11 @@ func (b *Bed) RestartKubelet(ctx context.Context, c *Cluster, crash bool) error 
 	return b.startKubelet(ctx, c)
 }
 
-// ensureCgroupRoot creates the bed's cgroup in every v1 hierarchy (kubelet
-// requires its cgroupRoot to exist) and seeds cpuset from the root, which a
-// fresh v1 cpuset cgroup does not inherit.
-func ensureCgroupRoot() error {
+// EnsureCgroupRoot creates the cgroup path root (e.g. "coordino-testbed" or
+// "a/b") in every v1 hierarchy (kubelet requires its cgroupRoot to exist) and
+// seeds cpuset from the parent, which a fresh v1 cpuset cgroup does not
+// inherit.
+func EnsureCgroupRoot(root string) error {
 	ents, err := os.ReadDir("/sys/fs/cgroup")
 	if err != nil {
 		return err
@@ -207,20 +208,24 @@ func ensureCgroupRoot() error {
 		if _, err := os.Stat(filepath.Join(h, "cgroup.procs")); err != nil {
 			continue
 		}
-		d := filepath.Join(h, cgroupParent)
-		if err := os.MkdirAll(d, 0o755); err != nil {
-			return err
-		}
-		if e.Name() == "cpuset" {
-			for _, f := range []string{"cpuset.cpus", "cpuset.mems"} {
-				v, err := os.ReadFile(filepath.Join(h, f))
-				if err != nil {
-					return err
-				}
-				if err := os.WriteFile(filepath.Join(d, f), v, 0o644); err != nil {
-					return err
+		parent := h
+		for _, elem := range strings.Split(root, "/") {
+			d := filepath.Join(parent, elem)
+			if err := os.MkdirAll(d, 0o755); err != nil {
+				return err
+			}
+			if e.Name() == "cpuset" {
+				for _, f := range []string{"cpuset.cpus", "cpuset.mems"} {
+					v, err := os.ReadFile(filepath.Join(parent, f))
+					if err != nil {
+						return err
+					}
+					if err := os.WriteFile(filepath.Join(d, f), v, 0o644); err != nil {
+						return err
+					}
 				}
 			}
+			parent = d
 		}
 	}
 	return nil

@@ -101,6 +101,20 @@ func (p *PKI) path(name string) string { return filepath.Join(p.Dir, name) }
 func (p *PKI) Cert(name string) string { return p.path(name + ".crt") }
 func (p *PKI) Key(name string) string  { return p.path(name + ".key") }
 
+// Issue writes name.crt and name.key: a certificate for cn (organizations
+// org, DNS and IP SANs) signed by the CA, for server or client use.
+func (p *PKI) Issue(name, cn string, org, dns []string, ips []net.IP, server bool) error {
+	usage := []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}
+	if server {
+		usage = []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}
+	}
+	serial, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 62))
+	if err != nil {
+		return err
+	}
+	return p.issue(serial.Int64()+1000, certSpec{name: name, cn: cn, org: org, dns: dns, ips: ips, usage: usage})
+}
+
 func (p *PKI) issue(serial int64, s certSpec) error {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {

@@ -116,19 +116,19 @@ func Teardown(dir string, logf func(string, ...any)) error {
 	}
 	// 2. Shims our containerd started (they are re-parented, not in pid
 	// files): recognised by the bed's containerd address on their command line.
-	for _, pid := range shimsOf(dir) {
+	for _, pid := range shimsOf(filepath.Join(dir, "run", "containerd.sock")) {
 		logf("teardown: killing containerd shim %d", pid)
 		killAndWait(pid)
 	}
 	removeStaleShimFiles()
 	// 3. Whatever still runs in the bed's cgroups (pause, probe containers).
-	killCgroupProcs()
+	killCgroupProcs(cgroupParent)
 	// 4. Mounts under the bed (rootfs, netns, kubelet volumes), deepest first.
 	if err := UnmountUnder(dir); err != nil {
 		errs = append(errs, err)
 	}
 	// 5. The bed's cgroup subtree in every hierarchy.
-	if err := removeCgroups(); err != nil {
+	if err := removeCgroups(cgroupParent); err != nil {
 		errs = append(errs, err)
 	}
 	// 6. Host state: kubelet's log links, iptables chains, sysctls, links,
@@ -164,8 +164,26 @@ func stopOrder(pidFile string) int {
 	return len(order)
 }
 
-func shimsOf(dir string) []int {
-	addr := filepath.Join(dir, "run", "containerd.sock")
+// KillShims stops the runc shims a containerd listening on sock started
+// (they are re-parented to init, so no pid file names them).
+func KillShims(sock string) {
+	for _, pid := range shimsOf(sock) {
+		killAndWait(pid)
+	}
+}
+
+// KillRecorded stops the process a Proc's pid file names, if it is still
+// that process (PID and start time match), and removes the file.
+func KillRecorded(pidFile string) error { return killRecorded(pidFile) }
+
+// RemoveCgroupTree kills every process left in the cgroup subtree parent (in
+// every hierarchy) and removes the subtree, children first.
+func RemoveCgroupTree(parent string) error {
+	killCgroupProcs(parent)
+	return removeCgroups(parent)
+}
+
+func shimsOf(addr string) []int {
 	var pids []int
 	ents, _ := os.ReadDir("/proc")
 	for _, e := range ents {
@@ -191,13 +209,13 @@ func shimsOf(dir string) []int {
 	return pids
 }
 
-// cgroupDirs returns the bed's cgroup subtree root in every mounted v1
+// cgroupDirs returns the cgroup subtree root parent in every mounted v1
 // hierarchy (and the unified one, if any).
-func cgroupDirs() []string {
+func cgroupDirs(parent string) []string {
 	var dirs []string
 	ents, _ := os.ReadDir("/sys/fs/cgroup")
 	for _, e := range ents {
-		d := filepath.Join("/sys/fs/cgroup", e.Name(), cgroupParent)
+		d := filepath.Join("/sys/fs/cgroup", e.Name(), parent)
 		if fi, err := os.Stat(d); err == nil && fi.IsDir() {
 			dirs = append(dirs, d)
 		}
@@ -205,10 +223,10 @@ func cgroupDirs() []string {
 	return dirs
 }
 
-func killCgroupProcs() {
+func killCgroupProcs(parent string) {
 	for attempt := 0; attempt < 50; attempt++ {
 		found := false
-		for _, root := range cgroupDirs() {
+		for _, root := range cgroupDirs(parent) {
 			_ = filepath.WalkDir(root, func(p string, d os.DirEntry, err error) error {
 				if err != nil || !d.IsDir() {
 					return nil
@@ -230,9 +248,9 @@ func killCgroupProcs() {
 	}
 }
 
-func removeCgroups() error {
+func removeCgroups(parent string) error {
 	var errs []error
-	for _, root := range cgroupDirs() {
+	for _, root := range cgroupDirs(parent) {
 		var dirs []string
 		_ = filepath.WalkDir(root, func(p string, d os.DirEntry, err error) error {
 			if err == nil && d.IsDir() {

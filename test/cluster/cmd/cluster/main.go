@@ -1,0 +1,61 @@
+//go:build linux
+
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/coordino/coordino/test/cluster"
+)
+
+func main() {
+	log.SetFlags(log.Ltime)
+	workers := flag.Int("workers", 2, "worker nodes")
+	noInstall := flag.Bool("no-install", false, "leave Coordino out (nodes stay NotReady until a CNI is installed)")
+	flag.Usage = func() {
+		fmt.Fprintln(os.Stderr, "usage: cluster [-workers N] [-no-install] up|down")
+		flag.PrintDefaults()
+	}
+	flag.Parse()
+	dir := os.Getenv("COORDINO_CLUSTER_DIR")
+	if dir == "" {
+		dir = "/run/coordino-cluster"
+	}
+	var err error
+	switch flag.Arg(0) {
+	case "up":
+		err = up(*workers, *noInstall, dir)
+	case "down":
+		err = cluster.Teardown(dir, log.Printf)
+	default:
+		flag.Usage()
+		os.Exit(2)
+	}
+	if err != nil {
+		log.Fatal(err)
+	}
+}
+
+func up(workers int, noInstall bool, dir string) error {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	c, err := cluster.Up(ctx, cluster.Options{Dir: dir, Workers: workers, SkipInstall: noInstall, Logf: log.Printf})
+	if err != nil {
+		return err
+	}
+	fmt.Printf(`
+Cluster up: %d workers %v, Coordino installed from %s.
+  export KUBECONFIG=%s
+  alias kubectl=%s
+  kubectl get nodes -o wide; kubectl -n coordino-system get pods -o wide
+  kubectl run a --image=%s --overrides='{"spec":{"nodeName":"worker-1"}}' -- netexec
+Logs in %s/logs. make cluster-down removes everything.
+`, workers, c.Nodes, c.Overlay, c.Kubeconfig, c.KubectlPath(), cluster.AgnhostImage, dir)
+	return nil
+}

@@ -1,0 +1,114 @@
+package cluster
+
+import (
+	"context"
+	_ "embed"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/coordino/coordino/test/testbed"
+)
+
+//go:embed coredns.yaml
+var coreDNSManifest string
+
+// install applies Coordino's overlay with kubectl, one IPPool per worker
+// and CoreDNS, then waits until every node is Ready and the DaemonSet, the
+// controller and CoreDNS are available.
+func (c *Cluster) install(ctx context.Context) error {
+	if out, err := c.Kubectl(ctx, "apply", "-k", c.Overlay); err != nil {
+		return err
+	} else {
+		c.Logf("cluster: %s", strings.TrimSpace(out))
+	}
+	// The CRDs must be served before their objects can be created.
+	if _, err := c.Kubectl(ctx, "wait", "--for=condition=Established", "--timeout=60s", "crd/ippools.coordino.io"); err != nil {
+		return err
+	}
+	if err := c.applyString(ctx, c.ipPools()); err != nil {
+		return err
+	}
+	dns, err := render(coreDNSManifest, map[string]any{"Image": CoreDNSImage, "IP": DNSServiceIP, "Domain": ClusterDNS})
+	if err != nil {
+		return err
+	}
+	if err := c.applyString(ctx, dns); err != nil {
+		return err
+	}
+	if err := c.WaitNodesReady(ctx, 5*time.Minute); err != nil {
+		return err
+	}
+	for _, r := range []string{"coordino-system/daemonset/coordino", "coordino-system/deployment/coordino-controller", "kube-system/deployment/coredns"} {
+		ns, obj, _ := strings.Cut(r, "/")
+		if _, err := c.Kubectl(ctx, "-n", ns, "rollout", "status", "--timeout=5m", obj); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// ipPools is one IPPool per worker (a /24 each, selected by hostname), so
+// the control plane's routes to pods are static.
+func (c *Cluster) ipPools() string {
+	var b strings.Builder
+	for i, n := range c.Nodes {
+		fmt.Fprintf(&b, `---
+apiVersion: coordino.io/v1alpha1
+kind: IPPool
+metadata:
+  name: %s
+spec:
+  cidrs: [%q]
+  blockSizeIPv4: 26
+  nodeSelector:
+    kubernetes.io/hostname: %s
+`, n, workerPodCIDR(i+1), n)
+	}
+	return b.String()
+}
+
+// applyString applies manifests with kubectl.
+func (c *Cluster) applyString(ctx context.Context, manifests string) error {
+	f, err := os.CreateTemp(c.Dir, "apply-*.yaml")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(f.Name())
+	if _, err := f.WriteString(manifests); err != nil {
+		f.Close()
+		return err
+	}
+	f.Close()
+	_, err = c.Kubectl(ctx, "apply", "-f", f.Name())
+	return err
+}
+
+// WaitNodesReady waits until every worker reports Ready.
+func (c *Cluster) WaitNodesReady(ctx context.Context, timeout time.Duration) error {
+	return testbed.WaitFor(ctx, "nodes Ready", timeout, func() error {
+		for _, n := range c.Nodes {
+			node, err := c.Client.CoreV1().Nodes().Get(ctx, n, metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			ready := false
+			for _, cond := range node.Status.Conditions {
+				if cond.Type == corev1.NodeReady {
+					ready = cond.Status == corev1.ConditionTrue
+					if !ready {
+						return fmt.Errorf("%s not Ready: %s", n, cond.Message)
+					}
+				}
+			}
+			if !ready {
+				return fmt.Errorf("%s has no Ready condition", n)
+			}
+		}
+		return nil
+	})
+}

@@ -1,0 +1,165 @@
+package cluster
+
+import (
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"runtime"
+
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
+)
+
+// Address plan. The underlay and pod ranges are checked against the host's
+// routes before anything is created; the service range exists only inside
+// the node namespaces (kube-proxy's rules).
+const (
+	UnderlayCIDR = "10.233.0.0/24"
+	PodCIDR      = "10.234.0.0/16"
+	ServiceCIDR  = "10.96.0.0/16"
+	DNSServiceIP = "10.96.0.10"
+	ClusterDNS   = "cluster.local"
+)
+
+var (
+	hostUnderlayIP = netip.MustParseAddr("10.233.0.254")
+	controlPlaneIP = netip.MustParseAddr("10.233.0.2")
+)
+
+// workerIP is worker i's (1-based) underlay address.
+func workerIP(i int) netip.Addr { return netip.AddrFrom4([4]byte{10, 233, 0, byte(10 + i)}) }
+
+// workerPodCIDR is the IPPool of worker i: one /24 per node, so the control
+// plane's routes back to pods (API server replies) are static.
+func workerPodCIDR(i int) netip.Prefix {
+	return netip.PrefixFrom(netip.AddrFrom4([4]byte{10, 234, byte(i), 0}), 24)
+}
+
+// inNetns runs fn on a thread switched into ns, and puts the thread back.
+func inNetns(ns netns.NsHandle, fn func() error) error {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	orig, err := netns.Get()
+	if err != nil {
+		return err
+	}
+	defer orig.Close()
+	if err := netns.Set(ns); err != nil {
+		return err
+	}
+	defer netns.Set(orig)
+	return fn()
+}
+
+// newNamedNetns creates /run/netns/name without moving the caller's thread.
+func newNamedNetns(name string) (netns.NsHandle, error) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	orig, err := netns.Get()
+	if err != nil {
+		return 0, err
+	}
+	defer orig.Close()
+	defer netns.Set(orig)
+	h, err := netns.NewNamed(name)
+	if err != nil {
+		return 0, fmt.Errorf("create netns %s: %w", name, err)
+	}
+	return h, nil
+}
+
+// underlay is the bridge namespace and the machines' attachments to it.
+type underlay struct {
+	ns     netns.NsHandle
+	bridge string
+}
+
+func newUnderlay(name string) (*underlay, error) {
+	h, err := newNamedNetns(name)
+	if err != nil {
+		return nil, err
+	}
+	u := &underlay{ns: h, bridge: "br0"}
+	err = inNetns(h, func() error {
+		br := &netlink.Bridge{LinkAttrs: netlink.LinkAttrs{Name: u.bridge}}
+		if err := netlink.LinkAdd(br); err != nil {
+			return fmt.Errorf("add underlay bridge: %w", err)
+		}
+		return netlink.LinkSetUp(br)
+	})
+	return u, err
+}
+
+// attach connects a namespace (or the host when target is the host's
+// handle) to the bridge: a veth whose peer in the target is named ifName
+// and carries addr in the underlay prefix.
+func (u *underlay) attach(portName string, target netns.NsHandle, ifName string, addr netip.Addr) error {
+	bits := netip.MustParsePrefix(UnderlayCIDR).Bits()
+	err := inNetns(u.ns, func() error {
+		veth := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: portName}, PeerName: ifName, PeerNamespace: netlink.NsFd(int(target))}
+		if err := netlink.LinkAdd(veth); err != nil {
+			return fmt.Errorf("add veth %s: %w", portName, err)
+		}
+		br, err := netlink.LinkByName(u.bridge)
+		if err != nil {
+			return err
+		}
+		port, err := netlink.LinkByName(portName)
+		if err != nil {
+			return err
+		}
+		if err := netlink.LinkSetMaster(port, br); err != nil {
+			return err
+		}
+		return netlink.LinkSetUp(port)
+	})
+	if err != nil {
+		return err
+	}
+	return inNetns(target, func() error {
+		l, err := netlink.LinkByName(ifName)
+		if err != nil {
+			return err
+		}
+		ipn := &net.IPNet{IP: addr.AsSlice(), Mask: net.CIDRMask(bits, 32)}
+		if err := netlink.AddrAdd(l, &netlink.Addr{IPNet: ipn}); err != nil {
+			return fmt.Errorf("address %s on %s: %w", addr, ifName, err)
+		}
+		if err := netlink.LinkSetUp(l); err != nil {
+			return err
+		}
+		lo, err := netlink.LinkByName("lo")
+		if err != nil {
+			return err
+		}
+		return netlink.LinkSetUp(lo)
+	})
+}
+
+// addDefaultRoute routes everything else of ns to gw.
+func addDefaultRoute(ns netns.NsHandle, gw netip.Addr) error {
+	return addRoute(ns, netip.MustParsePrefix("0.0.0.0/0"), gw)
+}
+
+// addRoute adds dst via gw in ns.
+func addRoute(ns netns.NsHandle, dst netip.Prefix, gw netip.Addr) error {
+	return inNetns(ns, func() error {
+		ipn := &net.IPNet{IP: dst.Addr().AsSlice(), Mask: net.CIDRMask(dst.Bits(), 32)}
+		if err := netlink.RouteAdd(&netlink.Route{Dst: ipn, Gw: gw.AsSlice()}); err != nil {
+			return fmt.Errorf("route %s via %s: %w", dst, gw, err)
+		}
+		return nil
+	})
+}
+
+// setSysctl writes a /proc/sys value inside ns (the net.* tree is per
+// namespace).
+func setSysctl(ns netns.NsHandle, key, value string) error {
+	return inNetns(ns, func() error { return writeProcSys(key, value) })
+}
+
+func writeProcSys(key, value string) error {
+	return os.WriteFile(filepath.Join("/proc/sys", key), []byte(value), 0o644)
+}
