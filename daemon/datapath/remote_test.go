@@ -50,3 +50,30 @@ func TestRemoteAddressesInIPCache(t *testing.T) {
 		t.Errorf("%d remote endpoints known, want 2 (the local claim counts, it is only shadowed)", n)
 	}
 }
+
+// TestRemoteAddressFollowsIPBlocks: a remote pod's ipcache entry carries the
+// CIDR identity of the longest ipBlock prefix holding it, also when that
+// prefix arrives after the address, so ipBlock rules keep matching remote
+// pods as they match local ones (the upstream Netpol ipBlock cases).
+func TestRemoteAddressFollowsIPBlocks(t *testing.T) {
+	c := newCluster(t, AttachTC)
+	remotePod := netip.MustParseAddr("203.0.113.77")
+	if err := c.dp.UpdateRemoteEndpoints(map[netip.Addr]identity.ID{remotePod: 300}, nil); err != nil {
+		t.Fatal(err)
+	}
+	c.policies(clientToExt)
+	var v bpf.CoordinoIpcacheValue
+	k := ipcacheKey(netip.PrefixFrom(remotePod, remotePod.BitLen()))
+	if err := c.dp.objs.CdoIpcache.Lookup(&k, &v); err != nil {
+		t.Fatal(err)
+	}
+	c.dp.mu.Lock()
+	want := c.dp.engine.CIDRIdentity(remotePod)
+	c.dp.mu.Unlock()
+	if want == identity.World {
+		t.Fatal("the ipBlock prefix has no CIDR identity")
+	}
+	if identity.ID(v.Identity) != 300 || identity.ID(v.CidrIdentity) != want {
+		t.Fatalf("remote pod entry {identity %d, cidr %d}, want {300, %d}", v.Identity, v.CidrIdentity, want)
+	}
+}

@@ -197,6 +197,13 @@ func (d *Datapath) collectChanges() {
 				}
 			}
 		}
+		// Remote pods' entries carry their CIDR identity too, or ipBlock
+		// rules would stop matching them once their pod identity is known.
+		for a := range d.remote.pods {
+			if p.Contains(a) {
+				d.dirty.ips[netip.PrefixFrom(a, a.BitLen())] = struct{}{}
+			}
+		}
 	}
 }
 
