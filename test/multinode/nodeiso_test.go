@@ -191,7 +191,9 @@ func expectHost(t *testing.T, from ns.NetNS, what string, target *node, v6 bool,
 	addr := target.address(v6)
 	want := fmt.Sprintf("%s:%d", target.Name, port)
 	if open {
-		if err := eventually(5*time.Second, func() error { return answers(from, addr, port, want) }); err != nil {
+		// 15 s: over a tunnel whose peers were just given their keys, a lost
+		// first handshake is retried only after WireGuard's 5 s rekey timeout.
+		if err := eventually(15*time.Second, func() error { return answers(from, addr, port, want) }); err != nil {
 			t.Errorf("%s (%v:%d): want open, got %v", what, addr, port, err)
 		}
 		return
