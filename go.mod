@@ -8,6 +8,7 @@ require (
 	github.com/containernetworking/plugins v1.10.0
 	github.com/coordino/coordino/test/testbed/images v0.0.0
 	github.com/fsnotify/fsnotify v1.10.1
+	github.com/google/btree v1.1.3
 	github.com/google/go-containerregistry v0.22.1
 	github.com/prometheus/client_golang v1.25.0
 	github.com/vishvananda/netlink v1.3.1

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"net/netip"
 
+	"github.com/google/btree"
+
 	"github.com/coordino/coordino/daemon/identity"
 )
 
@@ -15,6 +17,9 @@ import (
 // ipcache writes of the addresses it names.
 type remoteAddrs struct {
 	pods map[netip.Addr]identity.ID
+	// sorted holds the keys of pods in address order, so a new ipBlock
+	// prefix visits only the addresses inside it, not every remote pod.
+	sorted *btree.BTreeG[netip.Addr]
 	// onLocalChange is told when local endpoints or their identities
 	// change (this node's NodeEndpoints publisher).
 	onLocalChange func()
@@ -24,6 +29,44 @@ type remoteAddrs struct {
 func (r *remoteAddrs) identity(a netip.Addr) (identity.ID, bool) {
 	id, ok := r.pods[a]
 	return id, ok
+}
+
+// set records a's identity.
+func (r *remoteAddrs) set(a netip.Addr, id identity.ID) {
+	if r.pods == nil {
+		r.pods = map[netip.Addr]identity.ID{}
+		r.sorted = btree.NewG(32, netip.Addr.Less)
+	}
+	if _, ok := r.pods[a]; !ok {
+		r.sorted.ReplaceOrInsert(a)
+	}
+	r.pods[a] = id
+}
+
+// forget removes a; it reports whether a was known.
+func (r *remoteAddrs) forget(a netip.Addr) bool {
+	if _, ok := r.pods[a]; !ok {
+		return false
+	}
+	delete(r.pods, a)
+	r.sorted.Delete(a)
+	return true
+}
+
+// inside calls f for every remote address in p, in address order; the
+// cost is the tree's depth plus the addresses visited.
+func (r *remoteAddrs) inside(p netip.Prefix, f func(netip.Addr)) {
+	if r.sorted == nil {
+		return
+	}
+	p = p.Masked()
+	r.sorted.AscendGreaterOrEqual(p.Addr(), func(a netip.Addr) bool {
+		if !p.Contains(a) {
+			return false
+		}
+		f(a)
+		return true
+	})
 }
 
 // markRemote queues every remote address (full flush after a restart).
@@ -46,20 +89,16 @@ func (d *Datapath) UpdateRemoteEndpoints(upsert map[netip.Addr]identity.ID, remo
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if d.remote.pods == nil {
-		d.remote.pods = map[netip.Addr]identity.ID{}
-	}
 	for _, a := range remove {
 		a = a.Unmap()
-		if _, ok := d.remote.pods[a]; ok {
-			delete(d.remote.pods, a)
+		if d.remote.forget(a) {
 			d.dirty.ips[netip.PrefixFrom(a, a.BitLen())] = struct{}{}
 		}
 	}
 	for a, id := range upsert {
 		a = a.Unmap()
-		if d.remote.pods[a] != id {
-			d.remote.pods[a] = id
+		if have, ok := d.remote.pods[a]; !ok || have != id {
+			d.remote.set(a, id)
 			d.dirty.ips[netip.PrefixFrom(a, a.BitLen())] = struct{}{}
 		}
 	}

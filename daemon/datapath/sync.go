@@ -199,11 +199,9 @@ func (d *Datapath) collectChanges() {
 		}
 		// Remote pods' entries carry their CIDR identity too, or ipBlock
 		// rules would stop matching them once their pod identity is known.
-		for a := range d.remote.pods {
-			if p.Contains(a) {
-				d.dirty.ips[netip.PrefixFrom(a, a.BitLen())] = struct{}{}
-			}
-		}
+		d.remote.inside(p, func(a netip.Addr) {
+			d.dirty.ips[netip.PrefixFrom(a, a.BitLen())] = struct{}{}
+		})
 	}
 }
 
