@@ -55,6 +55,13 @@ func startDatapath(ctx context.Context, o *config.Options, m *metrics.Metrics, h
 		dp.Close()
 		return nil, err
 	}
+	if kube == nil {
+		// No remote source will confirm what a Kubernetes-mode run left.
+		if err := dp.RemoteEndpointsSynced(); err != nil {
+			dp.Close()
+			return nil, err
+		}
+	}
 	if kube != nil {
 		if err := runSource(ctx, kube, dp, log); err != nil {
 			dp.Close()

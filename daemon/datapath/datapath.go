@@ -243,7 +243,9 @@ func (d *Datapath) restore() error {
 			d.log.Warn("adopted endpoint not re-attached", zap.String("endpoint", r.Key), zap.Error(err))
 		}
 	}
+	d.restoreRemote()
 	d.log.Info("datapath opened", zap.String("bpfDir", d.cfg.BPFDir), zap.Int("adoptedEndpoints", len(recs)),
+		zap.Int("restoredRemoteEndpoints", len(d.remote.unconfirmed)),
 		zap.Int("policyEntries", len(m.policy)), zap.Uint32("policyRevision", d.revision))
 	return nil
 }

@@ -5,6 +5,7 @@ import (
 	"net/netip"
 
 	"github.com/google/btree"
+	"go.uber.org/zap"
 
 	"github.com/coordino/coordino/daemon/identity"
 )
@@ -20,6 +21,11 @@ type remoteAddrs struct {
 	// sorted holds the keys of pods in address order, so a new ipBlock
 	// prefix visits only the addresses inside it, not every remote pod.
 	sorted *btree.BTreeG[netip.Addr]
+	// unconfirmed are the addresses restored from the pinned ipcache at
+	// start that no remote source has confirmed yet: kept, with their
+	// identities, until the source's first full view (RemoteEndpointsSynced),
+	// so a restart while the API server is down cuts no cross-node flow.
+	unconfirmed map[netip.Addr]struct{}
 	// onLocalChange is told when local endpoints or their identities
 	// change (this node's NodeEndpoints publisher).
 	onLocalChange func()
@@ -49,6 +55,7 @@ func (r *remoteAddrs) forget(a netip.Addr) bool {
 		return false
 	}
 	delete(r.pods, a)
+	delete(r.unconfirmed, a)
 	r.sorted.Delete(a)
 	return true
 }
@@ -67,6 +74,47 @@ func (r *remoteAddrs) inside(p netip.Prefix, f func(netip.Addr)) {
 		f(a)
 		return true
 	})
+}
+
+// restoreRemote takes the remote pod entries a previous run left in the
+// pinned ipcache (single addresses with a cluster identity that belong to
+// no local endpoint) as known but unconfirmed.
+func (d *Datapath) restoreRemote() {
+	local := map[netip.Addr]bool{}
+	for _, r := range d.eps {
+		for _, ip := range r.IPs {
+			local[ip] = true
+		}
+	}
+	for p, v := range d.mirror.ipcache {
+		id, a := identity.ID(v.Identity), p.Addr()
+		if !p.IsSingleIP() || local[a] || id < identity.FirstPod || id > identity.LastCluster {
+			continue
+		}
+		d.remote.set(a, id)
+		if d.remote.unconfirmed == nil {
+			d.remote.unconfirmed = map[netip.Addr]struct{}{}
+		}
+		d.remote.unconfirmed[a] = struct{}{}
+	}
+}
+
+// RemoteEndpointsSynced tells the datapath that the updates received so far
+// are the remote source's whole view: restored addresses it did not
+// confirm leave the ipcache.
+func (d *Datapath) RemoteEndpointsSynced() error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if len(d.remote.unconfirmed) == 0 {
+		return nil
+	}
+	for a := range d.remote.unconfirmed {
+		d.remote.forget(a)
+		d.dirty.ips[netip.PrefixFrom(a, a.BitLen())] = struct{}{}
+	}
+	d.log.Info("remote endpoints restored at start and not confirmed by the cluster removed", zap.Int("addresses", len(d.remote.unconfirmed)))
+	d.remote.unconfirmed = nil
+	return d.remoteChanged()
 }
 
 // markRemote queues every remote address (full flush after a restart).
@@ -97,6 +145,7 @@ func (d *Datapath) UpdateRemoteEndpoints(upsert map[netip.Addr]identity.ID, remo
 	}
 	for a, id := range upsert {
 		a = a.Unmap()
+		delete(d.remote.unconfirmed, a)
 		if have, ok := d.remote.pods[a]; !ok || have != id {
 			d.remote.set(a, id)
 			d.dirty.ips[netip.PrefixFrom(a, a.BitLen())] = struct{}{}

@@ -6,6 +6,7 @@ import (
 
 	"github.com/coordino/coordino/bpf"
 	"github.com/coordino/coordino/daemon/identity"
+	"github.com/coordino/coordino/daemon/policy"
 )
 
 // Remote pod addresses reach the ipcache with their identity and leave it
@@ -75,5 +76,51 @@ func TestRemoteAddressFollowsIPBlocks(t *testing.T) {
 	}
 	if identity.ID(v.Identity) != 300 || identity.ID(v.CidrIdentity) != want {
 		t.Fatalf("remote pod entry {identity %d, cidr %d}, want {300, %d}", v.Identity, v.CidrIdentity, want)
+	}
+}
+
+// TestRemoteAddressesSurviveRestart: a reopened datapath keeps the remote
+// pod entries a previous run left in the pinned ipcache, through its first
+// flush, until the remote source says its view is complete; then those it
+// confirmed stay and the others leave. Local endpoints are never taken for
+// remote ones. Without the restore, the first flush deleted them all.
+func TestRemoteAddressesSurviveRestart(t *testing.T) {
+	c := newCluster(t, AttachTC)
+	kept, gone := netip.MustParseAddr("203.0.113.7"), netip.MustParseAddr("2001:db8:99::7")
+	if err := c.dp.UpdateRemoteEndpoints(map[netip.Addr]identity.ID{kept: 300, gone: 301}, nil); err != nil {
+		t.Fatal(err)
+	}
+	lookup := func(a netip.Addr) identity.ID {
+		var v bpf.CoordinoIpcacheValue
+		k := ipcacheKey(netip.PrefixFrom(a, a.BitLen()))
+		if err := c.dp.objs.CdoIpcache.Lookup(&k, &v); err != nil {
+			return 0
+		}
+		return identity.ID(v.Identity)
+	}
+	if err := c.dp.Close(); err != nil {
+		t.Fatal(err)
+	}
+	c.open()
+	if n := c.dp.RemoteEndpoints(); n != 2 {
+		t.Fatalf("%d remote endpoints restored, want 2 (local pods must not count)", n)
+	}
+	if err := c.dp.UpdatePolicy(policy.Snapshot{}); err != nil { // the first flush
+		t.Fatal(err)
+	}
+	if lookup(kept) != 300 || lookup(gone) != 301 {
+		t.Fatalf("after the restart's first flush: %v is %v, %v is %v; want 300 and 301", kept, lookup(kept), gone, lookup(gone))
+	}
+	if err := c.dp.UpdateRemoteEndpoints(map[netip.Addr]identity.ID{kept: 300}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.dp.RemoteEndpointsSynced(); err != nil {
+		t.Fatal(err)
+	}
+	if lookup(kept) != 300 || lookup(gone) != 0 {
+		t.Fatalf("after the remote view synced: %v is %v, %v is %v; want 300 and gone", kept, lookup(kept), gone, lookup(gone))
+	}
+	if id := lookup(podIPs["b"]); id < identity.FirstPod {
+		t.Fatalf("local pod b lost its ipcache entry (%v)", id)
 	}
 }

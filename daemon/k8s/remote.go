@@ -21,6 +21,12 @@ type RemoteSink interface {
 	UpdateRemoteEndpoints(upsert map[netip.Addr]identity.ID, remove []netip.Addr) error
 }
 
+// RemoteSyncSink is a RemoteSink that keeps what it knew before a restart
+// until told that the deltas so far are the cluster's whole remote view.
+type RemoteSyncSink interface {
+	RemoteEndpointsSynced() error
+}
+
 // RemotePortSink learns the named ports of pods on other nodes, so egress
 // rules naming a port resolve against them; *datapath.Datapath is one.
 type RemotePortSink interface {

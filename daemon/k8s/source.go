@@ -116,7 +116,10 @@ type Source struct {
 	remote      *remoteEndpoints
 	nodeEps     coordinolisters.NodeEndpointsLister
 	remoteCount atomic.Int64
-	publishKick chan struct{}
+	// remoteSynced: the sink was told its remote view is complete (apply
+	// loop only).
+	remoteSynced bool
+	publishKick  chan struct{}
 
 	// live: informers synced, the listers are the truth. Atomic, as the
 	// datapath asks (through the assigner) while it holds its own lock.
@@ -382,6 +385,14 @@ func (s *Source) apply(sink controlplane.Sink) {
 		rs, _ := sink.(RemoteSink)
 		s.remote.apply(rs)
 		s.remoteCount.Store(int64(s.remote.count()))
+		// The first live apply had every NodeEndpoints the informer listed.
+		if ss, ok := sink.(RemoteSyncSink); ok && !s.remoteSynced {
+			if err := ss.RemoteEndpointsSynced(); err != nil {
+				s.log.Error("dropping unconfirmed remote endpoints", zap.Error(err))
+			} else {
+				s.remoteSynced = true
+			}
+		}
 	}
 	if d.identities || d.nsLbl {
 		s.applyIdentities(sink)
