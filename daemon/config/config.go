@@ -115,7 +115,7 @@ func Parse(args []string, stderr io.Writer) (*Options, error) {
 	fs.StringVar(&o.FlowLog, "flow-log", "", "append flow events as JSON lines to this file (\"-\": stdout)")
 	fs.IntVar(&o.ConntrackSize, "conntrack-size", o.ConntrackSize, "capacity of the eBPF conntrack table (flows of pods with an isolated direction; about 120 bytes each)")
 	fs.IntVar(&o.EndpointsMapSize, "endpoints-map-size", 0, "capacity of the eBPF endpoints map, one entry per pod interface; when full, ADD fails with CNI code 11 (0: 65536, at most 65536)")
-	fs.IntVar(&o.IpcacheMapSize, "ipcache-map-size", 0, "capacity of the eBPF ipcache (pod and node addresses, ipBlock prefixes); when full, what does not fit is denied, never allowed (0: 262144)")
+	fs.IntVar(&o.IpcacheMapSize, "ipcache-map-size", 0, "capacity of the eBPF ipcache (pod and node addresses, ipBlock prefixes); when full, what does not fit is denied, never allowed (0: 2097152)")
 	fs.IntVar(&o.PolicyMapSize, "policy-map-size", 0, "capacity of the eBPF policy map; when full, policy updates fail closed and are retried (0: 1048576)")
 	fs.IntVar(&o.SourceMapSize, "source-map-size", 0, "capacity of the eBPF source-address map, one entry per pod address; when full, ADD fails with CNI code 11 (0: 262144)")
 	fs.IntVar(&o.FragMapSize, "frag-map-size", 0, "capacity of the eBPF IP fragment table (LRU; a later fragment whose first was evicted is dropped) (0: 16384)")

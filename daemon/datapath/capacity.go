@@ -54,7 +54,7 @@ type mapCapacity struct {
 // endpoint state map (maxEndpoints).
 var capacities = []mapCapacity{
 	{bpf.CoordinoMapCdoEndpoints, "endpoints-map-size", 1 << 16, 4, maxEndpoints, func(s *MapSizes) *int { return &s.Endpoints }, true},
-	{bpf.CoordinoMapCdoIpcache, "ipcache-map-size", 1 << 18, 4, 1 << 24, func(s *MapSizes) *int { return &s.Ipcache }, true},
+	{bpf.CoordinoMapCdoIpcache, "ipcache-map-size", 1 << 21, 4, 1 << 24, func(s *MapSizes) *int { return &s.Ipcache }, true},
 	{bpf.CoordinoMapCdoPolicy, "policy-map-size", 1 << 20, 4, 1 << 24, func(s *MapSizes) *int { return &s.Policy }, true},
 	{bpf.CoordinoMapCdoEpAddrs, "source-map-size", 1 << 18, 4, 1 << 22, func(s *MapSizes) *int { return &s.SourceAddrs }, true},
 	{bpf.CoordinoMapCdoFrags, "frag-map-size", 1 << 14, 64, 1 << 20, func(s *MapSizes) *int { return &s.Frags }, false},

@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"sort"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -48,26 +49,50 @@ func TestBenchMultinode(t *testing.T) {
 	var rows []string
 	for _, m := range []mode{direct, vxlan, wgUser} {
 		t.Run(m.name, func(t *testing.T) {
-			c := newCluster(t, m, 3)
+			c := newClusterWith(t, m, 3, benchPolicyArgs(t))
 			src, dst := c.addPod(c.nodes[0]), c.addPod(c.nodes[1])
 			join := joinLatency(t, c, src, dst, c.addPod(c.nodes[2]))
-			rows = append(rows, fmt.Sprintf("| %s | new node's pod reachable from all nodes (peers file written → first answer) | %v | — | — |", m.name, join.Round(time.Millisecond)))
+			rows = append(rows, fmt.Sprintf("| %s | new node's pod reachable from all nodes (peers file written → first answer) | %v | — | — | — |", m.name, join.Round(time.Millisecond)))
 			refName, refFrom, refTo, refAddr := "underlay", c.nodes[0].NS, c.nodes[1].NS, c.nodes[1].address(false)
 			if m.encryption == "wireguard" {
 				refName = "bare wireguard-go"
 				refAddr = bareTunnel(t, c)
 			}
-			for _, streams := range []int{1, 4} {
-				got, ref, ratio := interleaved(func() float64 { return iperf(t, src.NS, dst.NS, dst.addr(false), streams) },
-					func() float64 { return iperf(t, refFrom, refTo, refAddr, streams) })
-				rows = append(rows, fmt.Sprintf("| %s | TCP %d stream(s) | %.2f Gbit/s | %s %.2f Gbit/s | %.2f× |", m.name, streams, got/1e9, refName, ref/1e9, ratio))
+			plain := map[string]float64{}
+			measure := func(suffix string) {
+				for _, streams := range []int{1, 4} {
+					got, ref, ratio := interleaved(func() float64 { return iperf(t, src.NS, dst.NS, dst.addr(false), streams) },
+						func() float64 { return iperf(t, refFrom, refTo, refAddr, streams) })
+					rows = append(rows, benchRow(m.name, fmt.Sprintf("TCP %d stream(s)%s", streams, suffix), got/1e9, "Gbit/s", refName, ref/1e9, ratio, plain))
+				}
+				got, ref, ratio := interleaved(func() float64 { return requestRate(t, src.NS, dst.NS, dst.addr(false)) },
+					func() float64 { return requestRate(t, refFrom, refTo, refAddr) })
+				rows = append(rows, benchRow(m.name, "TCP request/response"+suffix, got, "/s", refName, ref, ratio, plain))
 			}
-			got, ref, ratio := interleaved(func() float64 { return requestRate(t, src.NS, dst.NS, dst.addr(false)) },
-				func() float64 { return requestRate(t, refFrom, refTo, refAddr) })
-			rows = append(rows, fmt.Sprintf("| %s | TCP request/response | %.0f /s | %s %.0f /s | %.2f× |", m.name, got, refName, ref, ratio))
+			measure("")
+			// The same path with a realistic policy set isolating both pods.
+			loadBenchPolicy(t, c, src, dst)
+			measure(", policy loaded")
 		})
 	}
-	t.Logf("\n| mode | test | pod to pod | reference | ratio |\n|---|---|---|---|---|\n%s", joinLines(rows))
+	t.Logf("\n| mode | test | pod to pod | reference | ratio | vs no policy |\n|---|---|---|---|---|---|\n%s", joinLines(rows))
+}
+
+// benchRow formats one measurement; rows of the policy-loaded run (test
+// names ending in ", policy loaded") also show the ratio to the same test
+// without policy from this run, which plain records.
+func benchRow(mode, test string, got float64, unit, refName string, ref, ratio float64, plain map[string]float64) string {
+	vsPlain := "—"
+	if base, ok := strings.CutSuffix(test, ", policy loaded"); ok && plain[base] > 0 {
+		vsPlain = fmt.Sprintf("%.2f×", got/plain[base])
+	} else {
+		plain[test] = got
+	}
+	prec := 2
+	if unit == "/s" {
+		prec = 0
+	}
+	return fmt.Sprintf("| %s | %s | %.*f %s | %s %.*f %s | %.2f× | %s |", mode, test, prec, got, unit, refName, prec, ref, unit, ratio, vsPlain)
 }
 
 // joinLatency removes node2 from the peers file, writes it back and times
