@@ -79,14 +79,16 @@ func TestBenchMultinode(t *testing.T) {
 }
 
 // benchRow formats one measurement; rows of the policy-loaded run (test
-// names ending in ", policy loaded") also show the ratio to the same test
-// without policy from this run, which plain records.
+// names ending in ", policy loaded") also compare with the same test
+// without policy from this run, which plain records: the quotient of the
+// two ratios to their interleaved references, so that the machine's load
+// drifting between the two runs cancels out.
 func benchRow(mode, test string, got float64, unit, refName string, ref, ratio float64, plain map[string]float64) string {
 	vsPlain := "—"
 	if base, ok := strings.CutSuffix(test, ", policy loaded"); ok && plain[base] > 0 {
-		vsPlain = fmt.Sprintf("%.2f×", got/plain[base])
+		vsPlain = fmt.Sprintf("%.2f×", ratio/plain[base])
 	} else {
-		plain[test] = got
+		plain[test] = ratio
 	}
 	prec := 2
 	if unit == "/s" {

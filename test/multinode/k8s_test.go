@@ -191,6 +191,25 @@ func allowed(from *pod, target *pod, within time.Duration) error {
 	return nil
 }
 
+// addWebForClients starts an app=web pod on n with a NetworkPolicy that
+// isolates it for ingress and allows pods labelled role=client, whichever
+// node they run on.
+func (c *cluster) addWebForClients(n *node) *pod {
+	c.t.Helper()
+	web := c.addKubePod(n, map[string]string{"app": "web"})
+	np := &networkingv1.NetworkPolicy{ObjectMeta: metav1.ObjectMeta{Name: "web-from-clients", Namespace: c.kube.ns},
+		Spec: networkingv1.NetworkPolicySpec{
+			PodSelector: metav1.LabelSelector{MatchLabels: map[string]string{"app": "web"}},
+			PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress},
+			Ingress: []networkingv1.NetworkPolicyIngressRule{{From: []networkingv1.NetworkPolicyPeer{
+				{PodSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"role": "client"}}}}}},
+		}}
+	if _, err := c.kube.kube.NetworkingV1().NetworkPolicies(c.kube.ns).Create(bg(c.t), np, metav1.CreateOptions{}); err != nil {
+		c.t.Fatal(err)
+	}
+	return web
+}
+
 // TestKubernetesModeRemoteIdentities runs three nodes in Kubernetes mode
 // against the real API server and controller: peers come from NodeConfigs
 // (a joining node becomes reachable), a NetworkPolicy on one node allows
@@ -203,17 +222,7 @@ func TestKubernetesModeRemoteIdentities(t *testing.T) {
 	start := time.Now()
 	c := newKubeCluster(t, direct, 2)
 	n0, n1 := c.nodes[0], c.nodes[1]
-	web := c.addKubePod(n0, map[string]string{"app": "web"})
-	np := &networkingv1.NetworkPolicy{ObjectMeta: metav1.ObjectMeta{Name: "web-from-clients", Namespace: c.kube.ns},
-		Spec: networkingv1.NetworkPolicySpec{
-			PodSelector: metav1.LabelSelector{MatchLabels: map[string]string{"app": "web"}},
-			PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress},
-			Ingress: []networkingv1.NetworkPolicyIngressRule{{From: []networkingv1.NetworkPolicyPeer{
-				{PodSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"role": "client"}}}}}},
-		}}
-	if _, err := c.kube.kube.NetworkingV1().NetworkPolicies(c.kube.ns).Create(bg(t), np, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	web := c.addWebForClients(n0)
 	other := c.addKubePod(n1, map[string]string{"role": "other"})
 	client := c.addKubePod(n1, map[string]string{"role": "client"})
 

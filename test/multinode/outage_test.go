@@ -5,9 +5,6 @@ import (
 	"syscall"
 	"testing"
 	"time"
-
-	networkingv1 "k8s.io/api/networking/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 // TestKubernetesModeRestartDuringAPIOutage: a daemon restarted while the
@@ -22,17 +19,7 @@ func TestKubernetesModeRestartDuringAPIOutage(t *testing.T) {
 	start := time.Now()
 	c := newKubeCluster(t, direct, 2)
 	n0, n1 := c.nodes[0], c.nodes[1]
-	web := c.addKubePod(n0, map[string]string{"app": "web"})
-	np := &networkingv1.NetworkPolicy{ObjectMeta: metav1.ObjectMeta{Name: "web-from-clients", Namespace: c.kube.ns},
-		Spec: networkingv1.NetworkPolicySpec{
-			PodSelector: metav1.LabelSelector{MatchLabels: map[string]string{"app": "web"}},
-			PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress},
-			Ingress: []networkingv1.NetworkPolicyIngressRule{{From: []networkingv1.NetworkPolicyPeer{
-				{PodSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"role": "client"}}}}}},
-		}}
-	if _, err := c.kube.kube.NetworkingV1().NetworkPolicies(c.kube.ns).Create(bg(t), np, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	web := c.addWebForClients(n0)
 	client := c.addKubePod(n1, map[string]string{"role": "client"})
 	other := c.addKubePod(n1, map[string]string{"role": "other"})
 	if err := allowed(client, web, 30*time.Second); err != nil {
