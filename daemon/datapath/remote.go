@@ -108,12 +108,12 @@ func (d *Datapath) RemoteEndpointsSynced() error {
 	if len(d.remote.unconfirmed) == 0 {
 		return nil
 	}
+	n := len(d.remote.unconfirmed)
 	for a := range d.remote.unconfirmed {
-		d.remote.forget(a)
+		d.remote.forget(a) // also deletes a from unconfirmed
 		d.dirty.ips[netip.PrefixFrom(a, a.BitLen())] = struct{}{}
 	}
-	d.log.Info("remote endpoints restored at start and not confirmed by the cluster removed", zap.Int("addresses", len(d.remote.unconfirmed)))
-	d.remote.unconfirmed = nil
+	d.log.Info("remote endpoints restored at start and not confirmed by the cluster removed", zap.Int("addresses", n))
 	return d.remoteChanged()
 }
 
