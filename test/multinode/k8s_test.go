@@ -210,6 +210,17 @@ func (c *cluster) addWebForClients(n *node) *pod {
 	return web
 }
 
+// knowsRemote waits until n's daemon knows at least want remote pod
+// addresses.
+func knowsRemote(n *node, want float64, within time.Duration) error {
+	return eventually(within, func() error {
+		if v, err := n.Metric("coordino_remote_endpoints"); err != nil || v < want {
+			return fmt.Errorf("%s knows %v remote endpoints, want %v: %v", n.Name, v, want, err)
+		}
+		return nil
+	})
+}
+
 // TestKubernetesModeRemoteIdentities runs three nodes in Kubernetes mode
 // against the real API server and controller: peers come from NodeConfigs
 // (a joining node becomes reachable), a NetworkPolicy on one node allows
@@ -263,13 +274,7 @@ func TestKubernetesModeRemoteIdentities(t *testing.T) {
 		}); err != nil {
 			t.Fatal(err)
 		}
-		if err := eventually(10*time.Second, func() error {
-			v, err := n0.Metric("coordino_remote_endpoints")
-			if err != nil || v < 4 {
-				return fmt.Errorf("node0 knows %v remote endpoints, want 4: %v", v, err)
-			}
-			return nil
-		}); err != nil {
+		if err := knowsRemote(n0, 4, 10*time.Second); err != nil {
 			t.Fatal(err)
 		}
 		if err := denied(other, web); err != nil {

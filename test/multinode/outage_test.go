@@ -25,12 +25,7 @@ func TestKubernetesModeRestartDuringAPIOutage(t *testing.T) {
 	if err := allowed(client, web, 30*time.Second); err != nil {
 		t.Fatal(err)
 	}
-	if err := eventually(20*time.Second, func() error {
-		if v, err := n0.Metric("coordino_remote_endpoints"); err != nil || v < 4 {
-			return fmt.Errorf("node0 knows %v remote endpoints, want 4: %v", v, err)
-		}
-		return nil
-	}); err != nil {
+	if err := knowsRemote(n0, 4, 20*time.Second); err != nil {
 		t.Fatal(err)
 	}
 	if err := denied(other, web); err != nil {
