@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"syscall"
 	"testing"
 
 	"github.com/coordino/coordino/daemon/store"
@@ -22,21 +21,7 @@ func TestPrimaryKernelStateWithoutRecordIsReclaimedAtStart(t *testing.T) {
 	if err != nil || len(veths) != 1 {
 		t.Fatalf("host veths after ADD = %v, %v; want 1", veths, err)
 	}
-	if err := n.StopDaemon(syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
-	st, err := store.Open(n.StateDir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	err = st.Delete(store.Key{Network: "crash", ContainerID: rt.ContainerID, IfName: rt.IfName})
-	st.Close()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := n.StartDaemon(); err != nil {
-		t.Fatal(err)
-	}
+	restartWithoutRecord(t, n, store.Key{Network: "crash", ContainerID: rt.ContainerID, IfName: rt.IfName})
 
 	if veths, err := n.HostVeths(); err != nil || len(veths) != 0 {
 		t.Errorf("host veths without a record after restart = %v, %v; want none", veths, err)
