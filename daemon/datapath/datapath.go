@@ -301,6 +301,7 @@ func (d *Datapath) AttachEndpoint(ep Endpoint) error {
 	if err := d.prepareAttach(r); err != nil {
 		return err
 	}
+	recordedMode := r.Mode
 	attachErr := d.attach(r)
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -309,8 +310,10 @@ func (d *Datapath) AttachEndpoint(ep Endpoint) error {
 		d.forget(r)
 		return attachErr
 	}
-	if err := putRecord(d.state, r); err != nil { // the chosen mode
-		return err
+	if r.Mode != recordedMode { // tcx fell back to tc
+		if err := putRecord(d.state, r); err != nil {
+			return err
+		}
 	}
 	d.log.Info("endpoint attached", zap.String("endpoint", r.Key), zap.String("interface", r.HostIfName),
 		zap.Uint32("identity", uint32(r.Identity)), zap.String("mode", r.Mode))
@@ -337,6 +340,12 @@ func (d *Datapath) prepareAttach(r *record) error {
 		return fmt.Errorf("endpoint %q: %w", r.Key, err)
 	}
 	r.Identity = id.ID
+	// The mode is recorded with the rest, before the attach, so a crash
+	// mid-attach leaves a record that says which hooks to clear.
+	r.Mode = d.newMode()
+	if old != nil {
+		r.Mode = old.Mode
+	}
 	d.adoptPodPorts(r, old)
 	// Sources first: programs attached next drop anything else it sends.
 	if err := d.writeAddrs(r, old); err != nil {
@@ -355,7 +364,6 @@ func (d *Datapath) prepareAttach(r *record) error {
 	if old != nil {
 		// Same key again (e.g. moving to its cluster identity): the new
 		// identity's entries go in before the old one's come out.
-		r.Mode = old.Mode
 		d.engine.RemoveLocal(old.Identity)
 		d.ids.Release(old.Identity)
 		d.markEndpoint(old)
