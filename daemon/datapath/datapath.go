@@ -17,7 +17,6 @@ import (
 	"github.com/coordino/coordino/bpf"
 	"github.com/coordino/coordino/daemon/identity"
 	"github.com/coordino/coordino/daemon/policy"
-	"github.com/vishvananda/netlink"
 	"go.uber.org/zap"
 )
 
@@ -494,12 +493,12 @@ func newRecord(ep Endpoint) (*record, error) {
 
 // checkInterface guards against a stale ifindex naming another interface.
 func checkInterface(ep Endpoint) error {
-	l, err := netlink.LinkByIndex(ep.HostIfIndex)
+	name, err := interfaceName(ep.HostIfIndex)
 	if err != nil {
 		return fmt.Errorf("endpoint %q: host interface %d: %w", ep.Key, ep.HostIfIndex, err)
 	}
-	if ep.HostIfName != "" && l.Attrs().Name != ep.HostIfName {
-		return fmt.Errorf("endpoint %q: ifindex %d is %q, not %q", ep.Key, ep.HostIfIndex, l.Attrs().Name, ep.HostIfName)
+	if ep.HostIfName != "" && name != ep.HostIfName {
+		return fmt.Errorf("endpoint %q: ifindex %d is %q, not %q", ep.Key, ep.HostIfIndex, name, ep.HostIfName)
 	}
 	return nil
 }
