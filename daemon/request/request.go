@@ -36,6 +36,7 @@ type NetConf struct {
 	// PrevResultJSON takes prevResult in place of PluginConf's map, so it is
 	// decoded once, straight into its result type (parsePrevResult).
 	PrevResultJSON json.RawMessage `json:"prevResult,omitempty"`
+
 	RunDir   string `json:"runDir,omitempty"`
 	MTU      int    `json:"mtu,omitempty"`
 	LogLevel string `json:"logLevel,omitempty"`
