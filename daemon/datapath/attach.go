@@ -61,14 +61,20 @@ const (
 	AttachTCX AttachMode = "tcx"
 )
 
+// newMode is the recorded attach mode of a new endpoint.
+func (d *Datapath) newMode() string {
+	if d.cfg.AttachMode == AttachTCX {
+		return modeTCX
+	}
+	return modeLegacy
+}
+
 // attach attaches both programs to r's host interface with r.Mode, or with
-// the configured mode when r.Mode is empty (a new endpoint).
+// the configured mode when r.Mode is empty (a record written before modes
+// were recorded up front).
 func (d *Datapath) attach(r *record) error {
 	if r.Mode == "" {
-		r.Mode = modeLegacy
-		if d.cfg.AttachMode == AttachTCX {
-			r.Mode = modeTCX
-		}
+		r.Mode = d.newMode()
 	}
 	if r.Mode == modeTCX {
 		err := d.attachTCX(r)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sync"
 
 	"github.com/cilium/ebpf"
 	"github.com/coordino/coordino/bpf"
@@ -126,15 +127,25 @@ func (d *Datapath) conntrackEntries() (int, error) {
 // ctBatch is the number of entries a batch operation moves per syscall.
 const ctBatch = 4096
 
+// ctBatchBuf is one batch's worth of keys and values.
+type ctBatchBuf struct {
+	keys [ctBatch]bpf.CoordinoCtKey
+	vals [ctBatch]bpf.CoordinoCtEntry
+}
+
+// ctBatchBufs recycles the batch buffers: every DEL walks the table, and a
+// fresh buffer each time (~240 KiB) was most of what the pod path allocated.
+var ctBatchBufs = sync.Pool{New: func() any { return new(ctBatchBuf) }}
+
 // walkConntrack calls fn for every key of the conntrack table, read in
 // batches of ctBatch (two syscalls per entry with an iterator), falling
-// back to the iterator on kernels without batch operations.
+// back to the iterator on kernels without batch operations. fn's pointers
+// are valid only during the call.
 func (d *Datapath) walkConntrack(fn func(*bpf.CoordinoCtKey, *bpf.CoordinoCtEntry)) error {
-	var (
-		cursor ebpf.MapBatchCursor
-		keys   = make([]bpf.CoordinoCtKey, ctBatch)
-		vals   = make([]bpf.CoordinoCtEntry, ctBatch)
-	)
+	buf := ctBatchBufs.Get().(*ctBatchBuf)
+	defer ctBatchBufs.Put(buf)
+	var cursor ebpf.MapBatchCursor
+	keys, vals := buf.keys[:], buf.vals[:]
 	for first := true; ; first = false {
 		n, err := d.objs.CdoConntrack.BatchLookup(&cursor, keys, vals, nil)
 		for i := range n {

@@ -17,7 +17,6 @@ import (
 	"github.com/coordino/coordino/bpf"
 	"github.com/coordino/coordino/daemon/identity"
 	"github.com/coordino/coordino/daemon/policy"
-	"github.com/vishvananda/netlink"
 	"go.uber.org/zap"
 )
 
@@ -303,6 +302,7 @@ func (d *Datapath) AttachEndpoint(ep Endpoint) error {
 	if err := d.prepareAttach(r); err != nil {
 		return err
 	}
+	recordedMode := r.Mode
 	attachErr := d.attach(r)
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -311,8 +311,10 @@ func (d *Datapath) AttachEndpoint(ep Endpoint) error {
 		d.forget(r)
 		return attachErr
 	}
-	if err := putRecord(d.state, r); err != nil { // the chosen mode
-		return err
+	if r.Mode != recordedMode { // tcx fell back to tc
+		if err := putRecord(d.state, r); err != nil {
+			return err
+		}
 	}
 	d.log.Info("endpoint attached", zap.String("endpoint", r.Key), zap.String("interface", r.HostIfName),
 		zap.Uint32("identity", uint32(r.Identity)), zap.String("mode", r.Mode))
@@ -339,6 +341,12 @@ func (d *Datapath) prepareAttach(r *record) error {
 		return fmt.Errorf("endpoint %q: %w", r.Key, err)
 	}
 	r.Identity = id.ID
+	// The mode is recorded with the rest, before the attach, so a crash
+	// mid-attach leaves a record that says which hooks to clear.
+	r.Mode = d.newMode()
+	if old != nil {
+		r.Mode = old.Mode
+	}
 	d.adoptPodPorts(r, old)
 	// Sources first: programs attached next drop anything else it sends.
 	if err := d.writeAddrs(r, old); err != nil {
@@ -357,7 +365,6 @@ func (d *Datapath) prepareAttach(r *record) error {
 	if old != nil {
 		// Same key again (e.g. moving to its cluster identity): the new
 		// identity's entries go in before the old one's come out.
-		r.Mode = old.Mode
 		d.engine.RemoveLocal(old.Identity)
 		d.ids.Release(old.Identity)
 		d.markEndpoint(old)
@@ -488,12 +495,12 @@ func newRecord(ep Endpoint) (*record, error) {
 
 // checkInterface guards against a stale ifindex naming another interface.
 func checkInterface(ep Endpoint) error {
-	l, err := netlink.LinkByIndex(ep.HostIfIndex)
+	name, err := interfaceName(ep.HostIfIndex)
 	if err != nil {
 		return fmt.Errorf("endpoint %q: host interface %d: %w", ep.Key, ep.HostIfIndex, err)
 	}
-	if ep.HostIfName != "" && l.Attrs().Name != ep.HostIfName {
-		return fmt.Errorf("endpoint %q: ifindex %d is %q, not %q", ep.Key, ep.HostIfIndex, l.Attrs().Name, ep.HostIfName)
+	if ep.HostIfName != "" && name != ep.HostIfName {
+		return fmt.Errorf("endpoint %q: ifindex %d is %q, not %q", ep.Key, ep.HostIfIndex, name, ep.HostIfName)
 	}
 	return nil
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"sync"
 
 	"github.com/cilium/ebpf"
 	"github.com/coordino/coordino/daemon/identity"
@@ -81,14 +82,21 @@ func putRecord(m *ebpf.Map, r *record) error {
 	if len(data)+4 > stateValueSize {
 		return fmt.Errorf("endpoint %q: state of %d bytes exceeds %d (too many labels)", r.Key, len(data), stateValueSize-4)
 	}
-	v := make([]byte, stateValueSize)
-	binary.LittleEndian.PutUint32(v, uint32(len(data)))
+	v := stateValues.Get().(*[stateValueSize]byte)
+	binary.LittleEndian.PutUint32(v[:], uint32(len(data)))
 	copy(v[4:], data)
-	if err := m.Update(k, v, ebpf.UpdateAny); err != nil {
+	err = m.Update(k, v[:], ebpf.UpdateAny)
+	clear(v[:4+len(data)]) // pooled values stay zeroed past what is written
+	stateValues.Put(v)
+	if err != nil {
 		return fmt.Errorf("endpoint %q: store state: %w", r.Key, err)
 	}
 	return nil
 }
+
+// stateValues recycles the fixed-size map values: a fresh 16 KiB per write
+// was most of what an ADD allocated in the daemon, and so of its GC work.
+var stateValues = sync.Pool{New: func() any { return new([stateValueSize]byte) }}
 
 func deleteRecord(m *ebpf.Map, key string) error {
 	k, err := stateKey(key)

@@ -69,21 +69,15 @@ func (m *Manager) addChained(inv *request.Invocation) ([]byte, error) {
 // nothing is left: a committed record is released, an attach without a
 // record is detached.
 func (m *Manager) commitAndAttach(inv *request.Invocation, ep *store.Endpoint, hostIfIndex int) error {
-	dpEndpoint := datapathEndpoint(ep, hostIfIndex) // before Put touches ep
-	committed := make(chan error, 1)
-	go func() {
-		_, span := tracing.Start(inv.Ctx, "store.commit")
-		err := m.Store.Put(ep)
-		tracing.End(span, err)
-		committed <- err
-	}()
+	dpEndpoint := datapathEndpoint(ep, hostIfIndex) // before the commit touches ep
+	committed := m.commitInBackground(inv, ep)
 	var attachErr error
 	if m.Datapath != nil {
 		_, span := tracing.Start(inv.Ctx, "bpf.attach")
 		attachErr = m.Datapath.AttachEndpoint(dpEndpoint)
 		tracing.End(span, attachErr)
 	}
-	commitErr := <-committed
+	commitErr := committed.wait()
 	switch {
 	case commitErr != nil:
 		if m.Datapath != nil && attachErr == nil {

@@ -46,12 +46,12 @@ func (m *Manager) GC(inv *request.Invocation, valid []types.GCAttachment) error 
 
 // ReclaimOrphans removes host veths and netns pins that no endpoint record
 // names: what a crash between kernel changes and their record can leave.
-// The kernel is listed before the store is read: ADD commits its record
-// before creating anything, so everything listed that is still in use is
-// claimed by a record read afterwards. A candidate is removed only under the
-// lock of its name (the lock of the attachment it would belong to), after
-// the store is read again: a DEL and ADD of that attachment (a container
-// restart) between the first read and the removal made it live again.
+// A candidate is removed only under the lock of its name (the lock of the
+// attachment it would belong to), after the store is read again: an ADD
+// holds that lock from before it creates anything until its record is
+// durable (the record commits alongside the kernel work), and a DEL and ADD
+// of that attachment (a container restart) between the first read and the
+// removal made it live again.
 func (m *Manager) ReclaimOrphans() error {
 	links, err := netsetup.ListHostIfaces()
 	if err != nil {

@@ -123,16 +123,21 @@ func (m *Manager) addPrimary(inv *request.Invocation) (_ []byte, err error) {
 		ep.MTU = m.DefaultMTU
 	}
 
-	// The record commits before any kernel state exists, so whatever a crash
-	// leaves behind is named by a record that DEL, GC or restart finds.
-	_, span = tracing.Start(inv.Ctx, "store.commit")
-	err = m.Store.Put(ep)
-	tracing.End(span, err)
-	if err != nil {
-		m.Pool.Release(ips)
-		return nil, internalError("%v", err)
-	}
+	// The record commits while the netns is pinned and the veth set up: the
+	// commit waits for fsync, the set-up for the kernel, and neither needs
+	// the other. A crash before the record is durable can leave a veth, a pin
+	// and a datapath endpoint that no record names; all three carry names
+	// derived from the key, and the daemon reclaims them when it starts,
+	// before it serves (ReclaimOrphans, ReconcileDatapath), as GC does. The
+	// addresses are reserved in memory only and come back from the records.
+	// The ADD succeeds only once the record is durable and the set-up done.
+	dpEndpoint := datapathEndpoint(ep, 0) // before the commit touches ep
+	committed := m.commitInBackground(inv, ep)
 	defer func() {
+		// Waited for even after a failure: the undo must not race the commit.
+		if cerr := committed.wait(); cerr != nil && err == nil {
+			err = internalError("%v", cerr)
+		}
 		if err != nil {
 			if rerr := m.release(ep); rerr != nil {
 				m.Log.Error("undo failed ADD", zap.String("endpoint", ep.Key.String()), zap.Error(rerr))
@@ -158,7 +163,6 @@ func (m *Manager) addPrimary(inv *request.Invocation) (_ []byte, err error) {
 		// The datapath attaches to the host veth while both ends are being
 		// configured; the ADD returns only after both, so policy holds from
 		// the pod's first packet.
-		dpEndpoint := datapathEndpoint(ep, 0)
 		setup.WhileConfiguring = func(hostIfIndex int) error {
 			_, span := tracing.Start(inv.Ctx, "bpf.attach")
 			dpEndpoint.HostIfIndex = hostIfIndex
@@ -175,6 +179,9 @@ func (m *Manager) addPrimary(inv *request.Invocation) (_ []byte, err error) {
 	}
 	if err != nil {
 		return nil, internalError("set up pod network: %v", err)
+	}
+	if cerr := committed.wait(); cerr != nil {
+		return nil, internalError("%v", cerr)
 	}
 	return primaryResult(inv, ep, att)
 }

@@ -33,6 +33,10 @@ const PluginType = "coordino"
 // NetConf is Coordino's plugin configuration.
 type NetConf struct {
 	types.PluginConf
+	// PrevResultJSON takes prevResult in place of PluginConf's map, so it is
+	// decoded once, straight into its result type (parsePrevResult).
+	PrevResultJSON json.RawMessage `json:"prevResult,omitempty"`
+
 	RunDir   string `json:"runDir,omitempty"`
 	MTU      int    `json:"mtu,omitempty"`
 	LogLevel string `json:"logLevel,omitempty"`
@@ -130,10 +134,30 @@ func ParseConf(stdin []byte) (*NetConf, error) {
 	if conf.MTU != 0 && (conf.MTU < 576 || conf.MTU > 65535) {
 		return nil, types.NewError(types.ErrInvalidNetworkConfig, fmt.Sprintf("mtu %d is out of range 576..65535", conf.MTU), "")
 	}
-	if err := version.ParsePrevResult(&conf.PluginConf); err != nil {
+	if err := parsePrevResult(&conf); err != nil {
 		return nil, types.NewError(types.ErrDecodingFailure, fmt.Sprintf("prevResult: %v", err), "")
 	}
 	return &conf, nil
+}
+
+// parsePrevResult sets conf.PrevResult from the raw prevResult. One that
+// names its version is decoded once, as version.ParsePrevResult would end
+// up decoding it; any other goes the CNI library's way (a map, then back
+// through JSON), which gives it the config's version.
+func parsePrevResult(conf *NetConf) error {
+	raw := conf.PrevResultJSON
+	conf.PrevResultJSON = nil
+	if len(raw) == 0 || string(raw) == "null" {
+		return nil
+	}
+	if res, err := version.NewResult(conf.CNIVersion, raw); err == nil && res.Version() != "" {
+		conf.PrevResult = res
+		return nil
+	}
+	if err := json.Unmarshal(raw, &conf.RawPrevResult); err != nil {
+		return fmt.Errorf("decode: %w", err)
+	}
+	return version.ParsePrevResult(&conf.PluginConf)
 }
 
 // ParseArgs parses CNI_ARGS ("K1=V1;K2=V2"). Unknown keys are kept and

@@ -115,3 +115,21 @@ func FuzzParse(f *testing.F) {
 		}
 	})
 }
+
+// BenchmarkParseChainedAdd parses a chained ADD as bridge+host-local's
+// result reaches Coordino through libcni.
+func BenchmarkParseChainedAdd(b *testing.B) {
+	req := &cniv1.CNIRequest{ContainerId: "c1", Ifname: "eth0", Netns: "/var/run/netns/x",
+		Args: "K8S_POD_NAMESPACE=default;K8S_POD_NAME=p",
+		Stdin: []byte(`{"cniVersion":"1.1.0","name":"n","type":"coordino","runDir":"/run/coordino",` +
+			`"prevResult":{"cniVersion":"1.1.0","interfaces":[{"name":"cbr0","mac":"aa:bb:cc:dd:ee:01"},` +
+			`{"name":"veth1234abcd","mac":"aa:bb:cc:dd:ee:02"},{"name":"eth0","mac":"aa:bb:cc:dd:ee:03","sandbox":"/var/run/netns/x"}],` +
+			`"ips":[{"interface":2,"address":"10.92.0.5/16","gateway":"10.92.0.1"}],` +
+			`"routes":[{"dst":"0.0.0.0/0","gw":"10.92.0.1"}],"dns":{}}}`)}
+	b.ReportAllocs()
+	for i := 0; i < b.N; i++ {
+		if _, err := Parse(Add, req); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -60,7 +60,8 @@ var bucketEndpoints = []byte("endpoints")
 
 // Store persists endpoints. Safe for concurrent use.
 type Store struct {
-	db *bolt.DB
+	db    *bolt.DB
+	group groupCommit
 }
 
 // Open opens (creating) the store file under stateDir.
@@ -86,26 +87,30 @@ func Open(stateDir string) (*Store, error) {
 // Close closes the file.
 func (s *Store) Close() error { return s.db.Close() }
 
-// Put writes ep durably (fsync) in one transaction, replacing any record
-// with the same key. A record without a Generation gets the next one.
+// Put writes ep durably (fsync), replacing any record with the same key.
+// A record without a Generation gets the next one. Concurrent Puts and
+// Deletes share transactions (groupCommit).
 func (s *Store) Put(ep *Endpoint) error {
-	if err := s.db.Update(func(tx *bolt.Tx) error {
+	var gen uint64
+	if err := s.update(func(tx *bolt.Tx) error {
 		b := tx.Bucket(bucketEndpoints)
-		if ep.Generation == 0 {
-			gen, err := b.NextSequence()
-			if err != nil {
+		rec := *ep
+		if rec.Generation == 0 {
+			var err error
+			if rec.Generation, err = b.NextSequence(); err != nil {
 				return err
 			}
-			ep.Generation = gen
 		}
-		data, err := json.Marshal(ep)
+		data, err := json.Marshal(&rec)
 		if err != nil {
 			return fmt.Errorf("encode: %w", err)
 		}
+		gen = rec.Generation
 		return b.Put(ep.Key.bytes(), data)
 	}); err != nil {
 		return fmt.Errorf("store endpoint %s: %w", ep.Key, err)
 	}
+	ep.Generation = gen
 	return nil
 }
 
@@ -132,7 +137,7 @@ func (s *Store) Get(k Key) (*Endpoint, error) {
 
 // Delete removes the record for k; deleting an absent record is not an error.
 func (s *Store) Delete(k Key) error {
-	if err := s.db.Update(func(tx *bolt.Tx) error {
+	if err := s.update(func(tx *bolt.Tx) error {
 		return tx.Bucket(bucketEndpoints).Delete(k.bytes())
 	}); err != nil {
 		return fmt.Errorf("delete endpoint %s: %w", k, err)

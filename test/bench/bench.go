@@ -56,6 +56,9 @@ const (
 	SysCoordino = "coordino"
 	SysRef      = "bridge+host-local"
 	SysChained  = "bridge+host-local,coordino"
+	// SysChainedNoop chains a Go plugin that only passes prevResult on
+	// (test/bench/chainnoop): the cost of a second plugin process alone.
+	SysChainedNoop = "bridge+host-local,chainnoop"
 )
 
 // Verbs measured.
@@ -69,6 +72,7 @@ const (
 	coordinoCIDR = "10.90.0.0/16"
 	refCIDR      = "10.91.0.0/16"
 	chainedCIDR  = "10.92.0.0/16"
+	noopCIDR     = "10.93.0.0/16"
 )
 
 // opTimeout bounds one CNI call; far above any sane latency, it only keeps
@@ -243,7 +247,11 @@ func (b *bed) setup() error {
 		return err
 	}
 	ref := &system{name: SysRef, node: rn}
-	if ref.cni, err = rn.NewCNI(bridgeConflist("bench-ref", refCIDR, rn, false)); err != nil {
+	if ref.cni, err = rn.NewCNI(bridgeConflist("bench-ref", refCIDR, rn)); err != nil {
+		return err
+	}
+	noop, err := b.newChainedNoop(dir, newNodeWith)
+	if err != nil {
 		return err
 	}
 
@@ -251,7 +259,7 @@ func (b *bed) setup() error {
 	if err != nil {
 		return err
 	}
-	b.systems = []*system{coordino, ref, chained}
+	b.systems = []*system{coordino, ref, chained, noop}
 	if b.baselineDaemon != "" {
 		return b.setupBaseline(b.baselineDaemon, newNodeWith)
 	}
@@ -271,7 +279,7 @@ func newChained(sysName, nodeName, cidr string, opts harness.NodeOptions, newNod
 		return nil, err
 	}
 	s := &system{name: sysName, node: n, daemon: true}
-	if s.cni, err = n.NewCNI(bridgeConflist("bench-chained", cidr, n, true)); err != nil {
+	if s.cni, err = n.NewCNI(bridgeConflist("bench-chained", cidr, n, map[string]any{"type": "coordino", "runDir": n.RunDir})); err != nil {
 		return nil, err
 	}
 	if err := n.StartDaemon(); err != nil {
@@ -280,10 +288,27 @@ func newChained(sysName, nodeName, cidr string, opts harness.NodeOptions, newNod
 	return s, nil
 }
 
+// newChainedNoop is the reference primary followed by chainnoop, on its own
+// node without a daemon.
+func (b *bed) newChainedNoop(dir string, newNode nodeMaker) (*system, error) {
+	bin, err := buildCommand(dir, "chainnoop")
+	if err != nil {
+		return nil, err
+	}
+	n, err := newNode("noop", nil, harness.NodeOptions{})
+	if err != nil {
+		return nil, err
+	}
+	s := &system{name: SysChainedNoop, node: n}
+	s.cni, err = n.NewCNI(bridgeConflist("bench-noop", noopCIDR, n, map[string]any{"type": "chainnoop"}),
+		harness.BinDir(), harness.RefBinDir(), filepath.Dir(bin))
+	return s, err
+}
+
 // bridgeConflist is the reference primary: the bridge plugin with
 // host-local IPAM (state kept in the node's scratch dir, not
-// /var/lib/cni), optionally followed by Coordino in chained mode.
-func bridgeConflist(name, subnet string, n *harness.Node, withCoordino bool) []byte {
+// /var/lib/cni), followed by the chained plugins after, if any.
+func bridgeConflist(name, subnet string, n *harness.Node, after ...map[string]any) []byte {
 	plugins := []any{map[string]any{
 		"type": "bridge", "bridge": "cbr0", "isGateway": true, "ipMasq": false,
 		"ipam": map[string]any{
@@ -292,8 +317,8 @@ func bridgeConflist(name, subnet string, n *harness.Node, withCoordino bool) []b
 			"dataDir": filepath.Join(n.Dir, "host-local"),
 		},
 	}}
-	if withCoordino {
-		plugins = append(plugins, map[string]any{"type": "coordino", "runDir": n.RunDir})
+	for _, p := range after {
+		plugins = append(plugins, p)
 	}
 	out, _ := json.Marshal(map[string]any{"cniVersion": "1.1.0", "name": name, "plugins": plugins})
 	return out

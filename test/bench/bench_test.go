@@ -23,7 +23,7 @@ func TestQuickRunFillsEveryRow(t *testing.T) {
 	if len(r.Errors) > 0 {
 		t.Errorf("systems failed: %v", r.Errors)
 	}
-	if want := 2 * 2 * 3; len(r.Rows) != want {
+	if want := 2 * 2 * 4; len(r.Rows) != want {
 		t.Errorf("got %d rows, want %d", len(r.Rows), want)
 	}
 	for _, rows := range [][]Row{r.Rows, r.Daemon} {

@@ -1,7 +1,8 @@
 // Command bench measures CNI ADD and DEL latency through libcni, the library
 // container runtimes use, for Coordino and for the reference bridge+host-local
 // plugins side by side in one run, and the extra cost of chaining Coordino
-// after bridge+host-local.
+// after bridge+host-local, next to that of chaining a Go plugin that does
+// nothing (chainnoop).
 //
 // Every system runs on its own harness node (a network namespace; Coordino's
 // with its own coordino-daemon), and libcni is driven from inside that node

@@ -21,13 +21,17 @@ import (
 )
 
 // buildEmpty builds emptybin with the plugin's build flags into dir.
-func buildEmpty(dir string) (string, error) {
-	out := filepath.Join(dir, "emptybin")
-	cmd := exec.Command("go", "build", "-trimpath", "-ldflags=-s -w", "-o", out, "./test/bench/emptybin")
+func buildEmpty(dir string) (string, error) { return buildCommand(dir, "emptybin") }
+
+// buildCommand builds the command test/bench/name with the plugin's build
+// flags into dir.
+func buildCommand(dir, name string) (string, error) {
+	out := filepath.Join(dir, name)
+	cmd := exec.Command("go", "build", "-trimpath", "-ldflags=-s -w", "-o", out, "./test/bench/"+name)
 	cmd.Dir = harness.RepoRoot()
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if msg, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("build emptybin: %v: %s", err, msg)
+		return "", fmt.Errorf("build %s: %v: %s", name, err, msg)
 	}
 	return out, nil
 }

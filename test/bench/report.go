@@ -276,6 +276,8 @@ func (r *Report) WriteTable(w io.Writer) {
 
 	r.writeBaseline(w)
 
+	r.writeChainedFloor(w)
+
 	fmt.Fprintln(w, "\nTargets:")
 	for _, t := range r.Targets {
 		verdict := "n/a"
@@ -335,4 +337,19 @@ func ratio(c, ref harness.Stats, a, b float64) string {
 		return fmt.Sprintf("%8s", "-")
 	}
 	return fmt.Sprintf("%7.2fx", a/b)
+}
+
+// writeChainedFloor prints the chained cost next to that of chaining a Go
+// plugin that does nothing (chainnoop): the part of the cost that is
+// libcni's second fork/exec and a Go process, which no daemon change moves.
+func (r *Report) writeChainedFloor(w io.Writer) {
+	seq := r.Params.modes()[0].Name
+	ref := r.row(seq, VerbAdd, SysRef)
+	c, noop := r.row(seq, VerbAdd, SysChained), r.row(seq, VerbAdd, SysChainedNoop)
+	if ref.N == 0 || c.N == 0 || noop.N == 0 {
+		return
+	}
+	fmt.Fprintf(w, "\nChained cost against its floor (%s ADD p50 minus %s's, ms):\n", seq, SysRef)
+	fmt.Fprintf(w, "  %-36s %+8.2f\n  %-36s %+8.2f  (a Go plugin passing prevResult on)\n",
+		SysChained, c.P50-ref.P50, SysChainedNoop, noop.P50-ref.P50)
 }

@@ -30,6 +30,21 @@ func TestChainedAttachWithoutRecordIsDetachedAtStart(t *testing.T) {
 	if got := endpointEntries(t, n); got != 1 {
 		t.Fatalf("datapath endpoints after ADD = %d, want 1", got)
 	}
+	restartWithoutRecord(t, n, store.Key{Network: "crash", ContainerID: rt.ContainerID, IfName: rt.IfName})
+	if got := endpointEntries(t, n); got != 0 {
+		t.Fatalf("datapath endpoints of attachments without a record after restart = %d, want 0", got)
+	}
+	// DEL of what the runtime still believes in succeeds and the primary's part goes.
+	if err := c.Del(ctx(t), rt); err != nil {
+		t.Fatalf("DEL: %v", err)
+	}
+}
+
+// restartWithoutRecord kills the node's daemon (SIGKILL), deletes the
+// record of k as if the crash had come before it was durable, and starts
+// the daemon again.
+func restartWithoutRecord(t *testing.T, n *harness.Node, k store.Key) {
+	t.Helper()
 	if err := n.StopDaemon(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
@@ -37,20 +52,13 @@ func TestChainedAttachWithoutRecordIsDetachedAtStart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	err = st.Delete(store.Key{Network: "crash", ContainerID: rt.ContainerID, IfName: rt.IfName})
+	err = st.Delete(k)
 	st.Close()
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := n.StartDaemon(); err != nil {
 		t.Fatal(err)
-	}
-	if got := endpointEntries(t, n); got != 0 {
-		t.Fatalf("datapath endpoints of attachments without a record after restart = %d, want 0", got)
-	}
-	// DEL of what the runtime still believes in succeeds and the primary's part goes.
-	if err := c.Del(ctx(t), rt); err != nil {
-		t.Fatalf("DEL: %v", err)
 	}
 }
 
