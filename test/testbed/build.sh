@@ -102,7 +102,8 @@ build_agnhost() {
 # (sh and busybox's utilities, bash, curl, nc, dig, nslookup, host, getent), exactly
 # the shared libraries they load, and porter's TLS certificate. The Debian
 # packages are pinned in userland/packages.txt; the cache directory is named
-# by that file's hash, so changing a pin rebuilds.
+# by that file's hash, so changing a pin rebuilds (its "recipe" comment is
+# bumped when this function changes).
 USERLAND_VERSION=$(sha256sum "$HERE/userland/packages.txt" | cut -c1-12)
 build_userland() {
 	local debs="$OUT/debs" raw="$OUT/unpacked" root="$OUT/rootfs"
@@ -133,6 +134,9 @@ build_userland() {
 	install -D -m 0755 "$loader" "$root/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2"
 	mkdir -p "$root/lib64"
 	ln -sf ../lib/x86_64-linux-gnu/ld-linux-x86-64.so.2 "$root/lib64/ld-linux-x86-64.so.2"
+	# Debian's static busybox runs its own applets before searching PATH,
+	# so its sh would run busybox nc, not netcat-openbsd: sh is bash.
+	ln -s bash "$root/bin/sh"
 	local applet
 	"$raw/bin/busybox" --list-full | while read -r applet; do
 		[ -e "$root/$applet" ] || { mkdir -p "$root/$(dirname "$applet")"; ln -s /bin/busybox "$root/$applet"; }
