@@ -109,7 +109,10 @@ build_userland() {
 	local debs="$OUT/debs" raw="$OUT/unpacked" root="$OUT/rootfs"
 	mkdir -p "$debs" "$raw" "$root"
 	# shellcheck disable=SC2046 # one argument per pinned package
-	(cd "$debs" && apt-get download -q $(grep -v '^\s*#' "$HERE/userland/packages.txt"))
+	(cd "$debs" && apt-get download -q $(grep -v '^\s*#' "$HERE/userland/packages.txt")) || {
+		echo "userland: apt-get download failed: run apt-get update, or re-pin a version the archive dropped" >&2
+		return 1
+	}
 	for d in "$debs"/*.deb; do dpkg-deb -x "$d" "$raw"; done
 
 	local libdirs="$raw/lib/x86_64-linux-gnu:$raw/usr/lib/x86_64-linux-gnu"
