@@ -285,6 +285,8 @@ func TestServicesWithKubeProxy(t *testing.T) {
 		{other, svc, 80, "udp", harness.Blocked, "backend's ingress sees other, not the node"},
 		{other, svc2, 81, "tcp", harness.Reached, "nothing isolated"},
 		{client, backend.addr, backendPort, "tcp", harness.Reached, "direct, as before"},
+		{backend2, svc2, 81, "tcp", harness.Reached, "hairpin: its own Service, no policy"},
+		{backend2, svc2, 81, "udp", harness.Reached, "hairpin: its own Service, no policy"},
 	}
 	for _, mode := range []string{"nftables", "iptables"} {
 		t.Run(mode, func(t *testing.T) {

@@ -6,7 +6,7 @@
 #
 # usage: build.sh [component...]   components: containerd crictl etcd kubelet kube-apiserver
 #                                   kube-controller-manager kube-scheduler kube-proxy kubectl
-#                                   coredns agnhost e2e.test
+#                                   coredns agnhost userland e2e.test
 #                                   (default: cri kube; "cri" = containerd crictl, "kube" = etcd kubelet kube-apiserver,
 #                                    "cluster" = what the multi-node bed needs; e2e.test separately)
 # env:   COORDINO_TESTBED_CACHE  cache root
@@ -97,6 +97,65 @@ build_agnhost() {
 	(cd "$HERE/k8sbuild" && gobuild -ldflags '-s -w' -o "$OUT/agnhost" k8s.io/kubernetes/test/images/agnhost)
 }
 
+# userland is the root filesystem the cluster bed's agnhost image gets around
+# /agnhost, like upstream's image has around it: the programs the suites exec
+# (sh and busybox's utilities, bash, curl, nc, dig, nslookup, host, getent), exactly
+# the shared libraries they load, and porter's TLS certificate. The Debian
+# packages are pinned in userland/packages.txt; the cache directory is named
+# by that file's hash, so changing a pin rebuilds (its "recipe" comment is
+# bumped when this function changes).
+USERLAND_VERSION=$(sha256sum "$HERE/userland/packages.txt" | cut -c1-12)
+build_userland() {
+	local debs="$OUT/debs" raw="$OUT/unpacked" root="$OUT/rootfs"
+	mkdir -p "$debs" "$raw" "$root"
+	# shellcheck disable=SC2046 # one argument per pinned package
+	(cd "$debs" && apt-get download -q $(grep -v '^\s*#' "$HERE/userland/packages.txt")) || {
+		echo "userland: apt-get download failed: run apt-get update, or re-pin a version the archive dropped" >&2
+		return 1
+	}
+	for d in "$debs"/*.deb; do dpkg-deb -x "$d" "$raw"; done
+
+	local libdirs="$raw/lib/x86_64-linux-gnu:$raw/usr/lib/x86_64-linux-gnu"
+	local loader="$raw/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2"
+	install -D -m 0755 "$raw/bin/busybox" "$root/bin/busybox"
+	# The real tools take their upstream names; busybox fills in the rest.
+	local -A tools=([bin/bash]=bin/bash [usr/bin/curl]=usr/bin/curl [bin/nc.openbsd]=usr/bin/nc
+		[usr/bin/dig]=usr/bin/dig [usr/bin/nslookup]=usr/bin/nslookup [usr/bin/host]=usr/bin/host
+		[usr/bin/getent]=usr/bin/getent)
+	local src lib
+	for src in "${!tools[@]}"; do
+		install -D -m 0755 "$raw/$src" "$root/${tools[$src]}"
+		# The unpacked loader resolves the libraries; any found outside
+		# the unpacked packages means packages.txt lacks one.
+		"$loader" --library-path "$libdirs" --list "$raw/$src" | awk '/=>/ {print $3}' | while read -r lib; do
+			case $lib in
+			"$raw"/*) install -D -m 0755 "$(readlink -f "$lib")" "$root/${lib#"$raw"/}" ;;
+			*) echo "userland: $src needs $lib, not in userland/packages.txt" >&2; exit 1 ;;
+			esac
+		done
+	done
+	install -D -m 0755 "$loader" "$root/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2"
+	mkdir -p "$root/lib64"
+	ln -sf ../lib/x86_64-linux-gnu/ld-linux-x86-64.so.2 "$root/lib64/ld-linux-x86-64.so.2"
+	# Debian's static busybox runs its own applets before searching PATH,
+	# so its sh would run busybox nc, not netcat-openbsd: sh is bash.
+	ln -s bash "$root/bin/sh"
+	local applet
+	"$raw/bin/busybox" --list-full | while read -r applet; do
+		[ -e "$root/$applet" ] || { mkdir -p "$root/$(dirname "$applet")"; ln -s /bin/busybox "$root/$applet"; }
+	done
+
+	mkdir -p "$root/etc" "$root/uploads"
+	printf 'root:x:0:0:root:/root:/bin/sh\nuser-defined-in-image:x:1000:1000::/home/user-defined-in-image:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/bin/false\n' >"$root/etc/passwd"
+	printf 'root:x:0:\nuser-defined-in-image:x:1000:\ngroup-defined-in-image:x:50000:user-defined-in-image\nnogroup:x:65534:\n' >"$root/etc/group"
+	printf 'hosts: files dns\npasswd: files\ngroup: files\n' >"$root/etc/nsswitch.conf"
+	local porter
+	porter=$(cd "$HERE/k8sbuild" && go list -m -f '{{.Dir}}' k8s.io/kubernetes)/test/images/agnhost/porter
+	install -m 0644 "$porter/localhost.crt" "$porter/localhost.key" "$root/"
+	ln -s agnhost "$root/agnhost-2"
+	rm -rf "$raw"
+}
+
 build_coredns() {
 	(cd "$HERE/corednsbuild" && gobuild -ldflags '-s -w' -o "$OUT/coredns" github.com/coredns/coredns)
 }
@@ -108,7 +167,7 @@ for w in "${want[@]}"; do
 	case $w in
 	cri) expanded+=(containerd crictl) ;;
 	kube) expanded+=(etcd kubelet kube-apiserver) ;;
-	cluster) expanded+=(containerd crictl etcd kube-apiserver kubelet kube-controller-manager kube-scheduler kube-proxy kubectl coredns agnhost) ;;
+	cluster) expanded+=(containerd crictl etcd kube-apiserver kubelet kube-controller-manager kube-scheduler kube-proxy kubectl coredns agnhost userland) ;;
 	*) expanded+=("$w") ;;
 	esac
 done
@@ -126,6 +185,7 @@ for comp in "${expanded[@]}"; do
 	kubectl) cached kubectl $K8S_VERSION || timed kubectl $K8S_VERSION build_k8s kubectl ;;
 	coredns) cached coredns $COREDNS_VERSION || timed coredns $COREDNS_VERSION build_coredns ;;
 	agnhost) cached agnhost $K8S_VERSION || timed agnhost $K8S_VERSION build_agnhost ;;
+	userland) cached userland "$USERLAND_VERSION" || timed userland "$USERLAND_VERSION" build_userland ;;
 	e2e.test) cached e2e.test $K8S_VERSION || timed e2e.test $K8S_VERSION build_e2e ;;
 	*) echo "unknown component $comp" >&2; exit 2 ;;
 	esac

@@ -58,8 +58,14 @@ func PackImage(toolDir, tarPath, tag, entrypoint string, files ...string) error 
 	for _, f := range files {
 		args = append(args, "-file", f)
 	}
+	return Mkimg(toolDir, args...)
+}
+
+// Mkimg runs the mkimg that BuildImagePrograms put into toolDir with args
+// (see test/testbed/images/mkimg).
+func Mkimg(toolDir string, args ...string) error {
 	if o, err := exec.Command(filepath.Join(toolDir, "mkimg"), args...).CombinedOutput(); err != nil {
-		return fmt.Errorf("mkimg %s: %w: %s", tag, err, o)
+		return fmt.Errorf("mkimg %v: %w: %s", args, err, o)
 	}
 	return nil
 }

@@ -2,5 +2,5 @@
 // and writes it as a docker-archive tarball, so the test bed needs no registry:
 // `ctr -n k8s.io images import` loads the result.
 //
-//	mkimg -o out.tar -tag repo:tag [-entrypoint /a,b] [-cmd c,d] -file src:/dst ...
+//	mkimg -o out.tar -tag repo:tag [-tag ...] [-entrypoint /a,b] [-cmd c,d] [-tree dir ...] -file src:/dst ...
 package main

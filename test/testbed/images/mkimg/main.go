@@ -14,17 +14,18 @@ func (l *list) String() string     { return strings.Join(*l, ",") }
 func (l *list) Set(s string) error { *l = append(*l, s); return nil }
 
 func main() {
-	var files list
+	var files, trees, tags list
 	out := flag.String("o", "image.tar", "output docker-archive")
-	tag := flag.String("tag", "", "image reference")
+	flag.Var(&tags, "tag", "image reference (repeatable: one image, several names)")
 	entrypoint := flag.String("entrypoint", "", "comma separated entrypoint")
 	cmd := flag.String("cmd", "", "comma separated cmd")
 	flag.Var(&files, "file", "src:/dst executable to add (repeatable)")
+	flag.Var(&trees, "tree", "host directory copied as the image's root (repeatable)")
 	flag.Parse()
-	if *tag == "" || len(files) == 0 {
+	if len(tags) == 0 || len(files) == 0 {
 		log.Fatal("need -tag and at least one -file")
 	}
-	spec := ociimage.Spec{Entrypoint: split(*entrypoint), Cmd: split(*cmd)}
+	spec := ociimage.Spec{Entrypoint: split(*entrypoint), Cmd: split(*cmd), Trees: trees}
 	for _, s := range files {
 		f, err := ociimage.ParseFile(s)
 		if err != nil {
@@ -36,7 +37,7 @@ func main() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	if err := ociimage.WriteArchive(*out, *tag, img); err != nil {
+	if err := ociimage.WriteArchiveTags(*out, tags, img); err != nil {
 		log.Fatal(err)
 	}
 }

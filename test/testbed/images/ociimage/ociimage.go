@@ -5,8 +5,10 @@ import (
 	"bytes"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path"
+	"path/filepath"
 	"strings"
 
 	"github.com/google/go-containerregistry/pkg/name"
@@ -31,10 +33,16 @@ type Symlink struct {
 	Target string
 }
 
-// Spec describes an image: its files (all mode 0755), links and config.
+// Spec describes an image: its files (all mode 0755), links, directory
+// trees and config.
 type Spec struct {
-	Files      []File
-	Symlinks   []Symlink
+	Files    []File
+	Symlinks []Symlink
+	// Trees are host directories copied as the image's root: their
+	// directories, regular files (with their permission bits) and
+	// symbolic links, under the same paths. Files and Symlinks come after
+	// them and must not name a path a tree holds.
+	Trees      []string
 	Entrypoint []string
 	Cmd        []string
 	Env        []string // default: DefaultPath
@@ -53,7 +61,7 @@ func ParseFile(s string) (File, error) {
 // Build returns the image. Timestamps are zero, so equal inputs give an
 // equal digest.
 func Build(spec Spec) (v1.Image, error) {
-	layerTar, err := layer(spec.Files, spec.Symlinks)
+	layerTar, err := layer(spec.Trees, spec.Files, spec.Symlinks)
 	if err != nil {
 		return nil, err
 	}
@@ -86,19 +94,34 @@ func Build(spec Spec) (v1.Image, error) {
 // WriteArchive writes img as a docker-archive tagged ref, the format that
 // `ctr images import`, `docker load` and `kind load image-archive` accept.
 func WriteArchive(out, ref string, img v1.Image) error {
-	tag, err := name.NewTag(ref)
-	if err != nil {
-		return err
+	return WriteArchiveTags(out, []string{ref}, img)
+}
+
+// WriteArchiveTags is WriteArchive with several references to the one image
+// (its layers are stored once).
+func WriteArchiveTags(out string, refs []string, img v1.Image) error {
+	tags := map[name.Reference]v1.Image{}
+	for _, ref := range refs {
+		tag, err := name.NewTag(ref)
+		if err != nil {
+			return err
+		}
+		tags[tag] = img
 	}
-	return tarball.WriteToFile(out, tag, img)
+	return tarball.MultiRefWriteToFile(out, tags)
 }
 
 // layer returns a tar with the given files and links plus the empty
 // directories a runtime expects to mount over (/proc, /sys, /dev, /etc, /tmp).
-func layer(files []File, links []Symlink) ([]byte, error) {
+func layer(trees []string, files []File, links []Symlink) ([]byte, error) {
 	var buf bytes.Buffer
 	tw := tar.NewWriter(&buf)
 	seen := map[string]bool{}
+	for _, t := range trees {
+		if err := addTree(tw, t, seen); err != nil {
+			return nil, err
+		}
+	}
 	mkdirs := func(p string) error {
 		var parents []string
 		for d := path.Dir(strings.TrimPrefix(p, "/")); d != "." && d != "/"; d = path.Dir(d) {
@@ -155,4 +178,50 @@ func layer(files []File, links []Symlink) ([]byte, error) {
 		return nil, err
 	}
 	return buf.Bytes(), nil
+}
+
+// addTree writes root's contents under the image's root, in lexical order,
+// with zero timestamps and owner root. Directories already written (seen)
+// are not repeated; other file types are refused.
+func addTree(tw *tar.Writer, root string, seen map[string]bool) error {
+	return filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, err := filepath.Rel(root, p)
+		if err != nil || rel == "." {
+			return err
+		}
+		rel = filepath.ToSlash(rel)
+		info, err := d.Info()
+		if err != nil {
+			return err
+		}
+		switch {
+		case d.IsDir():
+			if seen[rel] {
+				return nil
+			}
+			seen[rel] = true
+			return tw.WriteHeader(&tar.Header{Typeflag: tar.TypeDir, Name: rel + "/", Mode: int64(info.Mode().Perm())})
+		case d.Type()&fs.ModeSymlink != 0:
+			target, err := os.Readlink(p)
+			if err != nil {
+				return err
+			}
+			return tw.WriteHeader(&tar.Header{Typeflag: tar.TypeSymlink, Name: rel, Linkname: target, Mode: 0o777})
+		case d.Type().IsRegular():
+			b, err := os.ReadFile(p)
+			if err != nil {
+				return err
+			}
+			if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: rel, Mode: int64(info.Mode().Perm()), Size: int64(len(b))}); err != nil {
+				return err
+			}
+			_, err = tw.Write(b)
+			return err
+		default:
+			return fmt.Errorf("%s: %v is not a directory, regular file or symbolic link", p, d.Type())
+		}
+	})
 }
