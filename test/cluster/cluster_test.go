@@ -225,11 +225,9 @@ func TestClusterChainedUninstall(t *testing.T) {
 		}
 	}
 	deleteNamespace(ctx, t, c, bare)
-	before := map[string]Footprint{}
-	for _, n := range c.Nodes {
-		if before[n], err = c.NodeFootprint(n); err != nil {
-			t.Fatal(err)
-		}
+	before, err := c.SettledFootprints(ctx, 2*time.Minute)
+	if err != nil {
+		t.Fatal(err)
 	}
 
 	if err := c.Install(ctx); err != nil {

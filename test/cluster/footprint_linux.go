@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -9,10 +10,13 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"time"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
 	"github.com/vishvananda/netlink"
+
+	"github.com/coordino/coordino/test/testbed"
 )
 
 // Footprint is what a node holds of pod networking and of its CNIs, one
@@ -200,4 +204,32 @@ func countMapEntries(pin string) (int, error) {
 		n++
 	}
 	return n, it.Err()
+}
+
+// SettledFootprints waits until no worker's footprint changes for a few
+// seconds (pods deleted through the API are torn down by their kubelet
+// afterwards) and returns them by node.
+func (c *Cluster) SettledFootprints(ctx context.Context, timeout time.Duration) (map[string]Footprint, error) {
+	var last map[string]Footprint
+	err := testbed.WaitFor(ctx, "node footprints settled", timeout, func() error {
+		now := map[string]Footprint{}
+		changed := last == nil
+		for _, n := range c.Nodes {
+			fp, err := c.NodeFootprint(n)
+			if err != nil {
+				return err
+			}
+			now[n] = fp
+			if last != nil && len(last[n].Diff(fp)) > 0 {
+				changed = true
+			}
+		}
+		last = now
+		if changed {
+			time.Sleep(3 * time.Second)
+			return errors.New("footprints still changing")
+		}
+		return nil
+	})
+	return last, err
 }

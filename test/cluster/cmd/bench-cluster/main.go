@@ -83,18 +83,23 @@ func report(w io.Writer, p params, rs []result) bool {
 	row("churn: created→Running p99", func(r result) string { return ms(r.Churn.P99) })
 	row("churn achieved (pods/node/min)", func(r result) string { return fmt.Sprintf("%.0f", r.ChurnAchieved) })
 	row("kubelet sandbox creation p50", func(r result) string { return sec(r.SandboxP50) })
-	row("kubelet sandbox creation p99", func(r result) string { return sec(r.P99Box) })
+	row("kubelet sandbox creation p99", func(r result) string { return sec(r.SandboxP99) })
 	row("CNI ADD p50 (daemon metrics)", func(r result) string { return sec(r.AddP50) })
 	row("CNI ADD p99 (daemon metrics)", func(r result) string { return sec(r.AddP99) })
-	row("CNI ADDs / CNI errors", func(r result) string {
+	row("CNI ADDs / CNI errors (daemon metrics)", func(r result) string {
 		if r.CNI != "coordino" {
 			return "n/a"
 		}
-		return fmt.Sprintf("%.0f / %.0f", r.Adds, r.CNIErrors)
+		n := 0.0
+		for _, v := range r.CNIErrors {
+			n += v
+		}
+		return fmt.Sprintf("%.0f / %.0f", r.Adds, n)
 	})
 	row("churned pods deleted before Running", func(r result) string { return strconv.Itoa(r.DeletedBeforeRunning) })
 	row("pods never Running while alive", func(r result) string { return strconv.Itoa(r.NotRunning) })
-	row("Warning events", func(r result) string {
+	row("Warnings, pods deleted while starting", func(r result) string { return strconv.Itoa(r.DeletedWarnings) })
+	row("Warning events, other", func(r result) string {
 		n := 0
 		for _, c := range r.Warnings {
 			n += c
@@ -107,7 +112,7 @@ func report(w io.Writer, p params, rs []result) bool {
 		c, ref := rs[0], rs[1]
 		fmt.Fprintf(w, "  ratio %s/%s created→Running: create p50 %.2f p99 %.2f, churn p50 %.2f p99 %.2f; sandbox p50 %.2f p99 %.2f\n",
 			c.CNI, ref.CNI, c.Create.P50/ref.Create.P50, c.Create.P99/ref.Create.P99,
-			c.Churn.P50/ref.Churn.P50, c.Churn.P99/ref.Churn.P99, c.SandboxP50/ref.SandboxP50, c.P99Box/ref.P99Box)
+			c.Churn.P50/ref.Churn.P50, c.Churn.P99/ref.Churn.P99, c.SandboxP50/ref.SandboxP50, c.SandboxP99/ref.SandboxP99)
 	}
 	ok := true
 	for _, r := range rs {
@@ -118,11 +123,15 @@ func report(w io.Writer, p params, rs []result) bool {
 		for _, s := range r.WarningSamples {
 			fmt.Fprintf(w, "    e.g. %s\n", s)
 		}
+		for _, k := range sortedKeys(r.CNIErrors) {
+			fmt.Fprintf(w, "  %s: %.0f CNI errors %s\n", r.CNI, r.CNIErrors[k], k)
+			ok = false
+		}
 		for _, n := range sortedKeys(r.Leaks) {
 			fmt.Fprintf(w, "  %s: %s not back to its state before the run:\n    %s\n", r.CNI, n, strings.Join(r.Leaks[n], "\n    "))
 			ok = false
 		}
-		if r.NotRunning > 0 || r.CNIErrors > 0 {
+		if r.NotRunning > 0 {
 			ok = false
 		}
 	}
@@ -130,7 +139,7 @@ func report(w io.Writer, p params, rs []result) bool {
 	if !ok {
 		verdict = "MISSED"
 	}
-	fmt.Fprintf(w, "goals (every pod Running, no Warning event, no CNI error, nothing left on a node): %s\n", verdict)
+	fmt.Fprintf(w, "goals (every live pod Running, no Warning event but on pods deleted while starting, no CNI error, nothing left on a node): %s\n", verdict)
 	return ok
 }
 

@@ -5,6 +5,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"math"
 	"sort"
 	"strings"
 	"sync"
@@ -32,19 +33,23 @@ type params struct {
 
 // result is one CNI's run.
 type result struct {
-	CNI                  string
-	Up                   time.Duration
-	Create, Churn        harness.Stats // created → Running through the watch
-	NotRunning           int           // pods that never got there while alive
-	DeletedBeforeRunning int           // churn deleted them before they ran
-	ChurnAchieved        float64       // replacements per node per minute done
-	SandboxP50, P99Box   float64       // kubelet_run_podsandbox_duration_seconds, s
-	AddP50, AddP99       float64       // Coordino daemons' ADD, s (NaN: reference)
-	Adds, CNIErrors      float64
-	Warnings             map[string]int // reason → count
-	WarningSamples       []string
-	Leaks                map[string][]string // node → footprint lines changed
-	DeleteWait           time.Duration       // last pod deleted → nodes back to baseline
+	CNI                    string
+	Up                     time.Duration
+	Create, Churn          harness.Stats // created → Running through the watch
+	NotRunning             int           // pods that never got there while alive
+	DeletedBeforeRunning   int           // churn deleted them before they ran
+	ChurnAchieved          float64       // replacements per node per minute done
+	SandboxP50, SandboxP99 float64       // kubelet_run_podsandbox_duration_seconds, s
+	AddP50, AddP99         float64       // Coordino daemons' ADD, s (NaN: reference)
+	Adds                   float64
+	CNIErrors              map[string]float64 // "verb code N" → count
+	Warnings               map[string]int     // reason → count, on pods alive
+	WarningSamples         []string
+	// Warnings about pods the churn deleted while they started (the
+	// kubelet racing the deletion, e.g. "etc-hosts: no such file").
+	DeletedWarnings int
+	Leaks           map[string][]string // node → footprint lines changed
+	DeleteWait      time.Duration       // last pod deleted → nodes back to baseline
 }
 
 // tracker follows the bench pods through a watch: when each was created
@@ -100,6 +105,13 @@ func (t *tracker) latencies(names []string) (d []time.Duration, missing, deleted
 	return d, missing, deletedFirst
 }
 
+func (t *tracker) deletedBeforeRunning(name string) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	_, ran := t.running[name]
+	return t.deleted[name] && !ran
+}
+
 func (t *tracker) allRunning(names []string) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -136,7 +148,8 @@ func watchLoop(ctx context.Context, start func(rv string) (watch.Interface, erro
 
 // run measures one CNI on a fresh bed and tears it down.
 func run(ctx context.Context, cni string, p params, logf func(string, ...any)) (res result, err error) {
-	res = result{CNI: cni, Warnings: map[string]int{}, Leaks: map[string][]string{}}
+	res = result{CNI: cni, Warnings: map[string]int{}, Leaks: map[string][]string{}, CNIErrors: map[string]float64{},
+		AddP50: math.NaN(), AddP99: math.NaN()}
 	opts := cluster.Options{Workers: p.Workers, MaxPods: p.PodsPerNode + 20, Logf: logf}
 	if cni == "reference" {
 		opts.SkipInstall, opts.PrimaryCNI = true, "bridge"
@@ -179,6 +192,7 @@ func run(ctx context.Context, cni string, p params, logf func(string, ...any)) (
 		return ""
 	})
 	var evMu sync.Mutex
+	var warnings []*corev1.Event
 	events := c.Client.CoreV1().Events(benchNamespace)
 	go watchLoop(wctx, func(rv string) (watch.Interface, error) {
 		return events.Watch(wctx, metav1.ListOptions{ResourceVersion: rv, FieldSelector: "type=Warning"})
@@ -189,10 +203,7 @@ func run(ctx context.Context, cni string, p params, logf func(string, ...any)) (
 		}
 		if ev.Type == watch.Added {
 			evMu.Lock()
-			res.Warnings[e.Reason]++
-			if len(res.WarningSamples) < 5 {
-				res.WarningSamples = append(res.WarningSamples, fmt.Sprintf("%s %s: %s", e.InvolvedObject.Name, e.Reason, e.Message))
-			}
+			warnings = append(warnings, e)
 			evMu.Unlock()
 		}
 		return e.ResourceVersion
@@ -280,18 +291,38 @@ func run(ctx context.Context, cni string, p params, logf func(string, ...any)) (
 		res.WarningSamples = append(res.WarningSamples, createErrs[0])
 	}
 
+	evMu.Lock()
+	for _, e := range warnings {
+		if t.deletedBeforeRunning(e.InvolvedObject.Name) {
+			res.DeletedWarnings++
+			continue
+		}
+		res.Warnings[e.Reason]++
+		if len(res.WarningSamples) < 5 {
+			res.WarningSamples = append(res.WarningSamples, fmt.Sprintf("%s %s: %s", e.InvolvedObject.Name, e.Reason, e.Message))
+		}
+	}
+	evMu.Unlock()
+
 	after, err := scrapeAll(ctx, c, withDaemon)
 	if err != nil {
 		return res, err
 	}
 	box := histogramOf(after.kubelet, "kubelet_run_podsandbox_duration_seconds", nil).minus(histogramOf(before.kubelet, "kubelet_run_podsandbox_duration_seconds", nil))
-	res.SandboxP50, res.P99Box = box.quantile(0.5), box.quantile(0.99)
+	res.SandboxP50, res.SandboxP99 = box.quantile(0.5), box.quantile(0.99)
 	if withDaemon {
 		const name = "coordino_cni_request_duration_seconds"
 		add := map[string]string{"verb": "ADD"}
 		h := histogramOf(after.daemon, name, add).minus(histogramOf(before.daemon, name, add))
 		res.AddP50, res.AddP99, res.Adds = h.quantile(0.5), h.quantile(0.99), h.count()
-		res.CNIErrors = sum(after.daemon, "coordino_cni_errors_total", nil) - sum(before.daemon, "coordino_cni_errors_total", nil)
+		for _, s := range after.daemon {
+			if s.name == "coordino_cni_errors_total" {
+				k := s.labels["verb"] + " code " + s.labels["code"]
+				if n := s.value - sum(before.daemon, s.name, s.labels); n > 0 {
+					res.CNIErrors[k] += n
+				}
+			}
+		}
 	}
 
 	// Phase 3: delete everything; every node must return to its baseline.
@@ -362,8 +393,7 @@ func settledBaseline(ctx context.Context, c *cluster.Cluster) (map[string]cluste
 	if err := pods.DeleteCollection(ctx, metav1.DeleteOptions{GracePeriodSeconds: &zero}, metav1.ListOptions{}); err != nil {
 		return nil, err
 	}
-	var last map[string]cluster.Footprint
-	err = testbed.WaitFor(ctx, "node footprints settled", 3*time.Minute, func() error {
+	err = testbed.WaitFor(ctx, "warm-up pods gone", 3*time.Minute, func() error {
 		l, err := pods.List(ctx, metav1.ListOptions{})
 		if err != nil {
 			return err
@@ -371,24 +401,12 @@ func settledBaseline(ctx context.Context, c *cluster.Cluster) (map[string]cluste
 		if len(l.Items) > 0 {
 			return fmt.Errorf("%d warm-up pods left", len(l.Items))
 		}
-		now := map[string]cluster.Footprint{}
-		changed := last == nil
-		for _, n := range c.Nodes {
-			if now[n], err = c.NodeFootprint(n); err != nil {
-				return err
-			}
-			if last != nil && len(last[n].Diff(now[n])) > 0 {
-				changed = true
-			}
-		}
-		last = now
-		if changed {
-			time.Sleep(3 * time.Second)
-			return fmt.Errorf("footprints still changing")
-		}
 		return nil
 	})
-	return last, err
+	if err != nil {
+		return nil, err
+	}
+	return c.SettledFootprints(ctx, 3*time.Minute)
 }
 
 func benchPod(name, node string) *corev1.Pod {
