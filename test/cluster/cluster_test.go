@@ -172,26 +172,7 @@ func podNetworkAndPolicy(ctx context.Context, t *testing.T, c *Cluster, ns strin
 }
 
 func diffLines(a, b string) string {
-	as, bs := map[string]bool{}, map[string]bool{}
-	for _, l := range strings.Split(a, "\n") {
-		as[l] = true
-	}
-	for _, l := range strings.Split(b, "\n") {
-		bs[l] = true
-	}
-	var out []string
-	for l := range as {
-		if !bs[l] {
-			out = append(out, "- "+l)
-		}
-	}
-	for l := range bs {
-		if !as[l] {
-			out = append(out, "+ "+l)
-		}
-	}
-	sort.Strings(out)
-	return strings.Join(out, "\n")
+	return strings.Join(diffSets(strings.Split(a, "\n"), strings.Split(b, "\n")), "\n")
 }
 
 // TestClusterChainedUninstall: over a bridge + host-local primary, the

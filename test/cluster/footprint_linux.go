@@ -16,6 +16,7 @@ import (
 	"github.com/cilium/ebpf/link"
 	"github.com/vishvananda/netlink"
 
+	"github.com/coordino/coordino/test/harness"
 	"github.com/coordino/coordino/test/testbed"
 )
 
@@ -103,7 +104,7 @@ func (c *Cluster) NodeFootprint(node string) (Footprint, error) {
 	}
 	out = append(out, lines...)
 	for _, name := range countedMaps {
-		n, err := countMapEntries(filepath.Join(bpffs, "coordino", name))
+		n, err := harness.PinnedMapEntries(filepath.Join(bpffs, "coordino", name))
 		if errors.Is(err, os.ErrNotExist) {
 			continue
 		}
@@ -189,21 +190,6 @@ func fileFootprint(root, nodePath string, hash bool) ([]string, error) {
 		return nil
 	})
 	return out, err
-}
-
-func countMapEntries(pin string) (int, error) {
-	m, err := ebpf.LoadPinnedMap(pin, &ebpf.LoadPinOptions{ReadOnly: true})
-	if err != nil {
-		return 0, err
-	}
-	defer m.Close()
-	var k, v []byte
-	n := 0
-	it := m.Iterate()
-	for it.Next(&k, &v) {
-		n++
-	}
-	return n, it.Err()
 }
 
 // SettledFootprints waits until no worker's footprint changes for a few
