@@ -96,6 +96,12 @@ func report(w io.Writer, p params, rs []result) bool {
 		}
 		return fmt.Sprintf("%.0f / %.0f", r.Adds, n)
 	})
+	row("ADDs refused: pod not in daemon cache", func(r result) string {
+		if r.CNI != "coordino" {
+			return "n/a"
+		}
+		return fmt.Sprintf("%.0f", r.LabelMisses)
+	})
 	row("churned pods deleted before Running", func(r result) string { return strconv.Itoa(r.DeletedBeforeRunning) })
 	row("pods never Running while alive", func(r result) string { return strconv.Itoa(r.NotRunning) })
 	row("Warnings, pods deleted while starting", func(r result) string { return strconv.Itoa(r.DeletedWarnings) })

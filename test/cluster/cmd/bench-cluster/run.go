@@ -42,6 +42,7 @@ type result struct {
 	SandboxP50, SandboxP99 float64       // kubelet_run_podsandbox_duration_seconds, s
 	AddP50, AddP99         float64       // Coordino daemons' ADD, s (NaN: reference)
 	Adds                   float64
+	LabelMisses            float64            // ADDs refused: pod not yet in the daemon's cache
 	CNIErrors              map[string]float64 // "verb code N" → count
 	Warnings               map[string]int     // reason → count, on pods alive
 	WarningSamples         []string
@@ -315,6 +316,8 @@ func run(ctx context.Context, cni string, p params, logf func(string, ...any)) (
 		add := map[string]string{"verb": "ADD"}
 		h := histogramOf(after.daemon, name, add).minus(histogramOf(before.daemon, name, add))
 		res.AddP50, res.AddP99, res.Adds = h.quantile(0.5), h.quantile(0.99), h.count()
+		const misses = "coordino_k8s_pod_label_misses_total"
+		res.LabelMisses = sum(after.daemon, misses, nil) - sum(before.daemon, misses, nil)
 		for _, s := range after.daemon {
 			if s.name == "coordino_cni_errors_total" {
 				k := s.labels["verb"] + " code " + s.labels["code"]
