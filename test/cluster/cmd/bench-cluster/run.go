@@ -245,7 +245,7 @@ func run(ctx context.Context, cni string, p params, logf func(string, ...any)) (
 	logf("bench %s: creating %d pods per node on %d nodes at %.1f pods/s", cni, p.PodsPerNode, len(c.Nodes), p.CreateRate)
 	var created []string
 	tick := time.NewTicker(time.Duration(float64(time.Second) / p.CreateRate))
-	for i := 0; i < p.PodsPerNode*len(c.Nodes); i++ {
+	for i := 0; i < p.PodsPerNode*len(c.Nodes) && ctx.Err() == nil; i++ {
 		<-tick.C
 		created = append(created, create(c.Nodes[i%len(c.Nodes)]))
 	}
@@ -265,7 +265,7 @@ func run(ctx context.Context, cni string, p params, logf func(string, ...any)) (
 		tick := time.NewTicker(interval)
 		end := time.Now().Add(p.ChurnDuration)
 		churnStart := time.Now()
-		for i := 0; time.Now().Before(end); i++ {
+		for i := 0; time.Now().Before(end) && ctx.Err() == nil; i++ {
 			<-tick.C
 			node := c.Nodes[i%len(c.Nodes)]
 			old := perNode[node][0]
