@@ -329,19 +329,11 @@ func run(ctx context.Context, cni string, p params, logf func(string, ...any)) (
 	}
 
 	// Phase 3: delete everything; every node must return to its baseline.
-	zero := int64(0)
 	delStart := time.Now()
-	if err := pods.DeleteCollection(ctx, metav1.DeleteOptions{GracePeriodSeconds: &zero}, metav1.ListOptions{}); err != nil {
+	if err := deleteAllPods(ctx, c); err != nil {
 		return res, err
 	}
-	_ = testbed.WaitFor(ctx, "bench pods gone and nodes at baseline", 5*time.Minute, func() error {
-		l, err := pods.List(ctx, metav1.ListOptions{})
-		if err != nil {
-			return err
-		}
-		if len(l.Items) > 0 {
-			return fmt.Errorf("%d pods left", len(l.Items))
-		}
+	_ = testbed.WaitFor(ctx, "nodes at baseline", 5*time.Minute, func() error {
 		for _, n := range c.Nodes {
 			fp, err := c.NodeFootprint(n)
 			if err != nil {
@@ -392,24 +384,30 @@ func settledBaseline(ctx context.Context, c *cluster.Cluster) (map[string]cluste
 	if err != nil {
 		return nil, err
 	}
-	zero := int64(0)
-	if err := pods.DeleteCollection(ctx, metav1.DeleteOptions{GracePeriodSeconds: &zero}, metav1.ListOptions{}); err != nil {
+	if err := deleteAllPods(ctx, c); err != nil {
 		return nil, err
 	}
-	err = testbed.WaitFor(ctx, "warm-up pods gone", 3*time.Minute, func() error {
+	return c.SettledFootprints(ctx, 3*time.Minute)
+}
+
+// deleteAllPods deletes the bench namespace's pods (grace 0) and waits
+// until the API server has none left.
+func deleteAllPods(ctx context.Context, c *cluster.Cluster) error {
+	pods := c.Client.CoreV1().Pods(benchNamespace)
+	zero := int64(0)
+	if err := pods.DeleteCollection(ctx, metav1.DeleteOptions{GracePeriodSeconds: &zero}, metav1.ListOptions{}); err != nil {
+		return err
+	}
+	return testbed.WaitFor(ctx, "bench pods gone", 5*time.Minute, func() error {
 		l, err := pods.List(ctx, metav1.ListOptions{})
 		if err != nil {
 			return err
 		}
 		if len(l.Items) > 0 {
-			return fmt.Errorf("%d warm-up pods left", len(l.Items))
+			return fmt.Errorf("%d pods left", len(l.Items))
 		}
 		return nil
 	})
-	if err != nil {
-		return nil, err
-	}
-	return c.SettledFootprints(ctx, 3*time.Minute)
 }
 
 func benchPod(name, node string) *corev1.Pod {
