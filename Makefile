@@ -49,6 +49,7 @@ check-generated: generate
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed: $$out"; exit 1; fi
 	$(GO) vet ./...
+	$(GO) vet -tags 'clustere2e benchmultinode' ./test/cluster/ ./test/multinode/
 
 # The one test command: unit, fuzz-seed and privileged node e2e tests, then
 # the containerd CRI part of the runtime e2e (its binaries are built once and
@@ -112,7 +113,7 @@ bench-policy: deps build ref-plugins
 # rate per routing mode, each against a reference in the same run.
 .PHONY: bench-multinode
 bench-multinode: deps build ref-plugins
-	COORDINO_BENCH_MULTINODE=1 $(GO) test -count=1 -v -timeout 20m -run '^TestBenchMultinode$$' ./test/multinode/
+	$(GO) test -tags benchmultinode -count=1 -v -timeout 20m -run '^TestBenchMultinode$$' ./test/multinode/
 
 # The Coordino image (every binary of build, on an empty base) as a
 # docker-archive, built offline: `ctr -n k8s.io images import`, `docker load`
@@ -162,4 +163,24 @@ e2e-cluster: cluster-up
 e2e-cluster-smoke: image
 	test/testbed/deps.sh
 	TESTBED_NICE=$${TESTBED_NICE:-10} test/testbed/build.sh cluster
-	COORDINO_CLUSTER_E2E=1 $(GO) test -count=1 -v -timeout 30m -run '^TestClusterSmoke$$' ./test/cluster/
+	$(GO) test -tags clustere2e -count=1 -v -timeout 30m -run '^TestClusterSmoke$$' ./test/cluster/
+
+# The chained overlay over a bridge + host-local primary (pods networked,
+# policy enforced), then the documented uninstall kit, which must leave every
+# node as it was before the install.
+.PHONY: e2e-cluster-chained
+e2e-cluster-chained: image ref-plugins
+	test/testbed/deps.sh
+	TESTBED_NICE=$${TESTBED_NICE:-10} test/testbed/build.sh cluster
+	$(GO) test -tags clustere2e -count=1 -v -timeout 30m -run '^TestClusterChainedUninstall$$' ./test/cluster/
+
+# Pod startup at density on the bed (three workers), Coordino and then the
+# reference bridge + host-local: 110 pods/node created at 10 pods/s, churn at
+# 500 pods/node/min for 3 min (BENCH_CLUSTER_PODS, _CREATE_RATE, _CHURN_RATE,
+# _CHURN_DURATION; ARGS=-short for a quick run). Uses the bed: see docs/cluster.md.
+.PHONY: bench-cluster
+bench-cluster: image ref-plugins
+	test/testbed/deps.sh
+	TESTBED_NICE=$${TESTBED_NICE:-10} test/testbed/build.sh cluster
+	$(GO) build -o $(BIN)/bench-cluster ./test/cluster/cmd/bench-cluster
+	$(BIN)/bench-cluster $(ARGS)

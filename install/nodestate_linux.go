@@ -33,7 +33,10 @@ const ourFilterPrefix = "cdo_"
 //     Coordino's two filters; then each endpoint's two tcx link pins;
 //  3. remove the BPF dir (maps are freed once no program holds them);
 //  4. unmount and remove the netns pins (pods keep their namespaces through
-//     the runtime's handles).
+//     the runtime's handles);
+//  5. remove the rest of the run dir's entries (sockets, the deletion queue:
+//     DELs queued for a daemon that will not come back) and, with StateDir,
+//     the endpoint store and everything else in the state dir.
 //
 // It is idempotent; a failed run is finished by the next one.
 func RemoveNodeState(s NodeState, log *slog.Logger) error {
@@ -65,6 +68,32 @@ func RemoveNodeState(s NodeState, log *slog.Logger) error {
 	}
 	if len(pins) > 0 {
 		log.Info("removed netns pins", "count", len(pins))
+	}
+	for _, pattern := range runDirEntries {
+		matches, err := filepath.Glob(filepath.Join(s.RunDir, pattern))
+		if err != nil {
+			return err
+		}
+		for _, m := range matches {
+			if err := os.RemoveAll(m); err != nil {
+				return fmt.Errorf("remove %s: %w", m, err)
+			}
+		}
+	}
+	if s.StateDir == "" {
+		return nil
+	}
+	ents, err := os.ReadDir(s.StateDir)
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("list state dir %s: %w", s.StateDir, err)
+	}
+	for _, e := range ents {
+		if err := os.RemoveAll(filepath.Join(s.StateDir, e.Name())); err != nil {
+			return fmt.Errorf("remove %s: %w", filepath.Join(s.StateDir, e.Name()), err)
+		}
+	}
+	if len(ents) > 0 {
+		log.Info("removed the daemon's state", "dir", s.StateDir, "entries", len(ents))
 	}
 	return nil
 }

@@ -8,6 +8,7 @@ import (
 	"github.com/cilium/ebpf"
 
 	"github.com/coordino/coordino/bpf"
+	"github.com/coordino/coordino/test/harness"
 )
 
 // state is what a pod leaves on the node.
@@ -41,28 +42,13 @@ func (c *churn) snapshot() (state, error) {
 	queued, _ := filepath.Glob(filepath.Join(n.RunDir, "delete-queue", "*"))
 	st["queued DELs"] = len(queued)
 	for _, name := range bpfMaps {
-		count, err := countEntries(filepath.Join(n.BPFDir, name))
+		count, err := harness.PinnedMapEntries(filepath.Join(n.BPFDir, name))
 		if err != nil {
 			return nil, err
 		}
 		st["BPF "+name+" entries"] = count
 	}
 	return st, nil
-}
-
-func countEntries(pin string) (int, error) {
-	m, err := ebpf.LoadPinnedMap(pin, &ebpf.LoadPinOptions{ReadOnly: true})
-	if err != nil {
-		return 0, fmt.Errorf("open pinned map %s: %w", pin, err)
-	}
-	defer m.Close()
-	var k, v []byte
-	n := 0
-	it := m.Iterate()
-	for it.Next(&k, &v) {
-		n++
-	}
-	return n, it.Err()
 }
 
 // staleConntrack counts conntrack entries that name a pod address other

@@ -43,8 +43,19 @@ type Options struct {
 	// Overlay is the kustomize directory installed (default
 	// $COORDINO_CLUSTER_OVERLAY or install/kubernetes/overlays/primary).
 	Overlay string
-	// SkipInstall brings nodes up without a CNI (they stay NotReady).
+	// SkipInstall brings nodes up without Coordino (they stay NotReady
+	// unless PrimaryCNI gives them a CNI).
 	SkipInstall bool
+	// PrimaryCNI, when "bridge", writes a reference bridge + host-local
+	// conflist on every worker before Coordino is installed: the primary
+	// the chained overlay attaches to, or (with SkipInstall) the reference
+	// CNI of the density benchmark.
+	PrimaryCNI string
+	// RefPluginDir holds the reference plugins (make ref-plugins; default
+	// RepoRoot/bin/ref).
+	RefPluginDir string
+	// MaxPods is each kubelet's maxPods (default 110, kubelet's own).
+	MaxPods int
 	// Logf receives progress lines.
 	Logf func(format string, args ...any)
 }
@@ -134,6 +145,12 @@ func (o *Options) defaults() error {
 	}
 	if o.Overlay == "" {
 		o.Overlay = testbed.EnvOr("COORDINO_CLUSTER_OVERLAY", filepath.Join(o.RepoRoot, "install", "kubernetes", "overlays", "primary"))
+	}
+	if o.RefPluginDir == "" {
+		o.RefPluginDir = filepath.Join(o.RepoRoot, "bin", "ref")
+	}
+	if o.MaxPods == 0 {
+		o.MaxPods = 110
 	}
 	if o.Logf == nil {
 		o.Logf = func(string, ...any) {}
@@ -240,10 +257,16 @@ func Up(ctx context.Context, opts Options) (_ *Cluster, err error) {
 		}
 	}
 	c.Logf("cluster: %d workers registered (%s)", len(c.workers), time.Since(start).Round(time.Millisecond))
+	if c.PrimaryCNI != "" {
+		if err := c.installPrimaryCNI(ctx); err != nil {
+			return nil, err
+		}
+		c.Logf("cluster: %s primary CNI on every worker (%s)", c.PrimaryCNI, time.Since(start).Round(time.Millisecond))
+	}
 	if c.SkipInstall {
 		return c, nil
 	}
-	if err := c.install(ctx); err != nil {
+	if err := c.Install(ctx); err != nil {
 		return nil, err
 	}
 	c.Logf("cluster: Coordino and CoreDNS installed, nodes Ready (%s)", time.Since(start).Round(time.Millisecond))

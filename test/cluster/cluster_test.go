@@ -1,4 +1,8 @@
-//go:build linux
+//go:build linux && clustere2e
+
+// The cluster e2e is built only with the clustere2e tag (make
+// e2e-cluster-smoke): it needs test/testbed/build.sh cluster, make image and
+// the machine's one cluster bed, so a plain go test does not list it.
 
 package cluster
 
@@ -7,6 +11,8 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -16,16 +22,11 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/coordino/coordino/test/privileged"
+	"github.com/coordino/coordino/test/testbed"
 )
 
-// requireCluster gates the cluster e2e: it needs root and the components
-// of `test/testbed/build.sh cluster` plus `make image`.
-func requireCluster(t *testing.T) {
-	if os.Getenv("COORDINO_CLUSTER_E2E") == "" {
-		t.Skip("cluster e2e: set COORDINO_CLUSTER_E2E=1 (needs test/testbed/build.sh cluster and make image)")
-	}
-	privileged.Require(t)
-}
+// requireCluster: the cluster e2e needs root.
+func requireCluster(t *testing.T) { privileged.Require(t) }
 
 // hostFootprint is what the cluster may change on the host (its kinds of
 // names only: other tests run on the host at the same time); Down must
@@ -104,8 +105,15 @@ func TestClusterSmoke(t *testing.T) {
 			t.Errorf("host changed by the cluster:\n%s", diffLines(before, after))
 		}
 	}()
+	podNetworkAndPolicy(ctx, t, c, "smoke")
+}
+
+// podNetworkAndPolicy checks pod-to-pod on one node and across nodes and
+// one NetworkPolicy case (ingress to a server only from role=client) in a
+// fresh namespace.
+func podNetworkAndPolicy(ctx context.Context, t *testing.T, c *Cluster, ns string) {
+	t.Helper()
 	w1, w2 := c.Nodes[0], c.Nodes[1]
-	const ns = "smoke"
 	if err := c.CreateNamespace(ctx, ns); err != nil {
 		t.Fatal(err)
 	}
@@ -125,7 +133,7 @@ func TestClusterSmoke(t *testing.T) {
 	if !connect("same-node", w1, nil) {
 		t.Fatalf("pod on %s cannot reach pod %s on the same node", w1, addr)
 	}
-	// Cross-node pod-to-pod in Kubernetes mode needs the daemon's
+	// Cross-node pod-to-pod in primary mode needs the daemon's
 	// NodeConfig-based peers.
 	crossNode := connect("cross-node", w2, nil)
 	if !crossNode {
@@ -164,24 +172,115 @@ func TestClusterSmoke(t *testing.T) {
 }
 
 func diffLines(a, b string) string {
-	as, bs := map[string]bool{}, map[string]bool{}
-	for _, l := range strings.Split(a, "\n") {
-		as[l] = true
+	return strings.Join(diffSets(strings.Split(a, "\n"), strings.Split(b, "\n")), "\n")
+}
+
+// TestClusterChainedUninstall: over a bridge + host-local primary, the
+// chained overlay brings pods' networking under Coordino's policy, and the
+// documented uninstall kit leaves every node as it was before the install:
+// no Coordino config, plugin, BPF pin, program, netns pin, run or state
+// file; the primary's config byte for byte.
+func TestClusterChainedUninstall(t *testing.T) {
+	requireCluster(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 25*time.Minute)
+	defer cancel()
+	c, err := Up(ctx, Options{Dir: t.TempDir() + "/c", Workers: 2, Logf: t.Logf, SkipInstall: true, PrimaryCNI: "bridge",
+		Overlay: filepath.Join(mustRepoRoot(t), "install", "kubernetes", "overlays", "chained")})
+	if err != nil {
+		t.Fatal(err)
 	}
-	for _, l := range strings.Split(b, "\n") {
-		bs[l] = true
+	defer func() {
+		if err := c.Down(); err != nil {
+			t.Errorf("down: %v", err)
+		}
+	}()
+	// The primary alone first: one pod per node, so the nodes hold what the
+	// primary leaves (its bridge), then the state Coordino must give back.
+	const bare = "bare"
+	if err := c.CreateNamespace(ctx, bare); err != nil {
+		t.Fatal(err)
 	}
-	var out []string
-	for l := range as {
-		if !bs[l] {
-			out = append(out, "- "+l)
+	for _, n := range c.Nodes {
+		if _, err := c.Server(ctx, bare, "primary-"+n, n, nil); err != nil {
+			t.Fatalf("pod on %s with the primary CNI alone: %v", n, err)
 		}
 	}
-	for l := range bs {
-		if !as[l] {
-			out = append(out, "+ "+l)
+	deleteNamespace(ctx, t, c, bare)
+	before, err := c.SettledFootprints(ctx, 2*time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	if err := c.Install(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range c.Nodes {
+		fp, err := c.NodeFootprint(n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !hasPrefix(fp, "file /etc/cni/net.d/00-coordino-chained.conflist ") {
+			t.Fatalf("%s has no chained conflist after install:\n%s", n, strings.Join(fp, "\n"))
 		}
 	}
-	sort.Strings(out)
-	return strings.Join(out, "\n")
+	podNetworkAndPolicy(ctx, t, c, "chained")
+	if t.Failed() {
+		return
+	}
+
+	// Users drain Coordino's pods before removing it; CoreDNS is the
+	// install's and goes with it.
+	deleteNamespace(ctx, t, c, "chained")
+	if _, err := c.Kubectl(ctx, "-n", "kube-system", "delete", "deployment/coredns", "--wait=true"); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Uninstall(ctx); err != nil {
+		t.Fatal(err)
+	}
+	err = testbed.WaitFor(ctx, "nodes as before the install", 2*time.Minute, func() error {
+		var diffs []string
+		for _, n := range c.Nodes {
+			fp, err := c.NodeFootprint(n)
+			if err != nil {
+				return err
+			}
+			for _, d := range before[n].Diff(fp) {
+				diffs = append(diffs, n+": "+d)
+			}
+		}
+		if len(diffs) > 0 {
+			return fmt.Errorf("nodes changed by install + uninstall:\n%s", strings.Join(diffs, "\n"))
+		}
+		return nil
+	})
+	if err != nil {
+		t.Error(err)
+	}
+	// And the primary alone still networks new pods.
+	if err := c.CreateNamespace(ctx, "after"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Server(ctx, "after", "primary-again", c.Nodes[0], nil); err != nil {
+		t.Errorf("pod with the primary CNI after uninstall: %v", err)
+	}
+}
+
+func hasPrefix(lines []string, prefix string) bool {
+	return slices.ContainsFunc(lines, func(l string) bool { return strings.HasPrefix(l, prefix) })
+}
+
+func mustRepoRoot(t *testing.T) string {
+	root, err := testbed.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return root
+}
+
+// deleteNamespace deletes ns and waits until it and its pods are gone.
+func deleteNamespace(ctx context.Context, t *testing.T, c *Cluster, ns string) {
+	t.Helper()
+	if _, err := c.Kubectl(ctx, "delete", "namespace", ns, "--wait=true", "--timeout=3m"); err != nil {
+		t.Fatal(err)
+	}
 }

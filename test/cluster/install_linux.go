@@ -5,6 +5,7 @@ import (
 	_ "embed"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -17,10 +18,10 @@ import (
 //go:embed coredns.yaml
 var coreDNSManifest string
 
-// install applies Coordino's overlay with kubectl, one IPPool per worker
+// Install applies Coordino's overlay with kubectl, one IPPool per worker
 // and CoreDNS, then waits until every node is Ready and the DaemonSet, the
-// controller and CoreDNS are available.
-func (c *Cluster) install(ctx context.Context) error {
+// controller and CoreDNS are available. Up calls it unless SkipInstall.
+func (c *Cluster) Install(ctx context.Context) error {
 	if out, err := c.Kubectl(ctx, "apply", "-k", c.Overlay); err != nil {
 		return err
 	} else {
@@ -111,4 +112,25 @@ func (c *Cluster) WaitNodesReady(ctx context.Context, timeout time.Duration) err
 		}
 		return nil
 	})
+}
+
+// UninstallKit is the documented uninstall kustomization (docs/install.md).
+const UninstallKit = "install/kubernetes/uninstall"
+
+// Uninstall removes Coordino the way docs/install.md tells users to: delete
+// the install overlay, apply the uninstall kit and wait for its rollout
+// (every node cleaned), then delete the kit.
+func (c *Cluster) Uninstall(ctx context.Context) error {
+	kit := filepath.Join(c.RepoRoot, UninstallKit)
+	if _, err := c.Kubectl(ctx, "delete", "-k", c.Overlay, "--timeout=3m"); err != nil {
+		return err
+	}
+	if _, err := c.Kubectl(ctx, "apply", "-k", kit); err != nil {
+		return err
+	}
+	if _, err := c.Kubectl(ctx, "-n", "coordino-uninstall", "rollout", "status", "--timeout=5m", "daemonset/coordino-uninstall"); err != nil {
+		return err
+	}
+	_, err := c.Kubectl(ctx, "delete", "-k", kit, "--timeout=3m")
+	return err
 }

@@ -163,3 +163,14 @@ func setSysctl(ns netns.NsHandle, key, value string) error {
 func writeProcSys(key, value string) error {
 	return os.WriteFile(filepath.Join("/proc/sys", key), []byte(value), 0o644)
 }
+
+// NodeIP is a worker's underlay address (where its kubelet, kube-proxy and
+// host-network pods such as Coordino's daemon listen).
+func (c *Cluster) NodeIP(node string) (netip.Addr, error) {
+	for i, n := range c.Nodes {
+		if n == node {
+			return workerIP(i + 1), nil
+		}
+	}
+	return netip.Addr{}, fmt.Errorf("no worker %q", node)
+}

@@ -73,7 +73,7 @@ imageGCLowThresholdPercent: 99
 evictionHard: {memory.available: "100Mi", nodefs.available: "1%", imagefs.available: "1%", nodefs.inodesFree: "1%"}
 registerNode: true
 nodeStatusUpdateFrequency: 4s
-maxPods: 110
+maxPods: {{.MaxPods}}
 `
 
 const workerKubeProxyConfig = `apiVersion: kubeproxy.config.k8s.io/v1alpha1
@@ -93,6 +93,10 @@ conntrack: {maxPerCore: 0, min: 0, tcpEstablishedTimeout: 0s, tcpCloseWaitTimeou
 // iptables through $COORDINO_CLUSTER_PROXY_MODE).
 func KubeProxyMode() string { return testbed.EnvOr("COORDINO_CLUSTER_PROXY_MODE", "nftables") }
 
+// nodeDirName is the name of the per-node directory mounted over a node
+// path ("/etc/cni/net.d" -> "etc-cni-net.d").
+func nodeDirName(p string) string { return strings.ReplaceAll(strings.TrimPrefix(p, "/"), "/", "-") }
+
 func render(tmpl string, data any) (string, error) {
 	var b strings.Builder
 	err := template.Must(template.New("").Parse(tmpl)).Execute(&b, data)
@@ -105,7 +109,7 @@ func (c *Cluster) startWorker(ctx context.Context, i int, m *machine, images []s
 	dir := c.path("nodes", m.name)
 	binds := map[string]string{}
 	for _, p := range nodePaths {
-		binds[p] = filepath.Join(dir, "fs", strings.ReplaceAll(strings.TrimPrefix(p, "/"), "/", "-"))
+		binds[p] = filepath.Join(dir, "fs", nodeDirName(p))
 	}
 	if err := c.startHolder(m, machineSpec{Hostname: m.name, Binds: binds, BPFFS: true}); err != nil {
 		return err
@@ -172,6 +176,7 @@ func (c *Cluster) startWorker(ctx context.Context, i int, m *machine, images []s
 	kcfg, err := render(workerKubeletConfig, map[string]any{
 		"IP": ip, "CA": pki.Cert("ca"), "Cert": pki.Cert(m.name + "-serving"), "Key": pki.Key(m.name + "-serving"),
 		"CgroupRoot": cgroupRoot, "Sock": sock, "ResolvConf": resolv, "Domain": ClusterDNS, "DNS": DNSServiceIP,
+		"MaxPods": c.MaxPods,
 	})
 	if err != nil {
 		return err

@@ -28,7 +28,7 @@ func uninstallNode(t *testing.T, n *harness.Node) (string, error) {
 	tmp := t.TempDir()
 	cmd := exec.Command("nsenter", "--net="+n.NS.Path(), "--", filepath.Join(harness.BinDir(), "coordino-install"),
 		"--uninstall", "--remove-node-state", "--cni-bin-dir", filepath.Join(tmp, "bin"), "--cni-conf-dir", filepath.Join(tmp, "net.d"),
-		"--run-dir", n.RunDir, "--bpf-dir", n.BPFDir)
+		"--run-dir", n.RunDir, "--bpf-dir", n.BPFDir, "--state-dir", n.StateDir)
 	out, err := cmd.CombinedOutput()
 	return string(out), err
 }
@@ -90,9 +90,18 @@ func filterNames(t *testing.T, n *harness.Node, ifname string) (names []string, 
 	return names, clsact
 }
 
+func dirNames(ents []os.DirEntry) []string {
+	var names []string
+	for _, e := range ents {
+		names = append(names, e.Name())
+	}
+	return names
+}
+
 // TestUninstallRemovesNodeState: with the daemon stopped, uninstall detaches
 // Coordino's programs (cls_bpf and tcx) from every pod, leaves another CNI's
-// filter alone, removes the BPF pins and the netns pins, and the pods keep
+// filter alone, removes the BPF pins, the netns pins, the run files and the
+// daemon's state (endpoint store), and the pods keep
 // their network, now unpoliced. While the daemon runs it refuses. The old
 // installer had no way to remove any of this.
 func TestUninstallRemovesNodeState(t *testing.T) {
@@ -154,6 +163,12 @@ func TestUninstallRemovesNodeState(t *testing.T) {
 			}
 			if pins, err := n.Pins(); err != nil || len(pins) != 0 {
 				t.Errorf("netns pins left: %v %v", pins, err)
+			}
+			// Nothing of the daemon's is left in its run and state dirs.
+			for _, dir := range []string{n.RunDir, n.StateDir} {
+				if ents, err := os.ReadDir(dir); err != nil || len(ents) != 0 {
+					t.Errorf("%s after uninstall: %v %v", dir, dirNames(ents), err)
+				}
 			}
 			// Pods keep their network, without policy: b now reaches a's kernel.
 			if o := probe(); o != harness.Refused {

@@ -34,6 +34,12 @@ func (n *Node) DatapathEndpoints() (ifindexes []int, records int, err error) {
 	return ifindexes, len(states), err
 }
 
+// PinnedMapEntries counts the entries of the BPF map pinned at path.
+func PinnedMapEntries(path string) (int, error) {
+	keys, err := pinnedMapKeys(path)
+	return len(keys), err
+}
+
 func pinnedMapKeys(path string) ([][]byte, error) {
 	m, err := ebpf.LoadPinnedMap(path, nil)
 	if err != nil {

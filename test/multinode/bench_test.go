@@ -1,3 +1,5 @@
+//go:build benchmultinode
+
 package multinode
 
 import (
@@ -26,9 +28,9 @@ import (
 	"github.com/coordino/coordino/test/harness"
 )
 
-// benchEnv runs TestBenchMultinode (make bench-multinode): it measures, it
-// asserts nothing, and it is too slow for CI.
-const benchEnv = "COORDINO_BENCH_MULTINODE"
+// The benchmarks of this file and wgpath_bench_test.go are built only with
+// the benchmultinode tag (make bench-multinode): they measure, assert
+// nothing and are too slow for CI, so a plain go test does not list them.
 
 func benchSeconds() int {
 	if s, err := strconv.Atoi(os.Getenv("COORDINO_BENCH_SECONDS")); err == nil && s > 0 {
@@ -43,9 +45,6 @@ func benchSeconds() int {
 // underlay for direct and vxlan, a bare wireguard-go tunnel (no Coordino
 // routing, veths or BPF) for userspace WireGuard.
 func TestBenchMultinode(t *testing.T) {
-	if os.Getenv(benchEnv) == "" {
-		t.Skipf("benchmark: set %s=1 (make bench-multinode)", benchEnv)
-	}
 	var rows []string
 	for _, m := range []mode{direct, vxlan, wgUser} {
 		t.Run(m.name, func(t *testing.T) {

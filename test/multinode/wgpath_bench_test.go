@@ -1,9 +1,10 @@
+//go:build benchmultinode
+
 package multinode
 
 import (
 	"fmt"
 	"net/netip"
-	"os"
 	"testing"
 
 	"github.com/containernetworking/plugins/pkg/ns"
@@ -17,11 +18,8 @@ import (
 // node namespaces, it measures pod -> pod, node -> remote pod (no sending
 // veth) and pod -> pod with the node-to-node policy-routing rule removed,
 // so each hop's share of the gap shows in one run. Like TestBenchMultinode
-// it asserts nothing (COORDINO_BENCH_MULTINODE=1).
+// it asserts nothing (go test -tags benchmultinode).
 func TestBenchWireGuardPath(t *testing.T) {
-	if os.Getenv(benchEnv) == "" {
-		t.Skipf("benchmark: set %s=1", benchEnv)
-	}
 	c := newCluster(t, wgUser, 2)
 	src, dst := c.addPod(c.nodes[0]), c.addPod(c.nodes[1])
 	bare := bareTunnel(t, c)

@@ -35,7 +35,7 @@ func run(args []string) error {
 		mode                   string
 		watch, uninstall, hold bool
 		removeNodeState        bool
-		bpfDir                 string
+		bpfDir, stateDir       string
 		debounce               time.Duration
 	)
 	fs.StringVar(&cfg.BinDir, "cni-bin-dir", install.DefaultBinDir, "host CNI plugin directory")
@@ -53,6 +53,7 @@ func run(args []string) error {
 	fs.BoolVar(&uninstall, "uninstall", false, "remove Coordino's configs and plugin binary instead of installing")
 	fs.BoolVar(&removeNodeState, "remove-node-state", false, "with --uninstall: also detach the datapath programs and remove BPF pins and netns pins (the daemon must be stopped; needs the host network namespace and root)")
 	fs.StringVar(&bpfDir, "bpf-dir", "/sys/fs/bpf/coordino", "with --remove-node-state: the daemon's --bpf-dir")
+	fs.StringVar(&stateDir, "state-dir", "", "with --remove-node-state: the daemon's --state-dir, whose contents (endpoint store) are removed too (empty: left alone)")
 	fs.BoolVar(&hold, "hold", false, "after a one-shot install or uninstall, stay running until SIGTERM (for a DaemonSet's main container)")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -71,7 +72,7 @@ func run(args []string) error {
 		if runDir == "" {
 			runDir = defaultRunDir
 		}
-		cfg.NodeState = &install.NodeState{RunDir: runDir, BPFDir: bpfDir}
+		cfg.NodeState = &install.NodeState{RunDir: runDir, BPFDir: bpfDir, StateDir: stateDir}
 	}
 	cfg.Mode = install.Mode(mode)
 	cfg.Log = slog.New(slog.NewTextHandler(os.Stderr, nil))
