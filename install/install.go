@@ -58,7 +58,10 @@ type Config struct {
 	BinDir       string // host CNI bin dir
 	ConfDir      string // host CNI conf dir
 	PluginSource string // the coordino plugin binary to copy; empty skips the copy
-	Mode         Mode
+	// PortMapSource is the portmap plugin binary to copy when the primary
+	// conflist chains it (Conflist.PortMap); empty skips the copy.
+	PortMapSource string
+	Mode          Mode
 	// Priority is the numeric prefix of the file the installer writes:
 	// "<priority>-coordino.conflist" (primary) or
 	// "<priority>-coordino-chained.conflist" (chained).
@@ -143,6 +146,10 @@ func (in *Installer) Install() error {
 		return err
 	}
 	if err := in.copyPlugin(); err != nil {
+		return err
+	}
+	// Before the config: runtimes must find every plugin it names.
+	if err := in.copyPortMap(); err != nil {
 		return err
 	}
 	return in.reconcileLocked()
@@ -280,7 +287,8 @@ func (in *Installer) copyPlugin() error {
 
 // Uninstall removes every config file the installer may have written (either
 // mode, any priority), then with Config.NodeState the daemon's datapath and
-// pins, then the plugin binary and the installer's leftovers. The
+// pins, then the plugin binary, a portmap it installed, and the installer's
+// leftovers. The
 // primary CNI's files are never written, so they stay as they were.
 func (in *Installer) Uninstall() error {
 	unlock, err := in.lock()
@@ -309,6 +317,9 @@ func (in *Installer) Uninstall() error {
 	} else if removed {
 		in.writes.Add(1)
 		in.log.Info("removed CNI plugin", "path", bin)
+	}
+	if err := in.removePortMap(); err != nil {
+		return err
 	}
 	// Removing the lock file while holding it is safe: a waiter that then
 	// gets it finds nothing of ours left to do.
