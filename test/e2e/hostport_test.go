@@ -18,7 +18,7 @@ func TestPrimaryHostPort(t *testing.T) {
 	for _, backend := range []string{"iptables", "nftables"} {
 		t.Run(backend, func(t *testing.T) {
 			n := newNode(t, harness.NodeOptions{PodCIDRs: []string{"10.78.0.0/24"}})
-			list, err := conflist.Build(conflist.Options{Knobs: conflist.Knobs{RunDir: n.RunDir}, })
+			list, err := conflist.Build(conflist.Options{Knobs: conflist.Knobs{RunDir: n.RunDir}, PortMap: true, PortMapBackend: backend})
 			if err != nil {
 				t.Fatal(err)
 			}
