@@ -2,16 +2,21 @@ package install
 
 import (
 	"bytes"
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"io/fs"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
+	"time"
 
 	"github.com/coordino/coordino/conflist"
 )
@@ -55,7 +60,7 @@ func (in *Installer) copyPortMap() error {
 		return err
 	case !slices.Contains(ours, have):
 		in.log.Info("keeping the host's portmap plugin", "path", dst)
-		return nil
+		return in.checkHostPortMap(dst)
 	}
 	if same, err := sameFiles(in.cfg.PortMapSource, dst); err != nil || same {
 		return err
@@ -76,6 +81,38 @@ func (in *Installer) copyPortMap() error {
 	}
 	in.writes.Add(1)
 	in.log.Info("installed CNI plugin", "path", dst, "from", in.cfg.PortMapSource)
+	return nil
+}
+
+// checkHostPortMap fails when the host's portmap refuses the conflist's
+// cniVersion: it would fail every pod's ADD, with or without hostPorts. It
+// asks the plugin as runtimes do (CNI_COMMAND=VERSION); a portmap that cannot
+// be asked from here (say, dynamically linked, run from this scratch image)
+// is only warned about.
+func (in *Installer) checkHostPortMap(path string) error {
+	want := in.cfg.Conflist.CNIVersion
+	if want == "" {
+		want = conflist.DefaultCNIVersion
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, path)
+	cmd.Env = []string{"CNI_COMMAND=VERSION"}
+	cmd.Stdin = strings.NewReader(`{"cniVersion":` + strconv.Quote(want) + `}`)
+	out, err := cmd.Output()
+	var v struct {
+		Supported []string `json:"supportedVersions"`
+	}
+	if err == nil {
+		err = json.Unmarshal(out, &v)
+	}
+	if err != nil {
+		in.log.Warn("cannot ask the host's portmap which cniVersions it supports; pods fail if it refuses the conflist's", "path", path, "cniVersion", want, "err", err)
+		return nil
+	}
+	if !slices.Contains(v.Supported, want) {
+		return fmt.Errorf("the host's portmap %s supports cniVersion %v, not %s of Coordino's conflist, so every pod would fail: update it, remove it (the installer then puts its own), set --cni-version to one it supports, or --portmap=false", path, v.Supported, want)
+	}
 	return nil
 }
 

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/coordino/coordino/conflist"
@@ -144,4 +145,45 @@ func TestPortMapKeepsHostsAndUpdatesOurs(t *testing.T) {
 			t.Errorf("our portmap left after uninstall (stat err %v)", err)
 		}
 	})
+}
+
+// TestHostPortMapMustAcceptCNIVersion: a host portmap that refuses the
+// conflist's cniVersion would fail every pod, so Install refuses with an
+// error naming it; one that accepts it is kept. Debian's portmap (plugins
+// v1.1, up to cniVersion 1.0.0) plays the host's.
+func TestHostPortMapMustAcceptCNIVersion(t *testing.T) {
+	debian, err := os.ReadFile("/usr/lib/cni/portmap")
+	if err != nil {
+		t.Skipf("Debian's containernetworking-plugins not installed (apt-get install containernetworking-plugins): %v", err)
+	}
+	for _, tc := range []struct {
+		cniVersion string
+		wantErr    string
+	}{
+		{"1.1.0", "supports cniVersion [0.1.0 0.2.0 0.3.0 0.3.1 0.4.0 1.0.0], not 1.1.0"},
+		{"1.0.0", ""},
+	} {
+		t.Run(tc.cniVersion, func(t *testing.T) {
+			n, src := portMapNode(t)
+			dst := filepath.Join(n.bin, "portmap")
+			if err := os.WriteFile(dst, debian, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			in, err := New(Config{BinDir: n.bin, ConfDir: n.conf, PluginSource: n.src, PortMapSource: src, Mode: ModePrimary,
+				Conflist: conflist.Options{CNIVersion: tc.cniVersion, PortMap: true}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			err = in.Install()
+			if tc.wantErr == "" && err != nil || tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)) {
+				t.Fatalf("Install() = %v, want error %q", err, tc.wantErr)
+			}
+			if got, _ := os.ReadFile(dst); !bytes.Equal(got, debian) {
+				t.Errorf("host's portmap replaced")
+			}
+			if _, err := os.Stat(in.ConfPath()); tc.wantErr != "" && !os.IsNotExist(err) {
+				t.Errorf("conflist written (stat err %v) though portmap would refuse it", err)
+			}
+		})
+	}
 }
