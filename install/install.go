@@ -264,24 +264,29 @@ func (in *Installer) copyPlugin() error {
 	if in.cfg.PluginSource == "" {
 		return nil
 	}
-	dst := filepath.Join(in.cfg.BinDir, PluginBinary)
-	same, err := sameFiles(in.cfg.PluginSource, dst)
+	return in.copyBinary(in.cfg.PluginSource, filepath.Join(in.cfg.BinDir, PluginBinary), "plugin-source")
+}
+
+// copyBinary replaces dst with an executable copy of src unless it already
+// is one; flag names src in errors.
+func (in *Installer) copyBinary(srcPath, dst, flag string) error {
+	same, err := sameFiles(srcPath, dst)
 	if err != nil {
-		return fmt.Errorf("plugin-source: %w", err)
+		return fmt.Errorf("%s: %w", flag, err)
 	}
 	if same {
 		return nil
 	}
-	src, err := os.Open(in.cfg.PluginSource)
+	src, err := os.Open(srcPath)
 	if err != nil {
-		return fmt.Errorf("plugin-source: %w", err)
+		return fmt.Errorf("%s: %w", flag, err)
 	}
 	defer src.Close()
 	if err := writeAtomic(dst, src, 0o755); err != nil {
 		return err
 	}
 	in.writes.Add(1)
-	in.log.Info("installed CNI plugin", "path", dst, "from", in.cfg.PluginSource)
+	in.log.Info("installed CNI plugin", "path", dst, "from", srcPath)
 	return nil
 }
 

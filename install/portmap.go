@@ -62,26 +62,13 @@ func (in *Installer) copyPortMap() error {
 		in.log.Info("keeping the host's portmap plugin", "path", dst)
 		return in.checkHostPortMap(dst)
 	}
-	if same, err := sameFiles(in.cfg.PortMapSource, dst); err != nil || same {
-		return err
-	}
 	if !slices.Contains(ours, want) {
 		rec := []byte(strings.Join(append(ours, want), "\n") + "\n")
 		if err := writeAtomic(filepath.Join(in.cfg.BinDir, portMapRecord), bytes.NewReader(rec), 0o644); err != nil {
 			return err
 		}
 	}
-	src, err := os.Open(in.cfg.PortMapSource)
-	if err != nil {
-		return fmt.Errorf("portmap-source: %w", err)
-	}
-	defer src.Close()
-	if err := writeAtomic(dst, src, 0o755); err != nil {
-		return err
-	}
-	in.writes.Add(1)
-	in.log.Info("installed CNI plugin", "path", dst, "from", in.cfg.PortMapSource)
-	return nil
+	return in.copyBinary(in.cfg.PortMapSource, dst, "portmap-source")
 }
 
 // checkHostPortMap fails when the host's portmap refuses the conflist's
