@@ -187,3 +187,44 @@ func TestHostPortMapMustAcceptCNIVersion(t *testing.T) {
 		})
 	}
 }
+
+// TestPortMapKilledBetweenRecordAndBinary: a kill after the record names the
+// image's portmap but before the binary lands (or while our older one is
+// still there) leaves a node the next install completes and uninstall
+// cleans: the record is written first.
+func TestPortMapKilledBetweenRecordAndBinary(t *testing.T) {
+	for _, old := range []string{"", "portmap v1"} {
+		t.Run("old="+old, func(t *testing.T) {
+			n, src := portMapNode(t)
+			v2, err := fileSHA256(src)
+			if err != nil {
+				t.Fatal(err)
+			}
+			record := v2 + "\n"
+			dst := filepath.Join(n.bin, "portmap")
+			if old != "" {
+				if err := os.WriteFile(dst, []byte(old), 0o755); err != nil {
+					t.Fatal(err)
+				}
+				v1, _ := fileSHA256(dst)
+				record = v1 + "\n" + record
+			}
+			if err := os.WriteFile(filepath.Join(n.bin, portMapRecord), []byte(record), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			in := n.portMapInstaller(t, ModePrimary, true, src)
+			if err := in.Install(); err != nil {
+				t.Fatal(err)
+			}
+			if got := readOrEmpty(t, dst); got != "portmap v2" {
+				t.Fatalf("bin dir portmap after re-install = %q, want the image's", got)
+			}
+			if err := in.Uninstall(); err != nil {
+				t.Fatal(err)
+			}
+			if entries, _ := os.ReadDir(n.bin); len(entries) != 0 {
+				t.Errorf("bin dir after uninstall holds %v, want nothing", entries)
+			}
+		})
+	}
+}

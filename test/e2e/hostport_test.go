@@ -40,6 +40,9 @@ func TestPrimaryHostPort(t *testing.T) {
 			if err != nil {
 				t.Fatalf("ADD: %v", err)
 			}
+			if err := c.Check(ctx(t), rt); err != nil {
+				t.Errorf("CHECK: %v", err)
+			}
 			addrs, err := harness.Addresses(res)
 			if err != nil || len(addrs) != 1 {
 				t.Fatalf("addresses %v, %v", addrs, err)
