@@ -115,7 +115,8 @@ bench-policy: deps build ref-plugins
 bench-multinode: deps build ref-plugins
 	$(GO) test -tags benchmultinode -count=1 -v -timeout 20m -run '^TestBenchMultinode$$' ./test/multinode/
 
-# The Coordino image (every binary of build, on an empty base) as a
+# The Coordino image (every binary of build and the reference portmap
+# plugin from ref-plugins, on an empty base) as a
 # docker-archive, built offline: `ctr -n k8s.io images import`, `docker load`
 # or `kind load image-archive` it. The manifests reference $(IMAGE)
 # (install/kubernetes/base, images:). See docs/install.md.
@@ -123,7 +124,7 @@ IMAGE ?= coordino/coordino:dev
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 IMAGE_ARCHIVE ?= $(BIN)/coordino-image.tar
 .PHONY: image
-image: build
+image: build ref-plugins
 	$(GO) run ./install/cmd/coordino-image -bin $(BIN) -tag $(IMAGE) -version $(VERSION) -o $(IMAGE_ARCHIVE)
 
 # Controller and daemon against the real kube-apiserver (root; cached

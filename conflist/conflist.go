@@ -72,10 +72,46 @@ type Options struct {
 	Name       string
 	CNIVersion string
 	Knobs
+	// PortMap chains the reference portmap plugin after Coordino, so pods'
+	// hostPorts work (runtimes pass them as runtimeConfig.portMappings).
+	PortMap bool
+	// PortMapBackend pins portmap's "backend": "iptables" or "nftables".
+	// Empty leaves the key out: portmap uses iptables where the host has
+	// it, else nftables.
+	PortMapBackend string
 }
 
-// Build returns Coordino's primary conflist: one network whose only plugin is
-// Coordino, formatted with two-space indentation and a final newline.
+// PortMapType is the CNI "type" of the reference portmap plugin.
+const PortMapType = "portmap"
+
+func (o Options) validate() error {
+	if err := o.Knobs.Validate(); err != nil {
+		return err
+	}
+	switch o.PortMapBackend {
+	case "", "iptables", "nftables":
+	default:
+		return fmt.Errorf("portmap backend: %q is not iptables or nftables", o.PortMapBackend)
+	}
+	if o.PortMapBackend != "" && !o.PortMap {
+		return errors.New("portmap backend: set without portmap")
+	}
+	return nil
+}
+
+// portMapPlugin is portmap's entry: it asks the runtime for the pod's port
+// mappings and keeps portmap's default "snat": true, which hostPorts reached
+// from the node itself (127.0.0.1, hairpin) need.
+func portMapPlugin(backend string) object {
+	p := object{{key: "type", val: mustJSON(PortMapType)}, {key: "capabilities", val: mustJSON(map[string]bool{"portMappings": true})}}
+	if backend != "" {
+		p = p.set("backend", mustJSON(backend))
+	}
+	return p
+}
+
+// Build returns Coordino's primary conflist: one network of Coordino, then
+// portmap if Options.PortMap, formatted with two-space indentation and a final newline.
 func Build(opts Options) ([]byte, error) {
 	if opts.Name == "" {
 		opts.Name = DefaultName
@@ -83,13 +119,16 @@ func Build(opts Options) ([]byte, error) {
 	if opts.CNIVersion == "" {
 		opts.CNIVersion = DefaultCNIVersion
 	}
-	if err := opts.Knobs.Validate(); err != nil {
+	if err := opts.validate(); err != nil {
 		return nil, fmt.Errorf("build conflist: %w", err)
 	}
 	c := &Config{
 		Format:  FormatList,
 		top:     object{{key: "cniVersion", val: mustJSON(opts.CNIVersion)}, {key: "name", val: mustJSON(opts.Name)}, {key: "plugins"}},
 		plugins: []object{applyKnobs(object{{key: "type", val: mustJSON(PluginType)}}, opts.Knobs)},
+	}
+	if opts.PortMap {
+		c.plugins = append(c.plugins, portMapPlugin(opts.PortMapBackend))
 	}
 	if err := c.validate(); err != nil { // a bad name must fail here, not in the runtime
 		return nil, fmt.Errorf("build conflist: %w", err)

@@ -378,3 +378,40 @@ func TestRejectsInvalidUTF8(t *testing.T) {
 		t.Fatalf("err = %v", err)
 	}
 }
+
+// TestBuildPortMap: with PortMap the primary conflist chains portmap after
+// Coordino asking for the pod's port mappings, as libcni reads it.
+func TestBuildPortMap(t *testing.T) {
+	for _, tc := range []struct {
+		backend, want string
+	}{
+		{"", `{"cniVersion":"1.1.0","name":"coordino","plugins":[{"type":"coordino"},{"type":"portmap","capabilities":{"portMappings":true}}]}`},
+		{"nftables", `{"cniVersion":"1.1.0","name":"coordino","plugins":[{"type":"coordino"},{"type":"portmap","capabilities":{"portMappings":true},"backend":"nftables"}]}`},
+	} {
+		got, err := Build(Options{PortMap: true, PortMapBackend: tc.backend})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c := compact(t, got); c != tc.want {
+			t.Errorf("backend %q: got %s\nwant %s", tc.backend, c, tc.want)
+		}
+		list, err := libcni.ConfListFromBytes(got)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(list.Plugins) != 2 || list.Plugins[1].Network.Type != PortMapType || !list.Plugins[1].Network.Capabilities["portMappings"] {
+			t.Errorf("libcni sees plugins %+v", list.Plugins)
+		}
+	}
+	for _, tc := range []struct {
+		opts Options
+		want string
+	}{
+		{Options{PortMap: true, PortMapBackend: "ipvs"}, `portmap backend: "ipvs"`},
+		{Options{PortMapBackend: "nftables"}, "portmap backend: set without portmap"},
+	} {
+		if _, err := Build(tc.opts); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("Build(%+v) error = %v, want it to mention %q", tc.opts, err, tc.want)
+		}
+	}
+}

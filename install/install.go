@@ -58,7 +58,10 @@ type Config struct {
 	BinDir       string // host CNI bin dir
 	ConfDir      string // host CNI conf dir
 	PluginSource string // the coordino plugin binary to copy; empty skips the copy
-	Mode         Mode
+	// PortMapSource is the portmap plugin binary to copy when the primary
+	// conflist chains it (Conflist.PortMap); empty skips the copy.
+	PortMapSource string
+	Mode          Mode
 	// Priority is the numeric prefix of the file the installer writes:
 	// "<priority>-coordino.conflist" (primary) or
 	// "<priority>-coordino-chained.conflist" (chained).
@@ -143,6 +146,10 @@ func (in *Installer) Install() error {
 		return err
 	}
 	if err := in.copyPlugin(); err != nil {
+		return err
+	}
+	// Before the config: runtimes must find every plugin it names.
+	if err := in.copyPortMap(); err != nil {
 		return err
 	}
 	return in.reconcileLocked()
@@ -257,30 +264,36 @@ func (in *Installer) copyPlugin() error {
 	if in.cfg.PluginSource == "" {
 		return nil
 	}
-	dst := filepath.Join(in.cfg.BinDir, PluginBinary)
-	same, err := sameFiles(in.cfg.PluginSource, dst)
+	return in.copyBinary(in.cfg.PluginSource, filepath.Join(in.cfg.BinDir, PluginBinary), "plugin-source")
+}
+
+// copyBinary replaces dst with an executable copy of src unless it already
+// is one; flag names src in errors.
+func (in *Installer) copyBinary(srcPath, dst, flag string) error {
+	same, err := sameFiles(srcPath, dst)
 	if err != nil {
-		return fmt.Errorf("plugin-source: %w", err)
+		return fmt.Errorf("%s: %w", flag, err)
 	}
 	if same {
 		return nil
 	}
-	src, err := os.Open(in.cfg.PluginSource)
+	src, err := os.Open(srcPath)
 	if err != nil {
-		return fmt.Errorf("plugin-source: %w", err)
+		return fmt.Errorf("%s: %w", flag, err)
 	}
 	defer src.Close()
 	if err := writeAtomic(dst, src, 0o755); err != nil {
 		return err
 	}
 	in.writes.Add(1)
-	in.log.Info("installed CNI plugin", "path", dst, "from", in.cfg.PluginSource)
+	in.log.Info("installed CNI plugin", "path", dst, "from", srcPath)
 	return nil
 }
 
 // Uninstall removes every config file the installer may have written (either
 // mode, any priority), then with Config.NodeState the daemon's datapath and
-// pins, then the plugin binary and the installer's leftovers. The
+// pins, then the plugin binary, a portmap it installed, and the installer's
+// leftovers. The
 // primary CNI's files are never written, so they stay as they were.
 func (in *Installer) Uninstall() error {
 	unlock, err := in.lock()
@@ -309,6 +322,9 @@ func (in *Installer) Uninstall() error {
 	} else if removed {
 		in.writes.Add(1)
 		in.log.Info("removed CNI plugin", "path", bin)
+	}
+	if err := in.removePortMap(); err != nil {
+		return err
 	}
 	// Removing the lock file while holding it is safe: a waiter that then
 	// gets it finds nothing of ours left to do.

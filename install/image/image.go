@@ -10,18 +10,21 @@ import (
 // (install/kubernetes/base: images: coordino -> coordino/coordino:dev).
 const DefaultRef = "coordino/coordino:dev"
 
-// Binary is one binary of `make build` and its path in the image.
+// Binary is one binary of `make build` (or `make ref-plugins`) and its path
+// in the image.
 type Binary struct {
 	Name string // file name under bin/
 	Path string // absolute path in the image
 }
 
-// Contents lists what the image holds: every binary of `make build`. The
-// plugin sits outside PATH, only for coordino-install to copy to the host;
+// Contents lists what the image holds: every binary of `make build` and the
+// reference portmap plugin, which the primary conflist chains for hostPorts.
+// The plugins sit outside PATH, only for coordino-install to copy to the host;
 // coordino-wireguard must sit next to coordino-daemon, which starts it from
 // its own directory.
 var Contents = []Binary{
 	{"coordino", "/opt/coordino/bin/coordino"},
+	{"ref/portmap", "/opt/coordino/bin/portmap"},
 	{"coordino-daemon", "/usr/local/bin/coordino-daemon"},
 	{"coordino-wireguard", "/usr/local/bin/coordino-wireguard"},
 	{"coordino-install", "/usr/local/bin/coordino-install"},

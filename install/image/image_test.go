@@ -18,8 +18,8 @@ import (
 )
 
 // binaries returns a directory holding every binary of Contents: the repo's
-// bin/ when `make build` has filled it (as `make test` does first), else a
-// fresh `make build` into a temporary directory.
+// bin/ when `make build ref-plugins` has filled it (as `make test` does
+// first), else a fresh build into a temporary directory.
 func binaries(t *testing.T) string {
 	t.Helper()
 	root, err := filepath.Abs("../..")
@@ -31,9 +31,9 @@ func binaries(t *testing.T) string {
 		return dir
 	}
 	dir = t.TempDir()
-	cmd := exec.Command("make", "-C", root, "build", "BIN="+dir)
+	cmd := exec.Command("make", "-C", root, "build", "ref-plugins", "BIN="+dir)
 	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("make build: %v\n%s", err, out)
+		t.Fatalf("make build ref-plugins: %v\n%s", err, out)
 	}
 	return dir
 }
