@@ -147,7 +147,11 @@ func (m *Manager) claimedNames() (map[string]bool, error) {
 	return claimed, nil
 }
 
-// Status says whether ADD can be served now.
+// Status says whether the node can serve ADDs. Only lasting reasons fail it
+// (no serving block for a family, datapath capacity): the runtime then marks
+// the whole node's network not ready. Full blocks do not: they are transient
+// (the controller tops the node up), and ADD answers them itself with a
+// retryable "try again later" while other pods keep being served.
 func (m *Manager) Status() error {
 	if m.Datapath != nil {
 		if err := m.Datapath.AttachCapacity(); err != nil {
@@ -157,7 +161,7 @@ func (m *Manager) Status() error {
 	if m.Pool.Empty() {
 		return nil // chained-only node: nothing to allocate, always ready
 	}
-	if ok, why := m.Pool.CanAllocate(); !ok {
+	if ok, why := m.Pool.CanServe(); !ok {
 		return types.NewError(types.ErrPluginNotAvailable, "coordino cannot attach pods: "+why, "")
 	}
 	return nil

@@ -14,6 +14,10 @@ const MaxBlockAddresses = 1 << 16
 // ErrExhausted is returned when a block or pool has no free address.
 var ErrExhausted = errors.New("no free address")
 
+// ErrFull wraps ErrExhausted when the node's serving blocks of a family are
+// full: transient, unlike a family without a serving block.
+var ErrFull = fmt.Errorf("%w: the node's blocks are full", ErrExhausted)
+
 // Block is one CIDR with a bitmap of used addresses. Not safe for concurrent use.
 type Block struct {
 	prefix netip.Prefix

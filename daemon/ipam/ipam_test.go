@@ -107,12 +107,12 @@ func TestPoolDualStackAllOrNothing(t *testing.T) {
 	if u[1].Used != 2 {
 		t.Fatalf("failed allocation leaked an IPv6 address: %+v", u)
 	}
-	if ok, why := p.CanAllocate(); ok || why == "" {
-		t.Fatalf("CanAllocate = %v %q", ok, why)
+	if ok, why := p.CanServe(); !ok {
+		t.Fatalf("full IPv4 block makes the node unservable: %s", why)
 	}
 	p.Release(got)
 	p.Release(got) // idempotent
-	if ok, _ := p.CanAllocate(); !ok || p.Usage()[0].Used != 1 {
+	if p.Usage()[0].Used != 1 {
 		t.Fatalf("release did not free: %+v", p.Usage())
 	}
 }
@@ -128,8 +128,8 @@ func TestEmptyPool(t *testing.T) {
 	if _, err := p.Allocate(); !errors.Is(err, ErrExhausted) {
 		t.Fatalf("err = %v", err)
 	}
-	if ok, _ := p.CanAllocate(); ok {
-		t.Fatal("empty pool claims it can allocate")
+	if ok, _ := p.CanServe(); ok {
+		t.Fatal("empty pool claims it can serve")
 	}
 }
 

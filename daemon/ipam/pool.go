@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
+	"strings"
 	"sync"
 )
 
@@ -20,6 +21,15 @@ type Pool struct {
 	// their block arrived, or a block taken away while still in use). A
 	// block added later absorbs the ones it contains.
 	outside map[netip.Addr]bool
+	// free and capacity count the addresses of serving blocks per family
+	// (index famIndex), so an allocation checks the low-water mark in O(1).
+	free, capacity [2]int
+	// low receives a non-blocking kick when an allocation leaves a family
+	// below its low-water mark (see LowWater).
+	low chan struct{}
+	// dynamic is set once blocks come from the cluster (SetBlocks): a full
+	// node then gets a new block instead of staying full.
+	dynamic bool
 }
 
 // BlockSpec is one block the node should hold.
@@ -32,7 +42,7 @@ type BlockSpec struct {
 // NewPool builds a pool from the node's CIDRs; at most one per family would
 // be usual, but several are allowed and filled in order.
 func NewPool(cidrs []netip.Prefix) (*Pool, error) {
-	p := &Pool{outside: map[netip.Addr]bool{}}
+	p := &Pool{outside: map[netip.Addr]bool{}, low: make(chan struct{}, 1)}
 	seen := map[netip.Prefix]bool{}
 	for _, c := range cidrs {
 		c = c.Masked()
@@ -51,6 +61,7 @@ func NewPool(cidrs []netip.Prefix) (*Pool, error) {
 		}
 		p.blocks = append(p.blocks, b)
 	}
+	p.recountLocked()
 	return p, nil
 }
 
@@ -62,6 +73,8 @@ func NewPool(cidrs []netip.Prefix) (*Pool, error) {
 func (p *Pool) SetBlocks(specs []BlockSpec) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	p.dynamic = true
+	defer p.recountLocked()
 	var errs []error
 	want := map[netip.Prefix]BlockSpec{}
 	var order []netip.Prefix
@@ -171,7 +184,9 @@ func (p *Pool) familiesLocked() (v4, v6 bool) {
 	return v4, v6
 }
 
-// Allocate returns one address per family, all or nothing.
+// Allocate returns one address per family, all or nothing. When a family's
+// serving blocks are merely full the error wraps ErrFull: a transient state
+// (a top-up or a pod leaving ends it), unlike a family with no serving block.
 func (p *Pool) Allocate() ([]netip.Prefix, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -184,7 +199,6 @@ func (p *Pool) Allocate() ([]netip.Prefix, error) {
 		if !fam.served {
 			continue
 		}
-		lastErr := fmt.Errorf("%w: every %s block of the node is being released", ErrExhausted, familyName(fam.is4))
 		found := false
 		for _, b := range p.blocks {
 			if b.prefix.Addr().Is4() != fam.is4 || b.state != Serving {
@@ -192,19 +206,83 @@ func (p *Pool) Allocate() ([]netip.Prefix, error) {
 			}
 			a, err := b.Allocate()
 			if err != nil {
-				lastErr = err
 				continue
 			}
+			p.free[famIndex(fam.is4)]--
 			out = append(out, netip.PrefixFrom(a, a.BitLen()))
 			found = true
 			break
 		}
 		if !found {
 			p.releaseLocked(out)
-			return nil, lastErr
+			return nil, p.noFreeLocked(fam.is4)
+		}
+	}
+	for _, fam := range []bool{true, false} {
+		if i := famIndex(fam); p.capacity[i] > 0 && p.free[i] < lowWater(p.capacity[i]) {
+			select {
+			case p.low <- struct{}{}:
+			default: // a kick is already pending: the reader coalesces
+			}
 		}
 	}
 	return out, nil
+}
+
+// noFreeLocked explains why a served family has no address to hand out.
+func (p *Pool) noFreeLocked(is4 bool) error {
+	i := famIndex(is4)
+	if p.capacity[i] == 0 {
+		return fmt.Errorf("%w: every %s block of the node is being released", ErrExhausted, familyName(is4))
+	}
+	next := "addresses free up as pods leave (or grow --pod-cidr)"
+	if p.dynamic {
+		next = "a new block is being requested from the cluster, retry later"
+	}
+	var blocks []string
+	for _, b := range p.blocks {
+		if b.state == Serving && b.prefix.Addr().Is4() == is4 {
+			blocks = append(blocks, b.prefix.String())
+		}
+	}
+	return fmt.Errorf("%w (%s %s: %d of %d addresses in use); %s",
+		ErrFull, familyName(is4), strings.Join(blocks, ", "), p.capacity[i]-p.free[i], p.capacity[i], next)
+}
+
+// lowWater is the number of free addresses of a family below which the
+// node's usage should reach the controller without waiting for the regular
+// status interval. The controller tops up below its --min-free-addresses
+// (default 16), which the daemon does not know: a quarter of the family's
+// serving capacity covers larger settings on big blocks, and the floor of
+// 16 covers the default on small ones. Reporting early costs one status
+// write; reporting late leaves the node full.
+func lowWater(capacity int) int {
+	return max(16, capacity/4)
+}
+
+// LowWater receives a value when an allocation left a family below its
+// low-water mark. Kicks coalesce (the channel holds one); the pod path never
+// blocks on it.
+func (p *Pool) LowWater() <-chan struct{} { return p.low }
+
+func famIndex(is4 bool) int {
+	if is4 {
+		return 0
+	}
+	return 1
+}
+
+// recountLocked recomputes the serving free and capacity counts; block
+// states only change in SetBlocks, which calls it.
+func (p *Pool) recountLocked() {
+	p.free, p.capacity = [2]int{}, [2]int{}
+	for _, b := range p.blocks {
+		if b.state == Serving {
+			i := famIndex(b.prefix.Addr().Is4())
+			p.free[i] += b.Free()
+			p.capacity[i] += b.size
+		}
+	}
 }
 
 func familyName(is4 bool) string {
@@ -232,6 +310,9 @@ func (p *Pool) Reserve(addrs []netip.Prefix) (rejected []netip.Prefix, err error
 			continue
 		default:
 			err = b.Reserve(a.Addr())
+			if err == nil && b.state == Serving {
+				p.free[famIndex(a.Addr().Is4())]--
+			}
 		}
 		if err != nil {
 			errs = append(errs, err)
@@ -253,6 +334,9 @@ func (p *Pool) releaseLocked(addrs []netip.Prefix) {
 	for _, a := range addrs {
 		delete(p.outside, a.Addr())
 		if b := p.blockFor(a.Addr()); b != nil {
+			if b.state == Serving && b.InUse(a.Addr()) {
+				p.free[famIndex(a.Addr().Is4())]++
+			}
 			b.Release(a.Addr())
 			drained = drained || (b.state == Removed && b.nUsed == 0)
 		}
@@ -319,8 +403,11 @@ func (p *Pool) Outside() []netip.Addr {
 	return out
 }
 
-// CanAllocate reports whether Allocate would succeed now, and if not why.
-func (p *Pool) CanAllocate() (bool, string) {
+// CanServe reports whether the node can hand out addresses at all, and if
+// not why: every family it serves needs a serving block. Full blocks do not
+// count against it; they are transient (the controller tops the node up,
+// pods leave), and ADD reports them itself with a retryable error.
+func (p *Pool) CanServe() (bool, string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	v4, v6 := p.familiesLocked()
@@ -328,17 +415,8 @@ func (p *Pool) CanAllocate() (bool, string) {
 		return false, "no pod address block"
 	}
 	for _, fam := range []struct{ is4, served bool }{{true, v4}, {false, v6}} {
-		if !fam.served {
-			continue
-		}
-		free := false
-		for _, b := range p.blocks {
-			if b.prefix.Addr().Is4() == fam.is4 && b.state == Serving {
-				free = free || b.Free() > 0
-			}
-		}
-		if !free {
-			return false, "every " + familyName(fam.is4) + " block is exhausted or being released"
+		if fam.served && p.capacity[famIndex(fam.is4)] == 0 {
+			return false, "every " + familyName(fam.is4) + " block is being released"
 		}
 	}
 	return true, ""

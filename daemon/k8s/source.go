@@ -644,47 +644,97 @@ func (s *Source) save() {
 }
 
 // statusLoop reports block usage and node addresses in NodeConfig status,
-// at most once per StatusInterval and only when something changed. It runs
-// off the pod path: an ADD never waits for it.
+// at most once per StatusInterval and only when something changed, except
+// when an allocation leaves a family low on addresses (Pool.LowWater): then
+// it writes within promptDelay, so the controller tops the node up before it
+// fills. It runs off the pod path: an ADD never waits for it.
 func (s *Source) statusLoop(ctx context.Context) {
 	t := time.NewTicker(s.cfg.StatusInterval)
 	defer t.Stop()
 	var last *coordinov1alpha1.NodeConfigStatus
+	var pace statusPacer
+	prompt := time.NewTimer(0)
+	<-prompt.C
+	defer prompt.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
+		case <-s.cfg.Pool.LowWater():
+			if d, arm := pace.kick(time.Now()); arm {
+				prompt.Reset(d)
+			}
+			continue
+		case <-prompt.C:
+			pace.fired()
 		case <-t.C:
 		}
 		if !s.isLive() {
 			continue
 		}
-		nc, err := s.ncs.Get(s.cfg.NodeName)
-		if err != nil {
-			continue
-		}
-		want := s.status(nc)
-		if last != nil && statusEqual(*last, want) && statusEqual(nc.Status, want) {
-			continue
-		}
-		if statusEqual(nc.Status, want) {
-			last = &want
-			continue
-		}
-		upd := nc.DeepCopy()
-		upd.Status = want
-		wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		_, err = s.crd.CoordinoV1alpha1().NodeConfigs().UpdateStatus(wctx, upd, metav1.UpdateOptions{})
-		cancel()
-		if err != nil {
-			if !apierrors.IsConflict(err) {
-				s.log.Warn("writing NodeConfig status (retried later)", zap.Error(err))
-			}
-			continue
-		}
-		s.statusWrites.Inc()
-		last = &want
+		pace.wrote(time.Now())
+		s.writeStatus(ctx, &last)
 	}
+}
+
+const (
+	// promptDelay gathers the allocations of a burst into one write.
+	promptDelay = 500 * time.Millisecond
+	// promptSpacing bounds prompt writes to one a second per node.
+	promptSpacing = time.Second
+)
+
+// statusPacer schedules the prompt status writes low-water kicks ask for:
+// one per burst (kicks while one is pending coalesce), no sooner than
+// promptDelay after the kick nor promptSpacing after the last write.
+type statusPacer struct {
+	pending   bool
+	lastWrite time.Time
+}
+
+// kick notes a low-water kick at now; arm says whether to start the timer,
+// for d.
+func (p *statusPacer) kick(now time.Time) (d time.Duration, arm bool) {
+	if p.pending {
+		return 0, false
+	}
+	p.pending = true
+	return max(promptDelay, p.lastWrite.Add(promptSpacing).Sub(now)), true
+}
+
+func (p *statusPacer) fired() { p.pending = false }
+
+// wrote notes a status write (or its attempt) at now.
+func (p *statusPacer) wrote(now time.Time) { p.lastWrite = now }
+
+// writeStatus writes the status the daemon reports now, if it changed since
+// *last or the API's copy differs.
+func (s *Source) writeStatus(ctx context.Context, last **coordinov1alpha1.NodeConfigStatus) {
+	nc, err := s.ncs.Get(s.cfg.NodeName)
+	if err != nil {
+		return
+	}
+	want := s.status(nc)
+	if *last != nil && statusEqual(**last, want) && statusEqual(nc.Status, want) {
+		return
+	}
+	if statusEqual(nc.Status, want) {
+		*last = &want
+		return
+	}
+	upd := nc.DeepCopy()
+	upd.Status = want
+	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	_, err = s.crd.CoordinoV1alpha1().NodeConfigs().UpdateStatus(wctx, upd, metav1.UpdateOptions{})
+	cancel()
+	if err != nil {
+		if !apierrors.IsConflict(err) {
+			s.log.Warn("writing NodeConfig status (retried later)", zap.Error(err))
+		}
+		return
+	}
+	s.statusWrites.Inc()
+	*last = &want
 }
 
 // status is the NodeConfig status the daemon reports now: usage of every

@@ -95,15 +95,16 @@ func TestExhaustionAndStatus(t *testing.T) {
 	start := time.Now()
 	_, err := c.Add(ctx(t), harness.RuntimeConf(p, "eth0"))
 	var e *types.Error
-	if !asCNI(err, &e) || e.Code != types.ErrTryAgainLater || !strings.Contains(e.Msg, "10.82.0.0/30") {
+	if !asCNI(err, &e) || e.Code != types.ErrTryAgainLater || !strings.Contains(e.Msg, "10.82.0.0/30") || !strings.Contains(e.Msg, "blocks are full") {
 		t.Fatalf("ADD on exhausted block = %v", err)
 	}
 	if took := time.Since(start); took > 2*time.Second {
 		t.Fatalf("exhaustion took %v to report", took)
 	}
-	err = c.Status(ctx(t))
-	if !asCNI(err, &e) || e.Code != types.ErrPluginNotAvailable || !strings.Contains(e.Msg, "exhausted") {
-		t.Fatalf("STATUS when exhausted = %v", err)
+	// Full blocks are transient: STATUS stays ready so the runtime keeps
+	// the node's network ready; only the ADD that found no address failed.
+	if err := c.Status(ctx(t)); err != nil {
+		t.Fatalf("STATUS while the blocks are full = %v, want ready", err)
 	}
 	if err := n.Leaks(2); err != nil {
 		t.Fatalf("the failed ADD left state: %v", err)
