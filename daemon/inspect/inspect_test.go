@@ -113,3 +113,29 @@ func TestLogRingKeepsNewestLinesWithinBound(t *testing.T) {
 		t.Fatalf("ring holds %d bytes, newest kept: %t", len(out), strings.Contains(out, `"i":399`))
 	}
 }
+
+// Address pressure is judged per family over all its blocks: a full block
+// beside one with room is normal; a family with nothing left fails in
+// standalone mode and is degraded in Kubernetes mode, where a new block is
+// on its way.
+func TestAddressPressurePerFamily(t *testing.T) {
+	full := &inspectv1.Block{Cidr: "10.1.0.0/30", Size: 2, Used: 2}
+	room := &inspectv1.Block{Cidr: "10.1.1.0/26", Size: 62, Used: 3, Free: 59}
+	v6 := &inspectv1.Block{Cidr: "fd00::/122", Size: 64, Used: 1, Free: 63}
+	for _, tc := range []struct {
+		name               string
+		standalone         bool
+		blocks             []*inspectv1.Block
+		failures, problems int
+	}{
+		{"full block beside one with room", false, []*inspectv1.Block{full, room, v6}, 0, 0},
+		{"family full, kubernetes", false, []*inspectv1.Block{full, v6}, 0, 1},
+		{"family full, standalone", true, []*inspectv1.Block{full, v6}, 1, 0},
+	} {
+		s := &Service{cfg: Config{Standalone: tc.standalone}}
+		f, p := s.addressPressure(tc.blocks, nil, nil)
+		if len(f) != tc.failures || len(p) != tc.problems {
+			t.Errorf("%s: failures %q, problems %q", tc.name, f, p)
+		}
+	}
+}

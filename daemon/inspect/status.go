@@ -4,7 +4,9 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"net/netip"
 	"slices"
+	"strings"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -51,13 +53,7 @@ func (s *Service) GetStatus(context.Context, *inspectv1.GetStatusRequest) (*insp
 			st.PrimaryEndpoints++
 		}
 	}
-	for _, b := range st.Blocks {
-		if b.Free == 0 {
-			failures = append(failures, fmt.Sprintf("block %s is exhausted (%d/%d used)", b.Cidr, b.Used, b.Size))
-		} else if float64(b.Used) >= mapPressureWarn*float64(b.Size) {
-			problems = append(problems, fmt.Sprintf("block %s is %d%% used", b.Cidr, 100*b.Used/b.Size))
-		}
-	}
+	failures, problems = s.addressPressure(st.Blocks, failures, problems)
 	if dp := s.cfg.Datapath; dp != nil {
 		st.Identities = uint32(len(dp.Identities()))
 		rev, invalid := dp.PolicyRevision()
@@ -101,6 +97,39 @@ func (s *Service) GetStatus(context.Context, *inspectv1.GetStatusRequest) (*insp
 	}
 	st.Problems = append(failures, problems...)
 	return st, nil
+}
+
+// addressPressure judges each address family over all of its blocks: one
+// full block beside others with room is normal. A family with no address
+// left is failing in standalone mode (only --pod-cidr can grow it) and
+// degraded in Kubernetes mode, where the controller is adding a block and
+// ADDs answer "try again later" meanwhile.
+func (s *Service) addressPressure(blocks []*inspectv1.Block, failures, problems []string) ([]string, []string) {
+	for _, fam := range []struct {
+		name string
+		is4  bool
+	}{{"IPv4", true}, {"IPv6", false}} {
+		var used, size uint32
+		var cidrs []string
+		for _, b := range blocks {
+			if p, err := netip.ParsePrefix(b.Cidr); err == nil && p.Addr().Is4() == fam.is4 {
+				used, size = used+b.Used, size+b.Size
+				cidrs = append(cidrs, b.Cidr)
+			}
+		}
+		switch {
+		case size == 0:
+		case used >= size && s.cfg.Standalone:
+			failures = append(failures, fmt.Sprintf("every %s address is in use, the pool is exhausted (%d/%d in %s): new pods fail until some leave or --pod-cidr grows",
+				fam.name, used, size, strings.Join(cidrs, ", ")))
+		case used >= size:
+			problems = append(problems, fmt.Sprintf("every %s block is full (%d/%d in %s): new pods retry until the controller adds a block",
+				fam.name, used, size, strings.Join(cidrs, ", ")))
+		case float64(used) >= mapPressureWarn*float64(size):
+			problems = append(problems, fmt.Sprintf("%s blocks are %d%% used (%d/%d)", fam.name, 100*used/size, used, size))
+		}
+	}
+	return failures, problems
 }
 
 func (s *Service) blocks() []*inspectv1.Block {
