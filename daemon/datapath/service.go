@@ -113,9 +113,15 @@ func (d *Datapath) attachServiceHook() error {
 	}}
 	// A map the post-DNAT program would get a private copy of silently
 	// decides on empty state (e.g. no policy): refuse to load instead.
-	for name := range spec.Maps {
-		if _, shared := opts.MapReplacements[name]; !shared && !strings.HasPrefix(name, ".") {
+	for name, ms := range spec.Maps {
+		m, shared := opts.MapReplacements[name]
+		if !shared && !strings.HasPrefix(name, ".") {
 			return fmt.Errorf("load post-DNAT program: map %s is not shared with the tc programs", name)
+		}
+		if shared {
+			// Sizes are flags (--ipcache-map-size, --conntrack-size, ...):
+			// the spec takes the size of the map it shares, not the C default.
+			ms.MaxEntries = m.MaxEntries()
 		}
 	}
 	if err := spec.LoadAndAssign(&objs, opts); err != nil {
