@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/coordino/coordino/conflist"
+	"github.com/coordino/coordino/test/privileged"
 )
 
 // portMapNode is a node plus a portmap binary in the image.
@@ -154,7 +155,7 @@ func TestPortMapKeepsHostsAndUpdatesOurs(t *testing.T) {
 func TestHostPortMapMustAcceptCNIVersion(t *testing.T) {
 	debian, err := os.ReadFile("/usr/lib/cni/portmap")
 	if err != nil {
-		t.Skipf("Debian's containernetworking-plugins not installed (apt-get install containernetworking-plugins): %v", err)
+		privileged.Needs(t, "Debian's containernetworking-plugins not installed (hack/deps.sh installs it): %v", err)
 	}
 	for _, tc := range []struct {
 		cniVersion string

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/coordino/coordino/test/harness"
+	"github.com/coordino/coordino/test/privileged"
 )
 
 // TestMetricsPassPromtoolLint checks every metric a daemon with a datapath,
@@ -17,10 +18,7 @@ import (
 func TestMetricsPassPromtoolLint(t *testing.T) {
 	promtool, err := exec.LookPath("promtool")
 	if err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("promtool missing (Debian package prometheus; hack/deps.sh installs it)")
-		}
-		t.Skip("promtool missing: run hack/deps.sh")
+		privileged.Needs(t, "promtool missing (Debian package prometheus; hack/deps.sh installs it)")
 	}
 	n, _ := newPolicyNode(t, harness.NodeOptions{PodCIDRs: []string{"10.96.0.0/24", "fd96::/64"}}, map[string]string{"db.yaml": dbAllowWeb})
 	addPod(t, newCNI(t, n, labelledConflist(t, n, map[string]string{"role": "db"})), "db")

@@ -19,3 +19,15 @@ func Require(t testing.TB) {
 	}
 	t.Skipf("test %s needs root", t.Name())
 }
+
+// Needs is for a test that cannot run without something outside the module
+// (a Debian package, a binary the test bed builds): it skips t with the
+// reason, or fails it when CI=true, where hack/deps.sh and the make targets
+// provide everything.
+func Needs(t testing.TB, format string, args ...any) {
+	t.Helper()
+	if os.Getenv("CI") == "true" {
+		t.Fatalf(format, args...)
+	}
+	t.Skipf(format+" (CI=true makes this fail)", args...)
+}
