@@ -48,11 +48,17 @@ func LoadOrCreateKey(stateDir string) (wgtypes.Key, error) {
 	case !errors.Is(err, fs.ErrNotExist):
 		return wgtypes.Key{}, err
 	}
-	k, err := wgtypes.GeneratePrivateKey()
-	if err != nil {
+	if err := os.MkdirAll(stateDir, 0o700); err != nil {
 		return wgtypes.Key{}, err
 	}
-	if err := os.MkdirAll(stateDir, 0o700); err != nil {
+	return createKey(stateDir, path)
+}
+
+// createKey generates a private key, writes it to path (0600, atomically)
+// and publishes its public half.
+func createKey(stateDir, path string) (wgtypes.Key, error) {
+	k, err := wgtypes.GeneratePrivateKey()
+	if err != nil {
 		return wgtypes.Key{}, err
 	}
 	if err := atomicfile.Write(path, []byte(k.String()+"\n"), 0o600); err != nil {

@@ -6,7 +6,6 @@ import (
 	"os"
 	"path/filepath"
 
-	"github.com/coordino/coordino/daemon/atomicfile"
 	"golang.zx2c4.com/wireguard/wgctrl/wgtypes"
 )
 
@@ -31,14 +30,7 @@ func PrepareRotation(stateDir string) (wgtypes.Key, error) {
 	if k, ok, err := LoadNextKey(stateDir); err != nil || ok {
 		return k, err
 	}
-	k, err := wgtypes.GeneratePrivateKey()
-	if err != nil {
-		return wgtypes.Key{}, err
-	}
-	if err := atomicfile.Write(filepath.Join(stateDir, NextPrivateKeyFile), []byte(k.String()+"\n"), 0o600); err != nil {
-		return wgtypes.Key{}, err
-	}
-	return k, writePublic(stateDir, k)
+	return createKey(stateDir, filepath.Join(stateDir, NextPrivateKeyFile))
 }
 
 // LoadNextKey returns the pending key of a rotation, if any.
