@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"os"
 
-	"github.com/containernetworking/cni/pkg/skel"
 	"github.com/containernetworking/cni/pkg/types"
 	"github.com/containernetworking/cni/pkg/types/create"
 	"github.com/containernetworking/cni/pkg/version"
@@ -22,18 +21,7 @@ var SupportedVersions = version.PluginSupports("0.3.0", "0.3.1", "0.4.0", "1.0.0
 // About is printed by VERSION when CNI_COMMAND is absent.
 const About = "coordino: Kubernetes CNI (thin plugin; the work is done by coordino-daemon)"
 
-// Main runs the plugin. It is the whole of the binary's main function.
-func Main() {
-	skel.PluginMainFuncs(skel.CNIFuncs{
-		Add:    cmdAdd,
-		Del:    cmdDel,
-		Check:  cmdCheck,
-		GC:     cmdGC,
-		Status: cmdStatus,
-	}, SupportedVersions, About)
-}
-
-func request(args *skel.CmdArgs) *wire.Request {
+func request(args *CmdArgs) *wire.Request {
 	return &wire.Request{
 		ContainerID: args.ContainerID,
 		Netns:       args.Netns,
@@ -44,11 +32,8 @@ func request(args *skel.CmdArgs) *wire.Request {
 	}
 }
 
-func cmdAdd(args *skel.CmdArgs) error {
-	conf, err := ParseConfig(args.StdinData)
-	if err != nil {
-		return err
-	}
+func cmdAdd(args *CmdArgs) error {
+	conf := args.Conf
 	resp, err := call(conf, methodAdd, request(args), true)
 	if err != nil {
 		return unreachableAs(err, types.ErrTryAgainLater)
@@ -79,13 +64,10 @@ func printResult(raw []byte, cniVersion string) error {
 // cmdDel never fails because the daemon is away: the request is queued on
 // disk and replayed by the daemon before it serves again, so a pod can never
 // be stuck terminating behind a daemon restart.
-func cmdDel(args *skel.CmdArgs) error {
-	conf, err := ParseConfig(args.StdinData)
-	if err != nil {
-		return err
-	}
+func cmdDel(args *CmdArgs) error {
+	conf := args.Conf
 	req := request(args)
-	_, err = call(conf, methodDel, req, false)
+	_, err := call(conf, methodDel, req, false)
 	if err == nil || !errors.Is(err, errUnreachable) {
 		return err
 	}
@@ -110,21 +92,17 @@ func queueDel(conf *Config, req *wire.Request, unreachable error) error {
 	return nil
 }
 
-func cmdCheck(args *skel.CmdArgs) error { return forward(args, methodCheck, types.ErrTryAgainLater) }
+func cmdCheck(args *CmdArgs) error { return forward(args, methodCheck, types.ErrTryAgainLater) }
 
-func cmdGC(args *skel.CmdArgs) error { return forward(args, methodGC, types.ErrTryAgainLater) }
+func cmdGC(args *CmdArgs) error { return forward(args, methodGC, types.ErrTryAgainLater) }
 
-func cmdStatus(args *skel.CmdArgs) error {
+func cmdStatus(args *CmdArgs) error {
 	return forward(args, methodStatus, types.ErrPluginNotAvailable)
 }
 
 // forward sends a verb that has no result and maps an unreachable daemon to unreachableCode.
-func forward(args *skel.CmdArgs, method string, unreachableCode uint) error {
-	conf, err := ParseConfig(args.StdinData)
-	if err != nil {
-		return err
-	}
-	_, err = call(conf, method, request(args), true)
+func forward(args *CmdArgs, method string, unreachableCode uint) error {
+	_, err := call(args.Conf, method, request(args), true)
 	return unreachableAs(err, unreachableCode)
 }
 

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -13,7 +14,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/containernetworking/cni/pkg/skel"
 	"github.com/containernetworking/cni/pkg/types"
 
 	"github.com/coordino/coordino/proto/cni/v1/wire"
@@ -29,20 +29,12 @@ func trustRoot(t *testing.T) string {
 	return root
 }
 
-func invoke(t *testing.T, verb func(*skel.CmdArgs) error, runDir string) *types.Error {
+// invoke runs verb as the runtime would, through the plugin's dispatcher.
+func invoke(t *testing.T, verb, runDir string) *types.Error {
 	t.Helper()
-	err := verb(&skel.CmdArgs{
-		ContainerID: "c1", Netns: "/proc/self/ns/net", IfName: "eth0",
-		StdinData: fmt.Appendf(nil, `{"cniVersion":"1.1.0","name":"n","type":"coordino","runDir":%q}`, runDir),
-	})
-	if err == nil {
-		return nil
-	}
-	var e *types.Error
-	if !errors.As(err, &e) {
-		t.Fatalf("non-CNI error %v", err)
-	}
-	return e
+	env := map[string]string{"CNI_COMMAND": verb, "CNI_CONTAINERID": "c1", "CNI_NETNS": "/proc/self/ns/net", "CNI_IFNAME": "eth0", "CNI_PATH": "/opt/cni/bin"}
+	stdin := fmt.Sprintf(`{"cniVersion":"1.1.0","name":"n","type":"coordino","runDir":%q}`, runDir)
+	return dispatch(func(k string) string { return env[k] }, strings.NewReader(stdin), io.Discard, io.Discard)
 }
 
 func wantRunDirError(t *testing.T, e *types.Error, fragment string) {
@@ -93,7 +85,7 @@ func TestDelRefusesSymlinkInRunDir(t *testing.T) {
 	if err := os.Symlink(target, filepath.Join(root, "link")); err != nil {
 		t.Fatal(err)
 	}
-	wantRunDirError(t, invoke(t, cmdDel, filepath.Join(root, "link", "run")), "symlink")
+	wantRunDirError(t, invoke(t, "DEL", filepath.Join(root, "link", "run")), "symlink")
 	if left, _ := os.ReadDir(target); len(left) != 0 {
 		t.Fatalf("DEL followed the symlink and wrote %v", left)
 	}
@@ -109,7 +101,7 @@ func TestDelRefusesForeignQueueDir(t *testing.T) {
 	if err := os.Chown(queue, 65534, 65534); err != nil {
 		t.Fatal(err)
 	}
-	wantRunDirError(t, invoke(t, cmdDel, run), "not root")
+	wantRunDirError(t, invoke(t, "DEL", run), "not root")
 	if left, _ := os.ReadDir(queue); len(left) != 0 {
 		t.Fatalf("DEL wrote into a queue dir owned by another user: %v", left)
 	}
@@ -124,7 +116,7 @@ func TestRefusesRunDirWritableByOthers(t *testing.T) {
 	if err := os.Chmod(run, 0o777); err != nil {
 		t.Fatal(err)
 	}
-	wantRunDirError(t, invoke(t, cmdDel, run), "writable")
+	wantRunDirError(t, invoke(t, "DEL", run), "writable")
 	if left, _ := os.ReadDir(run); len(left) != 0 {
 		t.Fatalf("DEL wrote into a world-writable runDir: %v", left)
 	}
@@ -151,7 +143,7 @@ func TestAddRefusesSocketNotRootOnly(t *testing.T) {
 				t.Fatal(err)
 			}
 			start := time.Now()
-			wantRunDirError(t, invoke(t, cmdAdd, run), "owned by root with mode 0600")
+			wantRunDirError(t, invoke(t, "ADD", run), "owned by root with mode 0600")
 			if connected() {
 				t.Fatal("ADD dialed a socket it should not trust")
 			}
@@ -239,5 +231,5 @@ func TestAddRefusesListenerNotRoot(t *testing.T) {
 	if err := os.Chown(sock, 0, 0); err != nil || os.Chmod(sock, 0o600) != nil {
 		t.Fatal(err)
 	}
-	wantRunDirError(t, invoke(t, cmdAdd, run), "uid 65534, not root")
+	wantRunDirError(t, invoke(t, "ADD", run), "uid 65534, not root")
 }
