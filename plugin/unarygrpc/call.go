@@ -14,8 +14,6 @@ import (
 	"strings"
 	"syscall"
 	"time"
-
-	"golang.org/x/net/http2/hpack"
 )
 
 // gRPC status codes the caller acts on.
@@ -150,8 +148,7 @@ func (c *call) run(ctx context.Context, method string, md []Header, req []byte) 
 	c.out = append(c.out, preface...)
 	c.frame(frameSettings, 0, 0, []byte{0, 0x2, 0, 0, 0, 0}) // SETTINGS_ENABLE_PUSH = 0
 
-	var block strings.Builder
-	enc := hpack.NewEncoder(&block)
+	var block []byte
 	headers := []Header{
 		{":method", "POST"}, {":scheme", "http"}, {":path", method}, {":authority", "localhost"},
 		{"content-type", "application/grpc"}, {"te", "trailers"},
@@ -160,19 +157,17 @@ func (c *call) run(ctx context.Context, method string, md []Header, req []byte) 
 		headers = append(headers, Header{"grpc-timeout", t})
 	}
 	for _, h := range append(headers, md...) {
-		if err := enc.WriteField(hpack.HeaderField{Name: h.Name, Value: h.Value}); err != nil {
-			return nil, err
-		}
+		block = appendHeaderField(block, h.Name, h.Value)
 	}
-	if block.Len() > defaultMaxFrameSize {
+	if len(block) > defaultMaxFrameSize {
 		return nil, &Status{Code: CodeInternal, Message: "request headers exceed one frame"}
 	}
-	c.frame(frameHeaders, flagEndHeaders, streamID, []byte(block.String()))
+	c.frame(frameHeaders, flagEndHeaders, streamID, block)
 
 	body := make([]byte, 5, 5+len(req))
 	binary.BigEndian.PutUint32(body[1:], uint32(len(req)))
 	body = append(body, req...)
-	resp := response{dec: hpack.NewDecoder(4096, nil)}
+	resp := response{dec: newHpackDecoder()}
 	for sent := 0; sent < len(body); {
 		n := min(int64(len(body)-sent), c.sendWindow, c.connWindow, int64(c.maxFrame))
 		if n <= 0 {
@@ -210,7 +205,7 @@ func (c *call) run(ctx context.Context, method string, md []Header, req []byte) 
 
 // response accumulates the server's side of the stream.
 type response struct {
-	dec         *hpack.Decoder
+	dec         *hpackDecoder
 	sawHeaders  bool
 	status      string // :status
 	grpcStatus  string
@@ -354,21 +349,20 @@ func unpad(flags byte, p []byte) ([]byte, error) {
 // headers takes a complete header block: the response headers, the
 // trailers, or both at once (trailers-only).
 func (r *response) headers(block []byte) error {
-	fields, err := r.dec.DecodeFull(block)
+	err := r.dec.decode(block, func(name, value string) {
+		switch name {
+		case ":status":
+			r.status = value
+		case "grpc-status":
+			r.grpcStatus = value
+		case "grpc-message":
+			r.grpcMessage = value
+		case "grpc-status-details-bin":
+			r.details = value
+		}
+	})
 	if err != nil {
 		return fmt.Errorf("decode headers: %w", err)
-	}
-	for _, f := range fields {
-		switch f.Name {
-		case ":status":
-			r.status = f.Value
-		case "grpc-status":
-			r.grpcStatus = f.Value
-		case "grpc-message":
-			r.grpcMessage = f.Value
-		case "grpc-status-details-bin":
-			r.details = f.Value
-		}
 	}
 	r.sawHeaders = true
 	if r.blockEnd {
