@@ -158,9 +158,12 @@ func checkQueueDir(fd int) error {
 
 // dialSocket connects to the daemon's socket after checking that it is a
 // socket of root's with no access for anyone else, then checks that the
-// process listening on it runs as root. The socket is a blocking one whose
-// reads and writes time out at deadline: the plugin makes one call and
-// waits for it, so it keeps out of the runtime's network poller.
+// process listening on it runs as root. The connect blocks (bounded by
+// deadline); the connected socket is handed to the runtime's network poller,
+// and the caller sets its deadline. While the daemon works, the plugin's one
+// goroutine is then parked and the scheduler's monitor thread sleeps; in a
+// blocking read that thread would wake every 20-40 µs for as long as the
+// daemon takes (0.28 ms of CPU per exec at a 2 ms answer, measured).
 func (d *runDir) dialSocket(deadline time.Time) (*os.File, error) {
 	var st unix.Stat_t
 	err := unix.Fstatat(int(d.f.Fd()), wire.SocketName, &st, unix.AT_SYMLINK_NOFOLLOW)
@@ -179,16 +182,13 @@ func (d *runDir) dialSocket(deadline time.Time) (*os.File, error) {
 	if err != nil {
 		return nil, fmt.Errorf("socket: %w", err)
 	}
-	conn := os.NewFile(uintptr(fd), d.conf.SocketPath())
 	tv := unix.NsecToTimeval(max(time.Until(deadline), time.Millisecond).Nanoseconds())
-	for _, opt := range []int{unix.SO_RCVTIMEO, unix.SO_SNDTIMEO} {
-		if err := unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, opt, &tv); err != nil {
-			conn.Close()
-			return nil, fmt.Errorf("socket timeout: %w", err)
-		}
+	if err := unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_SNDTIMEO, &tv); err != nil {
+		unix.Close(fd)
+		return nil, fmt.Errorf("socket timeout: %w", err)
 	}
 	if err := unix.Connect(fd, &unix.SockaddrUnix{Name: d.procPath(wire.SocketName)}); err != nil {
-		conn.Close()
+		unix.Close(fd)
 		return nil, fmt.Errorf("connect to %s: %w", d.conf.SocketPath(), err)
 	}
 	cred, err := unix.GetsockoptUcred(fd, unix.SOL_SOCKET, unix.SO_PEERCRED)
@@ -196,8 +196,12 @@ func (d *runDir) dialSocket(deadline time.Time) (*os.File, error) {
 		err = fmt.Errorf("the process listening on it runs as uid %d, not root", cred.Uid)
 	}
 	if err != nil {
-		conn.Close()
+		unix.Close(fd)
 		return nil, types.NewError(types.ErrInvalidNetworkConfig, fmt.Sprintf("runDir %q: %s: %v", d.conf.RunDir, d.conf.SocketPath(), err), "")
 	}
-	return conn, nil
+	if err := unix.SetNonblock(fd, true); err != nil {
+		unix.Close(fd)
+		return nil, fmt.Errorf("socket: %w", err)
+	}
+	return os.NewFile(uintptr(fd), d.conf.SocketPath()), nil // non-blocking, so pollable
 }
