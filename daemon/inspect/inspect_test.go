@@ -119,21 +119,21 @@ func TestLogRingKeepsNewestLinesWithinBound(t *testing.T) {
 // standalone mode and is degraded in Kubernetes mode, where a new block is
 // on its way.
 func TestAddressPressurePerFamily(t *testing.T) {
-	full := &inspectv1.Block{Cidr: "10.1.0.0/30", Size: 2, Used: 2}
-	room := &inspectv1.Block{Cidr: "10.1.1.0/26", Size: 62, Used: 3, Free: 59}
-	v6 := &inspectv1.Block{Cidr: "fd00::/122", Size: 64, Used: 1, Free: 63}
+	full := ipam.Usage{Prefix: netip.MustParsePrefix("10.1.0.0/30"), Size: 2, Used: 2}
+	room := ipam.Usage{Prefix: netip.MustParsePrefix("10.1.1.0/26"), Size: 62, Used: 3}
+	v6 := ipam.Usage{Prefix: netip.MustParsePrefix("fd00::/122"), Size: 64, Used: 1}
 	for _, tc := range []struct {
 		name               string
 		standalone         bool
-		blocks             []*inspectv1.Block
+		usage              []ipam.Usage
 		failures, problems int
 	}{
-		{"full block beside one with room", false, []*inspectv1.Block{full, room, v6}, 0, 0},
-		{"family full, kubernetes", false, []*inspectv1.Block{full, v6}, 0, 1},
-		{"family full, standalone", true, []*inspectv1.Block{full, v6}, 1, 0},
+		{"full block beside one with room", false, []ipam.Usage{full, room, v6}, 0, 0},
+		{"family full, kubernetes", false, []ipam.Usage{full, v6}, 0, 1},
+		{"family full, standalone", true, []ipam.Usage{full, v6}, 1, 0},
 	} {
 		s := &Service{cfg: Config{Standalone: tc.standalone}}
-		f, p := s.addressPressure(tc.blocks, nil, nil)
+		f, p := s.addressPressure(tc.usage, nil, nil)
 		if len(f) != tc.failures || len(p) != tc.problems {
 			t.Errorf("%s: failures %q, problems %q", tc.name, f, p)
 		}

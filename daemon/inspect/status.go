@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"maps"
-	"net/netip"
 	"slices"
 	"strings"
 	"time"
@@ -13,6 +12,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/coordino/coordino/daemon/datapath"
+	"github.com/coordino/coordino/daemon/ipam"
 	"github.com/coordino/coordino/daemon/metrics"
 	"github.com/coordino/coordino/daemon/store"
 	inspectv1 "github.com/coordino/coordino/proto/inspect/v1"
@@ -29,6 +29,7 @@ const (
 
 // GetStatus implements Inspector.GetStatus.
 func (s *Service) GetStatus(context.Context, *inspectv1.GetStatusRequest) (*inspectv1.Status, error) {
+	usage := s.cfg.Pool.Usage()
 	st := &inspectv1.Status{
 		Version:      Version(),
 		NodeName:     s.cfg.NodeName,
@@ -36,7 +37,7 @@ func (s *Service) GetStatus(context.Context, *inspectv1.GetStatusRequest) (*insp
 		ControlPlane: "static (--pod-cidr, --policy-dir)",
 		AttachMode:   s.cfg.AttachMode,
 		StartedUnix:  s.started.Unix(),
-		Blocks:       s.blocks(),
+		Blocks:       blocks(usage),
 	}
 	if s.cfg.Standalone {
 		st.Mode = "standalone"
@@ -53,7 +54,7 @@ func (s *Service) GetStatus(context.Context, *inspectv1.GetStatusRequest) (*insp
 			st.PrimaryEndpoints++
 		}
 	}
-	failures, problems = s.addressPressure(st.Blocks, failures, problems)
+	failures, problems = s.addressPressure(usage, failures, problems)
 	if dp := s.cfg.Datapath; dp != nil {
 		st.Identities = uint32(len(dp.Identities()))
 		rev, invalid := dp.PolicyRevision()
@@ -104,17 +105,17 @@ func (s *Service) GetStatus(context.Context, *inspectv1.GetStatusRequest) (*insp
 // left is failing in standalone mode (only --pod-cidr can grow it) and
 // degraded in Kubernetes mode, where the controller is adding a block and
 // ADDs answer "try again later" meanwhile.
-func (s *Service) addressPressure(blocks []*inspectv1.Block, failures, problems []string) ([]string, []string) {
+func (s *Service) addressPressure(usage []ipam.Usage, failures, problems []string) ([]string, []string) {
 	for _, fam := range []struct {
 		name string
 		is4  bool
 	}{{"IPv4", true}, {"IPv6", false}} {
-		var used, size uint32
+		var used, size int
 		var cidrs []string
-		for _, b := range blocks {
-			if p, err := netip.ParsePrefix(b.Cidr); err == nil && p.Addr().Is4() == fam.is4 {
+		for _, b := range usage {
+			if b.Prefix.Addr().Is4() == fam.is4 {
 				used, size = used+b.Used, size+b.Size
-				cidrs = append(cidrs, b.Cidr)
+				cidrs = append(cidrs, b.Prefix.String())
 			}
 		}
 		switch {
@@ -132,9 +133,9 @@ func (s *Service) addressPressure(blocks []*inspectv1.Block, failures, problems 
 	return failures, problems
 }
 
-func (s *Service) blocks() []*inspectv1.Block {
+func blocks(usage []ipam.Usage) []*inspectv1.Block {
 	var out []*inspectv1.Block
-	for _, u := range s.cfg.Pool.Usage() {
+	for _, u := range usage {
 		out = append(out, &inspectv1.Block{Cidr: u.Prefix.String(), Size: uint32(u.Size), Used: uint32(u.Used), Free: uint32(u.Size - u.Used)})
 	}
 	return out
@@ -146,7 +147,7 @@ func (s *Service) GetIPAM(context.Context, *inspectv1.GetIPAMRequest) (*inspectv
 	if err != nil {
 		return nil, status.Errorf(codes.Internal, "list endpoints: %v", err)
 	}
-	out := &inspectv1.IPAM{Blocks: s.blocks()}
+	out := &inspectv1.IPAM{Blocks: blocks(s.cfg.Pool.Usage())}
 	for _, ep := range eps {
 		if ep.Mode != store.ModePrimary {
 			continue
