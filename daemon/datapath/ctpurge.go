@@ -210,11 +210,12 @@ func (d *Datapath) purgePending(trigger string, extra func(*bpf.CoordinoCtKey) b
 			addrs[k.Addr] = true
 		}
 	}
-	p.lastWalk = time.Now()
-	p.mu.Unlock()
 	if len(served) == 0 && extra == nil {
+		p.mu.Unlock()
 		return nil
 	}
+	p.lastWalk = time.Now()
+	p.mu.Unlock()
 	p.walks.WithLabelValues(trigger).Inc()
 	err := d.purgeConntrackWhere(func(k *bpf.CoordinoCtKey, _ *bpf.CoordinoCtEntry) bool {
 		return ifs[k.Ifindex] || addrs[k.Src] || addrs[k.Dst] || (extra != nil && extra(k))
