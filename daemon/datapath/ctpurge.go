@@ -1,6 +1,7 @@
 package datapath
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"net/netip"
@@ -11,7 +12,6 @@ import (
 	"github.com/coordino/coordino/bpf"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
-	"golang.org/x/sys/unix"
 )
 
 // Conntrack purge of removed endpoints, off the DEL path.
@@ -81,15 +81,7 @@ type ctPurger struct {
 }
 
 func openPurgeMap(dir string) (*ebpf.Map, error) {
-	m, err := ebpf.NewMapWithOptions(&ebpf.MapSpec{
-		Name:       ctPurgeMapName,
-		Type:       ebpf.Hash,
-		KeySize:    20,
-		ValueSize:  1,
-		MaxEntries: maxPendingPurges,
-		Flags:      unix.BPF_F_NO_PREALLOC,
-		Pinning:    ebpf.PinByName,
-	}, ebpf.MapOptions{PinPath: dir})
+	m, err := openUserspaceMap(dir, ctPurgeMapName, uint32(binary.Size(purgeKey{})), 1, maxPendingPurges)
 	if err != nil {
 		return nil, fmt.Errorf("datapath: open conntrack purge map: %w", err)
 	}
