@@ -72,7 +72,7 @@ func (c *churn) waitPurged() error {
 		if time.Now().After(deadline) {
 			return fmt.Errorf("%v removed pods still pending a conntrack purge after %v", n, purgeWait)
 		}
-		time.Sleep(50 * time.Millisecond)
+		time.Sleep(200 * time.Millisecond) // each scrape reads the conntrack table
 	}
 }
 
