@@ -40,6 +40,7 @@ func (r *Report) WriteTable(w io.Writer) {
 		}
 	}
 	fmt.Fprintf(w, "conntrack entries naming deleted pods (server pod still up, pending purges done): %d\n", r.StaleConntrack)
+	fmt.Fprintf(w, "conntrack table walks purging deleted pods: %d for %d DELs (DEL itself walks none)\n", r.PurgeWalks, r.Del.N)
 	fmt.Fprintf(w, "\nGoals (issue 15; timing goals are only meaningful on an idle machine, loadavg above):\n")
 	for _, g := range r.Goals() {
 		fmt.Fprintf(w, "  %-44s %-30s goal %-44s %s\n", g.Name, g.Value, g.Goal, g.Verdict)
