@@ -15,8 +15,9 @@ import (
 // state is what a pod leaves on the node.
 type state map[string]int
 
-// bpfMaps are the pinned maps that hold per-pod entries.
-var bpfMaps = []string{"cdo_endpoints", "cdo_ipcache", "cdo_policy", "cdo_conntrack"}
+// bpfMaps are the pinned maps that hold per-pod entries (cdo_ct_purge: a
+// deleted pod until its conntrack entries are purged).
+var bpfMaps = []string{"cdo_endpoints", "cdo_ipcache", "cdo_policy", "cdo_conntrack", "cdo_ct_purge"}
 
 func (c *churn) snapshot() (state, error) {
 	n := c.node

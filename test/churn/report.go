@@ -32,7 +32,7 @@ func (r *Report) WriteTable(w io.Writer) {
 		fmt.Fprintf(w, "  %s\n", f)
 	}
 	if len(r.Leaks) == 0 {
-		fmt.Fprintln(w, "leaks: none (veths, pins, addresses, records, queued DELs, BPF endpoint/ipcache/policy/conntrack entries as before the first pod)")
+		fmt.Fprintln(w, "leaks: none (veths, pins, addresses, records, queued DELs, BPF endpoint/ipcache/policy/conntrack/pending-purge entries as before the first pod)")
 	} else {
 		fmt.Fprintln(w, "leaks:")
 		for _, l := range r.Leaks {
