@@ -224,3 +224,26 @@ func TestPendingPurgeSurvivesRestart(t *testing.T) {
 		t.Fatal("purged at start but still pending")
 	}
 }
+
+// TestDetachPurgesNowWhenPendingMapFull: a DEL that cannot record its
+// pending purge does the walk itself, so nothing is left unowned.
+func TestDetachPurgesNowWhenPendingMapFull(t *testing.T) {
+	c := newClusterWith(t, Config{AttachMode: AttachTC, purgeInterval: time.Hour}, false)
+	gone, kept := plantFlows(t, c.dp, c.eps["b"], c.eps["a"])
+	keys := make([]purgeKey, maxPendingPurges)
+	for i := range keys {
+		keys[i] = purgeKey{Addr: [16]byte{0xfd, 0, byte(i >> 16), byte(i >> 8), byte(i)}}
+	}
+	if _, err := c.dp.purger.m.BatchUpdate(keys, make([]uint8, len(keys)), nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.dp.DetachEndpoint(c.eps["b"]); err != nil {
+		t.Fatal(err)
+	}
+	if left := present(t, c.dp, gone...); len(left) > 0 {
+		t.Fatalf("pending map full: %d flows of the removed endpoint left", len(left))
+	}
+	if len(present(t, c.dp, kept)) != 1 {
+		t.Fatal("a flow of a live endpoint was purged")
+	}
+}
