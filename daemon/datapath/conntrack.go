@@ -133,8 +133,8 @@ type ctBatchBuf struct {
 	vals [ctBatch]bpf.CoordinoCtEntry
 }
 
-// ctBatchBufs recycles the batch buffers: every DEL walks the table, and a
-// fresh buffer each time (~240 KiB) was most of what the pod path allocated.
+// ctBatchBufs recycles the batch buffers (~240 KiB): DEL used to walk the
+// table, and a fresh buffer each time was most of what it allocated.
 var ctBatchBufs = sync.Pool{New: func() any { return new(ctBatchBuf) }}
 
 // walkConntrack calls fn for every key of the conntrack table, read in
@@ -142,6 +142,7 @@ var ctBatchBufs = sync.Pool{New: func() any { return new(ctBatchBuf) }}
 // back to the iterator on kernels without batch operations. fn's pointers
 // are valid only during the call.
 func (d *Datapath) walkConntrack(fn func(*bpf.CoordinoCtKey, *bpf.CoordinoCtEntry)) error {
+	d.ctWalks.Add(1)
 	buf := ctBatchBufs.Get().(*ctBatchBuf)
 	defer ctBatchBufs.Put(buf)
 	var cursor ebpf.MapBatchCursor

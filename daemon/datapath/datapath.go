@@ -56,6 +56,8 @@ type Config struct {
 
 	// Tests only: a faster retry after a failed map update.
 	retryDelay time.Duration
+	// Tests only: the least time between background conntrack purges.
+	purgeInterval time.Duration
 }
 
 // Endpoint is a pod interface to enforce policy on.
@@ -117,6 +119,11 @@ type Datapath struct {
 	serviceHookErr error
 	// nodeIso is node isolation's state (nodeiso.go).
 	nodeIso nodeIsoState
+
+	// purger purges removed endpoints' conntrack entries (ctpurge.go).
+	purger *ctPurger
+	// ctWalks counts full reads of the conntrack table.
+	ctWalks atomic.Uint64
 }
 
 // Open loads the BPF objects and creates, or adopts, the pinned maps, the
@@ -181,11 +188,29 @@ func Open(cfg Config) (*Datapath, error) {
 		d.objs.Close()
 		return nil, err
 	}
+	pm, err := openPurgeMap(cfg.BPFDir)
+	if err != nil {
+		d.state.Close()
+		d.objs.Close()
+		return nil, err
+	}
+	if d.purger, err = newPurger(pm, cfg.purgeInterval); err != nil {
+		pm.Close()
+		d.state.Close()
+		d.objs.Close()
+		return nil, err
+	}
+	go d.runPurger()
 	d.metrics = newMetrics(d)
 	d.ifKeys.Store(&map[uint32]string{})
 	if err := d.restore(); err != nil {
 		d.Close()
 		return nil, err
+	}
+	if err := d.purgeAtStart(); err != nil {
+		// An attach reusing a pending interface or address retries it.
+		d.log.Warn("conntrack purge at start failed; retrying in the background", zap.Error(err))
+		d.purger.wake()
 	}
 	if err := d.setupServices(); err != nil {
 		d.Close()
@@ -259,6 +284,11 @@ func (d *Datapath) Close() error {
 	}
 	d.mu.Unlock()
 	var errs []error
+	if d.purger != nil {
+		// After the walk under way: it reads maps closed below.
+		d.purger.stopPurger()
+		errs = append(errs, d.purger.m.Close())
+	}
 	if d.state != nil {
 		errs = append(errs, d.state.Close())
 	}
@@ -299,6 +329,11 @@ func (d *Datapath) AttachEndpoint(ep Endpoint) error {
 	if err := checkInterface(ep); err != nil {
 		return err
 	}
+	// Before anything is written: the programs attached below must find no
+	// flow of a removed endpoint that had this interface or an address.
+	if err := d.settlePurge(uint32(r.HostIfIndex), r.IPs); err != nil {
+		return fmt.Errorf("endpoint %q: %w", r.Key, err)
+	}
 	if err := d.prepareAttach(r); err != nil {
 		return err
 	}
@@ -334,6 +369,10 @@ func (d *Datapath) prepareAttach(r *record) error {
 		// Same key on a new interface: drop the old attachment first.
 		if err := d.detach(old); err != nil {
 			return err
+		}
+		gone := slices.DeleteFunc(slices.Clone(old.IPs), func(ip netip.Addr) bool { return slices.Contains(r.IPs, ip) })
+		if err := d.purger.queue(uint32(old.HostIfIndex), gone); err != nil {
+			d.log.Warn("flows of the replaced interface left to expire", zap.String("endpoint", r.Key), zap.Error(err))
 		}
 	}
 	id, _, err := d.ids.Acquire(r.Namespace, r.Labels)
@@ -421,13 +460,18 @@ func (d *Datapath) DetachEndpoint(ep Endpoint) error {
 	if err := d.detach(r); err != nil {
 		return err
 	}
+	// The tracked flows are purged by a background walk (ctpurge.go); they
+	// are recorded as pending before the record goes, so a crash in
+	// between leaves one or the other for the next Open.
+	queueErr := d.purger.queue(uint32(r.HostIfIndex), r.IPs)
 	if err := d.removeDetached(r); err != nil {
 		return err
 	}
-	// Outside the lock: the walk of the table does not hold up other pods'
-	// verbs and policy updates. The addresses go back to IPAM only once
-	// this returns, so no new pod gets one before its flows are gone.
-	d.purgeConntrack(uint32(r.HostIfIndex), r.IPs)
+	if queueErr != nil {
+		// Not recorded (pending map full): purge now, as nothing else will.
+		d.log.Warn("conntrack purge not queued; purging now", zap.Error(queueErr))
+		d.purgeConntrack(uint32(r.HostIfIndex), r.IPs)
+	}
 	d.log.Info("endpoint detached", zap.String("endpoint", r.Key))
 	return nil
 }

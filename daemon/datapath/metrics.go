@@ -164,5 +164,6 @@ func (d *Datapath) counter(dir, reason uint32) (packets, bytes uint64, err error
 // Collectors returns the datapath's Prometheus collectors: packet and byte
 // counters by direction, verdict and reason, and policy state gauges.
 func (d *Datapath) Collectors() []prometheus.Collector {
-	return []prometheus.Collector{d.metrics, d.metrics.invalidPolicy, d.metrics.syncFailures, d.metrics.policies, d.metrics.mapFailures}
+	return []prometheus.Collector{d.metrics, d.metrics.invalidPolicy, d.metrics.syncFailures, d.metrics.policies, d.metrics.mapFailures,
+		d.purger.walks, d.purger.pendingEp}
 }

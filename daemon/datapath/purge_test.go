@@ -133,3 +133,54 @@ func BenchmarkPurgeConntrack(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkDetachConntrack times DetachEndpoint of a pod whose address
+// has 300 flows in a default-size table 80 % full: "walk-reference" adds
+// the table walk DEL did before the purge moved to the background, in the
+// same run; "queued" is DEL as it is and reports its ratio to the reference.
+func BenchmarkDetachConntrack(b *testing.B) {
+	privileged.Require(b)
+	d, err := Open(Config{BPFDir: testnet.BPFDir(b), AttachMode: AttachTC, ConntrackSize: DefaultConntrackSize,
+		purgeInterval: time.Hour}) // no background walk during the timing
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { d.Close() })
+	if err := d.UpdatePolicy(policy.Snapshot{}); err != nil {
+		b.Fatal(err)
+	}
+	p := testnet.NewPod(b, "del", purgedAddr)
+	ep := Endpoint{Key: "net/bench-del/eth0", HostIfName: p.HostIfName, HostIfIndex: p.HostIfIndex, IPs: p.IPs}
+	var reference float64
+	for _, bc := range []struct {
+		name string
+		walk bool
+	}{{"walk-reference", true}, {"queued", false}} {
+		b.Run(bc.name, func(b *testing.B) {
+			var timed time.Duration
+			for range b.N {
+				b.StopTimer()
+				fillConntrack(b, d, DefaultConntrackSize*8/10, 100)
+				// A pending purge of the interface makes this attach walk: untimed.
+				if err := d.AttachEndpoint(ep); err != nil {
+					b.Fatal(err)
+				}
+				b.StartTimer()
+				start := time.Now()
+				if err := d.DetachEndpoint(ep); err != nil {
+					b.Fatal(err)
+				}
+				if bc.walk {
+					d.purgeConntrack(uint32(ep.HostIfIndex), ep.IPs)
+				}
+				timed += time.Since(start)
+			}
+			perOp := float64(timed.Nanoseconds()) / float64(b.N)
+			if bc.walk {
+				reference = perOp
+			} else if reference > 0 {
+				b.ReportMetric(perOp/reference, "x-walk-reference")
+			}
+		})
+	}
+}

@@ -46,19 +46,25 @@ type record struct {
 }
 
 func openStateMap(dir string) (*ebpf.Map, error) {
-	m, err := ebpf.NewMapWithOptions(&ebpf.MapSpec{
-		Name:       stateMapName,
-		Type:       ebpf.Hash,
-		KeySize:    stateKeySize,
-		ValueSize:  stateValueSize,
-		MaxEntries: maxEndpoints,
-		Flags:      unix.BPF_F_NO_PREALLOC,
-		Pinning:    ebpf.PinByName,
-	}, ebpf.MapOptions{PinPath: dir})
+	m, err := openUserspaceMap(dir, stateMapName, stateKeySize, stateValueSize, maxEndpoints)
 	if err != nil {
 		return nil, fmt.Errorf("datapath: open endpoint state map: %w", err)
 	}
 	return m, nil
+}
+
+// openUserspaceMap creates or adopts a pinned hash map no program uses:
+// state that lives exactly as long as the datapath's pins.
+func openUserspaceMap(dir, name string, keySize, valueSize, maxEntries uint32) (*ebpf.Map, error) {
+	return ebpf.NewMapWithOptions(&ebpf.MapSpec{
+		Name:       name,
+		Type:       ebpf.Hash,
+		KeySize:    keySize,
+		ValueSize:  valueSize,
+		MaxEntries: maxEntries,
+		Flags:      unix.BPF_F_NO_PREALLOC,
+		Pinning:    ebpf.PinByName,
+	}, ebpf.MapOptions{PinPath: dir})
 }
 
 func stateKey(key string) ([stateKeySize]byte, error) {

@@ -529,11 +529,13 @@ func (d *Datapath) writeConfig() error {
 	return d.objs.CdoConfig.Update(uint32(0), &cfg, ebpf.UpdateAny)
 }
 
-// purgeConntrack drops the tracked flows of a removed endpoint: those seen
-// on its interface, so a future interface reusing the index starts clean,
-// and those other endpoints track with one of its addresses, so a pod that
-// is given the address next never inherits a flow of the deleted one. The
-// table is read and the dead entries deleted in batches (conntrack.go).
+// purgeConntrack drops the tracked flows of one removed endpoint now: those
+// seen on its interface, so a future interface reusing the index starts
+// clean, and those other endpoints track with one of its addresses, so a pod
+// that is given the address next never inherits a flow of the deleted one.
+// DEL queues this for the background walk (ctpurge.go) and calls it only
+// when it cannot. The table is read and the dead entries deleted in batches
+// (conntrack.go).
 func (d *Datapath) purgeConntrack(ifindex uint32, ips []netip.Addr) {
 	gone := map[[16]byte]bool{}
 	for _, ip := range ips {

@@ -332,7 +332,8 @@ func TestDropEventsRateLimited(t *testing.T) {
 
 // TestDetachPurgesPeersFlowsOfItsAddresses: a deleted pod's address must not
 // stay in the flows other endpoints track, or the next pod given that
-// address would inherit them.
+// address would inherit them. DEL leaves them to the background purge
+// (ctpurge.go), which this waits for.
 func TestDetachPurgesPeersFlowsOfItsAddresses(t *testing.T) {
 	c := newCluster(t, AttachTC)
 	c.policies(clientDenyIngress) // a is isolated: its flows are tracked
@@ -364,6 +365,7 @@ func TestDetachPurgesPeersFlowsOfItsAddresses(t *testing.T) {
 	if err := c.dp.DetachEndpoint(c.eps["b"]); err != nil {
 		t.Fatal(err)
 	}
+	waitPurged(t, c.dp)
 	if n := naming(podIPs["b"]); n != 0 {
 		t.Fatalf("%d conntrack entries still name the detached pod's address", n)
 	}

@@ -115,6 +115,9 @@ type Report struct {
 	// StaleConntrack counts conntrack entries that still name a deleted
 	// pod once every client is gone (the server pod still up).
 	StaleConntrack int `json:"stale_conntrack"`
+	// PurgeWalks counts the daemon's walks of the conntrack table that purged
+	// deleted pods' flows: one serves every DEL of up to a second.
+	PurgeWalks int `json:"conntrack_purge_walks"`
 }
 
 // OK is the run's verdict: every goal that the run could judge is met.
@@ -219,6 +222,9 @@ func Run(ctx context.Context, p Params) (*Report, error) {
 	}
 	r.Leaks = c.leaks(before)
 	r.StaleConntrack = stale
+	if walks, err := n.Metric("coordino_conntrack_purge_walks_total"); err == nil {
+		r.PurgeWalks = int(walks)
+	}
 	r.Pods = int(c.pods.Load())
 	r.Add, r.Del = harness.Summarize(c.adds, 0), harness.Summarize(c.dels, 0)
 	r.Minutes = perMinute(r.Samples, c.addAt, c.adds)

@@ -6,4 +6,7 @@
 // time with their slopes, and afterwards checks that nothing leaked against
 // the state before the first pod: host veths, netns pins, addresses,
 // endpoint records, and the BPF endpoint, ipcache, policy and conntrack maps.
+// DEL leaves a pod's conntrack entries to the daemon's background purge, so
+// those checks first wait (bounded) until coordino_conntrack_purge_pending
+// is 0: a purge that never completes fails the run.
 package main

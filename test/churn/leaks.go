@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/netip"
 	"path/filepath"
+	"time"
 
 	"github.com/cilium/ebpf"
 
@@ -14,8 +15,9 @@ import (
 // state is what a pod leaves on the node.
 type state map[string]int
 
-// bpfMaps are the pinned maps that hold per-pod entries.
-var bpfMaps = []string{"cdo_endpoints", "cdo_ipcache", "cdo_policy", "cdo_conntrack"}
+// bpfMaps are the pinned maps that hold per-pod entries (cdo_ct_purge: a
+// deleted pod until its conntrack entries are purged).
+var bpfMaps = []string{"cdo_endpoints", "cdo_ipcache", "cdo_policy", "cdo_conntrack", "cdo_ct_purge"}
 
 func (c *churn) snapshot() (state, error) {
 	n := c.node
@@ -51,9 +53,37 @@ func (c *churn) snapshot() (state, error) {
 	return st, nil
 }
 
+// purgeWait bounds the wait for the daemon's background conntrack purge.
+const purgeWait = 30 * time.Second
+
+// waitPurged waits until the daemon reports no removed pod pending a
+// conntrack purge: DEL leaves the purge to a background walk (at most a
+// second behind), so the checks below look at the table once it ran. A
+// purge that never completes is an error, not a wait forever.
+func (c *churn) waitPurged() error {
+	deadline := time.Now().Add(purgeWait)
+	for {
+		n, err := c.node.Metric("coordino_conntrack_purge_pending")
+		if err != nil {
+			return fmt.Errorf("read pending conntrack purges: %w", err)
+		}
+		if n == 0 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%v removed pods still pending a conntrack purge after %v", n, purgeWait)
+		}
+		time.Sleep(200 * time.Millisecond) // each scrape reads the conntrack table
+	}
+}
+
 // staleConntrack counts conntrack entries that name a pod address other
-// than the server's: with every client deleted, each of them is a leak.
+// than the server's: with every client deleted (and its pending purge
+// done), each of them is a leak.
 func (c *churn) staleConntrack() (int, error) {
+	if err := c.waitPurged(); err != nil {
+		return 0, err
+	}
 	pin := filepath.Join(c.node.BPFDir, "cdo_conntrack")
 	m, err := ebpf.LoadPinnedMap(pin, &ebpf.LoadPinOptions{ReadOnly: true})
 	if err != nil {
@@ -89,6 +119,9 @@ func (c *churn) staleConntrack() (int, error) {
 
 // leaks compares the node with its state before the first pod.
 func (c *churn) leaks(before state) []string {
+	if err := c.waitPurged(); err != nil {
+		return []string{err.Error()}
+	}
 	after, err := c.snapshot()
 	if err != nil {
 		return []string{"inspect node: " + err.Error()}

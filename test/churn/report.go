@@ -32,14 +32,15 @@ func (r *Report) WriteTable(w io.Writer) {
 		fmt.Fprintf(w, "  %s\n", f)
 	}
 	if len(r.Leaks) == 0 {
-		fmt.Fprintln(w, "leaks: none (veths, pins, addresses, records, queued DELs, BPF endpoint/ipcache/policy/conntrack entries as before the first pod)")
+		fmt.Fprintln(w, "leaks: none (veths, pins, addresses, records, queued DELs, BPF endpoint/ipcache/policy/conntrack/pending-purge entries as before the first pod)")
 	} else {
 		fmt.Fprintln(w, "leaks:")
 		for _, l := range r.Leaks {
 			fmt.Fprintf(w, "  %s\n", l)
 		}
 	}
-	fmt.Fprintf(w, "conntrack entries naming deleted pods (server pod still up): %d\n", r.StaleConntrack)
+	fmt.Fprintf(w, "conntrack entries naming deleted pods (server pod still up, pending purges done): %d\n", r.StaleConntrack)
+	fmt.Fprintf(w, "conntrack table walks purging deleted pods: %d for %d DELs (DEL itself walks none)\n", r.PurgeWalks, r.Del.N)
 	fmt.Fprintf(w, "\nGoals (issue 15; timing goals are only meaningful on an idle machine, loadavg above):\n")
 	for _, g := range r.Goals() {
 		fmt.Fprintf(w, "  %-44s %-30s goal %-44s %s\n", g.Name, g.Value, g.Goal, g.Verdict)
