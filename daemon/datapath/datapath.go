@@ -17,7 +17,9 @@ import (
 	"github.com/coordino/coordino/bpf"
 	"github.com/coordino/coordino/daemon/identity"
 	"github.com/coordino/coordino/daemon/policy"
+	"github.com/vishvananda/netlink"
 	"go.uber.org/zap"
+	"golang.org/x/sys/unix"
 )
 
 // DefaultNamespace is the namespace of endpoints that name none.
@@ -81,6 +83,10 @@ type Datapath struct {
 	objs    bpf.CoordinoObjects
 	state   *ebpf.Map
 	metrics *metrics
+	// tc is one rtnetlink socket, in the namespace Open ran in, for the
+	// qdisc and filter requests of every attach and detach: opening a
+	// socket per request cost more than the request itself.
+	tc *netlink.Handle
 	// ifKeys maps host ifindex to endpoint key for the flow reader: a
 	// snapshot replaced on every endpoint change, so decoding an event
 	// never takes mu.
@@ -154,6 +160,9 @@ func Open(cfg Config) (*Datapath, error) {
 	}
 	d.episodes = map[string]*mapEpisode{}
 	d.engine = policy.NewEngine(d.cidrs)
+	if d.tc, err = netlink.NewHandle(unix.NETLINK_ROUTE); err != nil {
+		return nil, fmt.Errorf("datapath: rtnetlink socket: %w", err)
+	}
 	if err := prepareConntrack(&cfg, spec, d.log); err != nil {
 		return nil, err
 	}
@@ -263,6 +272,7 @@ func (d *Datapath) Close() error {
 		errs = append(errs, d.state.Close())
 	}
 	errs = append(errs, d.objs.Close())
+	d.tc.Close()
 	return errors.Join(errs...)
 }
 
