@@ -326,7 +326,7 @@ func (d *Datapath) AttachEndpoint(ep Endpoint) error {
 			return err
 		}
 	}
-	d.log.Info("endpoint attached", zap.String("endpoint", r.Key), zap.String("interface", r.HostIfName),
+	d.log.Debug("endpoint attached", zap.String("endpoint", r.Key), zap.String("interface", r.HostIfName),
 		zap.Uint32("identity", uint32(r.Identity)), zap.String("mode", r.Mode))
 	return nil
 }
@@ -438,7 +438,7 @@ func (d *Datapath) DetachEndpoint(ep Endpoint) error {
 	// verbs and policy updates. The addresses go back to IPAM only once
 	// this returns, so no new pod gets one before its flows are gone.
 	d.purgeConntrack(uint32(r.HostIfIndex), r.IPs)
-	d.log.Info("endpoint detached", zap.String("endpoint", r.Key))
+	d.log.Debug("endpoint detached", zap.String("endpoint", r.Key))
 	return nil
 }
 
