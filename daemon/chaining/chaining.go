@@ -1,6 +1,7 @@
 package chaining
 
 import (
+	"errors"
 	"fmt"
 	"net/netip"
 
@@ -73,12 +74,28 @@ func (e *ErrNotVeth) Error() string {
 // namespace, of the veth ifname inside the namespace at netnsPath. With
 // podAddrs it also lists the pod interface's addresses: one more netlink
 // dump, needed only when prevResult does not say which addresses are the pod's.
+//
+// Without podAddrs it asks from the host first (resolveFromHost: three
+// requests on one open socket); it enters the pod's namespace only when
+// that cannot decide.
 func ResolveHostPeer(netnsPath, ifname string, podAddrs bool) (*HostPeer, error) {
 	podNS, err := netns.GetFromPath(netnsPath)
 	if err != nil {
 		return nil, fmt.Errorf("open netns %s: %w", netnsPath, err)
 	}
 	defer podNS.Close()
+	if !podAddrs {
+		if sh, err := hostSocket(); err == nil {
+			if peer, err := resolveFromHost(sh, int(podNS), ifname); !errors.Is(err, errUndecided) {
+				return peer, err
+			}
+		}
+	}
+	return resolveInPodNetns(podNS, netnsPath, ifname, podAddrs)
+}
+
+// resolveInPodNetns is ResolveHostPeer from inside the pod's namespace.
+func resolveInPodNetns(podNS netns.NsHandle, netnsPath, ifname string, podAddrs bool) (*HostPeer, error) {
 	h, err := netlink.NewHandleAt(podNS)
 	if err != nil {
 		return nil, fmt.Errorf("netlink handle in %s: %w", netnsPath, err)

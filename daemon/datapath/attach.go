@@ -149,7 +149,7 @@ func (d *Datapath) attachLegacy(r *record) error {
 		QdiscType: "clsact",
 	}
 	// Add, not replace: an existing clsact may carry other filters.
-	if err := netlink.QdiscAdd(qdisc); err != nil && !errors.Is(err, unix.EEXIST) {
+	if err := d.tc.QdiscAdd(qdisc); err != nil && !errors.Is(err, unix.EEXIST) {
 		return fmt.Errorf("endpoint %q: add clsact qdisc to ifindex %d: %w", r.Key, r.HostIfIndex, err)
 	}
 	for _, h := range d.hooks() {
@@ -166,7 +166,7 @@ func (d *Datapath) attachLegacy(r *record) error {
 			DirectAction: true,
 		}
 		// Replace swaps the program atomically, so re-attach has no gap.
-		if err := netlink.FilterReplace(f); err != nil {
+		if err := d.tc.FilterReplace(f); err != nil {
 			return fmt.Errorf("endpoint %q: attach cls_bpf %s to ifindex %d: %w", r.Key, h.name, r.HostIfIndex, err)
 		}
 	}
@@ -182,7 +182,7 @@ func (d *Datapath) detach(r *record) error {
 				LinkIndex: r.HostIfIndex, Parent: h.parent, Handle: legacyHandle,
 				Protocol: unix.ETH_P_ALL, Priority: legacyPriority,
 			}}
-			if err := netlink.FilterDel(f); err != nil && !gone(err) {
+			if err := d.tc.FilterDel(f); err != nil && !gone(err) {
 				errs = append(errs, fmt.Errorf("endpoint %q: delete cls_bpf %s: %w", r.Key, h.name, err))
 			}
 		}

@@ -17,7 +17,9 @@ import (
 	"github.com/coordino/coordino/bpf"
 	"github.com/coordino/coordino/daemon/identity"
 	"github.com/coordino/coordino/daemon/policy"
+	"github.com/vishvananda/netlink"
 	"go.uber.org/zap"
+	"golang.org/x/sys/unix"
 )
 
 // DefaultNamespace is the namespace of endpoints that name none.
@@ -83,6 +85,10 @@ type Datapath struct {
 	objs    bpf.CoordinoObjects
 	state   *ebpf.Map
 	metrics *metrics
+	// tc is one rtnetlink socket, in the namespace Open ran in, for the
+	// qdisc and filter requests of every attach and detach: opening a
+	// socket per request cost more than the request itself.
+	tc *netlink.Handle
 	// ifKeys maps host ifindex to endpoint key for the flow reader: a
 	// snapshot replaced on every endpoint change, so decoding an event
 	// never takes mu.
@@ -161,6 +167,9 @@ func Open(cfg Config) (*Datapath, error) {
 	}
 	d.episodes = map[string]*mapEpisode{}
 	d.engine = policy.NewEngine(d.cidrs)
+	if d.tc, err = netlink.NewHandle(unix.NETLINK_ROUTE); err != nil {
+		return nil, fmt.Errorf("datapath: rtnetlink socket: %w", err)
+	}
 	if err := prepareConntrack(&cfg, spec, d.log); err != nil {
 		return nil, err
 	}
@@ -293,6 +302,7 @@ func (d *Datapath) Close() error {
 		errs = append(errs, d.state.Close())
 	}
 	errs = append(errs, d.objs.Close())
+	d.tc.Close()
 	return errors.Join(errs...)
 }
 
@@ -351,7 +361,7 @@ func (d *Datapath) AttachEndpoint(ep Endpoint) error {
 			return err
 		}
 	}
-	d.log.Info("endpoint attached", zap.String("endpoint", r.Key), zap.String("interface", r.HostIfName),
+	d.log.Debug("endpoint attached", zap.String("endpoint", r.Key), zap.String("interface", r.HostIfName),
 		zap.Uint32("identity", uint32(r.Identity)), zap.String("mode", r.Mode))
 	return nil
 }
@@ -472,7 +482,7 @@ func (d *Datapath) DetachEndpoint(ep Endpoint) error {
 		d.log.Warn("conntrack purge not queued; purging now", zap.Error(queueErr))
 		d.purgeConntrack(uint32(r.HostIfIndex), r.IPs)
 	}
-	d.log.Info("endpoint detached", zap.String("endpoint", r.Key))
+	d.log.Debug("endpoint detached", zap.String("endpoint", r.Key))
 	return nil
 }
 

@@ -101,7 +101,6 @@ func noResult(f func(*request.Invocation) error) func(*request.Invocation) ([]by
 
 func (s *Server) serve(ctx context.Context, verb request.Verb, req *cniv1.CNIRequest, do func(*request.Invocation) ([]byte, error)) (*cniv1.CNIResponse, error) {
 	start := time.Now()
-	log := s.log.With(zap.String("verb", string(verb)), zap.String("containerID", req.ContainerId), zap.String("ifname", req.Ifname))
 	ctx, span := tracing.StartServer(ctx, "cni."+string(verb))
 	defer span.End()
 	if span.IsRecording() {
@@ -125,9 +124,11 @@ func (s *Server) serve(ctx context.Context, verb request.Verb, req *cniv1.CNIReq
 	var code uint
 	if cniErr != nil {
 		code = cniErr.Code
-		log.Warn("CNI request failed", zap.Uint("code", code), zap.String("msg", cniErr.Msg), zap.Duration("took", elapsed))
-	} else {
-		log.Debug("CNI request done", zap.Duration("took", elapsed))
+		s.log.Warn("CNI request failed", zap.String("verb", string(verb)), zap.String("containerID", req.ContainerId), zap.String("ifname", req.Ifname),
+			zap.Uint("code", code), zap.String("msg", cniErr.Msg), zap.Duration("took", elapsed))
+	} else if ce := s.log.Check(zap.DebugLevel, "CNI request done"); ce != nil {
+		// Checked first: at info level a successful request encodes no fields.
+		ce.Write(zap.String("verb", string(verb)), zap.String("containerID", req.ContainerId), zap.String("ifname", req.Ifname), zap.Duration("took", elapsed))
 	}
 	s.metrics.ObserveRequest(string(verb), elapsed, code)
 	if span.IsRecording() {
