@@ -174,7 +174,8 @@ func joinLines(rows []string) string {
 }
 
 // iperf runs iperf3 between two namespaces and returns the received bits/s.
-func iperf(t *testing.T, from, to ns.NetNS, addr netip.Addr, streams int) float64 {
+// Extra client flags (e.g. -C cubic) go in args.
+func iperf(t *testing.T, from, to ns.NetNS, addr netip.Addr, streams int, args ...string) float64 {
 	t.Helper()
 	port := strconv.Itoa(5201 + streams)
 	srv := exec.Command("nsenter", "--net="+to.Path(), "--", "iperf3", "-s", "-p", port, "-B", addr.String())
@@ -194,8 +195,8 @@ func iperf(t *testing.T, from, to ns.NetNS, addr netip.Addr, streams int) float6
 	}
 	// Retried: the server may not listen yet.
 	err := eventually(5*time.Second, func() error {
-		out, err := exec.Command("nsenter", "--net="+from.Path(), "--", "iperf3", "-c", addr.String(), "-p", port,
-			"-t", strconv.Itoa(benchSeconds()), "-P", strconv.Itoa(streams), "-J").Output()
+		out, err := exec.Command("nsenter", append([]string{"--net=" + from.Path(), "--", "iperf3", "-c", addr.String(), "-p", port,
+			"-t", strconv.Itoa(benchSeconds()), "-P", strconv.Itoa(streams), "-J"}, args...)...).Output()
 		res.Error, res.End.SumReceived.BitsPerSecond = "", 0
 		if jerr := json.Unmarshal(out, &res); jerr != nil && err == nil {
 			err = jerr
