@@ -47,10 +47,11 @@ func TestBenchVXLANPath(t *testing.T) {
 		t.Logf("%s:\n%s", n.Name, inNode(t, n.NS, "ip", "-d", "link", "show"))
 	}
 	under := c.nodes[1].address(false)
+	streams := envInt("COORDINO_BENCH_STREAMS", 1)
 	var rows []string
 	row := func(name string, from, to ns.NetNS, addr netip.Addr, args ...string) {
-		r := interleaved(func() float64 { return iperf(t, from, to, addr, 1, args...) / 1e9 },
-			func() float64 { return iperf(t, n0, n1, under, 1, args...) / 1e9 })
+		r := interleaved(func() float64 { return iperf(t, from, to, addr, streams, args...) / 1e9 },
+			func() float64 { return iperf(t, n0, n1, under, streams, args...) / 1e9 })
 		rows = append(rows, fmt.Sprintf("| %s | %s | %.2f Gbit/s | %.2f Gbit/s | %.2f× | %.2f–%.2f× |", name, strings.Join(args, " "), r.got, r.ref, r.ratio, r.ratioLo, r.ratioHi))
 	}
 	// COORDINO_BENCH_CC=cubic (or bbr, ...) adds a run with that congestion
@@ -68,7 +69,7 @@ func TestBenchVXLANPath(t *testing.T) {
 			row("node -> Coordino pod", n0, a1.NS, a1.addr(false), cc...)
 		}
 	}
-	t.Logf("\n%d interleaved rounds of %d s, 1 stream, medians\n| path | client flags | path | underlay | ratio | ratio min–max |\n|---|---|---|---|---|---|\n%s", benchRounds(), benchSeconds(), joinLines(rows))
+	t.Logf("\n%d interleaved rounds of %d s, %d stream(s), medians\n| path | client flags | path | underlay | ratio | ratio min–max |\n|---|---|---|---|---|---|\n%s", benchRounds(), benchSeconds(), streams, joinLines(rows))
 }
 
 // hostVeth is the node-side name of p's eth0.
