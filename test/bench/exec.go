@@ -7,7 +7,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sort"
 	"strings"
 	"syscall"
 	"time"
@@ -18,6 +17,7 @@ import (
 	cniv1 "github.com/coordino/coordino/proto/cni/v1"
 	"github.com/coordino/coordino/proto/cni/v1/wire"
 	"github.com/coordino/coordino/test/harness"
+	"github.com/coordino/coordino/test/stats"
 )
 
 // buildEmpty builds emptybin with the plugin's build flags into dir.
@@ -123,10 +123,5 @@ func measureExecCost(dir, empty string, n int) (*ExecCost, error) {
 			}
 		}
 	}
-	return &ExecCost{N: n, PluginAddCPU: median(pluginCPU), EmptyCPU: median(emptyCPU)}, nil
-}
-
-func median(v []float64) float64 {
-	sort.Float64s(v)
-	return v[len(v)/2]
+	return &ExecCost{N: n, PluginAddCPU: stats.Median(pluginCPU), EmptyCPU: stats.Median(emptyCPU)}, nil
 }

@@ -11,7 +11,6 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
-	"sort"
 	"strconv"
 	"strings"
 	"syscall"
@@ -26,17 +25,27 @@ import (
 
 	"github.com/coordino/coordino/daemon/wireguard"
 	"github.com/coordino/coordino/test/harness"
+	"github.com/coordino/coordino/test/stats"
 )
 
 // The benchmarks of this file and wgpath_bench_test.go are built only with
 // the benchmultinode tag (make bench-multinode): they measure, assert
 // nothing and are too slow for CI, so a plain go test does not list them.
 
-func benchSeconds() int {
-	if s, err := strconv.Atoi(os.Getenv("COORDINO_BENCH_SECONDS")); err == nil && s > 0 {
+// benchSeconds is one iperf3 run's length and benchRounds how many
+// interleaved measurement/reference pairs each figure takes. Many short
+// runs rather than few long ones: one run swings by 20-40 % on this kind
+// of machine, and the median of 7 pairs with its spread settles a 10 %
+// question where 3 did not, while a whole run stays under ~10 minutes.
+func benchSeconds() int { return envInt("COORDINO_BENCH_SECONDS", 2) }
+
+func benchRounds() int { return envInt("COORDINO_BENCH_ROUNDS", 7) }
+
+func envInt(name string, def int) int {
+	if s, err := strconv.Atoi(os.Getenv(name)); err == nil && s > 0 {
 		return s
 	}
-	return 4
+	return def
 }
 
 // TestBenchMultinode measures cross-node pod-to-pod TCP throughput (1 and 4
@@ -51,7 +60,7 @@ func TestBenchMultinode(t *testing.T) {
 			c := newClusterWith(t, m, 3, benchPolicyArgs(t))
 			src, dst := c.addPod(c.nodes[0]), c.addPod(c.nodes[1])
 			join := joinLatency(t, c, src, dst, c.addPod(c.nodes[2]))
-			rows = append(rows, fmt.Sprintf("| %s | new node's pod reachable from all nodes (peers file written → first answer) | %v | — | — | — |", m.name, join.Round(time.Millisecond)))
+			rows = append(rows, fmt.Sprintf("| %s | new node's pod reachable from all nodes (peers file written → first answer) | %v | — | — | — | — |", m.name, join.Round(time.Millisecond)))
 			refName, refFrom, refTo, refAddr := "underlay", c.nodes[0].NS, c.nodes[1].NS, c.nodes[1].address(false)
 			if m.encryption == "wireguard" {
 				refName = "bare wireguard-go"
@@ -60,13 +69,13 @@ func TestBenchMultinode(t *testing.T) {
 			plain := map[string]float64{}
 			measure := func(suffix string) {
 				for _, streams := range []int{1, 4} {
-					got, ref, ratio := interleaved(func() float64 { return iperf(t, src.NS, dst.NS, dst.addr(false), streams) },
-						func() float64 { return iperf(t, refFrom, refTo, refAddr, streams) })
-					rows = append(rows, benchRow(m.name, fmt.Sprintf("TCP %d stream(s)%s", streams, suffix), got/1e9, "Gbit/s", refName, ref/1e9, ratio, plain))
+					r := interleaved(func() float64 { return iperf(t, src.NS, dst.NS, dst.addr(false), streams) / 1e9 },
+						func() float64 { return iperf(t, refFrom, refTo, refAddr, streams) / 1e9 })
+					rows = append(rows, benchRow(m.name, fmt.Sprintf("TCP %d stream(s)%s", streams, suffix), "Gbit/s", refName, r, plain))
 				}
-				got, ref, ratio := interleaved(func() float64 { return requestRate(t, src.NS, dst.NS, dst.addr(false)) },
+				r := interleaved(func() float64 { return requestRate(t, src.NS, dst.NS, dst.addr(false)) },
 					func() float64 { return requestRate(t, refFrom, refTo, refAddr) })
-				rows = append(rows, benchRow(m.name, "TCP request/response"+suffix, got, "/s", refName, ref, ratio, plain))
+				rows = append(rows, benchRow(m.name, "TCP request/response"+suffix, "/s", refName, r, plain))
 			}
 			measure("")
 			// The same path with a realistic policy set isolating both pods.
@@ -74,26 +83,26 @@ func TestBenchMultinode(t *testing.T) {
 			measure(", policy loaded")
 		})
 	}
-	t.Logf("\n| mode | test | pod to pod | reference | ratio | vs no policy |\n|---|---|---|---|---|---|\n%s", joinLines(rows))
+	t.Logf("\n%d interleaved rounds of %d s per figure; medians, and the per-round ratios' range\n| mode | test | pod to pod | reference | ratio | ratio min–max | vs no policy |\n|---|---|---|---|---|---|---|\n%s", benchRounds(), benchSeconds(), joinLines(rows))
 }
 
-// benchRow formats one measurement; rows of the policy-loaded run (test
-// names ending in ", policy loaded") also compare with the same test
-// without policy from this run, which plain records: the quotient of the
-// two ratios to their interleaved references, so that the machine's load
+// benchRow formats one figure; rows of the policy-loaded run (test names
+// ending in ", policy loaded") also compare with the same test without
+// policy from this run, which plain records: the quotient of the two median
+// ratios to their interleaved references, so that the machine's load
 // drifting between the two runs cancels out.
-func benchRow(mode, test string, got float64, unit, refName string, ref, ratio float64, plain map[string]float64) string {
+func benchRow(mode, test, unit, refName string, r pairs, plain map[string]float64) string {
 	vsPlain := "—"
 	if base, ok := strings.CutSuffix(test, ", policy loaded"); ok && plain[base] > 0 {
-		vsPlain = fmt.Sprintf("%.2f×", ratio/plain[base])
+		vsPlain = fmt.Sprintf("%.2f×", r.ratio/plain[base])
 	} else {
-		plain[test] = ratio
+		plain[test] = r.ratio
 	}
 	prec := 2
 	if unit == "/s" {
 		prec = 0
 	}
-	return fmt.Sprintf("| %s | %s | %.*f %s | %s %.*f %s | %.2f× | %s |", mode, test, prec, got, unit, refName, prec, ref, unit, ratio, vsPlain)
+	return fmt.Sprintf("| %s | %s | %.*f %s | %s %.*f %s | %.2f× | %.2f–%.2f× | %s |", mode, test, prec, r.got, unit, refName, prec, r.ref, unit, r.ratio, r.ratioLo, r.ratioHi, vsPlain)
 }
 
 // joinLatency removes node2 from the peers file, writes it back and times
@@ -131,26 +140,29 @@ func joinLatency(t *testing.T, c *cluster, a, b, joiner *pod) time.Duration {
 		}
 		times = append(times, float64(last))
 	}
-	return time.Duration(median(times))
+	return time.Duration(stats.Median(times))
 }
 
-// benchRounds alternates measurement and reference so a noisy neighbour
-// hits both alike; medians and the median of the per-round ratios are kept.
-const benchRounds = 3
+// pairs summarises benchRounds() interleaved runs of a measurement and its
+// reference: their medians, the median of the per-round ratios (which can
+// differ from the quotient of the two medians) and those ratios' range.
+type pairs struct {
+	got, ref, ratio  float64
+	ratioLo, ratioHi float64
+}
 
-func interleaved(measure, reference func() float64) (got, ref, ratio float64) {
+// interleaved alternates reference and measurement so a noisy neighbour
+// hits both alike.
+func interleaved(measure, reference func() float64) pairs {
 	var gs, rs, ratios []float64
-	for i := 0; i < benchRounds; i++ {
+	for i := 0; i < benchRounds(); i++ {
 		r := reference()
 		g := measure()
 		gs, rs, ratios = append(gs, g), append(rs, r), append(ratios, g/r)
 	}
-	return median(gs), median(rs), median(ratios)
-}
-
-func median(v []float64) float64 {
-	sort.Float64s(v)
-	return v[len(v)/2]
+	p := pairs{got: stats.Median(gs), ref: stats.Median(rs), ratio: stats.Median(ratios)}
+	p.ratioLo, p.ratioHi = stats.Range(ratios)
+	return p
 }
 
 func joinLines(rows []string) string {
@@ -162,7 +174,8 @@ func joinLines(rows []string) string {
 }
 
 // iperf runs iperf3 between two namespaces and returns the received bits/s.
-func iperf(t *testing.T, from, to ns.NetNS, addr netip.Addr, streams int) float64 {
+// Extra client flags (e.g. -C cubic) go in args.
+func iperf(t *testing.T, from, to ns.NetNS, addr netip.Addr, streams int, args ...string) float64 {
 	t.Helper()
 	port := strconv.Itoa(5201 + streams)
 	srv := exec.Command("nsenter", "--net="+to.Path(), "--", "iperf3", "-s", "-p", port, "-B", addr.String())
@@ -182,8 +195,8 @@ func iperf(t *testing.T, from, to ns.NetNS, addr netip.Addr, streams int) float6
 	}
 	// Retried: the server may not listen yet.
 	err := eventually(5*time.Second, func() error {
-		out, err := exec.Command("nsenter", "--net="+from.Path(), "--", "iperf3", "-c", addr.String(), "-p", port,
-			"-t", strconv.Itoa(benchSeconds()), "-P", strconv.Itoa(streams), "-J").Output()
+		out, err := exec.Command("nsenter", append([]string{"--net=" + from.Path(), "--", "iperf3", "-c", addr.String(), "-p", port,
+			"-t", strconv.Itoa(benchSeconds()), "-P", strconv.Itoa(streams), "-J"}, args...)...).Output()
 		res.Error, res.End.SumReceived.BitsPerSecond = "", 0
 		if jerr := json.Unmarshal(out, &res); jerr != nil && err == nil {
 			err = jerr
@@ -199,8 +212,8 @@ func iperf(t *testing.T, from, to ns.NetNS, addr netip.Addr, streams int) float6
 	return res.End.SumReceived.BitsPerSecond
 }
 
-// requestRate is the median over three one-second windows of 1-byte
-// request/response exchanges on one TCP connection.
+// requestRate is the rate of 1-byte request/response exchanges on one TCP
+// connection over one second (interleaved repeats it).
 func requestRate(t *testing.T, from, to ns.NetNS, addr netip.Addr) float64 {
 	t.Helper()
 	stop, err := harness.ServeTCPEcho(to, addr, echoPort+1)
@@ -217,21 +230,17 @@ func requestRate(t *testing.T, from, to ns.NetNS, addr netip.Addr) float64 {
 		_ = tc.SetNoDelay(true)
 	}
 	b := []byte{1}
-	var rates []float64
-	for w := 0; w < 3; w++ {
-		n, start := 0, time.Now()
-		for time.Since(start) < time.Second {
-			if _, err := conn.Write(b); err != nil {
-				t.Fatal(err)
-			}
-			if _, err := io.ReadFull(conn, b); err != nil {
-				t.Fatal(err)
-			}
-			n++
+	n, start := 0, time.Now()
+	for time.Since(start) < time.Second {
+		if _, err := conn.Write(b); err != nil {
+			t.Fatal(err)
 		}
-		rates = append(rates, float64(n)/time.Since(start).Seconds())
+		if _, err := io.ReadFull(conn, b); err != nil {
+			t.Fatal(err)
+		}
+		n++
 	}
-	return median(rates)
+	return float64(n) / time.Since(start).Seconds()
 }
 
 // bareTunnel starts a second pair of wireguard-go devices (the same

@@ -27,9 +27,9 @@ func TestBenchWireGuardPath(t *testing.T) {
 	var rows []string
 	row := func(name string, from, to ns.NetNS, addr netip.Addr) {
 		for _, streams := range []int{1, 4} {
-			got, ref, ratio := interleaved(func() float64 { return iperf(t, from, to, addr, streams) },
+			r := interleaved(func() float64 { return iperf(t, from, to, addr, streams) },
 				func() float64 { return iperf(t, n0, n1, bare, streams) })
-			rows = append(rows, fmt.Sprintf("| %s | %d | %.2f Gbit/s | %.2f Gbit/s | %.2f× |", name, streams, got/1e9, ref/1e9, ratio))
+			rows = append(rows, fmt.Sprintf("| %s | %d | %.2f Gbit/s | %.2f Gbit/s | %.2f× |", name, streams, r.got/1e9, r.ref/1e9, r.ratio))
 		}
 	}
 	row("pod -> pod", src.NS, dst.NS, dst.addr(false))
@@ -37,12 +37,12 @@ func TestBenchWireGuardPath(t *testing.T) {
 	row("node -> node through Coordino's device", n0, n1, c.nodes[1].address(false))
 	// The rule's own share: with and without it, alternating.
 	for _, streams := range []int{1, 4} {
-		without, with, ratio := interleaved(func() float64 {
+		r := interleaved(func() float64 {
 			setNodeRules(t, c, false)
 			defer setNodeRules(t, c, true)
 			return iperf(t, src.NS, dst.NS, dst.addr(false), streams)
 		}, func() float64 { return iperf(t, src.NS, dst.NS, dst.addr(false), streams) })
-		rows = append(rows, fmt.Sprintf("| pod -> pod without / with the node-to-node rule | %d | %.2f Gbit/s | %.2f Gbit/s (with) | %.2f× |", streams, without/1e9, with/1e9, ratio))
+		rows = append(rows, fmt.Sprintf("| pod -> pod without / with the node-to-node rule | %d | %.2f Gbit/s | %.2f Gbit/s (with) | %.2f× |", streams, r.got/1e9, r.ref/1e9, r.ratio))
 	}
 	t.Logf("\n| path | streams | path | bare wireguard-go | ratio |\n|---|---|---|---|---|\n%s", joinLines(rows))
 }

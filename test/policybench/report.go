@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/coordino/coordino/test/stats"
 )
 
 // Report is the outcome of one run; -json prints it as is.
@@ -75,8 +77,8 @@ func machine() Machine {
 func (r *Report) finish(rows []Row, took time.Duration) {
 	r.Duration = took.Round(time.Second).String()
 	for i := range rows {
-		rows[i].MedianGbps = median(rows[i].Gbps)
-		rows[i].MedianConn = median(rows[i].ConnPerSec)
+		rows[i].MedianGbps = stats.Median(rows[i].Gbps)
+		rows[i].MedianConn = stats.Median(rows[i].ConnPerSec)
 	}
 	base := rows[0]
 	for i := range rows {
