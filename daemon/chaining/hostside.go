@@ -18,21 +18,33 @@ import (
 // namespace instead, which also words the error.
 var errUndecided = errors.New("host-side lookup undecided")
 
-// hostSocket is one rtnetlink socket in the daemon's network namespace,
-// opened on first use and shared (requests on it are serialized): a chained
-// ADD then neither enters the pod's namespace nor opens a socket.
-var hostSocket = sync.OnceValues(func() (*nl.SocketHandle, error) {
+// hostSocket returns one rtnetlink socket in the daemon's network
+// namespace, opened on first use and shared (requests on it are
+// serialized): a chained ADD then neither enters the pod's namespace nor
+// opens a socket. A failed open is retried by the next call.
+func hostSocket() (*nl.SocketHandle, error) {
+	hostSock.mu.Lock()
+	defer hostSock.mu.Unlock()
+	if hostSock.sh != nil {
+		return hostSock.sh, nil
+	}
 	s, err := nl.GetNetlinkSocketAt(netns.None(), netns.None(), unix.NETLINK_ROUTE)
 	if err != nil {
 		return nil, err
 	}
-	tv := unix.NsecToTimeval(nl.SocketTimeoutTv.Nano())
-	if err := s.SetReceiveTimeout(&tv); err != nil {
+	// The timeouts the library gives its own sockets: a request never hangs.
+	if err := errors.Join(s.SetSendTimeout(&nl.SocketTimeoutTv), s.SetReceiveTimeout(&nl.SocketTimeoutTv)); err != nil {
 		s.Close()
 		return nil, err
 	}
-	return &nl.SocketHandle{Socket: s}, nil
-})
+	hostSock.sh = &nl.SocketHandle{Socket: s}
+	return hostSock.sh, nil
+}
+
+var hostSock struct {
+	mu sync.Mutex
+	sh *nl.SocketHandle
+}
 
 // resolveFromHost finds the host-side peer of the veth ifname in the
 // namespace podNS without entering it: the pod interface is read through
