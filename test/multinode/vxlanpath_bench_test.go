@@ -22,12 +22,13 @@ import (
 // one two-node cluster: every path is interleaved with the bare underlay
 // between the same node namespaces (same congestion control on both
 // sides), so the machine's load hits both alike. Paths: Coordino's pod ->
-// pod; the same with the pod programs detached from both host veths; node
-// -> remote pod (no sending veth, with COORDINO_BENCH_NODE_ROW set); the
-// same with GRO (NAPI) on both veths; and a kernel-only twin built in the same
-// node namespaces (plain veth pods, an `ip link add type vxlan nolearning`
-// device on another VNI and port, static routes, no BPF). Asserts nothing
-// (go test -tags benchmultinode -run TestBenchVXLANPath).
+// pod; the same with the pod programs detached from both host veths, and
+// with GRO (NAPI) on both ends of both veths; node -> remote pod (no
+// sending veth; only with COORDINO_BENCH_NODE_ROW set); and a kernel-only
+// twin built in the same node namespaces (plain veth pods, an `ip link add
+// type vxlan nolearning` device on another VNI and port, static routes, no
+// BPF). Asserts nothing (go test -tags benchmultinode -run
+// TestBenchVXLANPath).
 func TestBenchVXLANPath(t *testing.T) {
 	c := newCluster(t, vxlan, 2)
 	n0, n1 := c.nodes[0].NS, c.nodes[1].NS
