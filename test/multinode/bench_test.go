@@ -154,11 +154,19 @@ type pairs struct {
 // interleaved alternates reference and measurement so a noisy neighbour
 // hits both alike.
 func interleaved(measure, reference func() float64) pairs {
-	var gs, rs, ratios []float64
+	var gs, rs []float64
 	for i := 0; i < benchRounds(); i++ {
-		r := reference()
-		g := measure()
-		gs, rs, ratios = append(gs, g), append(rs, r), append(ratios, g/r)
+		rs = append(rs, reference())
+		gs = append(gs, measure())
+	}
+	return summarise(gs, rs)
+}
+
+// summarise makes pairs of per-round measurements and their references.
+func summarise(gs, rs []float64) pairs {
+	ratios := make([]float64, len(gs))
+	for i := range gs {
+		ratios[i] = gs[i] / rs[i]
 	}
 	p := pairs{got: stats.Median(gs), ref: stats.Median(rs), ratio: stats.Median(ratios)}
 	p.ratioLo, p.ratioHi = stats.Range(ratios)
