@@ -167,9 +167,6 @@ func Open(cfg Config) (*Datapath, error) {
 	}
 	d.episodes = map[string]*mapEpisode{}
 	d.engine = policy.NewEngine(d.cidrs)
-	if d.tc, err = netlink.NewHandle(unix.NETLINK_ROUTE); err != nil {
-		return nil, fmt.Errorf("datapath: rtnetlink socket: %w", err)
-	}
 	if err := prepareConntrack(&cfg, spec, d.log); err != nil {
 		return nil, err
 	}
@@ -208,6 +205,12 @@ func Open(cfg Config) (*Datapath, error) {
 		d.state.Close()
 		d.objs.Close()
 		return nil, err
+	}
+	if d.tc, err = netlink.NewHandle(unix.NETLINK_ROUTE); err != nil {
+		pm.Close()
+		d.state.Close()
+		d.objs.Close()
+		return nil, fmt.Errorf("datapath: rtnetlink socket: %w", err)
 	}
 	go d.runPurger()
 	d.metrics = newMetrics(d)
