@@ -247,3 +247,26 @@ func TestDetachPurgesNowWhenPendingMapFull(t *testing.T) {
 		t.Fatal("a flow of a live endpoint was purged")
 	}
 }
+
+// The pending purges are a map like the others to operators: coordinoctl
+// maps, coordino_bpf_map_entries and the map-pressure alert see it.
+func TestMapUsageCountsPendingPurges(t *testing.T) {
+	c := newClusterWith(t, Config{AttachMode: AttachTC, purgeInterval: time.Hour}, false)
+	if err := c.dp.DetachEndpoint(c.eps["b"]); err != nil {
+		t.Fatal(err)
+	}
+	us, err := c.dp.MapUsage()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := pinnedPurges(t, c.dp)
+	for _, u := range us {
+		if u.Name == ctPurgeMapName {
+			if want == 0 || u.Entries != want || u.Capacity != maxPendingPurges {
+				t.Fatalf("%s: %d/%d entries, %d pinned", u.Name, u.Entries, u.Capacity, want)
+			}
+			return
+		}
+	}
+	t.Fatalf("MapUsage lists no %s", ctPurgeMapName)
+}

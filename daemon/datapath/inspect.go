@@ -115,6 +115,9 @@ func (d *Datapath) MapUsage() ([]MapUsage, error) {
 		}
 	}
 	d.mu.Unlock()
+	d.purger.mu.Lock()
+	out = append(out, MapUsage{Name: ctPurgeMapName, Entries: len(d.purger.pending), Capacity: maxPendingPurges})
+	d.purger.mu.Unlock()
 	ct, err := d.conntrackEntries()
 	if err != nil {
 		return nil, fmt.Errorf("datapath: count conntrack entries: %w", err)
