@@ -26,18 +26,17 @@ type CmdArgs struct {
 // verb is one CNI_COMMAND: its handler, the environment it needs and the
 // oldest config version that has it.
 type verb struct {
-	run      func(*CmdArgs) error
-	needs    []string
-	minConf  string
-	readsArg bool // CNI_CONTAINERID, CNI_NETNS, CNI_IFNAME are read only by verbs about one attachment
+	run     func(*CmdArgs) error
+	needs   []string
+	minConf string
 }
 
 var verbs = map[string]verb{
-	"ADD":    {cmdAdd, []string{"CNI_CONTAINERID", "CNI_NETNS", "CNI_IFNAME", "CNI_PATH"}, "", true},
-	"DEL":    {cmdDel, []string{"CNI_CONTAINERID", "CNI_IFNAME", "CNI_PATH"}, "", true},
-	"CHECK":  {cmdCheck, []string{"CNI_CONTAINERID", "CNI_NETNS", "CNI_IFNAME", "CNI_PATH"}, "0.4.0", true},
-	"GC":     {cmdGC, []string{"CNI_PATH"}, "1.1.0", false},
-	"STATUS": {cmdStatus, []string{"CNI_PATH"}, "1.1.0", false},
+	"ADD":    {cmdAdd, []string{"CNI_CONTAINERID", "CNI_NETNS", "CNI_IFNAME", "CNI_PATH"}, ""},
+	"DEL":    {cmdDel, []string{"CNI_CONTAINERID", "CNI_IFNAME", "CNI_PATH"}, ""},
+	"CHECK":  {cmdCheck, []string{"CNI_CONTAINERID", "CNI_NETNS", "CNI_IFNAME", "CNI_PATH"}, "0.4.0"},
+	"GC":     {cmdGC, []string{"CNI_PATH"}, "1.1.0"},
+	"STATUS": {cmdStatus, []string{"CNI_PATH"}, "1.1.0"},
 }
 
 // Main runs the plugin. It is the whole of the binary's main function.
@@ -99,10 +98,8 @@ func dispatch(getenv func(string) string, stdin io.Reader, stdout, stderr io.Wri
 	if err := checkVersion(cmd, v.minConf, conf.CNIVersion); err != nil {
 		return err
 	}
-	args := &CmdArgs{Args: getenv("CNI_ARGS"), Path: getenv("CNI_PATH"), StdinData: data, Conf: conf}
-	if v.readsArg {
-		args.ContainerID, args.Netns, args.IfName = getenv("CNI_CONTAINERID"), getenv("CNI_NETNS"), getenv("CNI_IFNAME")
-	}
+	args := &CmdArgs{ContainerID: getenv("CNI_CONTAINERID"), Netns: getenv("CNI_NETNS"), IfName: getenv("CNI_IFNAME"),
+		Args: getenv("CNI_ARGS"), Path: getenv("CNI_PATH"), StdinData: data, Conf: conf}
 	if err := v.run(args); err != nil {
 		return asCNIError(err)
 	}
