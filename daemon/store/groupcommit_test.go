@@ -14,9 +14,9 @@ import (
 	bolt "go.etcd.io/bbolt"
 )
 
-// Writes that arrive while a commit is in flight share the next one: 16
-// Puts queued behind a held transaction take two commits (the first Put's
-// own, then the 15 others together), and each gets its own generation.
+// Writes that arrive while a commit is in flight share the next one: a Put
+// that leads (its own commit, waiting behind a held transaction) and 15
+// Puts queued meanwhile take two commits, and each gets its own generation.
 func TestConcurrentWritesShareCommits(t *testing.T) {
 	s, err := Open(t.TempDir())
 	if err != nil {
@@ -24,33 +24,52 @@ func TestConcurrentWritesShareCommits(t *testing.T) {
 	}
 	defer s.Close()
 	release := make(chan struct{})
+	var releaseOnce sync.Once
+	unblock := func() { releaseOnce.Do(func() { close(release) }) }
+	// Before Close, which would wait for the held transaction forever if
+	// the test failed before releasing it.
+	defer unblock()
 	held := make(chan struct{})
 	go s.db.Update(func(*bolt.Tx) error { close(held); <-release; return nil })
 	<-held
 	before := s.group.commits.Load()
+	waitForGroup := func(what string, done func(g *groupCommit) bool) {
+		t.Helper()
+		for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
+			s.group.mu.Lock()
+			ok := done(&s.group)
+			queued := len(s.group.pending)
+			s.group.mu.Unlock()
+			if ok {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("waiting for %s: %d writes queued", what, queued)
+			}
+		}
+	}
 
 	const n = 16
 	eps := make([]*Endpoint, n)
-	errs := make(chan error, n)
-	var wg sync.WaitGroup
 	for i := range eps {
 		eps[i] = &Endpoint{Key: Key{"net", fmt.Sprintf("c%02d", i), "eth0"}, Mode: ModePrimary}
+	}
+	errs := make(chan error, n)
+	var wg sync.WaitGroup
+	put := func(ep *Endpoint) {
 		wg.Add(1)
-		go func(ep *Endpoint) { defer wg.Done(); errs <- s.Put(ep) }(eps[i])
+		go func() { defer wg.Done(); errs <- s.Put(ep) }()
 	}
-	// The first Put leads and waits for the held transaction; the others queue.
-	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
-		s.group.mu.Lock()
-		queued := len(s.group.pending)
-		s.group.mu.Unlock()
-		if queued == n-1 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d writes queued, want %d", queued, n-1)
-		}
+	// The first Put leads: it takes the pending writes (itself alone, once
+	// nothing else has started) and waits for the held transaction.
+	put(eps[0])
+	waitForGroup("the first Put to lead", func(g *groupCommit) bool { return g.busy && len(g.pending) == 0 })
+	// The others queue behind it.
+	for _, ep := range eps[1:] {
+		put(ep)
 	}
-	close(release)
+	waitForGroup("the other Puts to queue", func(g *groupCommit) bool { return len(g.pending) == n-1 })
+	unblock()
 	wg.Wait()
 	close(errs)
 	for err := range errs {
