@@ -53,6 +53,9 @@ type Config struct {
 	RunDir   string
 	// UserspaceBinary is coordino-wireguard, used when the kernel has no module.
 	UserspaceBinary string
+	// LogHandshakes makes the userspace device log every handshake to
+	// wireguard-<device>.log in RunDir (the daemon sets it at log level debug).
+	LogHandshakes bool
 	// NodeToNode also routes (and accepts) peer node addresses through the
 	// tunnel, so node-to-node and node-to-remote-pod traffic is encrypted.
 	NodeToNode bool
@@ -228,7 +231,11 @@ func (d *Device) startUserspace() error {
 	if mtu == 0 {
 		mtu = 1420
 	}
-	cmd := exec.Command(bin, "--interface", d.cfg.Device, "--mtu", strconv.Itoa(mtu), "--pid-file", PIDFile(d.cfg.RunDir, d.cfg.Device))
+	args := []string{"--interface", d.cfg.Device, "--mtu", strconv.Itoa(mtu), "--pid-file", PIDFile(d.cfg.RunDir, d.cfg.Device)}
+	if d.cfg.LogHandshakes {
+		args = append(args, "--verbose")
+	}
+	cmd := exec.Command(bin, args...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	// Its own process group: signals to the daemon's group and the daemon's
 	// death leave it running. Not its own session: with the kernel's

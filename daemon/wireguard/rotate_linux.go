@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
 	"time"
@@ -124,21 +125,53 @@ func (d *Device) maybeSwitchKey(set peers.Set) error {
 	return nil
 }
 
-// Settling after key changes. When both ends of a tunnel get new keys at
-// the same moment (two nodes rotating at once) both initiate a handshake,
-// each takes the other's initiation as responder, and neither completes:
-// WireGuard only retries after 5 s. Of each such pair, the end with the
-// lower public key re-creates its peer once a second until a handshake
-// completes, so it initiates again alone.
+// Settling after key changes. A peer this device did not have (or all of
+// them, after this node's key changed or its device was re-created) is
+// given a persistent keepalive until its first handshake: WireGuard sends a
+// keepalive as soon as one is switched on, so the tunnel comes up when it is
+// configured rather than on the first packet, and a re-created device
+// re-handshakes at once with peers that still hold sessions with the
+// device it replaces (they would wait 10 s for a reply, then 5 s more).
+// When both ends initiate at the same moment, each takes the other's
+// initiation as responder and neither completes: WireGuard only retries
+// after 5 s. Of each such pair, the end with the lower public key re-creates
+// its peer once a second until a handshake completes, so it initiates again
+// alone.
 const (
 	settleFor      = 8 * time.Second
 	settleInterval = 250 * time.Millisecond
 	settleKick     = time.Second
+	// settleKeepalive is the keepalive of a settling peer, switched off
+	// once it has handshaken or settleFor has passed.
+	settleKeepalive = time.Second
 )
 
-// settle watches the peers whose keys (or this node's key) changed at since.
+// settle brings up the peers whose keys (or this node's key) changed at
+// since, and watches them until each has handshaken or settleFor passes.
 func (d *Device) settle(changed map[wgtypes.Key]bool, since time.Time) {
+	keepalive := func(keys map[wgtypes.Key]bool, every time.Duration) {
+		var c wgtypes.Config
+		for k := range keys {
+			c.Peers = append(c.Peers, wgtypes.PeerConfig{PublicKey: k, UpdateOnly: true, PersistentKeepaliveInterval: &every})
+		}
+		if len(c.Peers) == 0 {
+			return
+		}
+		if err := d.client.ConfigureDevice(d.cfg.Device, c); err != nil {
+			d.log.Warn("set the keepalive of settling wireguard peers", zap.Duration("every", every), zap.Error(err))
+		}
+	}
+	primed := maps.Clone(changed)
+	d.mu.Lock()
+	keepalive(primed, settleKeepalive)
+	d.mu.Unlock()
+	defer func() {
+		d.mu.Lock()
+		keepalive(primed, 0)
+		d.mu.Unlock()
+	}()
 	kicked := since
+	pending := len(changed)
 	for time.Since(since) < settleFor {
 		time.Sleep(settleInterval)
 		d.mu.Lock()
@@ -149,22 +182,33 @@ func (d *Device) settle(changed map[wgtypes.Key]bool, since time.Time) {
 		}
 		own := d.key.PublicKey()
 		var kick wgtypes.Config
-		pending := 0
+		done := map[wgtypes.Key]bool{}
+		pending = 0
 		for _, p := range dev.Peers {
-			if !changed[p.PublicKey] || p.LastHandshakeTime.After(since) {
+			if !changed[p.PublicKey] {
+				continue
+			}
+			if p.LastHandshakeTime.After(since) {
+				if primed[p.PublicKey] {
+					done[p.PublicKey] = true
+				}
 				continue
 			}
 			pending++
 			if time.Since(kicked) >= settleKick && bytesLess(own[:], p.PublicKey[:]) {
 				kick.Peers = append(kick.Peers,
 					wgtypes.PeerConfig{PublicKey: p.PublicKey, Remove: true},
-					wgtypes.PeerConfig{PublicKey: p.PublicKey, Endpoint: p.Endpoint, ReplaceAllowedIPs: true, AllowedIPs: p.AllowedIPs})
+					wgtypes.PeerConfig{PublicKey: p.PublicKey, Endpoint: p.Endpoint, ReplaceAllowedIPs: true, AllowedIPs: p.AllowedIPs,
+						PersistentKeepaliveInterval: ptr(settleKeepalive)})
 			}
 		}
+		keepalive(done, 0)
+		maps.DeleteFunc(primed, func(k wgtypes.Key, _ bool) bool { return done[k] })
 		if len(kick.Peers) > 0 {
 			kicked = time.Now()
+			d.log.Debug("re-creating wireguard peers without a handshake", zap.Int("peers", len(kick.Peers)/2))
 			if err := d.client.ConfigureDevice(d.cfg.Device, kick); err != nil {
-				d.log.Warn("re-creating wireguard peers without a handshake", zap.Error(err))
+				d.log.Warn("could not re-create wireguard peers without a handshake", zap.Error(err))
 			}
 		}
 		d.mu.Unlock()
@@ -172,7 +216,11 @@ func (d *Device) settle(changed map[wgtypes.Key]bool, since time.Time) {
 			return
 		}
 	}
+	d.log.Warn("wireguard peers still without a handshake: left to WireGuard's own retries",
+		zap.Int("peers", pending), zap.Duration("after", settleFor))
 }
+
+func ptr[T any](v T) *T { return &v }
 
 func bytesLess(a, b []byte) bool {
 	for i := range a {

@@ -68,6 +68,7 @@ func TestWireGuardKeyRotation(t *testing.T) {
 	for i, err := range progressing(streams, time.Second) {
 		if err != nil {
 			t.Errorf("stream %d while the rotation is pending: %v", i, err)
+			c.logTunnels(t)
 		}
 	}
 	for _, n := range rotating {
@@ -93,16 +94,19 @@ func TestWireGuardKeyRotation(t *testing.T) {
 	for i, err := range progressing(streams, 2*time.Second) {
 		if err != nil {
 			t.Errorf("stream %d after the rotation: %v", i, err)
+			c.logTunnels(t)
 		}
 	}
 	for i, s := range streams {
 		if k, err := s.finish(); err != nil {
 			t.Errorf("stream %d broke after %d exchanges: %v", i, k, err)
+			c.logTunnels(t)
 		}
 	}
 	for _, v6 := range []bool{false, true} {
 		if err := reach(n2.pods[0].NS, n1.pods[0], v6); err != nil {
 			t.Errorf("new connection after the rotation (v6=%v): %v", v6, err)
+			c.logTunnels(t)
 		}
 	}
 	t.Logf("key rotation under traffic: %v", time.Since(start).Round(time.Millisecond))

@@ -9,6 +9,7 @@ package main
 import (
 	"flag"
 	"fmt"
+	"log"
 	"os"
 	"os/signal"
 	"strconv"
@@ -33,11 +34,12 @@ func main() {
 }
 
 func run(ifname string, mtu int, pidFile string, verbose bool) error {
-	level := device.LogLevelError
+	// Microseconds: a handshake between namespaces takes well under a millisecond.
+	out := log.New(os.Stdout, fmt.Sprintf("(%s) ", ifname), log.Ldate|log.Lmicroseconds)
+	logger := &device.Logger{Verbosef: device.DiscardLogf, Errorf: out.Printf}
 	if verbose {
-		level = device.LogLevelVerbose
+		logger.Verbosef = out.Printf
 	}
-	logger := device.NewLogger(level, fmt.Sprintf("(%s) ", ifname))
 	tdev, err := tun.CreateTUN(ifname, mtu)
 	if err != nil {
 		return fmt.Errorf("create TUN %s: %w", ifname, err)
