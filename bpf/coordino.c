@@ -26,6 +26,7 @@
 #include "lib/frag.h"
 #include "lib/events.h"
 #include "lib/service.h"
+#include "lib/hostroute.h"
 #include "lib/nodeiso_hooks.h"
 
 char __license[] SEC("license") = "Dual BSD/GPL";
@@ -38,6 +39,9 @@ const struct flow_event *unused_flow_event __attribute__((unused));
 const struct ep_addr_key *unused_ep_addr_key __attribute__((unused));
 const struct nodeiso_config *unused_nodeiso_config __attribute__((unused));
 const enum nodeiso_flag *unused_nodeiso_flag __attribute__((unused));
+const struct local_ep_key *unused_local_ep_key __attribute__((unused));
+const struct local_ep *unused_local_ep __attribute__((unused));
+const enum hostroute_stat *unused_hostroute_stat __attribute__((unused));
 
 #ifndef ETH_P_8021AD
 #define ETH_P_8021AD 0x88A8
@@ -49,21 +53,21 @@ static __always_inline int verdict(struct __sk_buff *skb, __u8 dir, __u32 reason
 	return reason >= REASON_FIRST_DROP ? TC_ACT_SHOT : TC_ACT_UNSPEC;
 }
 
-/* drop counts, reports and drops a packet. */
-static __always_inline int drop(struct __sk_buff *skb, const struct endpoint_info *ep, __u8 dir,
-				const struct packet *p, __u32 remote_id, __u32 reason, __u64 now)
+/* drop counts, reports and drops a packet of the endpoint on ifindex. */
+static __always_inline int drop(struct __sk_buff *skb, __u32 ifindex, const struct endpoint_info *ep,
+				__u8 dir, const struct packet *p, __u32 remote_id, __u32 reason, __u64 now)
 {
-	emit(skb, ep, dir, p, remote_id, reason, now);
+	emit_on(ifindex, ep, dir, p, remote_id, reason, now);
 	return verdict(skb, dir, reason);
 }
 
 /* handle_l2 judges frames that are not IP: from the pod, ARP must claim
  * its own address and VLAN-tagged frames (which would carry IP past the
  * source check) are dropped; everything else stays on the link. */
-static __always_inline int handle_l2(struct __sk_buff *skb, __u8 dir)
+static __always_inline int handle_l2(struct __sk_buff *skb, __u8 dir, __u32 ifindex)
 {
 	if (dir == DIR_EGRESS) {
-		if (skb->protocol == bpf_htons(ETH_P_ARP) && !arp_allowed(skb, ETH_HLEN, skb->ifindex))
+		if (skb->protocol == bpf_htons(ETH_P_ARP) && !arp_allowed(skb, ETH_HLEN, ifindex))
 			return verdict(skb, dir, REASON_SPOOFED);
 		if (skb->protocol == bpf_htons(ETH_P_8021Q) || skb->protocol == bpf_htons(ETH_P_8021AD))
 			return verdict(skb, dir, REASON_SPOOFED);
@@ -79,7 +83,7 @@ static __always_inline int svc_defer(struct __sk_buff *skb, const struct endpoin
 				     __u32 revision, __u64 now, int create)
 {
 	if (!svc_hook_active(cfg))
-		return drop(skb, ep, DIR_EGRESS, p, ID_WORLD, REASON_SERVICE_UNENFORCEABLE, now);
+		return drop(skb, ifindex, ep, DIR_EGRESS, p, ID_WORLD, REASON_SERVICE_UNENFORCEABLE, now);
 	if (create)
 		ct_create(ifindex, DIR_EGRESS, p, revision, now, CT_SERVICE | CT_SVC_PENDING);
 	struct ct_key k;
@@ -90,7 +94,10 @@ static __always_inline int svc_defer(struct __sk_buff *skb, const struct endpoin
 	return TC_ACT_UNSPEC;
 }
 
-static __always_inline int handle(struct __sk_buff *skb, __u8 dir)
+/* handle judges skb for the endpoint whose host interface is ifindex: the
+ * interface the program runs on, or (host routing) the endpoint a packet
+ * arriving from another node is for. */
+static __always_inline int handle(struct __sk_buff *skb, __u8 dir, __u32 ifindex)
 {
 	struct packet p = {};
 	__u8 family;
@@ -100,9 +107,8 @@ static __always_inline int handle(struct __sk_buff *skb, __u8 dir)
 	else if (skb->protocol == bpf_htons(ETH_P_IPV6))
 		family = 6;
 	else
-		return handle_l2(skb, dir);
+		return handle_l2(skb, dir, ifindex);
 
-	__u32 ifindex = skb->ifindex;
 	struct endpoint_info *ep = bpf_map_lookup_elem(&cdo_endpoints, &ifindex);
 	if (!ep)
 		return verdict(skb, dir, REASON_NO_ENDPOINT);
@@ -111,10 +117,10 @@ static __always_inline int handle(struct __sk_buff *skb, __u8 dir)
 
 	__u64 now = bpf_ktime_get_ns();
 	if (dir == DIR_EGRESS && !source_allowed(ifindex, &p))
-		return drop(skb, ep, dir, &p, 0, REASON_SPOOFED, now);
+		return drop(skb, ifindex, ep, dir, &p, 0, REASON_SPOOFED, now);
 	if (is_link_control(&p)) {
 		if (dir == DIR_EGRESS && !nd_claim_allowed(skb, ifindex, &p))
-			return drop(skb, ep, dir, &p, 0, REASON_SPOOFED, now);
+			return drop(skb, ifindex, ep, dir, &p, 0, REASON_SPOOFED, now);
 		return verdict(skb, dir, REASON_NEIGHBOR);
 	}
 
@@ -135,7 +141,7 @@ static __always_inline int handle(struct __sk_buff *skb, __u8 dir)
 	if (p.frag == FRAG_LATER && !frag_ports_of(ifindex, &p, now)) {
 		/* Without ports only a direction that is not isolated can pass. */
 		if (ep->flags & isolation_flag(dir))
-			return drop(skb, ep, dir, &p, 0, REASON_FRAGMENT, now);
+			return drop(skb, ifindex, ep, dir, &p, 0, REASON_FRAGMENT, now);
 		return verdict(skb, dir, REASON_NOT_ISOLATED);
 	}
 
@@ -156,7 +162,7 @@ static __always_inline int handle(struct __sk_buff *skb, __u8 dir)
 		reason = REASON_REPLY;
 		break;
 	case CT_REVOKED_HIT:
-		return drop(skb, ep, dir, &p, remote.identity, REASON_POLICY_REVOKED, now);
+		return drop(skb, ifindex, ep, dir, &p, remote.identity, REASON_POLICY_REVOKED, now);
 	case CT_DEFERRED:
 		if (!(ep->flags & EP_EGRESS_ISOLATED)) {
 			reason = REASON_ESTABLISHED;
@@ -168,7 +174,7 @@ static __always_inline int handle(struct __sk_buff *skb, __u8 dir)
 			return svc_defer(skb, ep, ifindex, &p, cfg, revision, now, 1);
 		reason = decide(ep, dir, &remote, p.proto, p.dport);
 		if (!allowed(reason))
-			return drop(skb, ep, dir, &p, remote.identity, reason, now);
+			return drop(skb, ifindex, ep, dir, &p, remote.identity, reason, now);
 		/* On an isolated endpoint any allowed packet (re)creates the
 		 * entry. Mid-flow, the side that opened the flow is unknown: if
 		 * policy would also let the other side open it, remember that
@@ -186,23 +192,53 @@ static __always_inline int handle(struct __sk_buff *skb, __u8 dir)
 			ct_create(ifindex, dir, &p, revision, now, flags);
 		}
 		if (observed)
-			emit(skb, ep, dir, &p, remote.identity, reason, now);
+			emit_on(ifindex, ep, dir, &p, remote.identity, reason, now);
 	}
 	if (p.frag == FRAG_FIRST)
 		frag_remember(ifindex, &p, now);
 	return verdict(skb, dir, reason);
 }
 
-/* cdo_from_ep runs on the host interface's ingress: packets leaving the pod. */
+/* cdo_from_ep runs on the host interface's ingress: packets leaving the
+ * pod. Allowed packets to another node's pod block may be host-routed. */
 SEC("tc")
 int cdo_from_ep(struct __sk_buff *skb)
 {
-	return handle(skb, DIR_EGRESS);
+	int rc = handle(skb, DIR_EGRESS, skb->ifindex);
+	if (rc != TC_ACT_UNSPEC)
+		return rc;
+	return hr_to_peer(skb);
 }
 
 /* cdo_to_ep runs on the host interface's egress: packets towards the pod. */
 SEC("tc")
 int cdo_to_ep(struct __sk_buff *skb)
 {
-	return handle(skb, DIR_INGRESS);
+	return handle(skb, DIR_INGRESS, skb->ifindex);
+}
+
+/* to_local_pod host-routes a packet from another node's pod to a local
+ * primary endpoint: its ingress policy runs here, as cdo_to_ep would run
+ * it (the redirected packet never crosses the host interface's egress),
+ * and an allowed packet is redirected into the pod. Anything not eligible
+ * (lib/hostroute.h) continues on the normal path. */
+static __always_inline int to_local_pod(struct __sk_buff *skb)
+{
+	struct hr_packet h = {};
+	struct local_ep ep;
+	if (skb->pkt_type != HR_PACKET_HOST || !hostroute_on() || !hr_parse(skb, &h) ||
+	    !hr_from_peer(&h) || !hr_local_ep(&h, &ep) || hr_host_tracked(skb, &h))
+		return TC_ACT_UNSPEC;
+	int rc = handle(skb, DIR_INGRESS, ep.ifindex);
+	if (rc != TC_ACT_UNSPEC)
+		return rc;
+	return hr_into_pod(skb, &h, &ep);
+}
+
+/* cdo_from_tunnel runs on the ingress of the VXLAN device: decapsulated
+ * frames, host-routed to local pods like the uplink's (cdo_from_node). */
+SEC("tc")
+int cdo_from_tunnel(struct __sk_buff *skb)
+{
+	return to_local_pod(skb);
 }

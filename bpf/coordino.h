@@ -193,3 +193,31 @@ enum nodeiso_flag {
 struct nodeiso_config {
 	__u32 flags; /* NODEISO_* */
 };
+
+/* CFG_HOST_ROUTING: eBPF host routing (lib/hostroute.h) is on: pod-to-pod
+ * packets between this node's pods and other nodes' blocks skip the host's
+ * forwarding path when the host's conntrack does not know their flow. */
+#define CFG_HOST_ROUTING 4
+
+/* local_eps: this node's primary endpoints by address, for host routing's
+ * ingress redirect into the pod. Written on attach, removed on detach. */
+struct local_ep_key {
+	__u8 family; /* 4 or 6 */
+	__u8 pad[3];
+	__u8 addr[16];
+};
+
+struct local_ep {
+	__u32 ifindex;     /* host veth */
+	__u8 pod_mac[6];   /* the pod side's MAC: destination of redirected frames */
+	__u8 host_mac[6];  /* the host veth's MAC: their source */
+};
+
+/* hostroute_stats: per-CPU packet counters of host routing. */
+enum hostroute_stat {
+	HR_STAT_IN_REDIRECTED = 0,  /* to a local pod, redirected into its netns */
+	HR_STAT_OUT_REDIRECTED = 1, /* to another node's pod, redirected to the uplink */
+	HR_STAT_HOST_TRACKED = 2,   /* the host's conntrack knows the flow: normal path */
+	HR_STAT_NO_ROUTE = 3,       /* the FIB had no usable next hop: normal path */
+	HR_STAT_SLOTS = 8,
+};

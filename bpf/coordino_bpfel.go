@@ -119,6 +119,16 @@ type CoordinoFragPorts struct {
 	Pad    uint32
 }
 
+type CoordinoHostrouteStat uint32
+
+const (
+	CoordinoHostrouteStatHR_STAT_IN_REDIRECTED  CoordinoHostrouteStat = 0
+	CoordinoHostrouteStatHR_STAT_OUT_REDIRECTED CoordinoHostrouteStat = 1
+	CoordinoHostrouteStatHR_STAT_HOST_TRACKED   CoordinoHostrouteStat = 2
+	CoordinoHostrouteStatHR_STAT_NO_ROUTE       CoordinoHostrouteStat = 3
+	CoordinoHostrouteStatHR_STAT_SLOTS          CoordinoHostrouteStat = 8
+)
+
 type CoordinoIpcacheKey struct {
 	_         structs.HostLayout
 	Prefixlen uint32
@@ -130,6 +140,20 @@ type CoordinoIpcacheValue struct {
 	_            structs.HostLayout
 	Identity     uint32
 	CidrIdentity uint32
+}
+
+type CoordinoLocalEp struct {
+	_       structs.HostLayout
+	Ifindex uint32
+	PodMac  [6]uint8
+	HostMac [6]uint8
+}
+
+type CoordinoLocalEpKey struct {
+	_      structs.HostLayout
+	Family uint8
+	Pad    [3]uint8
+	Addr   [16]uint8
 }
 
 type CoordinoNodeisoConfig struct {
@@ -199,9 +223,12 @@ const (
 	CoordinoMapCdoEvBudget         = "cdo_ev_budget"
 	CoordinoMapCdoFlows            = "cdo_flows"
 	CoordinoMapCdoFrags            = "cdo_frags"
+	CoordinoMapCdoHostrouteStats   = "cdo_hostroute_stats"
 	CoordinoMapCdoIpcache          = "cdo_ipcache"
+	CoordinoMapCdoLocalEps         = "cdo_local_eps"
 	CoordinoMapCdoNodeiso          = "cdo_nodeiso"
 	CoordinoMapCdoNodeisoCfg       = "cdo_nodeiso_cfg"
+	CoordinoMapCdoPeerBlocks       = "cdo_peer_blocks"
 	CoordinoMapCdoPolicy           = "cdo_policy"
 	CoordinoMapCdoSvcCidrs         = "cdo_svc_cidrs"
 	CoordinoMapCdoSvcPending       = "cdo_svc_pending"
@@ -209,6 +236,7 @@ const (
 	CoordinoProgCdoFromEp          = "cdo_from_ep"
 	CoordinoProgCdoFromNode        = "cdo_from_node"
 	CoordinoProgCdoFromNodeL3      = "cdo_from_node_l3"
+	CoordinoProgCdoFromTunnel      = "cdo_from_tunnel"
 	CoordinoProgCdoToEp            = "cdo_to_ep"
 	CoordinoProgCdoToNode          = "cdo_to_node"
 	CoordinoProgCdoToNodeL3        = "cdo_to_node_l3"
@@ -216,6 +244,9 @@ const (
 	CoordinoVarUnusedDirection     = "unused_direction"
 	CoordinoVarUnusedEpAddrKey     = "unused_ep_addr_key"
 	CoordinoVarUnusedFlowEvent     = "unused_flow_event"
+	CoordinoVarUnusedHostrouteStat = "unused_hostroute_stat"
+	CoordinoVarUnusedLocalEp       = "unused_local_ep"
+	CoordinoVarUnusedLocalEpKey    = "unused_local_ep_key"
 	CoordinoVarUnusedNodeisoConfig = "unused_nodeiso_config"
 	CoordinoVarUnusedNodeisoFlag   = "unused_nodeiso_flag"
 	CoordinoVarUnusedReason        = "unused_reason"
@@ -266,6 +297,7 @@ type CoordinoProgramSpecs struct {
 	CdoFromEp     *ebpf.ProgramSpec `ebpf:"cdo_from_ep"`
 	CdoFromNode   *ebpf.ProgramSpec `ebpf:"cdo_from_node"`
 	CdoFromNodeL3 *ebpf.ProgramSpec `ebpf:"cdo_from_node_l3"`
+	CdoFromTunnel *ebpf.ProgramSpec `ebpf:"cdo_from_tunnel"`
 	CdoToEp       *ebpf.ProgramSpec `ebpf:"cdo_to_ep"`
 	CdoToNode     *ebpf.ProgramSpec `ebpf:"cdo_to_node"`
 	CdoToNodeL3   *ebpf.ProgramSpec `ebpf:"cdo_to_node_l3"`
@@ -275,21 +307,24 @@ type CoordinoProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type CoordinoMapSpecs struct {
-	CdoConfig     *ebpf.MapSpec `ebpf:"cdo_config"`
-	CdoConntrack  *ebpf.MapSpec `ebpf:"cdo_conntrack"`
-	CdoCtStats    *ebpf.MapSpec `ebpf:"cdo_ct_stats"`
-	CdoEndpoints  *ebpf.MapSpec `ebpf:"cdo_endpoints"`
-	CdoEpAddrs    *ebpf.MapSpec `ebpf:"cdo_ep_addrs"`
-	CdoEvBudget   *ebpf.MapSpec `ebpf:"cdo_ev_budget"`
-	CdoFlows      *ebpf.MapSpec `ebpf:"cdo_flows"`
-	CdoFrags      *ebpf.MapSpec `ebpf:"cdo_frags"`
-	CdoIpcache    *ebpf.MapSpec `ebpf:"cdo_ipcache"`
-	CdoNodeiso    *ebpf.MapSpec `ebpf:"cdo_nodeiso"`
-	CdoNodeisoCfg *ebpf.MapSpec `ebpf:"cdo_nodeiso_cfg"`
-	CdoPolicy     *ebpf.MapSpec `ebpf:"cdo_policy"`
-	CdoSvcCidrs   *ebpf.MapSpec `ebpf:"cdo_svc_cidrs"`
-	CdoSvcPending *ebpf.MapSpec `ebpf:"cdo_svc_pending"`
-	CdoVerdicts   *ebpf.MapSpec `ebpf:"cdo_verdicts"`
+	CdoConfig         *ebpf.MapSpec `ebpf:"cdo_config"`
+	CdoConntrack      *ebpf.MapSpec `ebpf:"cdo_conntrack"`
+	CdoCtStats        *ebpf.MapSpec `ebpf:"cdo_ct_stats"`
+	CdoEndpoints      *ebpf.MapSpec `ebpf:"cdo_endpoints"`
+	CdoEpAddrs        *ebpf.MapSpec `ebpf:"cdo_ep_addrs"`
+	CdoEvBudget       *ebpf.MapSpec `ebpf:"cdo_ev_budget"`
+	CdoFlows          *ebpf.MapSpec `ebpf:"cdo_flows"`
+	CdoFrags          *ebpf.MapSpec `ebpf:"cdo_frags"`
+	CdoHostrouteStats *ebpf.MapSpec `ebpf:"cdo_hostroute_stats"`
+	CdoIpcache        *ebpf.MapSpec `ebpf:"cdo_ipcache"`
+	CdoLocalEps       *ebpf.MapSpec `ebpf:"cdo_local_eps"`
+	CdoNodeiso        *ebpf.MapSpec `ebpf:"cdo_nodeiso"`
+	CdoNodeisoCfg     *ebpf.MapSpec `ebpf:"cdo_nodeiso_cfg"`
+	CdoPeerBlocks     *ebpf.MapSpec `ebpf:"cdo_peer_blocks"`
+	CdoPolicy         *ebpf.MapSpec `ebpf:"cdo_policy"`
+	CdoSvcCidrs       *ebpf.MapSpec `ebpf:"cdo_svc_cidrs"`
+	CdoSvcPending     *ebpf.MapSpec `ebpf:"cdo_svc_pending"`
+	CdoVerdicts       *ebpf.MapSpec `ebpf:"cdo_verdicts"`
 }
 
 // CoordinoVariableSpecs contains global variables before they are loaded into the kernel.
@@ -300,6 +335,9 @@ type CoordinoVariableSpecs struct {
 	UnusedDirection     *ebpf.VariableSpec `ebpf:"unused_direction"`
 	UnusedEpAddrKey     *ebpf.VariableSpec `ebpf:"unused_ep_addr_key"`
 	UnusedFlowEvent     *ebpf.VariableSpec `ebpf:"unused_flow_event"`
+	UnusedHostrouteStat *ebpf.VariableSpec `ebpf:"unused_hostroute_stat"`
+	UnusedLocalEp       *ebpf.VariableSpec `ebpf:"unused_local_ep"`
+	UnusedLocalEpKey    *ebpf.VariableSpec `ebpf:"unused_local_ep_key"`
 	UnusedNodeisoConfig *ebpf.VariableSpec `ebpf:"unused_nodeiso_config"`
 	UnusedNodeisoFlag   *ebpf.VariableSpec `ebpf:"unused_nodeiso_flag"`
 	UnusedReason        *ebpf.VariableSpec `ebpf:"unused_reason"`
@@ -325,21 +363,24 @@ func (o *CoordinoObjects) Close() error {
 //
 // It can be passed to LoadCoordinoObjects or ebpf.CollectionSpec.LoadAndAssign.
 type CoordinoMaps struct {
-	CdoConfig     *ebpf.Map `ebpf:"cdo_config"`
-	CdoConntrack  *ebpf.Map `ebpf:"cdo_conntrack"`
-	CdoCtStats    *ebpf.Map `ebpf:"cdo_ct_stats"`
-	CdoEndpoints  *ebpf.Map `ebpf:"cdo_endpoints"`
-	CdoEpAddrs    *ebpf.Map `ebpf:"cdo_ep_addrs"`
-	CdoEvBudget   *ebpf.Map `ebpf:"cdo_ev_budget"`
-	CdoFlows      *ebpf.Map `ebpf:"cdo_flows"`
-	CdoFrags      *ebpf.Map `ebpf:"cdo_frags"`
-	CdoIpcache    *ebpf.Map `ebpf:"cdo_ipcache"`
-	CdoNodeiso    *ebpf.Map `ebpf:"cdo_nodeiso"`
-	CdoNodeisoCfg *ebpf.Map `ebpf:"cdo_nodeiso_cfg"`
-	CdoPolicy     *ebpf.Map `ebpf:"cdo_policy"`
-	CdoSvcCidrs   *ebpf.Map `ebpf:"cdo_svc_cidrs"`
-	CdoSvcPending *ebpf.Map `ebpf:"cdo_svc_pending"`
-	CdoVerdicts   *ebpf.Map `ebpf:"cdo_verdicts"`
+	CdoConfig         *ebpf.Map `ebpf:"cdo_config"`
+	CdoConntrack      *ebpf.Map `ebpf:"cdo_conntrack"`
+	CdoCtStats        *ebpf.Map `ebpf:"cdo_ct_stats"`
+	CdoEndpoints      *ebpf.Map `ebpf:"cdo_endpoints"`
+	CdoEpAddrs        *ebpf.Map `ebpf:"cdo_ep_addrs"`
+	CdoEvBudget       *ebpf.Map `ebpf:"cdo_ev_budget"`
+	CdoFlows          *ebpf.Map `ebpf:"cdo_flows"`
+	CdoFrags          *ebpf.Map `ebpf:"cdo_frags"`
+	CdoHostrouteStats *ebpf.Map `ebpf:"cdo_hostroute_stats"`
+	CdoIpcache        *ebpf.Map `ebpf:"cdo_ipcache"`
+	CdoLocalEps       *ebpf.Map `ebpf:"cdo_local_eps"`
+	CdoNodeiso        *ebpf.Map `ebpf:"cdo_nodeiso"`
+	CdoNodeisoCfg     *ebpf.Map `ebpf:"cdo_nodeiso_cfg"`
+	CdoPeerBlocks     *ebpf.Map `ebpf:"cdo_peer_blocks"`
+	CdoPolicy         *ebpf.Map `ebpf:"cdo_policy"`
+	CdoSvcCidrs       *ebpf.Map `ebpf:"cdo_svc_cidrs"`
+	CdoSvcPending     *ebpf.Map `ebpf:"cdo_svc_pending"`
+	CdoVerdicts       *ebpf.Map `ebpf:"cdo_verdicts"`
 }
 
 func (m *CoordinoMaps) Close() error {
@@ -352,9 +393,12 @@ func (m *CoordinoMaps) Close() error {
 		m.CdoEvBudget,
 		m.CdoFlows,
 		m.CdoFrags,
+		m.CdoHostrouteStats,
 		m.CdoIpcache,
+		m.CdoLocalEps,
 		m.CdoNodeiso,
 		m.CdoNodeisoCfg,
+		m.CdoPeerBlocks,
 		m.CdoPolicy,
 		m.CdoSvcCidrs,
 		m.CdoSvcPending,
@@ -370,6 +414,9 @@ type CoordinoVariables struct {
 	UnusedDirection     *ebpf.Variable `ebpf:"unused_direction"`
 	UnusedEpAddrKey     *ebpf.Variable `ebpf:"unused_ep_addr_key"`
 	UnusedFlowEvent     *ebpf.Variable `ebpf:"unused_flow_event"`
+	UnusedHostrouteStat *ebpf.Variable `ebpf:"unused_hostroute_stat"`
+	UnusedLocalEp       *ebpf.Variable `ebpf:"unused_local_ep"`
+	UnusedLocalEpKey    *ebpf.Variable `ebpf:"unused_local_ep_key"`
 	UnusedNodeisoConfig *ebpf.Variable `ebpf:"unused_nodeiso_config"`
 	UnusedNodeisoFlag   *ebpf.Variable `ebpf:"unused_nodeiso_flag"`
 	UnusedReason        *ebpf.Variable `ebpf:"unused_reason"`
@@ -382,6 +429,7 @@ type CoordinoPrograms struct {
 	CdoFromEp     *ebpf.Program `ebpf:"cdo_from_ep"`
 	CdoFromNode   *ebpf.Program `ebpf:"cdo_from_node"`
 	CdoFromNodeL3 *ebpf.Program `ebpf:"cdo_from_node_l3"`
+	CdoFromTunnel *ebpf.Program `ebpf:"cdo_from_tunnel"`
 	CdoToEp       *ebpf.Program `ebpf:"cdo_to_ep"`
 	CdoToNode     *ebpf.Program `ebpf:"cdo_to_node"`
 	CdoToNodeL3   *ebpf.Program `ebpf:"cdo_to_node_l3"`
@@ -392,6 +440,7 @@ func (p *CoordinoPrograms) Close() error {
 		p.CdoFromEp,
 		p.CdoFromNode,
 		p.CdoFromNodeL3,
+		p.CdoFromTunnel,
 		p.CdoToEp,
 		p.CdoToNode,
 		p.CdoToNodeL3,

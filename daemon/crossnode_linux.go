@@ -10,6 +10,7 @@ import (
 
 	"github.com/coordino/coordino/daemon/config"
 	"github.com/coordino/coordino/daemon/netsetup"
+	"github.com/coordino/coordino/daemon/nodeaddrs"
 	"github.com/coordino/coordino/daemon/peers"
 	"github.com/coordino/coordino/daemon/routing"
 	"github.com/coordino/coordino/daemon/wireguard"
@@ -35,7 +36,7 @@ func startCrossNode(ctx context.Context, o *config.Options, log *zap.Logger, onP
 			return 0, nil, err
 		}
 		src = nc
-		if addrs, err := nodeAddresses(); err == nil {
+		if addrs, err := nodeaddrs.List(); err == nil {
 			initial[o.NodeName] = &peers.Node{Name: o.NodeName, Addresses: addrs}
 		}
 	} else if o.PeersFile != "" {
@@ -59,6 +60,7 @@ func startCrossNode(ctx context.Context, o *config.Options, log *zap.Logger, onP
 			Self: o.NodeName, Device: o.WireGuardDevice, ListenPort: o.WireGuardPort,
 			MTU: underlayMTU - routing.WireGuardOverhead, StateDir: o.StateDir, RunDir: o.RunDir,
 			NodeToNode: o.WireGuardNodeToNode, KeyMaxAge: o.WireGuardKeyMaxAge,
+			LogHandshakes: o.LogLevel == "debug",
 			// Rotated keys are published in wireguard.pub (standalone) and
 			// through the NodeConfig status (publishedKey, polled).
 		}, log)

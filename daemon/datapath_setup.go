@@ -3,13 +3,11 @@ package daemon
 import (
 	"context"
 	"fmt"
-	"net/netip"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 
-	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
 	"go.uber.org/zap"
 
 	"github.com/coordino/coordino/daemon/config"
@@ -18,6 +16,7 @@ import (
 	"github.com/coordino/coordino/daemon/flows"
 	"github.com/coordino/coordino/daemon/k8s"
 	"github.com/coordino/coordino/daemon/metrics"
+	"github.com/coordino/coordino/daemon/nodeaddrs"
 	"github.com/coordino/coordino/daemon/policy"
 )
 
@@ -39,7 +38,7 @@ func startDatapath(ctx context.Context, o *config.Options, m *metrics.Metrics, h
 			return nil, err
 		}
 	}
-	nodeIPs, err := nodeAddresses()
+	nodeIPs, err := nodeaddrs.List()
 	if err != nil {
 		return nil, err
 	}
@@ -76,7 +75,9 @@ func startDatapath(ctx context.Context, o *config.Options, m *metrics.Metrics, h
 		dp.Close()
 		return nil, err
 	}
-	if err := watchNodeAddresses(ctx, dp, nodeIPs, log); err != nil {
+	// A chained primary's bridge gateway, for one, appears only at its
+	// first ADD, and traffic from it (kubelet probes) must stay allowed.
+	if err := nodeaddrs.Watch(ctx, netns.None(), nodeIPs, dp.SetNodeIPs, log); err != nil {
 		dp.Close()
 		return nil, err
 	}
@@ -138,65 +139,4 @@ func startFlows(ctx context.Context, path string, dp *datapath.Datapath, hub *fl
 		}
 	}()
 	return nil
-}
-
-// watchNodeAddresses keeps the datapath's host identity in step with the
-// node's addresses: a chained primary's bridge gateway, for one, appears only
-// at its first ADD, and traffic from it (kubelet probes) must stay allowed.
-func watchNodeAddresses(ctx context.Context, dp *datapath.Datapath, current []netip.Addr, log *zap.Logger) error {
-	updates := make(chan netlink.AddrUpdate, 64)
-	done := make(chan struct{})
-	if err := netlink.AddrSubscribeWithOptions(updates, done, netlink.AddrSubscribeOptions{
-		ErrorCallback: func(err error) { log.Warn("node address watch", zap.Error(err)) },
-	}); err != nil {
-		return fmt.Errorf("watch node addresses: %w", err)
-	}
-	go func() {
-		defer close(done)
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case _, ok := <-updates:
-				if !ok {
-					log.Error("node address watch closed: host identity no longer follows address changes")
-					return
-				}
-				ips, err := nodeAddresses()
-				if err != nil {
-					log.Warn("list node addresses", zap.Error(err))
-					continue
-				}
-				if slices.Equal(ips, current) {
-					continue
-				}
-				current = ips
-				if err := dp.SetNodeIPs(ips); err != nil {
-					log.Error("update node addresses in the datapath", zap.Error(err))
-				} else {
-					log.Info("node addresses changed", zap.Stringers("addresses", ips))
-				}
-			}
-		}
-	}()
-	return nil
-}
-
-// nodeAddresses are the node's global addresses: traffic from them is the
-// host identity (kubelet probes are always allowed).
-func nodeAddresses() ([]netip.Addr, error) {
-	addrs, err := netlink.AddrList(nil, netlink.FAMILY_ALL)
-	if err != nil {
-		return nil, fmt.Errorf("list node addresses: %w", err)
-	}
-	var out []netip.Addr
-	for _, a := range addrs {
-		if a.Scope != int(netlink.SCOPE_UNIVERSE) {
-			continue
-		}
-		if ip, ok := netip.AddrFromSlice(a.IP); ok {
-			out = append(out, ip.Unmap())
-		}
-	}
-	return out, nil
 }

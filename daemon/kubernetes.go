@@ -14,6 +14,7 @@ import (
 	"github.com/coordino/coordino/daemon/ipam"
 	"github.com/coordino/coordino/daemon/k8s"
 	"github.com/coordino/coordino/daemon/metrics"
+	"github.com/coordino/coordino/daemon/nodeaddrs"
 	"github.com/coordino/coordino/daemon/policy"
 	"github.com/coordino/coordino/daemon/store"
 )
@@ -34,7 +35,7 @@ func newKubernetesSource(o *config.Options, pool *ipam.Pool, m *metrics.Metrics,
 		Pool:     pool,
 		Log:      log,
 		NodeAddresses: func() []netip.Addr {
-			ips, err := nodeAddresses()
+			ips, err := nodeaddrs.List()
 			if err != nil {
 				return nil
 			}

@@ -80,6 +80,9 @@ func (n *nodePeers) bind(ctx context.Context, dp *datapath.Datapath) {
 	if err := dp.SetTunnelPorts(ports); err != nil {
 		n.log.Error("node isolation: tunnel ports", zap.Error(err))
 	}
+	if !n.hostRouting() {
+		n.applyHostRouting() // a previous run's pinned flag and blocks go now, peers or not
+	}
 	n.applyLocked()
 }
 
@@ -97,6 +100,7 @@ func (n *nodePeers) applyLocked() {
 	if err := n.dp.SetRemoteNodeIPs(remote); err != nil {
 		n.log.Error("node isolation: remote node addresses", zap.Error(err))
 	}
+	n.applyHostRouting()
 	n.attachDevices()
 }
 
@@ -111,6 +115,7 @@ func (n *nodePeers) attachDevices() {
 			n.log.Error("node isolation: attach to node device", zap.String("device", d.name), zap.Error(err))
 		}
 	}
+	n.attachTunnel()
 }
 
 type nodeDevice struct {

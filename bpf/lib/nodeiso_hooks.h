@@ -70,11 +70,16 @@ static __always_inline int from_node(struct __sk_buff *skb, __u32 l3_off)
 	return TC_ACT_SHOT;
 }
 
+/* Host routing's ingress (coordino.c): the underlay is where other nodes'
+ * pod traffic arrives in direct routing. */
+static __always_inline int to_local_pod(struct __sk_buff *skb);
+
 /* cdo_from_node runs on the ingress of the node's underlay (Ethernet). */
 SEC("tc")
 int cdo_from_node(struct __sk_buff *skb)
 {
-	return from_node(skb, ETH_HLEN);
+	int rc = from_node(skb, ETH_HLEN);
+	return rc == TC_ACT_UNSPEC ? to_local_pod(skb) : rc;
 }
 
 /* cdo_from_node_l3 runs on the ingress of an L3 device (WireGuard TUN). */

@@ -22,5 +22,8 @@ func (o *Options) validateCrossNode() error {
 	if o.WireGuardPort < 1 || o.WireGuardPort > 65535 {
 		return fmt.Errorf("wireguard-port %d: want 1..65535", o.WireGuardPort)
 	}
+	if o.HostRouting != "bpf" && o.HostRouting != "legacy" {
+		return fmt.Errorf("host-routing %q: want bpf or legacy", o.HostRouting)
+	}
 	return nil
 }

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"net"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -76,6 +77,11 @@ type Endpoint struct {
 	Labels    map[string]string
 	// Pod is "namespace/name" when known: SetPodNamedPorts names it.
 	Pod string
+	// HostMAC and PodMAC are the MACs of the host and pod ends of a veth
+	// pair Coordino created (primary mode); with both set, host routing
+	// delivers other nodes' pod traffic straight into the pod. Re-attaching
+	// the same interface without them keeps the recorded ones.
+	HostMAC, PodMAC net.HardwareAddr
 }
 
 // Datapath is the loaded BPF datapath. Its methods are safe for concurrent use.
@@ -125,6 +131,10 @@ type Datapath struct {
 	serviceHookErr error
 	// nodeIso is node isolation's state (nodeiso.go).
 	nodeIso nodeIsoState
+	// peerBlocks mirrors cdo_peer_blocks once SetPeerBlocks has read it.
+	peerBlocks map[bpf.CoordinoIpcacheKey]struct{}
+	// hostRoutingRefused: the kernel cannot host-route, and it was said.
+	hostRoutingRefused bool
 
 	// purger purges removed endpoints' conntrack entries (ctpurge.go).
 	purger *ctPurger
@@ -364,6 +374,10 @@ func (d *Datapath) AttachEndpoint(ep Endpoint) error {
 			return err
 		}
 	}
+	// Last: host routing runs the policy the steps above put in place.
+	if err := d.writeLocalEp(r); err != nil {
+		d.log.Warn("endpoint not host-routed; its traffic takes the normal path", zap.String("endpoint", r.Key), zap.Error(err))
+	}
 	d.log.Debug("endpoint attached", zap.String("endpoint", r.Key), zap.String("interface", r.HostIfName),
 		zap.Uint32("identity", uint32(r.Identity)), zap.String("mode", r.Mode))
 	return nil
@@ -380,6 +394,9 @@ func (d *Datapath) prepareAttach(r *record) error {
 	old := d.eps[r.Key]
 	if old != nil && old.HostIfIndex != r.HostIfIndex {
 		// Same key on a new interface: drop the old attachment first.
+		if err := d.deleteLocalEp(old); err != nil {
+			return err
+		}
 		if err := d.detach(old); err != nil {
 			return err
 		}
@@ -398,6 +415,9 @@ func (d *Datapath) prepareAttach(r *record) error {
 	r.Mode = d.newMode()
 	if old != nil {
 		r.Mode = old.Mode
+		if r.PodMAC == "" && old.HostIfIndex == r.HostIfIndex {
+			r.HostMAC, r.PodMAC = old.HostMAC, old.PodMAC
+		}
 	}
 	d.adoptPodPorts(r, old)
 	// Sources first: programs attached next drop anything else it sends.
@@ -440,6 +460,9 @@ func (d *Datapath) prepareAttach(r *record) error {
 
 // forget undoes the bookkeeping of a failed attach.
 func (d *Datapath) forget(r *record) {
+	if err := d.deleteLocalEp(r); err != nil {
+		d.log.Warn("host routing entries left after failed attach", zap.String("endpoint", r.Key), zap.Error(err))
+	}
 	if err := d.deleteAddrs(r, nil); err != nil {
 		d.log.Warn("source addresses left after failed attach", zap.String("endpoint", r.Key), zap.Error(err))
 	}
@@ -468,6 +491,13 @@ func (d *Datapath) DetachEndpoint(ep Endpoint) error {
 	if r == nil {
 		// Nothing recorded; clear any pins a crash may have left.
 		return d.unpinLinks(ep.Key)
+	}
+	// First: host routing would otherwise deliver past the programs removed next.
+	d.mu.Lock()
+	err := d.deleteLocalEp(r)
+	d.mu.Unlock()
+	if err != nil {
+		return err
 	}
 	// Outside the lock: releasing a live tcx link waits for RCU.
 	if err := d.detach(r); err != nil {
@@ -537,6 +567,9 @@ func newRecord(ep Endpoint) (*record, error) {
 	r := &record{
 		Key: ep.Key, HostIfName: ep.HostIfName, HostIfIndex: ep.HostIfIndex,
 		Namespace: ep.Namespace, Labels: maps.Clone(ep.Labels), Pod: ep.Pod,
+	}
+	if ep.HostMAC != nil && ep.PodMAC != nil {
+		r.HostMAC, r.PodMAC = ep.HostMAC.String(), ep.PodMAC.String()
 	}
 	if r.Namespace == "" {
 		r.Namespace = DefaultNamespace

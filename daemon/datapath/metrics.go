@@ -110,6 +110,7 @@ func (m *metrics) Describe(ch chan<- *prometheus.Desc) {
 		ch <- d
 	}
 	describeConntrack(ch)
+	ch <- hostRouteDesc
 }
 
 // Collect reads the per-CPU counters from the kernel at scrape time.
@@ -146,6 +147,7 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(policyEntriesDesc, prometheus.GaugeValue, float64(entries))
 	ch <- prometheus.MustNewConstMetric(revisionDesc, prometheus.GaugeValue, float64(rev))
 	m.d.collectConntrack(ch)
+	m.d.collectHostRoute(ch)
 }
 
 // counter sums one verdict counter slot over all CPUs.

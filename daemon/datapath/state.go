@@ -43,6 +43,9 @@ type record struct {
 	// Pod and the named ports last set for it (SetPodNamedPorts).
 	Pod        string             `json:"pod,omitempty"`
 	NamedPorts []policy.NamedPort `json:"namedPorts,omitempty"`
+	// HostMAC and PodMAC of a primary-mode veth pair (host routing).
+	HostMAC string `json:"hostMAC,omitempty"`
+	PodMAC  string `json:"podMAC,omitempty"`
 }
 
 func openStateMap(dir string) (*ebpf.Map, error) {

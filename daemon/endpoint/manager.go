@@ -163,9 +163,10 @@ func (m *Manager) addPrimary(inv *request.Invocation) (_ []byte, err error) {
 		// The datapath attaches to the host veth while both ends are being
 		// configured; the ADD returns only after both, so policy holds from
 		// the pod's first packet.
-		setup.WhileConfiguring = func(hostIfIndex int) error {
+		setup.WhileConfiguring = func(hostIfIndex int, hostMAC, podMAC net.HardwareAddr) error {
 			_, span := tracing.Start(inv.Ctx, "bpf.attach")
 			dpEndpoint.HostIfIndex = hostIfIndex
+			dpEndpoint.HostMAC, dpEndpoint.PodMAC = hostMAC, podMAC // primary: host routing may deliver to it
 			attachErr = m.Datapath.AttachEndpoint(dpEndpoint)
 			tracing.End(span, attachErr)
 			return attachErr

@@ -30,13 +30,13 @@ type PodConfig struct {
 	MTU        int            // 0 means DefaultMTU()
 	Addrs      []netip.Prefix // pod addresses: IPv4 as /32, IPv6 as /128; dual-stack allowed
 	// WhileConfiguring, if set, runs as soon as the veth pair exists, given
-	// the host end's ifindex, side by side with the configuration of both
+	// the host end's ifindex and both ends' MACs, side by side with the configuration of both
 	// ends; SetupPod waits for it and fails with its error. The datapath
 	// attach goes here: its waits for the kernel's RCU grace periods then
 	// overlap the netlink work. It runs on another goroutine, so in the
 	// process's network namespace, not in one the caller's thread entered.
 	// CheckPod ignores it.
-	WhileConfiguring func(hostIfIndex int) error
+	WhileConfiguring func(hostIfIndex int, hostMAC, podMAC net.HardwareAddr) error
 }
 
 // Attachment is what SetupPod created, as the CNI result needs it.

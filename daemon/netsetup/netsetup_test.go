@@ -466,9 +466,10 @@ func TestSetupPodWhileConfiguring(t *testing.T) {
 	node := newNode(t)
 	cfg := podCfg(t, "10.244.7.5/32")
 	var got int
-	cfg.WhileConfiguring = func(hostIfIndex int) error {
+	var gotMACs []net.HardwareAddr
+	cfg.WhileConfiguring = func(hostIfIndex int, hostMAC, podMAC net.HardwareAddr) error {
 		time.Sleep(20 * time.Millisecond) // finishes after the netlink work: SetupPod must wait
-		got = hostIfIndex
+		got, gotMACs = hostIfIndex, []net.HardwareAddr{hostMAC, podMAC}
 		return nil
 	}
 	var att *Attachment
@@ -480,9 +481,12 @@ func TestSetupPodWhileConfiguring(t *testing.T) {
 	if got == 0 || got != att.HostIfIndex {
 		t.Fatalf("WhileConfiguring got ifindex %d, the host veth is %d", got, att.HostIfIndex)
 	}
+	if gotMACs[0].String() != att.HostMAC.String() || gotMACs[1].String() != att.PodMAC.String() {
+		t.Fatalf("WhileConfiguring got MACs %v, the pair has %s and %s", gotMACs, att.HostMAC, att.PodMAC)
+	}
 	do(t, node, func() error { return TeardownPod(cfg.HostIfName) })
 
-	cfg.WhileConfiguring = func(int) error { return errors.New("attach refused") }
+	cfg.WhileConfiguring = func(int, net.HardwareAddr, net.HardwareAddr) error { return errors.New("attach refused") }
 	do(t, node, func() error { _, err = SetupPod(cfg); return nil })
 	if err == nil || err.Error() != "attach refused" {
 		t.Fatalf("SetupPod with a failing WhileConfiguring = %v", err)

@@ -74,7 +74,7 @@ func SetupPod(cfg PodConfig) (*Attachment, error) {
 	var alongside chan error
 	if cfg.WhileConfiguring != nil {
 		alongside = make(chan error, 1)
-		go func() { alongside <- cfg.WhileConfiguring(att.HostIfIndex) }()
+		go func() { alongside <- cfg.WhileConfiguring(att.HostIfIndex, att.HostMAC, att.PodMAC) }()
 	}
 	err = configurePodSide(pod, cfg, att)
 	if err != nil {

@@ -16,8 +16,9 @@ import (
 type state map[string]int
 
 // bpfMaps are the pinned maps that hold per-pod entries (cdo_ct_purge: a
-// deleted pod until its conntrack entries are purged).
-var bpfMaps = []string{"cdo_endpoints", "cdo_ipcache", "cdo_policy", "cdo_conntrack", "cdo_ct_purge"}
+// deleted pod until its conntrack entries are purged; cdo_local_eps: host
+// routing's primary endpoints).
+var bpfMaps = []string{"cdo_endpoints", "cdo_ipcache", "cdo_policy", "cdo_conntrack", "cdo_ct_purge", "cdo_local_eps"}
 
 func (c *churn) snapshot() (state, error) {
 	n := c.node

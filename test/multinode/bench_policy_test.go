@@ -24,7 +24,12 @@ func benchPolicyArgs(t *testing.T) func(dir string) []string {
 		if err := os.MkdirAll(filepath.Join(dir, "policies"), 0o700); err != nil {
 			t.Fatal(err)
 		}
-		return []string{"--policy-dir", filepath.Join(dir, "policies")}
+		args := []string{"--policy-dir", filepath.Join(dir, "policies")}
+		// bpf (the default) or legacy: the same-run A/B of host routing.
+		if v := os.Getenv("COORDINO_BENCH_HOST_ROUTING"); v != "" {
+			args = append(args, "--host-routing", v)
+		}
+		return args
 	}
 }
 

@@ -58,6 +58,8 @@ type cluster struct {
 	// kube is the API server and controller in Kubernetes mode (nil:
 	// standalone with peers files).
 	kube *kubeEnv
+	// tunnelsLogged: logTunnels ran (once is enough to read a failure).
+	tunnelsLogged bool
 }
 
 // node is a harness node plus what the test bed knows about it.

@@ -88,7 +88,12 @@ func checkPodMTU(t *testing.T, c *cluster) {
 
 // dialName connects from netns to addr and returns the server's name.
 func dialName(from ns.NetNS, addr netip.Addr, timeout time.Duration) (string, error) {
-	conn, err := harness.DialFrom(from, "tcp", addr, namePort, timeout)
+	return dialPort(from, addr, namePort, timeout)
+}
+
+// dialPort connects from netns to addr:port and returns what the server says.
+func dialPort(from ns.NetNS, addr netip.Addr, port int, timeout time.Duration) (string, error) {
+	conn, err := harness.DialFrom(from, "tcp", addr, port, timeout)
 	if err != nil {
 		return "", err
 	}
@@ -108,10 +113,12 @@ func checkReachability(t *testing.T, c *cluster) {
 				if src != dst {
 					if err := reach(src.pods[0].NS, target, v6); err != nil {
 						t.Errorf("pod %s -> pod %s (%v): %v", src.pods[0].Name, target.Name, target.addr(v6), err)
+						c.logTunnels(t)
 					}
 				}
 				if err := reach(src.NS, target, v6); err != nil {
 					t.Errorf("node %s -> pod %s (%v): %v", src.Name, target.Name, target.addr(v6), err)
+					c.logTunnels(t)
 				}
 			}
 		}

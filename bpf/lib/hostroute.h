@@ -1,0 +1,290 @@
+/* eBPF host routing: pod-to-pod packets between this node's pods and other
+ * nodes' pod blocks skip the host's routing and forwarding path (and the
+ * second veth crossing) once the endpoint's policy allowed them:
+ *  - ingress: a packet arriving from another node for a local primary
+ *    endpoint is judged by that endpoint's ingress policy right on the
+ *    uplink's tc ingress, then handed to the pod's interface with
+ *    bpf_redirect_peer;
+ *  - egress: a packet a pod sends to another node's block leaves through
+ *    the FIB's next hop with bpf_redirect_neigh.
+ * Only TCP and UDP, unfragmented, whose flow the host's conntrack does not
+ * know (a flow kube-proxy or any other host NAT translated must meet its
+ * translation on the normal path), with a TTL/hop limit above 1 (the stack
+ * answers the others with ICMP). Everything else takes the normal path. */
+#pragma once
+
+#include <linux/bpf.h>
+#include <linux/if_ether.h>
+#include <linux/in.h>
+#include <linux/pkt_cls.h>
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_endian.h>
+
+#include "../coordino.h"
+#include "policy.h"
+
+#ifndef AF_INET
+#define AF_INET 2
+#endif
+#ifndef AF_INET6
+#define AF_INET6 10
+#endif
+#ifndef ENOENT
+#define ENOENT 2
+#endif
+#define HR_PACKET_HOST 0 /* skb->pkt_type of frames addressed to this host */
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 1 << 17);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, struct local_ep_key);
+	__type(value, struct local_ep);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} cdo_local_eps SEC(".maps");
+
+/* peer_blocks: the other nodes' pod blocks (ipcache_key layout), written
+ * from the peer set by the daemon's router. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
+	__uint(max_entries, 1 << 16);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, struct ipcache_key);
+	__type(value, __u32);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} cdo_peer_blocks SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, HR_STAT_SLOTS);
+	__type(key, __u32);
+	__type(value, __u64);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} cdo_hostroute_stats SEC(".maps");
+
+/* The host conntrack lookup (nf_conntrack's kfunc). Weak: on a kernel
+ * without it the fast path stays off (hr_host_tracked answers "tracked"),
+ * since host NAT could appear at any time after the programs loaded. */
+/* Opaque here; a forward declaration would not match the kernel's
+ * struct in the loader's kfunc type check. */
+struct nf_conn {
+	int unused;
+};
+struct bpf_ct_opts {
+	__s32 netns_id;
+	__s32 error;
+	__u8 l4proto;
+	__u8 dir;
+	__u16 ct_zone_id;
+	__u8 ct_zone_dir;
+	__u8 reserved[3];
+};
+extern struct nf_conn *bpf_skb_ct_lookup(struct __sk_buff *skb, struct bpf_sock_tuple *tuple,
+					 __u32 tuple__sz, struct bpf_ct_opts *opts,
+					 __u32 opts__sz) __ksym __weak;
+extern void bpf_ct_release(struct nf_conn *ct) __ksym __weak;
+#ifndef bpf_ksym_exists
+#define bpf_ksym_exists(sym) (!!(sym)) /* libbpf's, for older bpf_helpers.h */
+#endif
+
+/* hr_packet: what host routing reads of a packet. */
+struct hr_packet {
+	__u8 family;
+	__u8 proto;
+	__u8 ttl;
+	__u8 pad;
+	__be16 sport;
+	__be16 dport;
+	__u8 src[16];
+	__u8 dst[16];
+};
+
+static __always_inline void hr_count(__u32 stat)
+{
+	__u64 *c = bpf_map_lookup_elem(&cdo_hostroute_stats, &stat);
+	if (c)
+		*c += 1;
+}
+
+static __always_inline int hostroute_on(void)
+{
+	__u32 zero = 0;
+	struct config *cfg = bpf_map_lookup_elem(&cdo_config, &zero);
+	return cfg && (cfg->flags & CFG_HOST_ROUTING);
+}
+
+/* hr_parse reads an Ethernet frame's unfragmented TCP or UDP packet
+ * without IPv4 options or IPv6 extension headers; 0 for anything else. */
+static __always_inline int hr_parse(struct __sk_buff *skb, struct hr_packet *h)
+{
+	__u32 l4_off;
+	if (skb->protocol == bpf_htons(ETH_P_IP)) {
+		__u8 ip[20];
+		if (bpf_skb_load_bytes(skb, ETH_HLEN, ip, sizeof(ip)) < 0)
+			return 0;
+		if (ip[0] != 0x45 || (((ip[6] << 8) | ip[7]) & 0x3fff)) /* options, MF, offset */
+			return 0;
+		h->family = 4;
+		h->ttl = ip[8];
+		h->proto = ip[9];
+		__builtin_memcpy(h->src, &ip[12], 4);
+		__builtin_memcpy(h->dst, &ip[16], 4);
+		l4_off = ETH_HLEN + 20;
+	} else if (skb->protocol == bpf_htons(ETH_P_IPV6)) {
+		__u8 ip[40];
+		if (bpf_skb_load_bytes(skb, ETH_HLEN, ip, sizeof(ip)) < 0)
+			return 0;
+		h->family = 6;
+		h->proto = ip[6];
+		h->ttl = ip[7];
+		__builtin_memcpy(h->src, &ip[8], 16);
+		__builtin_memcpy(h->dst, &ip[24], 16);
+		l4_off = ETH_HLEN + 40;
+	} else {
+		return 0;
+	}
+	if (h->proto != IPPROTO_TCP && h->proto != IPPROTO_UDP)
+		return 0;
+	__be16 ports[2];
+	if (bpf_skb_load_bytes(skb, l4_off, ports, sizeof(ports)) < 0)
+		return 0;
+	h->sport = ports[0];
+	h->dport = ports[1];
+	return h->ttl > 1;
+}
+
+/* hr_host_tracked reports whether the host's conntrack has an entry for
+ * h's flow, in either direction (its lookup matches both tuples): then the
+ * flow may carry a NAT binding and the normal path must handle it. Without
+ * the kfunc, or on a failed lookup, it answers yes. */
+static __always_inline int hr_host_tracked(struct __sk_buff *skb, const struct hr_packet *h)
+{
+	if (!bpf_ksym_exists(bpf_skb_ct_lookup))
+		return 1;
+	struct bpf_sock_tuple t = {};
+	__u32 tsize;
+	if (h->family == 4) {
+		__builtin_memcpy(&t.ipv4.saddr, h->src, 4);
+		__builtin_memcpy(&t.ipv4.daddr, h->dst, 4);
+		t.ipv4.sport = h->sport;
+		t.ipv4.dport = h->dport;
+		tsize = sizeof(t.ipv4);
+	} else {
+		__builtin_memcpy(t.ipv6.saddr, h->src, 16);
+		__builtin_memcpy(t.ipv6.daddr, h->dst, 16);
+		t.ipv6.sport = h->sport;
+		t.ipv6.dport = h->dport;
+		tsize = sizeof(t.ipv6);
+	}
+	struct bpf_ct_opts opts = {.netns_id = -1, .l4proto = h->proto};
+	struct nf_conn *ct = bpf_skb_ct_lookup(skb, &t, tsize, &opts, sizeof(opts));
+	if (ct) {
+		bpf_ct_release(ct);
+		hr_count(HR_STAT_HOST_TRACKED);
+		return 1;
+	}
+	return opts.error != -ENOENT;
+}
+
+/* hr_dec_ttl does the router's TTL (IPv4, with the header checksum) or hop
+ * limit decrement; hr_parse saw it above 1. */
+static __always_inline int hr_dec_ttl(struct __sk_buff *skb, const struct hr_packet *h)
+{
+	__u8 ttl = h->ttl - 1;
+	if (h->family == 6)
+		return bpf_skb_store_bytes(skb, ETH_HLEN + 7, &ttl, 1, 0);
+	/* TTL and protocol share the checksummed 16-bit word at offset 8. */
+	__be16 old = bpf_htons(((__u16)h->ttl << 8) | h->proto);
+	__be16 new = bpf_htons(((__u16)ttl << 8) | h->proto);
+	if (bpf_l3_csum_replace(skb, ETH_HLEN + 10, old, new, 2) < 0)
+		return -1;
+	return bpf_skb_store_bytes(skb, ETH_HLEN + 8, &ttl, 1, 0);
+}
+
+/* hr_in_peer_block: addr (of family) is in another node's pod block. */
+static __always_inline int hr_in_peer_block(__u8 family, const __u8 *addr)
+{
+	struct ipcache_key k = {.prefixlen = 32 + (family == 4 ? 32 : 128), .family = family};
+	__builtin_memcpy(k.addr, addr, 16);
+	return bpf_map_lookup_elem(&cdo_peer_blocks, &k) != NULL;
+}
+
+/* hr_from_peer: h comes from another node's pod block. Host routing
+ * carries pod-to-pod traffic only; other sources keep the host's filters. */
+static __always_inline int hr_from_peer(const struct hr_packet *h)
+{
+	return hr_in_peer_block(h->family, h->src);
+}
+
+/* hr_local_ep returns a copy of the local primary endpoint owning h's
+ * destination, or 0. */
+static __always_inline int hr_local_ep(const struct hr_packet *h, struct local_ep *out)
+{
+	struct local_ep_key k = {.family = h->family};
+	__builtin_memcpy(k.addr, h->dst, 16);
+	struct local_ep *e = bpf_map_lookup_elem(&cdo_local_eps, &k);
+	if (!e)
+		return 0;
+	*out = *e;
+	return 1;
+}
+
+/* hr_into_pod rewrites the frame as the host veth would send it and
+ * redirects it into the pod's namespace; TC_ACT_UNSPEC (normal path) if a
+ * rewrite fails. */
+static __always_inline int hr_into_pod(struct __sk_buff *skb, const struct hr_packet *h,
+				       const struct local_ep *ep)
+{
+	__u8 macs[12];
+	__builtin_memcpy(macs, ep->pod_mac, 6);
+	__builtin_memcpy(&macs[6], ep->host_mac, 6);
+	if (bpf_skb_store_bytes(skb, 0, macs, sizeof(macs), 0) < 0 || hr_dec_ttl(skb, h) < 0)
+		return TC_ACT_UNSPEC;
+	hr_count(HR_STAT_IN_REDIRECTED);
+	return bpf_redirect_peer(ep->ifindex, 0);
+}
+
+/* hr_to_peer sends a pod's packet to another node's block through the
+ * FIB's next hop; TC_ACT_UNSPEC (normal path) for every other packet. */
+static __always_inline int hr_to_peer(struct __sk_buff *skb)
+{
+	struct hr_packet h = {};
+	if (!hostroute_on() || !hr_parse(skb, &h))
+		return TC_ACT_UNSPEC;
+	/* Source check: the policy program before this one dropped spoofing. */
+	if (!hr_in_peer_block(h.family, h.dst) || hr_host_tracked(skb, &h))
+		return TC_ACT_UNSPEC;
+	struct bpf_fib_lookup fib = {
+		.l4_protocol = h.proto,
+		.sport = h.sport,
+		.dport = h.dport,
+		.ifindex = skb->ifindex,
+	};
+	if (h.family == 4) {
+		fib.family = AF_INET;
+		__builtin_memcpy(&fib.ipv4_src, h.src, 4);
+		__builtin_memcpy(&fib.ipv4_dst, h.dst, 4);
+	} else {
+		fib.family = AF_INET6;
+		__builtin_memcpy(fib.ipv6_src, h.src, 16);
+		__builtin_memcpy(fib.ipv6_dst, h.dst, 16);
+	}
+	/* The neighbour is resolved by bpf_redirect_neigh; a packet over the
+	 * next hop's MTU gets FRAG_NEEDED and the normal path's ICMP. */
+	if (bpf_fib_lookup(skb, &fib, sizeof(fib), BPF_FIB_LOOKUP_SKIP_NEIGH) != BPF_FIB_LKUP_RET_SUCCESS) {
+		hr_count(HR_STAT_NO_ROUTE);
+		return TC_ACT_UNSPEC;
+	}
+	struct bpf_redir_neigh nh = {};
+	if (fib.family == AF_INET) {
+		nh.nh_family = AF_INET;
+		nh.ipv4_nh = fib.ipv4_dst;
+	} else {
+		nh.nh_family = AF_INET6;
+		__builtin_memcpy(nh.ipv6_nh, fib.ipv6_dst, 16);
+	}
+	if (hr_dec_ttl(skb, &h) < 0)
+		return TC_ACT_UNSPEC;
+	hr_count(HR_STAT_OUT_REDIRECTED);
+	return bpf_redirect_neigh(fib.ifindex, &nh, sizeof(nh), 0);
+}

@@ -1,0 +1,228 @@
+package datapath
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"sync"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/btf"
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
+
+	"github.com/coordino/coordino/bpf"
+)
+
+// eBPF host routing (bpf/lib/hostroute.h): pod-to-pod packets between this
+// node's primary endpoints and other nodes' pod blocks skip the host's
+// forwarding path. The datapath feeds it three things: the local primary
+// endpoints by address (cdo_local_eps, written once an endpoint's programs
+// enforce its policy, removed before they go), the other nodes' blocks
+// (cdo_peer_blocks, SetPeerBlocks) and the on/off flag (SetHostRouting).
+
+// cfgHostRouting is CFG_HOST_ROUTING of bpf/coordino.h.
+const cfgHostRouting = 4
+
+// HostRouteStats are host routing's packet counters, summed over CPUs.
+type HostRouteStats struct {
+	// InRedirected went from the uplink (or tunnel) straight into a pod.
+	InRedirected uint64
+	// OutRedirected went from a pod straight to the uplink's next hop.
+	OutRedirected uint64
+	// HostTracked took the normal path because the host's conntrack knew
+	// their flow (NAT by kube-proxy or another host rule).
+	HostTracked uint64
+	// NoRoute took the normal path because the FIB gave no usable next hop.
+	NoRoute uint64
+}
+
+// SetHostRouting turns host routing on or off for every packet from now
+// on. On a kernel without nf_conntrack's BPF lookup it stays off (the
+// programs would not redirect anyway): the result says which took effect.
+func (d *Datapath) SetHostRouting(on bool) (bool, error) {
+	unsupported := on && !hostRoutingSupported()
+	if unsupported {
+		on = false
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	changed, err := d.setCfgFlag(cfgHostRouting, on)
+	if err != nil {
+		return false, fmt.Errorf("datapath: set host routing: %w", err)
+	}
+	if unsupported && !d.hostRoutingRefused {
+		d.hostRoutingRefused = true // every peer change asks again: say it once
+		d.log.Warn("host routing: the kernel has no bpf_skb_ct_lookup (nf_conntrack's BPF lookup), so flows the host translates could not be told apart; using the host's forwarding path")
+	}
+	if changed {
+		d.log.Info("host routing", zap.Bool("bpf", on))
+	}
+	return on, nil
+}
+
+// hostRoutingSupported reports whether the kernel (or its nf_conntrack
+// module, loaded) has the conntrack lookup host routing's guard needs.
+// The programs resolved the kfunc when they were loaded, so the answer
+// holds for the process: asked once, not on every peer change.
+var hostRoutingSupported = sync.OnceValue(func() bool {
+	for _, load := range []func() (*btf.Spec, error){btf.LoadKernelSpec, func() (*btf.Spec, error) { return btf.LoadKernelModuleSpec("nf_conntrack") }} {
+		spec, err := load()
+		if err != nil {
+			continue
+		}
+		var fn *btf.Func
+		if spec.TypeByName("bpf_skb_ct_lookup", &fn) == nil {
+			return true
+		}
+	}
+	return false
+})
+
+// SetPeerBlocks replaces the other nodes' pod blocks: the destinations pods
+// may reach through host routing, and the sources it delivers from.
+func (d *Datapath) SetPeerBlocks(blocks []netip.Prefix) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.peerBlocks == nil {
+		// The map was pinned by an earlier run: read it once, then keep
+		// a copy, so a peer change writes only what changed.
+		have := map[bpf.CoordinoIpcacheKey]struct{}{}
+		var (
+			k bpf.CoordinoIpcacheKey
+			v uint32
+		)
+		it := d.objs.CdoPeerBlocks.Iterate()
+		for it.Next(&k, &v) {
+			have[k] = struct{}{}
+		}
+		if err := it.Err(); err != nil {
+			return fmt.Errorf("datapath: read peer blocks: %w", err)
+		}
+		d.peerBlocks = have
+	}
+	want := make(map[bpf.CoordinoIpcacheKey]struct{}, len(blocks))
+	for _, b := range blocks {
+		want[ipcacheKey(b)] = struct{}{}
+	}
+	for k := range d.peerBlocks {
+		if _, ok := want[k]; ok {
+			continue
+		}
+		if err := deleteKey(d.objs.CdoPeerBlocks, &k); err != nil {
+			return fmt.Errorf("datapath: delete peer block: %w", err)
+		}
+		delete(d.peerBlocks, k)
+	}
+	for k := range want {
+		if _, ok := d.peerBlocks[k]; ok {
+			continue
+		}
+		if err := d.objs.CdoPeerBlocks.Update(&k, uint32(0), ebpf.UpdateAny); err != nil {
+			return fmt.Errorf("datapath: add peer block: %w", err)
+		}
+		d.peerBlocks[k] = struct{}{}
+	}
+	return nil
+}
+
+// HostRouteStats reads host routing's counters.
+func (d *Datapath) HostRouteStats() (HostRouteStats, error) {
+	var s HostRouteStats
+	for slot, dst := range map[bpf.CoordinoHostrouteStat]*uint64{
+		bpf.CoordinoHostrouteStatHR_STAT_IN_REDIRECTED:  &s.InRedirected,
+		bpf.CoordinoHostrouteStatHR_STAT_OUT_REDIRECTED: &s.OutRedirected,
+		bpf.CoordinoHostrouteStatHR_STAT_HOST_TRACKED:   &s.HostTracked,
+		bpf.CoordinoHostrouteStatHR_STAT_NO_ROUTE:       &s.NoRoute,
+	} {
+		var perCPU []uint64
+		if err := d.objs.CdoHostrouteStats.Lookup(uint32(slot), &perCPU); err != nil {
+			return s, fmt.Errorf("datapath: read host routing counters: %w", err)
+		}
+		for _, n := range perCPU {
+			*dst += n
+		}
+	}
+	return s, nil
+}
+
+var hostRouteDesc = prometheus.NewDesc("coordino_host_routing_packets_total",
+	"Packets of eBPF host routing by outcome: redirected into a local pod (in) or to another node (out), or left to the normal path because the host's conntrack tracks their flow (host-tracked) or the FIB gave no next hop (no-route).",
+	[]string{"outcome"}, nil)
+
+func (d *Datapath) collectHostRoute(ch chan<- prometheus.Metric) {
+	s, err := d.HostRouteStats()
+	if err != nil {
+		return
+	}
+	for outcome, n := range map[string]uint64{"in": s.InRedirected, "out": s.OutRedirected, "host-tracked": s.HostTracked, "no-route": s.NoRoute} {
+		ch <- prometheus.MustNewConstMetric(hostRouteDesc, prometheus.CounterValue, float64(n), outcome)
+	}
+}
+
+// AttachTunnelDevice attaches host routing's ingress to a tunnel device
+// carrying Ethernet frames (the VXLAN device): decapsulated pod packets for
+// local pods are delivered from there. The tcx link is pinned like the node
+// devices' and re-attached the same way when the device is re-created.
+func (d *Datapath) AttachTunnelDevice(ifname string, ifindex int) error {
+	dir := filepath.Join(d.cfg.BPFDir, "links", "tunnel-"+ifname)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("datapath: tunnel device %s: %w", ifname, err)
+	}
+	return d.attachNodeHook(filepath.Join(dir, "ingress"), ifindex, d.objs.CdoFromTunnel, ebpf.AttachTCXIngress)
+}
+
+// localEpKey is cdo_local_eps' key of ip.
+func localEpKey(ip netip.Addr) bpf.CoordinoLocalEpKey {
+	var k bpf.CoordinoLocalEpKey
+	k.Family, k.Addr = packetAddr(ip)
+	return k
+}
+
+// writeLocalEp makes r reachable through host routing: only endpoints whose
+// interface Coordino created (primary mode: both MACs known). Callers hold
+// mu, after r's policy entries and programs are in place.
+func (d *Datapath) writeLocalEp(r *record) error {
+	pod, podErr := net.ParseMAC(r.PodMAC)
+	host, hostErr := net.ParseMAC(r.HostMAC)
+	if podErr != nil || hostErr != nil || len(pod) != 6 || len(host) != 6 {
+		return nil
+	}
+	v := bpf.CoordinoLocalEp{Ifindex: uint32(r.HostIfIndex)}
+	copy(v.PodMac[:], pod)
+	copy(v.HostMac[:], host)
+	for _, ip := range r.IPs {
+		k := localEpKey(ip)
+		if err := d.objs.CdoLocalEps.Update(&k, &v, ebpf.UpdateAny); err != nil {
+			return fmt.Errorf("endpoint %q: host routing entry for %s: %w", r.Key, ip, err)
+		}
+	}
+	return nil
+}
+
+// deleteLocalEp removes r's host routing entries that still point at r's
+// interface (an address reused by a newer endpoint keeps its entry).
+// Callers hold mu.
+func (d *Datapath) deleteLocalEp(r *record) error {
+	var errs []error
+	for _, ip := range r.IPs {
+		k := localEpKey(ip)
+		var v bpf.CoordinoLocalEp
+		if err := d.objs.CdoLocalEps.Lookup(&k, &v); err != nil {
+			if !errors.Is(err, ebpf.ErrKeyNotExist) {
+				errs = append(errs, err)
+			}
+			continue
+		}
+		if v.Ifindex != uint32(r.HostIfIndex) {
+			continue
+		}
+		if err := deleteKey(d.objs.CdoLocalEps, &k); err != nil {
+			errs = append(errs, fmt.Errorf("endpoint %q: remove host routing entry for %s: %w", r.Key, ip, err))
+		}
+	}
+	return errors.Join(errs...)
+}

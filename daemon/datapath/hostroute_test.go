@@ -1,0 +1,152 @@
+package datapath
+
+import (
+	"net"
+	"net/netip"
+	"testing"
+
+	"github.com/coordino/coordino/bpf"
+)
+
+// localEps reads cdo_local_eps as address -> entry.
+func localEps(t *testing.T, d *Datapath) map[netip.Addr]bpf.CoordinoLocalEp {
+	t.Helper()
+	out := map[netip.Addr]bpf.CoordinoLocalEp{}
+	var (
+		k bpf.CoordinoLocalEpKey
+		v bpf.CoordinoLocalEp
+	)
+	it := d.objs.CdoLocalEps.Iterate()
+	for it.Next(&k, &v) {
+		a := netip.AddrFrom16(k.Addr)
+		if k.Family == 4 {
+			a = netip.AddrFrom4([4]byte(k.Addr[:4]))
+		}
+		out[a] = v
+	}
+	if err := it.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// The host routing entries of an endpoint: written for a primary endpoint
+// (both MACs known) only, kept by a re-attach without MACs (the daemon's
+// reconcile after a restart) and across a restart, removed on detach.
+func TestHostRoutingEntries(t *testing.T) {
+	c := newClusterWith(t, Config{AttachMode: AttachTC}, true)
+	if got := localEps(t, c.dp); len(got) != 0 {
+		t.Fatalf("endpoints without MACs (chained) got host routing entries: %v", got)
+	}
+	hostMAC, podMAC := net.HardwareAddr{2, 0, 0, 0, 0, 1}, net.HardwareAddr{2, 0, 0, 0, 0, 2}
+	ep := c.eps["b"]
+	ep.HostMAC, ep.PodMAC = hostMAC, podMAC
+	if err := c.dp.AttachEndpoint(ep); err != nil {
+		t.Fatal(err)
+	}
+	check := func(when string) {
+		t.Helper()
+		got := localEps(t, c.dp)
+		if len(got) != len(ep.IPs) {
+			t.Fatalf("%s: %d host routing entries, want one per address of b (%v): %v", when, len(got), ep.IPs, got)
+		}
+		for _, ip := range ep.IPs {
+			e, ok := got[ip]
+			if !ok || e.Ifindex != uint32(ep.HostIfIndex) || net.HardwareAddr(e.PodMac[:]).String() != podMAC.String() ||
+				net.HardwareAddr(e.HostMac[:]).String() != hostMAC.String() {
+				t.Fatalf("%s: entry of %v = %+v (present %v), want ifindex %d, pod %s, host %s", when, ip, e, ok, ep.HostIfIndex, podMAC, hostMAC)
+			}
+		}
+	}
+	check("attached")
+	if err := c.dp.AttachEndpoint(c.eps["b"]); err != nil { // no MACs: as after a restart
+		t.Fatal(err)
+	}
+	check("re-attached without MACs")
+	if err := c.dp.Close(); err != nil {
+		t.Fatal(err)
+	}
+	c.open()
+	c.policies()
+	check("after restart")
+	if err := c.dp.AttachEndpoint(c.eps["b"]); err != nil {
+		t.Fatal(err)
+	}
+	check("reconciled after restart")
+	if err := c.dp.DetachEndpoint(ep); err != nil {
+		t.Fatal(err)
+	}
+	if got := localEps(t, c.dp); len(got) != 0 {
+		t.Fatalf("host routing entries left after detach: %v", got)
+	}
+}
+
+// peerBlocks reads cdo_peer_blocks.
+func peerBlocks(t *testing.T, d *Datapath) map[bpf.CoordinoIpcacheKey]bool {
+	t.Helper()
+	out := map[bpf.CoordinoIpcacheKey]bool{}
+	var (
+		k bpf.CoordinoIpcacheKey
+		v uint32
+	)
+	it := d.objs.CdoPeerBlocks.Iterate()
+	for it.Next(&k, &v) {
+		out[k] = true
+	}
+	if err := it.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// SetPeerBlocks writes what changed: blocks come and go with peers, a
+// restarted daemon adopts the pinned set (removing what its first peer set
+// lacks), and an entry changed behind its back is not re-read per call
+// (the map is the daemon's alone; re-reading it on every peer change would
+// cost a walk of every node's blocks).
+func TestSetPeerBlocks(t *testing.T) {
+	c := newClusterWith(t, Config{AttachMode: AttachTC}, true)
+	p := netip.MustParsePrefix
+	expect := func(when string, want ...netip.Prefix) {
+		t.Helper()
+		got := peerBlocks(t, c.dp)
+		if len(got) != len(want) {
+			t.Fatalf("%s: %d peer blocks, want %v", when, len(got), want)
+		}
+		for _, b := range want {
+			if !got[ipcacheKey(b)] {
+				t.Fatalf("%s: %v missing from %d peer blocks", when, b, len(got))
+			}
+		}
+	}
+	a, b, v6 := p("10.20.1.0/26"), p("10.20.2.0/26"), p("fd00:20:2::/112")
+	if err := c.dp.SetPeerBlocks([]netip.Prefix{a, b, v6}); err != nil {
+		t.Fatal(err)
+	}
+	expect("three blocks", a, b, v6)
+	if err := c.dp.SetPeerBlocks([]netip.Prefix{b, v6}); err != nil {
+		t.Fatal(err)
+	}
+	expect("a peer left", b, v6)
+
+	if err := c.dp.Close(); err != nil {
+		t.Fatal(err)
+	}
+	c.open()
+	c.policies()
+	expect("after restart, before the first peer set", b, v6)
+	if err := c.dp.SetPeerBlocks([]netip.Prefix{a, b}); err != nil {
+		t.Fatal(err)
+	}
+	expect("first peer set after restart", a, b)
+
+	// Written behind the datapath's back: SetPeerBlocks trusts its copy.
+	k := ipcacheKey(v6)
+	if err := c.dp.objs.CdoPeerBlocks.Update(&k, uint32(0), 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.dp.SetPeerBlocks([]netip.Prefix{a, b}); err != nil {
+		t.Fatal(err)
+	}
+	expect("unchanged peer set: the map is not walked again", a, b, v6)
+}

@@ -1,0 +1,54 @@
+package daemon
+
+import (
+	"net/netip"
+
+	"github.com/vishvananda/netlink"
+	"go.uber.org/zap"
+
+	"github.com/coordino/coordino/daemon/routing"
+)
+
+// eBPF host routing (--host-routing=bpf, daemon/datapath/hostroute.go) is
+// fed from the same peer sets as node isolation: the other nodes' blocks
+// are what pods reach, and are reached from, past the host's forwarding
+// path. Under WireGuard no block is fed, so everything keeps the normal
+// path: the tunnel device is an L3 device and its cost dwarfs forwarding.
+
+func (n *nodePeers) hostRouting() bool {
+	return n.o.HostRouting == "bpf" && n.o.Encryption != "wireguard"
+}
+
+// applyHostRouting writes the flag and the peer blocks; callers hold mu.
+func (n *nodePeers) applyHostRouting() {
+	on, err := n.dp.SetHostRouting(n.hostRouting())
+	if err != nil {
+		n.log.Error("host routing: set mode", zap.Error(err))
+	}
+	var blocks []netip.Prefix
+	if on {
+		for name, p := range n.last {
+			if name != n.o.NodeName {
+				blocks = append(blocks, p.Blocks...)
+			}
+		}
+	}
+	if err := n.dp.SetPeerBlocks(blocks); err != nil {
+		n.log.Error("host routing: peer blocks", zap.Error(err))
+	}
+}
+
+// attachTunnel puts host routing's ingress on the VXLAN device, where
+// other nodes' pod packets arrive decapsulated; callers hold mu.
+func (n *nodePeers) attachTunnel() {
+	if !n.hostRouting() || n.o.Routing != routing.VXLAN {
+		return
+	}
+	l, err := netlink.LinkByName(routing.DefaultVXLANDevice)
+	if err != nil {
+		return // not created yet: the next periodic check attaches
+	}
+	if err := n.dp.AttachTunnelDevice(l.Attrs().Name, l.Attrs().Index); err != nil {
+		n.log.Error("host routing: attach to the VXLAN device", zap.Error(err))
+	}
+}

@@ -1,0 +1,239 @@
+package multinode
+
+import (
+	"fmt"
+	"net/netip"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/cilium/ebpf"
+	"github.com/google/nftables"
+	"github.com/google/nftables/binaryutil"
+	"github.com/google/nftables/expr"
+	"golang.org/x/sys/unix"
+
+	"github.com/coordino/coordino/bpf"
+	"github.com/coordino/coordino/test/harness"
+)
+
+// TestHostRouting checks eBPF host routing (--host-routing=bpf, the
+// default) per routing mode: pod-to-pod traffic across nodes is redirected
+// by the programs (their counters move: on the old datapath nothing is),
+// the endpoint's ingress policy still decides on that path (a denied port
+// is dropped and counted as policy-denied), and flows the host's conntrack
+// translated keep the normal path, so kube-proxy-style DNAT works both for
+// a reply arriving at the client's node (a Service address translated
+// there) and for a reply leaving the server's node (a node port
+// translated to a local pod).
+func TestHostRouting(t *testing.T) {
+	for _, m := range []mode{direct, vxlan} {
+		t.Run(m.name, func(t *testing.T) {
+			start := time.Now()
+			c := newClusterWith(t, m, 2, benchPolicyArgs(t))
+			a, b := c.addPod(c.nodes[0]), c.addPod(c.nodes[1])
+			serveName(t, b)
+			t.Run("redirected", func(t *testing.T) { checkRedirected(t, c, a, b) })
+			t.Run("policy-on-the-fast-path", func(t *testing.T) { checkFastPathPolicy(t, c, a, b) })
+			// A Service address translated on the client's node: b's
+			// answers reach node0 by host routing's ingress.
+			t.Run("service-dnat-reply", func(t *testing.T) {
+				checkDNAT(t, c.nodes[0], a, b, netip.MustParseAddr("10.96.0.10"), 80)
+			})
+			// A port of node1's address translated to b, local to node1:
+			// b's answers leave node1 by host routing's egress.
+			t.Run("node-port-dnat-reply", func(t *testing.T) {
+				checkDNAT(t, c.nodes[1], a, b, c.nodes[1].address(false), 30080)
+			})
+			t.Logf("%s: %v", m.name, time.Since(start).Round(time.Millisecond))
+		})
+	}
+}
+
+// hostRouteStats sums a node's pinned host routing counters.
+func hostRouteStats(t *testing.T, n *node) [bpf.CoordinoHostrouteStatHR_STAT_SLOTS]uint64 {
+	t.Helper()
+	m, err := ebpf.LoadPinnedMap(filepath.Join(n.BPFDir, bpf.CoordinoMapCdoHostrouteStats), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	var out [bpf.CoordinoHostrouteStatHR_STAT_SLOTS]uint64
+	for slot := range out {
+		var perCPU []uint64
+		if err := m.Lookup(uint32(slot), &perCPU); err != nil {
+			t.Fatal(err)
+		}
+		for _, v := range perCPU {
+			out[slot] += v
+		}
+	}
+	return out
+}
+
+func statDelta(before, after [bpf.CoordinoHostrouteStatHR_STAT_SLOTS]uint64, s bpf.CoordinoHostrouteStat) uint64 {
+	return after[s] - before[s]
+}
+
+// checkRedirected: a's requests leave node0 and b's answers leave node1 by
+// redirect_neigh; each arrives by redirect_peer, in both families.
+func checkRedirected(t *testing.T, c *cluster, a, b *pod) {
+	before0, before1 := hostRouteStats(t, c.nodes[0]), hostRouteStats(t, c.nodes[1])
+	for _, v6 := range []bool{false, true} {
+		if err := reach(a.NS, b, v6); err != nil {
+			t.Fatalf("pod %s -> pod %s (%v): %v", a.Name, b.Name, b.addr(v6), err)
+		}
+	}
+	after0, after1 := hostRouteStats(t, c.nodes[0]), hostRouteStats(t, c.nodes[1])
+	// Two TCP connections: at least SYN, ACK and FIN each way.
+	for _, check := range []struct {
+		node int
+		stat bpf.CoordinoHostrouteStat
+		got  uint64
+	}{
+		{0, bpf.CoordinoHostrouteStatHR_STAT_OUT_REDIRECTED, statDelta(before0, after0, bpf.CoordinoHostrouteStatHR_STAT_OUT_REDIRECTED)},
+		{0, bpf.CoordinoHostrouteStatHR_STAT_IN_REDIRECTED, statDelta(before0, after0, bpf.CoordinoHostrouteStatHR_STAT_IN_REDIRECTED)},
+		{1, bpf.CoordinoHostrouteStatHR_STAT_OUT_REDIRECTED, statDelta(before1, after1, bpf.CoordinoHostrouteStatHR_STAT_OUT_REDIRECTED)},
+		{1, bpf.CoordinoHostrouteStatHR_STAT_IN_REDIRECTED, statDelta(before1, after1, bpf.CoordinoHostrouteStatHR_STAT_IN_REDIRECTED)},
+	} {
+		if check.got < 6 {
+			t.Errorf("node%d: host routing counter %d moved by %d packets, want >= 6 (not host-routed)", check.node, check.stat, check.got)
+		}
+	}
+}
+
+// checkFastPathPolicy isolates b for ingress with only namePort allowed
+// from the pod blocks: namePort still answers, another port is dropped by
+// the policy run on node1's uplink and counted like on the normal path.
+func checkFastPathPolicy(t *testing.T, c *cluster, a, b *pod) {
+	stop, err := harness.Serve(b.NS, b.addr(false), echoPort, b.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	pol := []byte(fmt.Sprintf(`apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata: {name: only-name-port, namespace: default}
+spec:
+  podSelector: {}
+  policyTypes: [Ingress]
+  ingress:
+  - from:
+    - ipBlock: {cidr: 10.10.0.0/16}
+    - ipBlock: {cidr: "fd00:10::/32"}
+    ports:
+    - {protocol: TCP, port: %d}
+`, namePort))
+	dir := filepath.Join(c.nodes[1].Dir, "policies")
+	if err := c.nodes[1].WritePolicy(dir, "hostroute.yaml", pol, 30*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if err := c.nodes[1].WritePolicy(dir, "hostroute.yaml", nil, 30*time.Second); err != nil {
+			t.Error(err)
+		}
+	}()
+	denied := func() float64 {
+		v, err := c.nodes[1].Metric("coordino_datapath_packets_total", `direction="ingress"`, `reason="policy-denied"`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	before, stats := denied(), hostRouteStats(t, c.nodes[1])
+	if err := reach(a.NS, b, false); err != nil {
+		t.Fatalf("allowed port: %v", err)
+	}
+	if got, err := harness.DialFrom(a.NS, "tcp", b.addr(false), echoPort, 500*time.Millisecond); err == nil {
+		got.Close()
+		t.Fatalf("%s reached %s on port %d, which no policy allows", a.Name, b.Name, echoPort)
+	}
+	if d := denied() - before; d < 1 {
+		t.Errorf("policy-denied ingress packets on node1 moved by %v, want >= 1", d)
+	}
+	if d := statDelta(stats, hostRouteStats(t, c.nodes[1]), bpf.CoordinoHostrouteStatHR_STAT_IN_REDIRECTED); d == 0 {
+		t.Error("the allowed connection was not host-routed into the pod")
+	}
+}
+
+// checkDNAT translates addr:port on n, as kube-proxy does, to b's name
+// server, and dials it from a: b's answers cross a node whose host routing
+// must leave them to the host for the reverse translation, counted as
+// host-tracked there.
+func checkDNAT(t *testing.T, n *node, a, b *pod, addr netip.Addr, port uint16) {
+	addDNAT(t, n, addr, port, b.addr(false), namePort)
+	before := hostRouteStats(t, n)
+	got, err := dialPort(a.NS, addr, int(port), 3*time.Second)
+	if err != nil || got != b.Name {
+		t.Fatalf("pod %s -> %v:%d (DNAT on %s to %s): answered %q, %v", a.Name, addr, port, n.Name, b.Name, got, err)
+	}
+	if d := statDelta(before, hostRouteStats(t, n), bpf.CoordinoHostrouteStatHR_STAT_HOST_TRACKED); d == 0 {
+		t.Errorf("%s's host routing did not see the host-tracked reply", n.Name)
+	}
+}
+
+// serveName serves p's name on namePort over both families until the test ends.
+func serveName(t *testing.T, p *pod) {
+	t.Helper()
+	for _, v6 := range []bool{false, true} {
+		stop, err := harness.Serve(p.NS, p.addr(v6), namePort, p.Name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(stop)
+	}
+}
+
+// addDNAT adds an nftables rule in n's namespace translating TCP to
+// from:fromPort into to:toPort, removed at cleanup.
+func addDNAT(t *testing.T, n *node, from netip.Addr, fromPort uint16, to netip.Addr, toPort uint16) {
+	t.Helper()
+	conn, err := nftables.New(nftables.WithNetNSFd(int(n.NS.Fd())))
+	if err != nil {
+		t.Fatal(err)
+	}
+	table := conn.AddTable(&nftables.Table{Family: nftables.TableFamilyIPv4, Name: "hostroute-test-" + harness.RandomSuffix(6)})
+	chain := conn.AddChain(&nftables.Chain{
+		Name: "prerouting", Table: table, Type: nftables.ChainTypeNAT,
+		Hooknum: nftables.ChainHookPrerouting, Priority: nftables.ChainPriorityNATDest,
+	})
+	conn.AddRule(&nftables.Rule{Table: table, Chain: chain, Exprs: []expr.Any{
+		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: 16, Len: 4},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: from.AsSlice()},
+		&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: 1},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{unix.IPPROTO_TCP}},
+		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseTransportHeader, Offset: 2, Len: 2},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: binaryutil.BigEndian.PutUint16(fromPort)},
+		&expr.Immediate{Register: 1, Data: to.AsSlice()},
+		&expr.Immediate{Register: 2, Data: binaryutil.BigEndian.PutUint16(toPort)},
+		&expr.NAT{Type: expr.NATTypeDestNAT, Family: unix.NFPROTO_IPV4, RegAddrMin: 1, RegProtoMin: 2},
+	}})
+	if err := conn.Flush(); err != nil {
+		t.Fatalf("%s: add DNAT rule: %v", n.Name, err)
+	}
+	t.Cleanup(func() {
+		conn.DelTable(table)
+		if err := conn.Flush(); err != nil {
+			t.Errorf("%s: remove DNAT rule: %v", n.Name, err)
+		}
+	})
+}
+
+// TestHostRoutingLegacy: with --host-routing=legacy pods still reach each
+// other across nodes, and nothing is redirected.
+func TestHostRoutingLegacy(t *testing.T) {
+	c := newClusterWith(t, direct, 2, func(string) []string { return []string{"--host-routing", "legacy"} })
+	a, b := c.addPod(c.nodes[0]), c.addPod(c.nodes[1])
+	serveName(t, b)
+	for _, v6 := range []bool{false, true} {
+		if err := reach(a.NS, b, v6); err != nil {
+			t.Fatalf("pod %s -> pod %s (%v): %v", a.Name, b.Name, b.addr(v6), err)
+		}
+	}
+	for _, n := range c.nodes {
+		s := hostRouteStats(t, n)
+		if in, out := s[bpf.CoordinoHostrouteStatHR_STAT_IN_REDIRECTED], s[bpf.CoordinoHostrouteStatHR_STAT_OUT_REDIRECTED]; in+out != 0 {
+			t.Errorf("%s: %d packets redirected in, %d out under --host-routing=legacy", n.Name, in, out)
+		}
+	}
+}
