@@ -125,22 +125,28 @@ func (d *Device) maybeSwitchKey(set peers.Set) error {
 	return nil
 }
 
-// Settling after key changes. A peer this device did not have (or all of
+// Settling after peers change. A peer this device did not have (or all of
 // them, after this node's key changed or its device was re-created) is
 // given a persistent keepalive until its first handshake: WireGuard sends a
 // keepalive as soon as one is switched on, so the tunnel comes up when it is
 // configured rather than on the first packet, and a re-created device
-// re-handshakes at once with peers that still hold sessions with the
-// device it replaces (they would wait 10 s for a reply, then 5 s more).
-// When both ends initiate at the same moment, each takes the other's
-// initiation as responder and neither completes: WireGuard only retries
-// after 5 s. Of each such pair, the end with the lower public key re-creates
-// its peer once a second until a handshake completes, so it initiates again
-// alone.
+// re-handshakes with peers that still hold sessions with the device it
+// replaces (they would wait 10 s for a reply, then 5 s more).
+//
+// Of each pair of nodes, the end with the lower public key initiates: when
+// both ends initiate at the same moment, each takes the other's initiation
+// as responder and neither completes, and WireGuard only retries after 5 s.
+// The higher end switches its keepalive on only if no handshake came within
+// settleHigherAfter (its peer may hold a stale session and wait). Should
+// both still meet (traffic makes either end initiate), the lower end
+// re-creates its peer, which lets it initiate again at once, after
+// settleKick and then at doubling intervals: a handshake slower than the
+// interval (a loaded machine) is not cut short again and again.
 const (
-	settleFor      = 8 * time.Second
-	settleInterval = 250 * time.Millisecond
-	settleKick     = time.Second
+	settleFor         = 8 * time.Second
+	settleInterval    = 250 * time.Millisecond
+	settleKick        = time.Second
+	settleHigherAfter = 2 * time.Second
 	// settleKeepalive is the keepalive of a settling peer, switched off
 	// once it has handshaken or settleFor has passed.
 	settleKeepalive = time.Second
@@ -149,31 +155,18 @@ const (
 // settle brings up the peers whose keys (or this node's key) changed at
 // since, and watches them until each has handshaken or settleFor passes.
 func (d *Device) settle(changed map[wgtypes.Key]bool, since time.Time) {
-	keepalive := func(keys map[wgtypes.Key]bool, every time.Duration) {
-		var c wgtypes.Config
-		for k := range keys {
-			c.Peers = append(c.Peers, wgtypes.PeerConfig{PublicKey: k, UpdateOnly: true, PersistentKeepaliveInterval: &every})
-		}
-		if len(c.Peers) == 0 {
-			return
-		}
-		if err := d.client.ConfigureDevice(d.cfg.Device, c); err != nil {
-			d.log.Warn("set the keepalive of settling wireguard peers", zap.Duration("every", every), zap.Error(err))
-		}
-	}
-	primed := maps.Clone(changed)
-	d.mu.Lock()
-	keepalive(primed, settleKeepalive)
-	d.mu.Unlock()
+	primed := map[wgtypes.Key]bool{}
 	defer func() {
 		d.mu.Lock()
-		keepalive(primed, 0)
+		d.setKeepalive(primed, 0)
 		d.mu.Unlock()
 	}()
-	kicked := since
+	kicked, kickWait := since, settleKick
 	pending := len(changed)
-	for time.Since(since) < settleFor {
-		time.Sleep(settleInterval)
+	for pass := 0; time.Since(since) < settleFor; pass++ {
+		if pass > 0 {
+			time.Sleep(settleInterval)
+		}
 		d.mu.Lock()
 		dev, err := d.client.Device(d.cfg.Device)
 		if err != nil {
@@ -182,30 +175,37 @@ func (d *Device) settle(changed map[wgtypes.Key]bool, since time.Time) {
 		}
 		own := d.key.PublicKey()
 		var kick wgtypes.Config
-		done := map[wgtypes.Key]bool{}
+		prime, done := map[wgtypes.Key]bool{}, map[wgtypes.Key]bool{}
 		pending = 0
 		for _, p := range dev.Peers {
-			if !changed[p.PublicKey] {
+			k := p.PublicKey
+			if !changed[k] {
 				continue
 			}
 			if p.LastHandshakeTime.After(since) {
-				if primed[p.PublicKey] {
-					done[p.PublicKey] = true
+				if primed[k] {
+					done[k] = true
 				}
 				continue
 			}
 			pending++
-			if time.Since(kicked) >= settleKick && bytesLess(own[:], p.PublicKey[:]) {
+			lower := bytesLess(own[:], k[:])
+			switch {
+			case !primed[k] && (lower || time.Since(since) >= settleHigherAfter):
+				prime[k] = true
+			case primed[k] && lower && time.Since(kicked) >= kickWait:
 				kick.Peers = append(kick.Peers,
-					wgtypes.PeerConfig{PublicKey: p.PublicKey, Remove: true},
-					wgtypes.PeerConfig{PublicKey: p.PublicKey, Endpoint: p.Endpoint, ReplaceAllowedIPs: true, AllowedIPs: p.AllowedIPs,
+					wgtypes.PeerConfig{PublicKey: k, Remove: true},
+					wgtypes.PeerConfig{PublicKey: k, Endpoint: p.Endpoint, ReplaceAllowedIPs: true, AllowedIPs: p.AllowedIPs,
 						PersistentKeepaliveInterval: ptr(settleKeepalive)})
 			}
 		}
-		keepalive(done, 0)
+		d.setKeepalive(prime, settleKeepalive)
+		d.setKeepalive(done, 0)
+		maps.Copy(primed, prime)
 		maps.DeleteFunc(primed, func(k wgtypes.Key, _ bool) bool { return done[k] })
 		if len(kick.Peers) > 0 {
-			kicked = time.Now()
+			kicked, kickWait = time.Now(), 2*kickWait
 			d.log.Debug("re-creating wireguard peers without a handshake", zap.Int("peers", len(kick.Peers)/2))
 			if err := d.client.ConfigureDevice(d.cfg.Device, kick); err != nil {
 				d.log.Warn("could not re-create wireguard peers without a handshake", zap.Error(err))
@@ -218,6 +218,22 @@ func (d *Device) settle(changed map[wgtypes.Key]bool, since time.Time) {
 	}
 	d.log.Warn("wireguard peers still without a handshake: left to WireGuard's own retries",
 		zap.Int("peers", pending), zap.Duration("after", settleFor))
+}
+
+// setKeepalive sets the persistent keepalive of the peers keys; callers
+// hold mu. Switching it on makes WireGuard send one (and so initiate a
+// handshake) at once.
+func (d *Device) setKeepalive(keys map[wgtypes.Key]bool, every time.Duration) {
+	var c wgtypes.Config
+	for k := range keys {
+		c.Peers = append(c.Peers, wgtypes.PeerConfig{PublicKey: k, UpdateOnly: true, PersistentKeepaliveInterval: &every})
+	}
+	if len(c.Peers) == 0 {
+		return
+	}
+	if err := d.client.ConfigureDevice(d.cfg.Device, c); err != nil {
+		d.log.Warn("set the keepalive of settling wireguard peers", zap.Duration("every", every), zap.Error(err))
+	}
 }
 
 func ptr[T any](v T) *T { return &v }

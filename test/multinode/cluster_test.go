@@ -124,6 +124,7 @@ func newClusterWith(t *testing.T, m mode, count int, nodeArgs func(dir string) [
 		// Keys exist only once each daemon ran: distribute them now, as an
 		// operator would.
 		c.writePeers(c.nodes)
+		c.waitTunnels()
 	}
 	return c
 }

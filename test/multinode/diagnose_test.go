@@ -1,6 +1,7 @@
 package multinode
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -51,4 +52,48 @@ func (c *cluster) logTunnels(t *testing.T) {
 		t.Logf("%s wireguard at %s:\n%s  handshake log:\n    %s", n.Name, time.Now().Format("15:04:05.000000"),
 			b.String(), strings.Join(lines, "\n    "))
 	}
+}
+
+// tunnelBringUp bounds how long a fresh cluster's WireGuard tunnels may
+// take to handshake once the peers are distributed. The daemons bring them
+// up in about a second; the rest is room for a loaded CI machine (WireGuard
+// itself retries every 5 s), so that the subtests judge reachability and
+// policy rather than the bring-up, which this wait judges and names.
+const tunnelBringUp = 30 * time.Second
+
+// waitTunnels waits until every node's device has handshaken with every
+// other node, and logs how long that took.
+func (c *cluster) waitTunnels() {
+	t := c.t
+	t.Helper()
+	client, err := wgctrl.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+	start := time.Now()
+	err = eventually(tunnelBringUp, func() error {
+		var errs []error
+		for _, n := range c.nodes {
+			dev, err := client.Device(n.wgDevice)
+			if err != nil {
+				return err
+			}
+			up := 0
+			for _, p := range dev.Peers {
+				if !p.LastHandshakeTime.IsZero() {
+					up++
+				}
+			}
+			if up != len(c.nodes)-1 {
+				errs = append(errs, fmt.Errorf("%s: %d of %d tunnels handshaken", n.Name, up, len(c.nodes)-1))
+			}
+		}
+		return errors.Join(errs...)
+	})
+	if err != nil {
+		c.logTunnels(t)
+		t.Fatalf("wireguard tunnels not up %v after the peers were distributed: %v", tunnelBringUp, err)
+	}
+	t.Logf("wireguard tunnels up in %v", time.Since(start).Round(time.Millisecond))
 }
