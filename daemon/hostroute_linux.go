@@ -39,16 +39,18 @@ func (n *nodePeers) applyHostRouting() {
 }
 
 // attachTunnel puts host routing's ingress on the VXLAN device, where
-// other nodes' pod packets arrive decapsulated; callers hold mu.
-func (n *nodePeers) attachTunnel() {
+// other nodes' pod packets arrive decapsulated, and returns the device
+// whose tunnel hook stays ("": none); callers hold mu.
+func (n *nodePeers) attachTunnel() string {
 	if !n.hostRouting() || n.o.Routing != routing.VXLAN {
-		return
+		return ""
 	}
 	l, err := netlink.LinkByName(routing.DefaultVXLANDevice)
 	if err != nil {
-		return // not created yet: the next periodic check attaches
+		return routing.DefaultVXLANDevice // not created yet: the next periodic check attaches
 	}
 	if err := n.dp.AttachTunnelDevice(l.Attrs().Name, l.Attrs().Index); err != nil {
 		n.log.Error("host routing: attach to the VXLAN device", zap.Error(err))
 	}
+	return l.Attrs().Name
 }

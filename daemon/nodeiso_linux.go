@@ -28,6 +28,10 @@ type nodePeers struct {
 	mu   sync.Mutex
 	last peers.Set
 	dp   *datapath.Datapath
+	// prunedFor is the tunnel device whose hook the last pruning of device
+	// hooks kept (nil: not pruned yet). Pruning lists every pinned link, so
+	// it runs at start and when that device changes, not on every check.
+	prunedFor *string
 }
 
 func newNodePeers(o *config.Options, log *zap.Logger) *nodePeers {
@@ -115,7 +119,15 @@ func (n *nodePeers) attachDevices() {
 			n.log.Error("node isolation: attach to node device", zap.String("device", d.name), zap.Error(err))
 		}
 	}
-	n.attachTunnel()
+	keep := n.attachTunnel()
+	if n.prunedFor != nil && *n.prunedFor == keep {
+		return
+	}
+	if err := n.dp.PruneDeviceHooks(keep); err != nil {
+		n.log.Warn("remove stale device hooks", zap.Error(err))
+		return
+	}
+	n.prunedFor = &keep
 }
 
 type nodeDevice struct {

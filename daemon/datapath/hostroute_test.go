@@ -3,7 +3,13 @@ package datapath
 import (
 	"net"
 	"net/netip"
+	"os"
+	"path/filepath"
 	"testing"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
+	"github.com/vishvananda/netlink"
 
 	"github.com/coordino/coordino/bpf"
 )
@@ -149,4 +155,77 @@ func TestSetPeerBlocks(t *testing.T) {
 		t.Fatal(err)
 	}
 	expect("unchanged peer set: the map is not walked again", a, b, v6)
+}
+
+// Device hooks whose interface is gone lose their pins, and a tunnel hook
+// is detached once no tunnel is kept (host routing off, or no VXLAN).
+func TestPruneDeviceHooks(t *testing.T) {
+	c := newClusterWith(t, Config{AttachMode: AttachTC}, false)
+	links := filepath.Join(c.cfg.BPFDir, "links")
+	present := func(dir string) bool {
+		_, err := os.Stat(filepath.Join(links, dir))
+		return err == nil
+	}
+	// The test process has a network namespace of its own: fixed names.
+	newDevice := func(name string) (string, int) {
+		t.Helper()
+		if err := netlink.LinkAdd(&netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: name}, PeerName: name + "p"}); err != nil {
+			t.Fatal(err)
+		}
+		l, err := netlink.LinkByName(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = netlink.LinkDel(l) })
+		return name, l.Attrs().Index
+	}
+	tunnelProgs := func(ifindex int) int {
+		t.Helper()
+		res, err := link.QueryPrograms(link.QueryOptions{Target: ifindex, Attach: ebpf.AttachTCXIngress})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(res.Programs)
+	}
+
+	tunnel, tunnelIndex := newDevice("hooktunnel")
+	node, nodeIndex := newDevice("hooknode")
+	if err := c.dp.AttachTunnelDevice(tunnel, tunnelIndex); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.dp.AttachNodeDevice(node, nodeIndex, false); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.dp.PruneDeviceHooks(tunnel); err != nil {
+		t.Fatal(err)
+	}
+	if !present("tunnel-"+tunnel) || !present("node-"+node) {
+		t.Fatal("hooks of interfaces that are there were removed")
+	}
+	l, err := netlink.LinkByName(node)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := netlink.LinkDel(l); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.dp.PruneDeviceHooks(tunnel); err != nil {
+		t.Fatal(err)
+	}
+	if present("node-" + node) {
+		t.Error("the hooks of a deleted interface kept their pins")
+	}
+	if !present("tunnel-" + tunnel) {
+		t.Error("the kept tunnel's hook was removed")
+	}
+
+	if tunnelProgs(tunnelIndex) != 1 {
+		t.Fatalf("%d programs on the tunnel's ingress, want host routing's", tunnelProgs(tunnelIndex))
+	}
+	if err := c.dp.PruneDeviceHooks(""); err != nil {
+		t.Fatal(err)
+	}
+	if present("tunnel-"+tunnel) || tunnelProgs(tunnelIndex) != 0 {
+		t.Errorf("tunnel hook not detached when no tunnel is kept: pinned %v, %d programs", present("tunnel-"+tunnel), tunnelProgs(tunnelIndex))
+	}
 }

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
@@ -221,4 +222,55 @@ func (d *Datapath) attachNodeHook(pin string, ifindex int, prog *ebpf.Program, a
 		return fmt.Errorf("datapath: pin node isolation link: %w", err)
 	}
 	return nil
+}
+
+// PruneDeviceHooks unpins the node and tunnel device hooks whose interface
+// is gone (the kernel detached them with it; an interface re-created under
+// the same name gets new ones from the next attach), and detaches every
+// tunnel hook but keepTunnel's (host routing turned off, or the routing is
+// no longer VXLAN). Their pins would otherwise stay in the BPF directory.
+func (d *Datapath) PruneDeviceHooks(keepTunnel string) error {
+	dir := filepath.Join(d.cfg.BPFDir, "links")
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return fmt.Errorf("datapath: list device hooks: %w", err)
+	}
+	var errs []error
+	for _, e := range entries {
+		name := e.Name()
+		tunnel := strings.HasPrefix(name, "tunnel-")
+		if !e.IsDir() || !tunnel && !strings.HasPrefix(name, "node-") {
+			continue
+		}
+		hooks := filepath.Join(dir, name)
+		if tunnel && name != "tunnel-"+keepTunnel || !hooksAttached(hooks) {
+			if err := os.RemoveAll(hooks); err != nil {
+				errs = append(errs, fmt.Errorf("datapath: remove device hooks %s: %w", name, err))
+			} else {
+				d.log.Info("device hooks removed", zap.String("hooks", name))
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// hooksAttached reports whether every tcx link pinned in dir is still
+// attached to an interface.
+func hooksAttached(dir string) bool {
+	pins, err := os.ReadDir(dir)
+	if err != nil {
+		return true // unreadable: leave it to the next pass
+	}
+	for _, p := range pins {
+		l, err := link.LoadPinnedLink(filepath.Join(dir, p.Name()), nil)
+		if err != nil {
+			return false
+		}
+		info, err := l.Info()
+		l.Close()
+		if err != nil || info.TCX() == nil || info.TCX().Ifindex == 0 {
+			return false
+		}
+	}
+	return true
 }
