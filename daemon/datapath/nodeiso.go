@@ -244,7 +244,7 @@ func (d *Datapath) PruneDeviceHooks(keepTunnel string) error {
 		}
 		hooks := filepath.Join(dir, name)
 		if tunnel && name != "tunnel-"+keepTunnel || !hooksAttached(hooks) {
-			if err := os.RemoveAll(hooks); err != nil {
+			if err := removeHooks(hooks); err != nil {
 				errs = append(errs, fmt.Errorf("datapath: remove device hooks %s: %w", name, err))
 			} else {
 				d.log.Info("device hooks removed", zap.String("hooks", name))
@@ -252,6 +252,27 @@ func (d *Datapath) PruneDeviceHooks(keepTunnel string) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// removeHooks detaches and unpins the links pinned in dir, then removes
+// it. Detached explicitly: the last reference going away releases a link
+// only later, from a kernel work queue.
+func removeHooks(dir string) error {
+	pins, err := os.ReadDir(dir)
+	if err != nil {
+		return err
+	}
+	for _, p := range pins {
+		pin := filepath.Join(dir, p.Name())
+		if l, err := link.LoadPinnedLink(pin, nil); err == nil {
+			_ = l.Detach() // best effort: the unpin below releases it anyway, later
+			l.Close()
+		}
+		if err := os.Remove(pin); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return err
+		}
+	}
+	return os.Remove(dir)
 }
 
 // hooksAttached reports whether every tcx link pinned in dir is still
