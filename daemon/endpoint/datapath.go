@@ -3,6 +3,7 @@ package endpoint
 import (
 	"errors"
 	"fmt"
+	"net"
 
 	"github.com/containernetworking/cni/pkg/types"
 	"github.com/vishvananda/netlink"
@@ -54,6 +55,7 @@ func (m *Manager) ReconcileDatapath() error {
 		return err
 	}
 	known := map[string]bool{}
+	podMACs := podMACsByHostIf(m.Log)
 	for _, ep := range eps {
 		known[ep.Key.String()] = true
 		link, err := netlink.LinkByName(ep.HostIfName)
@@ -62,9 +64,15 @@ func (m *Manager) ReconcileDatapath() error {
 			m.Log.Warn("stored endpoint has no host interface", zap.String("endpoint", ep.Key.String()), zap.String("interface", ep.HostIfName))
 			continue
 		}
+		dpEndpoint := datapathEndpoint(ep, link.Attrs().Index)
+		if ep.Mode == store.ModePrimary {
+			// An endpoint attached by a release that did not record the
+			// veth's MACs gets host routing from here on too.
+			dpEndpoint.HostMAC, dpEndpoint.PodMAC = link.Attrs().HardwareAddr, podMACs[link.Attrs().Index]
+		}
 		// One endpoint failing must not keep the node from serving: its
 		// pinned state still enforces, and the error is loud.
-		if err := m.Datapath.AttachEndpoint(datapathEndpoint(ep, link.Attrs().Index)); err != nil {
+		if err := m.Datapath.AttachEndpoint(dpEndpoint); err != nil {
 			m.Log.Error("re-attaching the datapath failed; the endpoint keeps its pinned programs", zap.String("endpoint", ep.Key.String()), zap.Error(err))
 		}
 	}
@@ -81,4 +89,23 @@ func (m *Manager) ReconcileDatapath() error {
 		}
 	}
 	return nil
+}
+
+// podMACsByHostIf reads the pod MAC of every primary veth from the host's
+// permanent neighbour entries (netsetup writes one per pod address on the
+// host end): one dump for the whole reconcile. Nil on error: re-attached
+// endpoints then keep whatever MACs their records hold.
+func podMACsByHostIf(log *zap.Logger) map[int]net.HardwareAddr {
+	neighs, err := netlink.NeighList(0, netlink.FAMILY_ALL)
+	if err != nil {
+		log.Warn("list neighbours: endpoints without recorded MACs stay off host routing", zap.Error(err))
+		return nil
+	}
+	out := map[int]net.HardwareAddr{}
+	for _, n := range neighs {
+		if n.State&netlink.NUD_PERMANENT != 0 && len(n.HardwareAddr) == 6 {
+			out[n.LinkIndex] = n.HardwareAddr
+		}
+	}
+	return out
 }
