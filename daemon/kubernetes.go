@@ -10,6 +10,7 @@ import (
 	"github.com/coordino/coordino/daemon/config"
 	"github.com/coordino/coordino/daemon/controlplane"
 	"github.com/coordino/coordino/daemon/datapath"
+	"github.com/coordino/coordino/daemon/endpoint"
 	"github.com/coordino/coordino/daemon/identity"
 	"github.com/coordino/coordino/daemon/ipam"
 	"github.com/coordino/coordino/daemon/k8s"
@@ -18,6 +19,13 @@ import (
 	"github.com/coordino/coordino/daemon/policy"
 	"github.com/coordino/coordino/daemon/store"
 )
+
+// The source both supplies pod labels and re-checks each attached
+// endpoint's identity (endpoint.AttachObserver).
+var _ interface {
+	endpoint.PodLabeler
+	endpoint.AttachObserver
+} = (*k8s.Source)(nil)
 
 // newKubernetesSource builds the Kubernetes source; nil in standalone mode.
 func newKubernetesSource(o *config.Options, pool *ipam.Pool, m *metrics.Metrics, log *zap.Logger, xn *crossNode) (*k8s.Source, error) {

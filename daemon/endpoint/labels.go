@@ -19,6 +19,14 @@ type PodLabeler interface {
 	PodLabels(ctx context.Context, namespace, name, uid string) (map[string]string, error)
 }
 
+// AttachObserver, when the PodLabeler implements it, hears of every
+// successful ADD once the endpoint's record is stored and its lock is
+// released: a refresh of identities that ran during the ADD did not see
+// the endpoint yet, so the observer checks it again.
+type AttachObserver interface {
+	Attached(namespace string, labels map[string]string)
+}
+
 // resolveLabels replaces inv's labels with the PodLabeler's. Without a pod
 // name there is nothing to look up; a pod the labeler cannot vouch for gets
 // "try again later": attaching it with fewer labels than it has could leave

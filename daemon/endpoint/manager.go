@@ -65,6 +65,14 @@ func (m *Manager) Add(inv *request.Invocation) ([]byte, error) {
 	if err := m.resolveLabels(inv); err != nil {
 		return nil, err
 	}
+	res, err := m.addLocked(inv)
+	if o, ok := m.PodLabels.(AttachObserver); ok && err == nil {
+		o.Attached(inv.PodNamespace, inv.Labels)
+	}
+	return res, err
+}
+
+func (m *Manager) addLocked(inv *request.Invocation) ([]byte, error) {
 	unlock := m.lockKey(inv.Key)
 	defer unlock()
 

@@ -69,3 +69,34 @@ func TestIdentitiesRestoreKeepsPinnedNumbers(t *testing.T) {
 		t.Fatal("restored cluster identity reference counting wrong")
 	}
 }
+
+// An ADD that took a temporary identity just before its label set's
+// cluster Identity appeared is re-checked once it completes: the refresh
+// the Identity triggered may have listed the stored endpoints before this
+// one's record was there.
+func TestAttachedRechecksTemporaryIdentity(t *testing.T) {
+	nsLabels := map[string]string{"kubernetes.io/metadata.name": "default"}
+	s := &Source{
+		ids:  NewIdentities(func(string) (map[string]string, bool) { return nsLabels, true }),
+		kick: make(chan struct{}, 1),
+	}
+	pod := map[string]string{"role": "client"}
+	if _, _, err := s.ids.Acquire("default", pod); err != nil {
+		t.Fatal(err)
+	}
+	s.Attached("default", pod)
+	if s.dirty.identities || len(s.kick) != 0 {
+		t.Fatal("no cluster Identity yet, but the endpoint was marked for a move")
+	}
+	obj := &coordinov1alpha1.Identity{Spec: coordinov1alpha1.IdentitySpec{Namespace: "default", Labels: coordinov1alpha1.SecurityLabels(pod, nsLabels, nil)}}
+	obj.Name = "300"
+	cid, hash, err := clusterIdentity(obj)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.ids.SetCluster(cid, hash)
+	s.Attached("default", pod)
+	if !s.dirty.identities || len(s.kick) != 1 {
+		t.Fatal("an endpoint left on a temporary identity after its cluster Identity appeared is not moved")
+	}
+}

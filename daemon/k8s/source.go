@@ -550,6 +550,18 @@ func (s *Source) refresh() {
 	}
 }
 
+// Attached implements endpoint.AttachObserver. An ADD may take a temporary
+// identity just before the label set's cluster Identity appears; the
+// refresh that Identity triggers lists the stored endpoints, and may run
+// before this one's record is stored. Such an endpoint is moved now, or it
+// would stay on the temporary identity (left out of NodeEndpoints, so
+// denied by other nodes' policy) until the next pod or identity event.
+func (s *Source) Attached(namespace string, labels map[string]string) {
+	if s.ids.Stale(namespace, labels) {
+		s.markDirty(func(d *dirtyBits) { d.identities = true })
+	}
+}
+
 // namespaceLabels returns a namespace's labels from the cache, or from the
 // last-known state before the informers have synced.
 func (s *Source) namespaceLabels(name string) (map[string]string, bool) {
