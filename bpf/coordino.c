@@ -27,6 +27,7 @@
 #include "lib/events.h"
 #include "lib/service.h"
 #include "lib/hostroute.h"
+#include "lib/tunnel.h"
 #include "lib/nodeiso_hooks.h"
 
 char __license[] SEC("license") = "Dual BSD/GPL";
@@ -42,6 +43,8 @@ const enum nodeiso_flag *unused_nodeiso_flag __attribute__((unused));
 const struct local_ep_key *unused_local_ep_key __attribute__((unused));
 const struct local_ep *unused_local_ep __attribute__((unused));
 const enum hostroute_stat *unused_hostroute_stat __attribute__((unused));
+const struct tunnel_config *unused_tunnel_config __attribute__((unused));
+const struct tunnel_peer *unused_tunnel_peer __attribute__((unused));
 
 #ifndef ETH_P_8021AD
 #define ETH_P_8021AD 0x88A8
@@ -123,6 +126,8 @@ static __always_inline int handle(struct __sk_buff *skb, __u8 dir, __u32 ifindex
 			return drop(skb, ifindex, ep, dir, &p, 0, REASON_SPOOFED, now);
 		return verdict(skb, dir, REASON_NEIGHBOR);
 	}
+	if (dir == DIR_EGRESS && tunnel_injection_from_pod(&p))
+		return drop(skb, ifindex, ep, dir, &p, remote_of(&p, dir).identity, REASON_TUNNEL_INJECTION, now);
 
 	__u32 zero = 0;
 	struct config *cfg = bpf_map_lookup_elem(&cdo_config, &zero);
@@ -199,6 +204,22 @@ static __always_inline int handle(struct __sk_buff *skb, __u8 dir, __u32 ifindex
 	return verdict(skb, dir, reason);
 }
 
+/* to_other_node host-routes a pod's allowed packet to another node's pod
+ * block, through the eBPF tunnel when it has the block's VTEP; anything not
+ * eligible (lib/hostroute.h) continues on the normal path. */
+static __always_inline int to_other_node(struct __sk_buff *skb)
+{
+	struct hr_packet h = {};
+	if (!hostroute_on() || !hr_parse(skb, &h))
+		return TC_ACT_UNSPEC;
+	/* Source check: the policy program before this one dropped spoofing. */
+	const struct tunnel_config *tc = tunnel_config();
+	const struct tunnel_peer *tp = tc ? tunnel_peer_of(&h) : NULL;
+	if ((!tp && !hr_in_peer_block(h.family, h.dst)) || hr_host_tracked(skb, &h))
+		return TC_ACT_UNSPEC;
+	return tp ? tunnel_encap(skb, &h, tc, tp) : hr_route_out(skb, &h);
+}
+
 /* cdo_from_ep runs on the host interface's ingress: packets leaving the
  * pod. Allowed packets to another node's pod block may be host-routed. */
 SEC("tc")
@@ -207,7 +228,7 @@ int cdo_from_ep(struct __sk_buff *skb)
 	int rc = handle(skb, DIR_EGRESS, skb->ifindex);
 	if (rc != TC_ACT_UNSPEC)
 		return rc;
-	return hr_to_peer(skb);
+	return to_other_node(skb);
 }
 
 /* cdo_to_ep runs on the host interface's egress: packets towards the pod. */
@@ -220,15 +241,24 @@ int cdo_to_ep(struct __sk_buff *skb)
 /* to_local_pod host-routes a packet from another node's pod to a local
  * primary endpoint: its ingress policy runs here, as cdo_to_ep would run
  * it (the redirected packet never crosses the host interface's egress),
- * and an allowed packet is redirected into the pod. Anything not eligible
- * (lib/hostroute.h) continues on the normal path. */
-static __always_inline int to_local_pod(struct __sk_buff *skb)
+ * and an allowed packet is redirected into the pod. On the underlay
+ * (underlay set), a VXLAN packet carrying such a packet is decapsulated
+ * first (lib/tunnel.h). Anything not eligible (lib/hostroute.h) continues
+ * on the normal path, untouched. */
+static __always_inline int to_local_pod(struct __sk_buff *skb, int underlay)
 {
 	struct hr_packet h = {};
 	struct local_ep ep;
-	if (skb->pkt_type != HR_PACKET_HOST || !hostroute_on() || !hr_parse(skb, &h) ||
-	    !hr_from_peer(&h) || !hr_local_ep(&h, &ep) || hr_host_tracked(skb, &h))
+	if (skb->pkt_type != HR_PACKET_HOST || !hostroute_on() || !hr_parse(skb, &h))
 		return TC_ACT_UNSPEC;
+	int tunnelled = underlay && tunnel_inner(skb, &h);
+	if (!hr_from_peer(&h) || !hr_local_ep(&h, &ep) || hr_host_tracked(skb, &h))
+		return TC_ACT_UNSPEC;
+	if (tunnelled) {
+		int rc = tunnel_decap(skb, &h);
+		if (rc)
+			return rc > 0 ? TC_ACT_UNSPEC : TC_ACT_SHOT;
+	}
 	int rc = handle(skb, DIR_INGRESS, ep.ifindex);
 	if (rc != TC_ACT_UNSPEC)
 		return rc;
@@ -240,5 +270,5 @@ static __always_inline int to_local_pod(struct __sk_buff *skb)
 SEC("tc")
 int cdo_from_tunnel(struct __sk_buff *skb)
 {
-	return to_local_pod(skb);
+	return to_local_pod(skb, 0);
 }

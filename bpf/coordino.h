@@ -44,7 +44,8 @@ enum reason {
 	REASON_NODE_ISOLATED = 16, /* pod -> node port no NodeIsolationPolicy allows */
 	REASON_NODE_TO_NODE_DENIED = 17, /* node -> node port no NodeIsolationPolicy allows */
 	REASON_NODEISO_END = 18,  /* first slot past the node isolation reasons */
-	/* 18-19: free. */
+	/* 18: free. */
+	REASON_TUNNEL_INJECTION = 19, /* VXLAN to a node's port from a pod, or from no peer node */
 	REASON_SERVICE_UNENFORCEABLE = 20, /* Service traffic of an egress-isolated pod, no post-DNAT hook */
 	REASON_SLOTS = 32,        /* counter slots per direction, with room to grow */
 };
@@ -219,5 +220,30 @@ enum hostroute_stat {
 	HR_STAT_OUT_REDIRECTED = 1, /* to another node's pod, redirected to the uplink */
 	HR_STAT_HOST_TRACKED = 2,   /* the host's conntrack knows the flow: normal path */
 	HR_STAT_NO_ROUTE = 3,       /* the FIB had no usable next hop: normal path */
+	HR_STAT_ENCAPSULATED = 4,   /* of those redirected out, VXLAN-encapsulated by the program */
+	HR_STAT_DECAPSULATED = 5,   /* of those redirected in, VXLAN-decapsulated by the program */
 	HR_STAT_SLOTS = 8,
+};
+
+/* The eBPF VXLAN tunnel and the VXLAN guard (lib/tunnel.h). tunnel_config:
+ * single-slot array; tunnel_peers: the other nodes' blocks (ipcache_key
+ * layout) with the VTEP that reaches each. Addresses and port in network
+ * order. TUNNEL_ON: the programs encapsulate and decapsulate (src, mac
+ * set). TUNNEL_GUARD: VXLAN on port is accepted from peer nodes only, and
+ * no pod may send to a node's VXLAN port. */
+#define TUNNEL_ON 1
+#define TUNNEL_GUARD 2
+
+struct tunnel_config {
+	__u32 flags; /* TUNNEL_ON */
+	__u32 vni;
+	__be32 src;  /* this node's underlay address: outer source, and the destination decapsulated */
+	__be16 port; /* UDP destination port */
+	__u8 mac[6]; /* this node's VXLAN device MAC: inner source */
+};
+
+struct tunnel_peer {
+	__be32 vtep; /* the peer's underlay address */
+	__u8 mac[6]; /* its VXLAN device MAC: inner destination */
+	__u8 pad[2];
 };

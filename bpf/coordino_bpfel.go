@@ -126,6 +126,8 @@ const (
 	CoordinoHostrouteStatHR_STAT_OUT_REDIRECTED CoordinoHostrouteStat = 1
 	CoordinoHostrouteStatHR_STAT_HOST_TRACKED   CoordinoHostrouteStat = 2
 	CoordinoHostrouteStatHR_STAT_NO_ROUTE       CoordinoHostrouteStat = 3
+	CoordinoHostrouteStatHR_STAT_ENCAPSULATED   CoordinoHostrouteStat = 4
+	CoordinoHostrouteStatHR_STAT_DECAPSULATED   CoordinoHostrouteStat = 5
 	CoordinoHostrouteStatHR_STAT_SLOTS          CoordinoHostrouteStat = 8
 )
 
@@ -207,9 +209,26 @@ const (
 	CoordinoReasonREASON_NODE_ISOLATED         CoordinoReason = 16
 	CoordinoReasonREASON_NODE_TO_NODE_DENIED   CoordinoReason = 17
 	CoordinoReasonREASON_NODEISO_END           CoordinoReason = 18
+	CoordinoReasonREASON_TUNNEL_INJECTION      CoordinoReason = 19
 	CoordinoReasonREASON_SERVICE_UNENFORCEABLE CoordinoReason = 20
 	CoordinoReasonREASON_SLOTS                 CoordinoReason = 32
 )
+
+type CoordinoTunnelConfig struct {
+	_     structs.HostLayout
+	Flags uint32
+	Vni   uint32
+	Src   uint32
+	Port  uint16
+	Mac   [6]uint8
+}
+
+type CoordinoTunnelPeer struct {
+	_    structs.HostLayout
+	Vtep uint32
+	Mac  [6]uint8
+	Pad  [2]uint8
+}
 
 // Names of all BPF objects in the ELF.
 //
@@ -232,6 +251,8 @@ const (
 	CoordinoMapCdoPolicy           = "cdo_policy"
 	CoordinoMapCdoSvcCidrs         = "cdo_svc_cidrs"
 	CoordinoMapCdoSvcPending       = "cdo_svc_pending"
+	CoordinoMapCdoTunnel           = "cdo_tunnel"
+	CoordinoMapCdoTunnelPeers      = "cdo_tunnel_peers"
 	CoordinoMapCdoVerdicts         = "cdo_verdicts"
 	CoordinoProgCdoFromEp          = "cdo_from_ep"
 	CoordinoProgCdoFromNode        = "cdo_from_node"
@@ -250,6 +271,8 @@ const (
 	CoordinoVarUnusedNodeisoConfig = "unused_nodeiso_config"
 	CoordinoVarUnusedNodeisoFlag   = "unused_nodeiso_flag"
 	CoordinoVarUnusedReason        = "unused_reason"
+	CoordinoVarUnusedTunnelConfig  = "unused_tunnel_config"
+	CoordinoVarUnusedTunnelPeer    = "unused_tunnel_peer"
 )
 
 // LoadCoordino returns the embedded CollectionSpec for Coordino.
@@ -324,6 +347,8 @@ type CoordinoMapSpecs struct {
 	CdoPolicy         *ebpf.MapSpec `ebpf:"cdo_policy"`
 	CdoSvcCidrs       *ebpf.MapSpec `ebpf:"cdo_svc_cidrs"`
 	CdoSvcPending     *ebpf.MapSpec `ebpf:"cdo_svc_pending"`
+	CdoTunnel         *ebpf.MapSpec `ebpf:"cdo_tunnel"`
+	CdoTunnelPeers    *ebpf.MapSpec `ebpf:"cdo_tunnel_peers"`
 	CdoVerdicts       *ebpf.MapSpec `ebpf:"cdo_verdicts"`
 }
 
@@ -341,6 +366,8 @@ type CoordinoVariableSpecs struct {
 	UnusedNodeisoConfig *ebpf.VariableSpec `ebpf:"unused_nodeiso_config"`
 	UnusedNodeisoFlag   *ebpf.VariableSpec `ebpf:"unused_nodeiso_flag"`
 	UnusedReason        *ebpf.VariableSpec `ebpf:"unused_reason"`
+	UnusedTunnelConfig  *ebpf.VariableSpec `ebpf:"unused_tunnel_config"`
+	UnusedTunnelPeer    *ebpf.VariableSpec `ebpf:"unused_tunnel_peer"`
 }
 
 // CoordinoObjects contains all objects after they have been loaded into the kernel.
@@ -380,6 +407,8 @@ type CoordinoMaps struct {
 	CdoPolicy         *ebpf.Map `ebpf:"cdo_policy"`
 	CdoSvcCidrs       *ebpf.Map `ebpf:"cdo_svc_cidrs"`
 	CdoSvcPending     *ebpf.Map `ebpf:"cdo_svc_pending"`
+	CdoTunnel         *ebpf.Map `ebpf:"cdo_tunnel"`
+	CdoTunnelPeers    *ebpf.Map `ebpf:"cdo_tunnel_peers"`
 	CdoVerdicts       *ebpf.Map `ebpf:"cdo_verdicts"`
 }
 
@@ -402,6 +431,8 @@ func (m *CoordinoMaps) Close() error {
 		m.CdoPolicy,
 		m.CdoSvcCidrs,
 		m.CdoSvcPending,
+		m.CdoTunnel,
+		m.CdoTunnelPeers,
 		m.CdoVerdicts,
 	)
 }
@@ -420,6 +451,8 @@ type CoordinoVariables struct {
 	UnusedNodeisoConfig *ebpf.Variable `ebpf:"unused_nodeiso_config"`
 	UnusedNodeisoFlag   *ebpf.Variable `ebpf:"unused_nodeiso_flag"`
 	UnusedReason        *ebpf.Variable `ebpf:"unused_reason"`
+	UnusedTunnelConfig  *ebpf.Variable `ebpf:"unused_tunnel_config"`
+	UnusedTunnelPeer    *ebpf.Variable `ebpf:"unused_tunnel_peer"`
 }
 
 // CoordinoPrograms contains all programs after they have been loaded into the kernel.

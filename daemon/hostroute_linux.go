@@ -6,6 +6,7 @@ import (
 	"github.com/vishvananda/netlink"
 	"go.uber.org/zap"
 
+	"github.com/coordino/coordino/daemon/datapath"
 	"github.com/coordino/coordino/daemon/routing"
 )
 
@@ -36,6 +37,44 @@ func (n *nodePeers) applyHostRouting() {
 	if err := n.dp.SetPeerBlocks(blocks); err != nil {
 		n.log.Error("host routing: peer blocks", zap.Error(err))
 	}
+	var tunnel *datapath.Tunnel
+	if on && n.o.Routing == routing.VXLAN {
+		tunnel = n.tunnel()
+	}
+	if err := n.dp.SetTunnel(tunnel); err != nil {
+		n.log.Error("host routing: eBPF tunnel", zap.Error(err))
+	}
+}
+
+// tunnel is the eBPF VXLAN tunnel's configuration for the last peer set:
+// the VXLAN device's VTEPs, port and VNI. nil (the device carries
+// everything) on an IPv6 underlay or while this node has no IPv4 address
+// in the set. Callers hold mu.
+func (n *nodePeers) tunnel() *datapath.Tunnel {
+	self := n.last[n.o.NodeName]
+	if self == nil || routing.UnderlayIsV6(self) {
+		return nil
+	}
+	v, ok := routing.VTEPOf(self, false)
+	if !ok {
+		return nil
+	}
+	t := &datapath.Tunnel{
+		Self: datapath.TunnelEndpoint(v), Port: routing.DefaultVXLANPort, VNI: routing.DefaultVNI,
+		Peers: map[netip.Prefix]datapath.TunnelEndpoint{},
+	}
+	for name, p := range n.last {
+		if name == n.o.NodeName {
+			continue
+		}
+		// A peer without an IPv4 address has no FDB entry either.
+		if pv, ok := routing.VTEPOf(p, false); ok {
+			for _, b := range p.Blocks {
+				t.Peers[b] = datapath.TunnelEndpoint(pv)
+			}
+		}
+	}
+	return t
 }
 
 // attachTunnel puts host routing's ingress on the VXLAN device, where

@@ -84,6 +84,13 @@ func (n *nodePeers) bind(ctx context.Context, dp *datapath.Datapath) {
 	if err := dp.SetTunnelPorts(ports); err != nil {
 		n.log.Error("node isolation: tunnel ports", zap.Error(err))
 	}
+	var guard uint16
+	if n.o.Routing == routing.VXLAN && n.o.Encryption != "wireguard" {
+		guard = routing.DefaultVXLANPort
+	}
+	if err := dp.SetVXLANGuard(guard); err != nil {
+		n.log.Error("VXLAN guard", zap.Error(err))
+	}
 	if !n.hostRouting() {
 		n.applyHostRouting() // a previous run's pinned flag and blocks go now, peers or not
 	}

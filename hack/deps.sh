@@ -9,6 +9,7 @@ command -v clang >/dev/null || need+=(clang llvm)
 [ -e /usr/include/bpf/bpf_helpers.h ] || need+=(libbpf-dev)
 [ -e /usr/lib/cni/bridge ] || need+=(containernetworking-plugins)
 command -v iperf3 >/dev/null || need+=(iperf3)
+command -v ethtool >/dev/null || need+=(ethtool)  # the VXLAN path bench turns veth GRO on
 command -v nft >/dev/null || need+=(nftables)
 command -v iptables >/dev/null || need+=(iptables)
 command -v promtool >/dev/null || need+=(prometheus)  # promtool: metric-name lint in tests

@@ -6,7 +6,8 @@
  *    uplink's tc ingress, then handed to the pod's interface with
  *    bpf_redirect_peer;
  *  - egress: a packet a pod sends to another node's block leaves through
- *    the FIB's next hop with bpf_redirect_neigh.
+ *    the FIB's next hop with bpf_redirect_neigh (or, in vxlan routing, by
+ *    the eBPF tunnel: lib/tunnel.h).
  * Only TCP and UDP, unfragmented, whose flow the host's conntrack does not
  * know (a flow kube-proxy or any other host NAT translated must meet its
  * translation on the normal path), with a TTL/hop limit above 1 (the stack
@@ -113,14 +114,16 @@ static __always_inline int hostroute_on(void)
 	return cfg && (cfg->flags & CFG_HOST_ROUTING);
 }
 
-/* hr_parse reads an Ethernet frame's unfragmented TCP or UDP packet
- * without IPv4 options or IPv6 extension headers; 0 for anything else. */
-static __always_inline int hr_parse(struct __sk_buff *skb, struct hr_packet *h)
+/* hr_parse_at reads the unfragmented TCP or UDP packet of EtherType proto
+ * at l3_off, without IPv4 options or IPv6 extension headers; 0 for anything
+ * else. */
+static __always_inline int hr_parse_at(struct __sk_buff *skb, __u32 l3_off, __be16 proto,
+				       struct hr_packet *h)
 {
 	__u32 l4_off;
-	if (skb->protocol == bpf_htons(ETH_P_IP)) {
+	if (proto == bpf_htons(ETH_P_IP)) {
 		__u8 ip[20];
-		if (bpf_skb_load_bytes(skb, ETH_HLEN, ip, sizeof(ip)) < 0)
+		if (bpf_skb_load_bytes(skb, l3_off, ip, sizeof(ip)) < 0)
 			return 0;
 		if (ip[0] != 0x45 || (((ip[6] << 8) | ip[7]) & 0x3fff)) /* options, MF, offset */
 			return 0;
@@ -129,17 +132,17 @@ static __always_inline int hr_parse(struct __sk_buff *skb, struct hr_packet *h)
 		h->proto = ip[9];
 		__builtin_memcpy(h->src, &ip[12], 4);
 		__builtin_memcpy(h->dst, &ip[16], 4);
-		l4_off = ETH_HLEN + 20;
-	} else if (skb->protocol == bpf_htons(ETH_P_IPV6)) {
+		l4_off = l3_off + 20;
+	} else if (proto == bpf_htons(ETH_P_IPV6)) {
 		__u8 ip[40];
-		if (bpf_skb_load_bytes(skb, ETH_HLEN, ip, sizeof(ip)) < 0)
+		if (bpf_skb_load_bytes(skb, l3_off, ip, sizeof(ip)) < 0)
 			return 0;
 		h->family = 6;
 		h->proto = ip[6];
 		h->ttl = ip[7];
 		__builtin_memcpy(h->src, &ip[8], 16);
 		__builtin_memcpy(h->dst, &ip[24], 16);
-		l4_off = ETH_HLEN + 40;
+		l4_off = l3_off + 40;
 	} else {
 		return 0;
 	}
@@ -151,6 +154,12 @@ static __always_inline int hr_parse(struct __sk_buff *skb, struct hr_packet *h)
 	h->sport = ports[0];
 	h->dport = ports[1];
 	return h->ttl > 1;
+}
+
+/* hr_parse reads an Ethernet frame's packet (hr_parse_at). */
+static __always_inline int hr_parse(struct __sk_buff *skb, struct hr_packet *h)
+{
+	return hr_parse_at(skb, ETH_HLEN, skb->protocol, h);
 }
 
 /* hr_host_tracked reports whether the host's conntrack has an entry for
@@ -186,26 +195,38 @@ static __always_inline int hr_host_tracked(struct __sk_buff *skb, const struct h
 	return opts.error != -ENOENT;
 }
 
-/* hr_dec_ttl does the router's TTL (IPv4, with the header checksum) or hop
- * limit decrement; hr_parse saw it above 1. */
-static __always_inline int hr_dec_ttl(struct __sk_buff *skb, const struct hr_packet *h)
+/* hr_dec_ttl_at does the router's TTL (IPv4, with the header checksum) or
+ * hop limit decrement of h, at l3_off; hr_parse saw it above 1. */
+static __always_inline int hr_dec_ttl_at(struct __sk_buff *skb, __u32 l3_off, const struct hr_packet *h)
 {
 	__u8 ttl = h->ttl - 1;
 	if (h->family == 6)
-		return bpf_skb_store_bytes(skb, ETH_HLEN + 7, &ttl, 1, 0);
+		return bpf_skb_store_bytes(skb, l3_off + 7, &ttl, 1, 0);
 	/* TTL and protocol share the checksummed 16-bit word at offset 8. */
 	__be16 old = bpf_htons(((__u16)h->ttl << 8) | h->proto);
 	__be16 new = bpf_htons(((__u16)ttl << 8) | h->proto);
-	if (bpf_l3_csum_replace(skb, ETH_HLEN + 10, old, new, 2) < 0)
+	if (bpf_l3_csum_replace(skb, l3_off + 10, old, new, 2) < 0)
 		return -1;
-	return bpf_skb_store_bytes(skb, ETH_HLEN + 8, &ttl, 1, 0);
+	return bpf_skb_store_bytes(skb, l3_off + 8, &ttl, 1, 0);
+}
+
+static __always_inline int hr_dec_ttl(struct __sk_buff *skb, const struct hr_packet *h)
+{
+	return hr_dec_ttl_at(skb, ETH_HLEN, h);
+}
+
+/* hr_block_key is the key that finds addr (of family) in a map of blocks. */
+static __always_inline struct ipcache_key hr_block_key(__u8 family, const __u8 *addr)
+{
+	struct ipcache_key k = {.prefixlen = 32 + (family == 4 ? 32 : 128), .family = family};
+	__builtin_memcpy(k.addr, addr, 16);
+	return k;
 }
 
 /* hr_in_peer_block: addr (of family) is in another node's pod block. */
 static __always_inline int hr_in_peer_block(__u8 family, const __u8 *addr)
 {
-	struct ipcache_key k = {.prefixlen = 32 + (family == 4 ? 32 : 128), .family = family};
-	__builtin_memcpy(k.addr, addr, 16);
+	struct ipcache_key k = hr_block_key(family, addr);
 	return bpf_map_lookup_elem(&cdo_peer_blocks, &k) != NULL;
 }
 
@@ -244,30 +265,24 @@ static __always_inline int hr_into_pod(struct __sk_buff *skb, const struct hr_pa
 	return bpf_redirect_peer(ep->ifindex, 0);
 }
 
-/* hr_to_peer sends a pod's packet to another node's block through the
- * FIB's next hop; TC_ACT_UNSPEC (normal path) for every other packet. */
-static __always_inline int hr_to_peer(struct __sk_buff *skb)
+/* hr_route_out sends a pod's packet h, to another node's block, through
+ * the FIB's next hop; TC_ACT_UNSPEC (normal path) when it cannot. */
+static __always_inline int hr_route_out(struct __sk_buff *skb, const struct hr_packet *h)
 {
-	struct hr_packet h = {};
-	if (!hostroute_on() || !hr_parse(skb, &h))
-		return TC_ACT_UNSPEC;
-	/* Source check: the policy program before this one dropped spoofing. */
-	if (!hr_in_peer_block(h.family, h.dst) || hr_host_tracked(skb, &h))
-		return TC_ACT_UNSPEC;
 	struct bpf_fib_lookup fib = {
-		.l4_protocol = h.proto,
-		.sport = h.sport,
-		.dport = h.dport,
+		.l4_protocol = h->proto,
+		.sport = h->sport,
+		.dport = h->dport,
 		.ifindex = skb->ifindex,
 	};
-	if (h.family == 4) {
+	if (h->family == 4) {
 		fib.family = AF_INET;
-		__builtin_memcpy(&fib.ipv4_src, h.src, 4);
-		__builtin_memcpy(&fib.ipv4_dst, h.dst, 4);
+		__builtin_memcpy(&fib.ipv4_src, h->src, 4);
+		__builtin_memcpy(&fib.ipv4_dst, h->dst, 4);
 	} else {
 		fib.family = AF_INET6;
-		__builtin_memcpy(fib.ipv6_src, h.src, 16);
-		__builtin_memcpy(fib.ipv6_dst, h.dst, 16);
+		__builtin_memcpy(fib.ipv6_src, h->src, 16);
+		__builtin_memcpy(fib.ipv6_dst, h->dst, 16);
 	}
 	/* The neighbour is resolved by bpf_redirect_neigh; a packet over the
 	 * next hop's MTU gets FRAG_NEEDED and the normal path's ICMP. */
@@ -283,7 +298,7 @@ static __always_inline int hr_to_peer(struct __sk_buff *skb)
 		nh.nh_family = AF_INET6;
 		__builtin_memcpy(nh.ipv6_nh, fib.ipv6_dst, 16);
 	}
-	if (hr_dec_ttl(skb, &h) < 0)
+	if (hr_dec_ttl(skb, h) < 0)
 		return TC_ACT_UNSPEC;
 	hr_count(HR_STAT_OUT_REDIRECTED);
 	return bpf_redirect_neigh(fib.ifindex, &nh, sizeof(nh), 0);

@@ -20,6 +20,7 @@
 #include "conntrack.h"
 #include "events.h"
 #include "nodeiso.h"
+#include "tunnel.h"
 
 /* Node flows are tracked under one pseudo interface (no endpoint has
  * ifindex 0), so a flow leaving by the underlay may be answered through the
@@ -71,15 +72,18 @@ static __always_inline int from_node(struct __sk_buff *skb, __u32 l3_off)
 }
 
 /* Host routing's ingress (coordino.c): the underlay is where other nodes'
- * pod traffic arrives in direct routing. */
-static __always_inline int to_local_pod(struct __sk_buff *skb);
+ * pod traffic arrives, in direct routing and through the eBPF tunnel. */
+static __always_inline int to_local_pod(struct __sk_buff *skb, int underlay);
 
 /* cdo_from_node runs on the ingress of the node's underlay (Ethernet). */
 SEC("tc")
 int cdo_from_node(struct __sk_buff *skb)
 {
-	int rc = from_node(skb, ETH_HLEN);
-	return rc == TC_ACT_UNSPEC ? to_local_pod(skb) : rc;
+	int rc = tunnel_guard_underlay(skb);
+	if (rc != TC_ACT_UNSPEC)
+		return rc;
+	rc = from_node(skb, ETH_HLEN);
+	return rc == TC_ACT_UNSPEC ? to_local_pod(skb, 1) : rc;
 }
 
 /* cdo_from_node_l3 runs on the ingress of an L3 device (WireGuard TUN). */

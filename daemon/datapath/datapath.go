@@ -132,7 +132,11 @@ type Datapath struct {
 	// nodeIso is node isolation's state (nodeiso.go).
 	nodeIso nodeIsoState
 	// peerBlocks mirrors cdo_peer_blocks once SetPeerBlocks has read it.
-	peerBlocks map[bpf.CoordinoIpcacheKey]struct{}
+	peerBlocks map[bpf.CoordinoIpcacheKey]uint32
+	// tunnelPeers mirrors cdo_tunnel_peers once SetTunnel has read it;
+	// tunnelCfg is what cdo_tunnel holds.
+	tunnelPeers map[bpf.CoordinoIpcacheKey]bpf.CoordinoTunnelPeer
+	tunnelCfg   bpf.CoordinoTunnelConfig
 	// hostRoutingRefused: the kernel cannot host-route, and it was said.
 	hostRoutingRefused bool
 
@@ -257,6 +261,11 @@ func (d *Datapath) restore() error {
 	// Keep the previous daemon's flags until startup decides (SetEmitAllowed):
 	// allowed flows it logged keep queueing in the ring meanwhile.
 	d.cfgFlags = cfg.Flags
+	// The tunnel and guard stay as the previous daemon left them until the
+	// peers and options say otherwise.
+	if err := d.objs.CdoTunnel.Lookup(uint32(0), &d.tunnelCfg); err != nil {
+		return fmt.Errorf("datapath: read tunnel map: %w", err)
+	}
 	for p, v := range m.ipcache {
 		for _, id := range []identity.ID{identity.ID(v.Identity), identity.ID(v.CidrIdentity)} {
 			if id.IsCIDR() && id == identity.ID(v.Identity) {

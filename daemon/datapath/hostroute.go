@@ -38,6 +38,9 @@ type HostRouteStats struct {
 	HostTracked uint64
 	// NoRoute took the normal path because the FIB gave no usable next hop.
 	NoRoute uint64
+	// Encapsulated of OutRedirected, Decapsulated of InRedirected: carried
+	// by the eBPF VXLAN tunnel instead of the VXLAN device.
+	Encapsulated, Decapsulated uint64
 }
 
 // SetHostRouting turns host routing on or off for every packet from now
@@ -87,44 +90,52 @@ var hostRoutingSupported = sync.OnceValue(func() bool {
 func (d *Datapath) SetPeerBlocks(blocks []netip.Prefix) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if d.peerBlocks == nil {
-		// The map was pinned by an earlier run: read it once, then keep
-		// a copy, so a peer change writes only what changed.
-		have := map[bpf.CoordinoIpcacheKey]struct{}{}
+	want := make(map[bpf.CoordinoIpcacheKey]uint32, len(blocks))
+	for _, b := range blocks {
+		want[ipcacheKey(b)] = 0
+	}
+	if err := syncPinned(d.objs.CdoPeerBlocks, &d.peerBlocks, want); err != nil {
+		return fmt.Errorf("datapath: peer blocks: %w", err)
+	}
+	return nil
+}
+
+// syncPinned makes the pinned map m hold exactly want, writing only what
+// differs from *mirror, which it keeps up to date. A nil *mirror is read
+// from m first: the map may hold an earlier run's entries.
+func syncPinned[K, V comparable](m *ebpf.Map, mirror *map[K]V, want map[K]V) error {
+	if *mirror == nil {
+		have := map[K]V{}
 		var (
-			k bpf.CoordinoIpcacheKey
-			v uint32
+			k K
+			v V
 		)
-		it := d.objs.CdoPeerBlocks.Iterate()
+		it := m.Iterate()
 		for it.Next(&k, &v) {
-			have[k] = struct{}{}
+			have[k] = v
 		}
 		if err := it.Err(); err != nil {
-			return fmt.Errorf("datapath: read peer blocks: %w", err)
+			return fmt.Errorf("read: %w", err)
 		}
-		d.peerBlocks = have
+		*mirror = have
 	}
-	want := make(map[bpf.CoordinoIpcacheKey]struct{}, len(blocks))
-	for _, b := range blocks {
-		want[ipcacheKey(b)] = struct{}{}
-	}
-	for k := range d.peerBlocks {
+	for k := range *mirror {
 		if _, ok := want[k]; ok {
 			continue
 		}
-		if err := deleteKey(d.objs.CdoPeerBlocks, &k); err != nil {
-			return fmt.Errorf("datapath: delete peer block: %w", err)
+		if err := deleteKey(m, &k); err != nil {
+			return fmt.Errorf("delete: %w", err)
 		}
-		delete(d.peerBlocks, k)
+		delete(*mirror, k)
 	}
-	for k := range want {
-		if _, ok := d.peerBlocks[k]; ok {
+	for k, v := range want {
+		if have, ok := (*mirror)[k]; ok && have == v {
 			continue
 		}
-		if err := d.objs.CdoPeerBlocks.Update(&k, uint32(0), ebpf.UpdateAny); err != nil {
-			return fmt.Errorf("datapath: add peer block: %w", err)
+		if err := m.Update(&k, &v, ebpf.UpdateAny); err != nil {
+			return fmt.Errorf("update: %w", err)
 		}
-		d.peerBlocks[k] = struct{}{}
+		(*mirror)[k] = v
 	}
 	return nil
 }
@@ -137,6 +148,8 @@ func (d *Datapath) HostRouteStats() (HostRouteStats, error) {
 		bpf.CoordinoHostrouteStatHR_STAT_OUT_REDIRECTED: &s.OutRedirected,
 		bpf.CoordinoHostrouteStatHR_STAT_HOST_TRACKED:   &s.HostTracked,
 		bpf.CoordinoHostrouteStatHR_STAT_NO_ROUTE:       &s.NoRoute,
+		bpf.CoordinoHostrouteStatHR_STAT_ENCAPSULATED:   &s.Encapsulated,
+		bpf.CoordinoHostrouteStatHR_STAT_DECAPSULATED:   &s.Decapsulated,
 	} {
 		var perCPU []uint64
 		if err := d.objs.CdoHostrouteStats.Lookup(uint32(slot), &perCPU); err != nil {
@@ -150,7 +163,7 @@ func (d *Datapath) HostRouteStats() (HostRouteStats, error) {
 }
 
 var hostRouteDesc = prometheus.NewDesc("coordino_host_routing_packets_total",
-	"Packets of eBPF host routing by outcome: redirected into a local pod (in) or to another node (out), or left to the normal path because the host's conntrack tracks their flow (host-tracked) or the FIB gave no next hop (no-route).",
+	"Packets of eBPF host routing by outcome: redirected into a local pod (in) or to another node (out), of those decapsulated or encapsulated by the eBPF VXLAN tunnel (decapsulated, encapsulated), or left to the normal path because the host's conntrack tracks their flow (host-tracked) or the FIB gave no next hop (no-route).",
 	[]string{"outcome"}, nil)
 
 func (d *Datapath) collectHostRoute(ch chan<- prometheus.Metric) {
@@ -158,7 +171,7 @@ func (d *Datapath) collectHostRoute(ch chan<- prometheus.Metric) {
 	if err != nil {
 		return
 	}
-	for outcome, n := range map[string]uint64{"in": s.InRedirected, "out": s.OutRedirected, "host-tracked": s.HostTracked, "no-route": s.NoRoute} {
+	for outcome, n := range map[string]uint64{"in": s.InRedirected, "out": s.OutRedirected, "host-tracked": s.HostTracked, "no-route": s.NoRoute, "encapsulated": s.Encapsulated, "decapsulated": s.Decapsulated} {
 		ch <- prometheus.MustNewConstMetric(hostRouteDesc, prometheus.CounterValue, float64(n), outcome)
 	}
 }

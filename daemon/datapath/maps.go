@@ -65,6 +65,9 @@ func fromPolicyKey(k bpf.CoordinoPolicyKey) policy.Key {
 // ntohs converts a port read from a BPF struct in network order.
 func ntohs(v uint16) uint16 { return bits.ReverseBytes16(v) }
 
+// htons converts a port for a BPF struct in network order.
+func htons(v uint16) uint16 { return bits.ReverseBytes16(v) }
+
 // mirrors hold what the daemon believes each map contains, so a sync writes
 // only differences.
 type mirrors struct {

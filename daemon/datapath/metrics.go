@@ -25,6 +25,7 @@ var reasonNames = [...]string{
 	bpf.CoordinoReasonREASON_NODE_ISOLATED:         "node-isolated",
 	bpf.CoordinoReasonREASON_NODE_TO_NODE_DENIED:   "node-to-node-denied",
 	bpf.CoordinoReasonREASON_SERVICE_UNENFORCEABLE: "service-unenforceable",
+	bpf.CoordinoReasonREASON_TUNNEL_INJECTION:      "tunnel-injection",
 }
 
 // ReasonServiceUnenforceable is the drop reason of Service traffic that

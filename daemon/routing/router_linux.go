@@ -134,15 +134,14 @@ func (r *Router) vxlanState(set peers.Set, index int) (desired, []error) {
 	var errs []error
 	underlayV6 := UnderlayIsV6(set[r.cfg.Self])
 	for _, p := range r.peersOf(set) {
-		remote, ok := p.Address(underlayV6)
+		vtep, ok := VTEPOf(p, underlayV6)
 		if !ok {
 			errs = append(errs, fmt.Errorf("node %q: no %s address for the VXLAN underlay", p.Name, underlayFamily(underlayV6)))
 			continue
 		}
-		mac := vtepMAC(p.Name)
-		ll := vtepLinkLocal(mac)
-		d.fdb = append(d.fdb, netlink.Neigh{LinkIndex: index, Family: unix.AF_BRIDGE, State: netlink.NUD_PERMANENT, Flags: netlink.NTF_SELF, IP: remote.AsSlice(), HardwareAddr: mac})
-		d.neighs = append(d.neighs, netlink.Neigh{LinkIndex: index, Family: netlink.FAMILY_V6, State: netlink.NUD_PERMANENT, IP: ll.AsSlice(), HardwareAddr: mac})
+		ll := vtepLinkLocal(vtep.MAC)
+		d.fdb = append(d.fdb, netlink.Neigh{LinkIndex: index, Family: unix.AF_BRIDGE, State: netlink.NUD_PERMANENT, Flags: netlink.NTF_SELF, IP: vtep.Addr.AsSlice(), HardwareAddr: vtep.MAC})
+		d.neighs = append(d.neighs, netlink.Neigh{LinkIndex: index, Family: netlink.FAMILY_V6, State: netlink.NUD_PERMANENT, IP: ll.AsSlice(), HardwareAddr: vtep.MAC})
 		for _, b := range p.Blocks {
 			rt := netlink.Route{Dst: ipNet(b), LinkIndex: index}
 			if b.Addr().Is6() {

@@ -106,6 +106,22 @@ func UnderlayIsV6(self *peers.Node) bool {
 	return !v4 && v6
 }
 
+// VTEP is where a node's VXLAN device is reached: its underlay address
+// and the device's MAC (what every peer's FDB and neighbour entries hold).
+type VTEP struct {
+	Addr netip.Addr
+	MAC  net.HardwareAddr
+}
+
+// VTEPOf returns p's VTEP on an underlay of the given family.
+func VTEPOf(p *peers.Node, underlayV6 bool) (VTEP, bool) {
+	a, ok := p.Address(underlayV6)
+	if !ok {
+		return VTEP{}, false
+	}
+	return VTEP{Addr: a, MAC: vtepMAC(p.Name)}, true
+}
+
 // vtepMAC is a node's VXLAN device MAC, derived from its name so every
 // node computes its peers' MACs without publishing them: locally
 // administered, unicast.

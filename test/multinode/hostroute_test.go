@@ -34,6 +34,9 @@ func TestHostRouting(t *testing.T) {
 			a, b := c.addPod(c.nodes[0]), c.addPod(c.nodes[1])
 			serveName(t, b)
 			t.Run("redirected", func(t *testing.T) { checkRedirected(t, c, a, b) })
+			if m.routing == "vxlan" {
+				t.Run("tunnelled", func(t *testing.T) { checkTunnelled(t, c, a, b) })
+			}
 			t.Run("policy-on-the-fast-path", func(t *testing.T) { checkFastPathPolicy(t, c, a, b) })
 			// A Service address translated on the client's node: b's
 			// answers reach node0 by host routing's ingress.
@@ -50,15 +53,18 @@ func TestHostRouting(t *testing.T) {
 	}
 }
 
+// hostRouteCounters are a node's host routing counters by slot.
+type hostRouteCounters = [bpf.CoordinoHostrouteStatHR_STAT_SLOTS]uint64
+
 // hostRouteStats sums a node's pinned host routing counters.
-func hostRouteStats(t *testing.T, n *node) [bpf.CoordinoHostrouteStatHR_STAT_SLOTS]uint64 {
+func hostRouteStats(t *testing.T, n *node) hostRouteCounters {
 	t.Helper()
 	m, err := ebpf.LoadPinnedMap(filepath.Join(n.BPFDir, bpf.CoordinoMapCdoHostrouteStats), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer m.Close()
-	var out [bpf.CoordinoHostrouteStatHR_STAT_SLOTS]uint64
+	var out hostRouteCounters
 	for slot := range out {
 		var perCPU []uint64
 		if err := m.Lookup(uint32(slot), &perCPU); err != nil {
@@ -71,7 +77,7 @@ func hostRouteStats(t *testing.T, n *node) [bpf.CoordinoHostrouteStatHR_STAT_SLO
 	return out
 }
 
-func statDelta(before, after [bpf.CoordinoHostrouteStatHR_STAT_SLOTS]uint64, s bpf.CoordinoHostrouteStat) uint64 {
+func statDelta(before, after hostRouteCounters, s bpf.CoordinoHostrouteStat) uint64 {
 	return after[s] - before[s]
 }
 
@@ -98,6 +104,26 @@ func checkRedirected(t *testing.T, c *cluster, a, b *pod) {
 	} {
 		if check.got < 6 {
 			t.Errorf("node%d: host routing counter %d moved by %d packets, want >= 6 (not host-routed)", check.node, check.stat, check.got)
+		}
+	}
+}
+
+// checkTunnelled: over an IPv4 underlay in vxlan routing, host-routed
+// packets are encapsulated and decapsulated by the eBPF tunnel on both
+// nodes, in both families, not by the VXLAN device.
+func checkTunnelled(t *testing.T, c *cluster, a, b *pod) {
+	before := []hostRouteCounters{hostRouteStats(t, c.nodes[0]), hostRouteStats(t, c.nodes[1])}
+	for _, v6 := range []bool{false, true} {
+		if err := reach(a.NS, b, v6); err != nil {
+			t.Fatalf("pod %s -> pod %s (%v): %v", a.Name, b.Name, b.addr(v6), err)
+		}
+	}
+	for i, n := range c.nodes {
+		after := hostRouteStats(t, n)
+		for _, stat := range []bpf.CoordinoHostrouteStat{bpf.CoordinoHostrouteStatHR_STAT_ENCAPSULATED, bpf.CoordinoHostrouteStatHR_STAT_DECAPSULATED} {
+			if got := statDelta(before[i], after, stat); got < 6 {
+				t.Errorf("%s: tunnel counter %d moved by %d packets, want >= 6 (the VXLAN device carried them)", n.Name, stat, got)
+			}
 		}
 	}
 }
