@@ -42,7 +42,14 @@ func (n *nodePeers) applyHostRouting() {
 		tunnel = n.tunnel()
 	}
 	if err := n.dp.SetTunnel(tunnel); err != nil {
-		n.log.Error("host routing: eBPF tunnel", zap.Error(err))
+		// A peer left half written could be encapsulated to a stale VTEP:
+		// the device, whose entries are the router's, carries everything.
+		n.log.Error("host routing: eBPF tunnel; turning it off", zap.Error(err))
+		if tunnel != nil {
+			if err := n.dp.SetTunnel(nil); err != nil {
+				n.log.Error("host routing: turn the eBPF tunnel off", zap.Error(err))
+			}
+		}
 	}
 }
 

@@ -1,11 +1,15 @@
 package datapath
 
 import (
+	"bytes"
 	"net"
 	"net/netip"
 	"testing"
 
+	"github.com/cilium/ebpf"
+
 	"github.com/coordino/coordino/bpf"
+	"github.com/coordino/coordino/daemon/datapath/internal/testnet"
 )
 
 // TestTunnelConfig: the eBPF tunnel and the VXLAN guard share cdo_tunnel
@@ -82,4 +86,139 @@ func TestTunnelConfig(t *testing.T) {
 		t.Fatal("an IPv6 VTEP was accepted")
 	}
 	want("refused", 0, 0, 0)
+}
+
+// Addresses of the decapsulation tests: a peer node and its block.
+var (
+	peerNode  = netip.MustParseAddr("192.0.2.2")
+	peerBlock = netip.MustParsePrefix("10.20.0.0/16")
+	peerPod   = netip.MustParseAddr("10.20.0.5")
+	tunnelMAC = net.HardwareAddr{2, 0, 0, 0, 0, 0xaa}
+)
+
+// tunnelCluster is a cluster whose pod b is a primary endpoint (host
+// routing can deliver to it) on a node with the eBPF tunnel and the guard
+// on, with one peer node.
+func tunnelCluster(t testing.TB) *cluster {
+	c := newClusterWith(t, Config{AttachMode: AttachTC}, true)
+	ep := c.eps["b"]
+	ep.HostMAC, ep.PodMAC = net.HardwareAddr{2, 0, 0, 0, 0xb, 1}, net.HardwareAddr{2, 0, 0, 0, 0xb, 2}
+	if err := c.dp.AttachEndpoint(ep); err != nil {
+		t.Fatal(err)
+	}
+	c.eps["b"] = ep
+	if _, err := c.dp.SetHostRouting(true); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.dp.SetPeerBlocks([]netip.Prefix{peerBlock}); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.dp.SetRemoteNodeIPs([]netip.Addr{peerNode}); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.dp.SetVXLANGuard(8472); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.dp.SetTunnel(&Tunnel{
+		Self: TunnelEndpoint{Addr: testnet.NodeIP, MAC: tunnelMAC}, Port: 8472, VNI: 1,
+		Peers: map[netip.Prefix]TunnelEndpoint{peerBlock: {Addr: peerNode, MAC: tunnelMAC}},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// vxlanPacket is an underlay frame addressed to the test netns's loopback
+// (so the stack would take it as its own): outer IPv4 UDP from src to dst
+// on port, then vxlanHdr and the inner Ethernet frame.
+func vxlanPacket(src, dst netip.Addr, port uint16, vxlanHdr, inner []byte) []byte {
+	f := eth(etherIPv4, ipv4(src, dst, protoUDP, ip4opts{}, udp(40000, port, append(append([]byte{}, vxlanHdr...), inner...))))
+	clear(f[0:6]) // the loopback's MAC
+	return f
+}
+
+var vxlanVNI1 = []byte{0x08, 0, 0, 0, 0, 0, 1, 0}
+
+// runUnderlay runs cdo_from_node on f as the loopback's ingress and
+// returns the verdict and the frame as the program left it.
+func runUnderlay(t testing.TB, c *cluster, f []byte) (uint32, []byte) {
+	t.Helper()
+	out := make([]byte, len(f)+256)
+	opts := &ebpf.RunOptions{Data: f, DataOut: out, Context: skbContext{Ifindex: 1}}
+	ret, err := c.dp.objs.CdoFromNode.Run(opts)
+	if err != nil {
+		t.Fatalf("BPF_PROG_TEST_RUN: %v", err)
+	}
+	return ret, opts.DataOut
+}
+
+const actRedirect = 7 // TC_ACT_REDIRECT
+
+// TestTunnelDecap drives cdo_from_node with VXLAN packets: one from a peer
+// node carrying its pod's packet for local pod b is decapsulated and
+// redirected into b, rewritten as b's veth would deliver it; any packet
+// that fails a check is left untouched for the device (or, from no peer
+// node, dropped by the guard).
+func TestTunnelDecap(t *testing.T) {
+	c := tunnelCluster(t)
+	b := podIPs["b"]
+	inner := func(src, dst netip.Addr) []byte {
+		return eth(etherIPv4, ipv4(src, dst, protoTCP, ip4opts{ttl: 9}, tcp(1234, 80, tcpSYN)))
+	}
+	ret, out := runUnderlay(t, c, vxlanPacket(peerNode, testnet.NodeIP, 8472, vxlanVNI1, inner(peerPod, b)))
+	if ret != actRedirect {
+		t.Fatalf("peer pod -> b: verdict %d, want redirect (%d)", ret, actRedirect)
+	}
+	want := inner(peerPod, b)
+	copy(want[0:6], c.eps["b"].PodMAC)
+	copy(want[6:12], c.eps["b"].HostMAC)
+	want[14+8] = 8 // TTL decremented; the program fixed the checksum, which want does not hold
+	if len(out) != len(want) || !bytes.Equal(out[:14+8], want[:14+8]) || !bytes.Equal(out[14+12:], want[14+12:]) {
+		t.Fatalf("decapsulated frame\n% x\nwant\n% x", out, want)
+	}
+	for _, tc := range []struct {
+		name string
+		f    []byte
+		want uint32
+	}{
+		{"another VNI", vxlanPacket(peerNode, testnet.NodeIP, 8472, []byte{0x08, 0, 0, 0, 0, 0, 2, 0}, inner(peerPod, b)), actPass},
+		{"no VNI flag", vxlanPacket(peerNode, testnet.NodeIP, 8472, []byte{0, 0, 0, 0, 0, 0, 1, 0}, inner(peerPod, b)), actPass},
+		{"another port", vxlanPacket(peerNode, testnet.NodeIP, 8473, vxlanVNI1, inner(peerPod, b)), actPass},
+		{"inner source in no peer block", vxlanPacket(peerNode, testnet.NodeIP, 8472, vxlanVNI1, inner(podIPs["ext"], b)), actPass},
+		{"inner destination no local pod", vxlanPacket(peerNode, testnet.NodeIP, 8472, vxlanVNI1, inner(peerPod, netip.MustParseAddr("10.99.0.1"))), actPass},
+		{"truncated inner packet", vxlanPacket(peerNode, testnet.NodeIP, 8472, vxlanVNI1, inner(peerPod, b)[:30]), actPass},
+		{"from no peer node", vxlanPacket(netip.MustParseAddr("192.0.2.77"), testnet.NodeIP, 8472, vxlanVNI1, inner(peerPod, b)), actShot},
+	} {
+		ret, out := runUnderlay(t, c, tc.f)
+		if ret != tc.want {
+			t.Errorf("%s: verdict %d, want %d", tc.name, ret, tc.want)
+		}
+		if ret == actPass && !bytes.Equal(out, tc.f) {
+			t.Errorf("%s: passed on to the device changed", tc.name)
+		}
+	}
+}
+
+// FuzzTunnelDecapNeverFailsOpen: VXLAN from a peer node with arbitrary
+// VXLAN header and inner frame, towards a node whose pod b denies all
+// ingress. Nothing may be redirected into b, and what is passed on to the
+// device must be untouched. `go test` runs the seeds; `make fuzz` explores.
+func FuzzTunnelDecapNeverFailsOpen(f *testing.F) {
+	c := tunnelCluster(f)
+	c.policies(denyAllServer)
+	b := podIPs["b"]
+	f.Add(vxlanVNI1, eth(etherIPv4, ipv4(peerPod, b, protoTCP, ip4opts{}, tcp(1, 80, tcpSYN))))
+	f.Add(vxlanVNI1, eth(etherIPv4, ipv4(peerPod, b, protoUDP, ip4opts{}, udp(1, 53, []byte{1}))))
+	f.Add(vxlanVNI1, eth(etherIPv6, ipv6(netip.MustParseAddr("fd00:20::5"), podIPs6["b"], protoTCP, 64, tcp(1, 80, tcpSYN))))
+	f.Add(vxlanVNI1, eth(etherIPv4, ipv4(peerPod, b, protoTCP, ip4opts{frag: 0x2000}, tcp(1, 80, tcpSYN))))
+	f.Fuzz(func(t *testing.T, hdr, inner []byte) {
+		in := vxlanPacket(peerNode, testnet.NodeIP, 8472, hdr, inner)
+		ret, out := runUnderlay(t, c, in)
+		if ret == actRedirect {
+			t.Fatalf("fail-open: redirected into b, which denies all ingress: % x", in)
+		}
+		if ret == actPass && !bytes.Equal(out, in) {
+			t.Fatalf("passed on changed:\n% x\nfrom\n% x", out, in)
+		}
+	})
 }

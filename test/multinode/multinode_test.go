@@ -33,21 +33,7 @@ func TestMultinode(t *testing.T) {
 		t.Run(m.name, func(t *testing.T) {
 			start := time.Now()
 			c := newCluster(t, m, 3)
-			for _, n := range c.nodes {
-				p := c.addPod(n)
-				for _, v6 := range []bool{false, true} {
-					stop, err := harness.Serve(p.NS, p.addr(v6), namePort, p.Name)
-					if err != nil {
-						t.Fatal(err)
-					}
-					t.Cleanup(stop)
-					stopEcho, err := harness.ServeTCPEcho(p.NS, p.addr(v6), echoPort)
-					if err != nil {
-						t.Fatal(err)
-					}
-					t.Cleanup(stopEcho)
-				}
-			}
+			addServingPods(t, c)
 			capture := startCapture(t, c)
 			t.Run("pod-mtu", func(t *testing.T) { checkPodMTU(t, c) })
 			t.Run("reachability", func(t *testing.T) { checkReachability(t, c) })
@@ -63,6 +49,26 @@ func TestMultinode(t *testing.T) {
 			}
 			t.Logf("%s: %v", m.name, time.Since(start).Round(time.Millisecond))
 		})
+	}
+}
+
+// addServingPods gives every node a pod serving its name (namePort) and a
+// TCP echo (echoPort) on both families.
+func addServingPods(t *testing.T, c *cluster) {
+	for _, n := range c.nodes {
+		p := c.addPod(n)
+		for _, v6 := range []bool{false, true} {
+			stop, err := harness.Serve(p.NS, p.addr(v6), namePort, p.Name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(stop)
+			stopEcho, err := harness.ServeTCPEcho(p.NS, p.addr(v6), echoPort)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(stopEcho)
+		}
 	}
 }
 

@@ -31,21 +31,7 @@ func TestVXLANTunnelInterop(t *testing.T) {
 		}
 		return nil
 	})
-	for _, n := range c.nodes {
-		p := c.addPod(n)
-		for _, v6 := range []bool{false, true} {
-			stop, err := harness.Serve(p.NS, p.addr(v6), namePort, p.Name)
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(stop)
-			stopEcho, err := harness.ServeTCPEcho(p.NS, p.addr(v6), echoPort)
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(stopEcho)
-		}
-	}
+	addServingPods(t, c)
 	before := hostRouteStats(t, c.nodes[0])
 	t.Run("reachability", func(t *testing.T) { checkReachability(t, c) })
 	t.Run("large-transfer", func(t *testing.T) { checkLargeTransfer(t, c) })
