@@ -145,11 +145,12 @@ static __always_inline int tunnel_guard_underlay(struct __sk_buff *skb)
 	struct packet p = {};
 	if (parse_ip(skb, ETH_HLEN, family, &p, 0) != PARSE_OK || !tunnel_guard_port(&p))
 		return TC_ACT_UNSPEC;
-	if (lookup_identity(p.family, p.dst).identity != ID_HOST ||
-	    lookup_identity(p.family, p.src).identity == ID_REMOTE_NODE)
+	if (lookup_identity(p.family, p.dst).identity != ID_HOST)
 		return TC_ACT_UNSPEC;
-	emit(skb, NULL, DIR_INGRESS, &p, lookup_identity(p.family, p.src).identity, REASON_TUNNEL_INJECTION,
-	     bpf_ktime_get_ns());
+	__u32 src = lookup_identity(p.family, p.src).identity;
+	if (src == ID_REMOTE_NODE)
+		return TC_ACT_UNSPEC;
+	emit(skb, NULL, DIR_INGRESS, &p, src, REASON_TUNNEL_INJECTION, bpf_ktime_get_ns());
 	count(DIR_INGRESS, REASON_TUNNEL_INJECTION, skb->len);
 	return TC_ACT_SHOT;
 }

@@ -14,6 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/coordino/coordino/bpf"
+	"github.com/coordino/coordino/daemon/routing"
 	"github.com/coordino/coordino/test/harness"
 )
 
@@ -133,14 +134,14 @@ spec:
 
 	send(trusted.NS, v.addr(false), port, []byte("from trusted"))
 	expect("from trusted")
-	send(c.nodes[0].NS, node1, vxlanPort, frame("via peer node"))
+	send(c.nodes[0].NS, node1, routing.DefaultVXLANPort, frame("via peer node"))
 	expect("via peer node")
 
 	before0, before1, beforeIn := injected(c.nodes[0], "egress"), injected(c.nodes[1], "egress"), injected(c.nodes[1], "ingress")
 	send(attacker.NS, v.addr(false), port, []byte("attacker, plain"))
-	send(attacker.NS, node1, vxlanPort, frame("pod to another node's port"))
-	send(localAttacker.NS, node1, vxlanPort, frame("pod to its own node's port"))
-	send(c.underlay, node1, vxlanPort, frame("stranger on the underlay"))
+	send(attacker.NS, node1, routing.DefaultVXLANPort, frame("pod to another node's port"))
+	send(localAttacker.NS, node1, routing.DefaultVXLANPort, frame("pod to its own node's port"))
+	send(c.underlay, node1, routing.DefaultVXLANPort, frame("stranger on the underlay"))
 	for quiet := time.After(2 * time.Second); ; {
 		select {
 		case m := <-got:
@@ -165,9 +166,6 @@ spec:
 		}
 	}
 }
-
-// vxlanPort is the VXLAN device's UDP port (routing.DefaultVXLANPort).
-const vxlanPort = 8472
 
 // receiveUDP returns the datagrams p receives on port (IPv4).
 func receiveUDP(t *testing.T, p *pod, port int) <-chan string {
@@ -204,7 +202,7 @@ func vxlanDeviceMAC(t *testing.T, n *node) net.HardwareAddr {
 	t.Helper()
 	var mac net.HardwareAddr
 	if err := n.NS.Do(func(ns.NetNS) error {
-		l, err := netlink.LinkByName("coordino-vxlan")
+		l, err := netlink.LinkByName(routing.DefaultVXLANDevice)
 		if err == nil {
 			mac = l.Attrs().HardwareAddr
 		}
