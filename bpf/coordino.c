@@ -118,7 +118,7 @@ static __always_inline int handle(struct __sk_buff *skb, __u8 dir, __u32 ifindex
 	if (parse_ip(skb, ETH_HLEN, family, &p, 0) != PARSE_OK)
 		return verdict(skb, dir, REASON_MALFORMED);
 
-	__u64 now = bpf_ktime_get_ns();
+	__u64 now = now_ns();
 	if (dir == DIR_EGRESS && !source_allowed(ifindex, &p))
 		return drop(skb, ifindex, ep, dir, &p, 0, REASON_SPOOFED, now);
 	if (is_link_control(&p)) {

@@ -11,6 +11,7 @@
 #include "../coordino.h"
 #include "parse.h"
 #include "policy.h"
+#include "clock.h"
 
 /* max_entries is set by the loader (daemon flag --conntrack-size). */
 struct {

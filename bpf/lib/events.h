@@ -95,7 +95,7 @@ static __always_inline void emit_on(__u32 ifindex, const struct endpoint_info *e
 		count(dir, REASON_EVENT_LOST, 0);
 		return;
 	}
-	ev->ts_ns = now;
+	ev->ts_ns = bpf_ktime_get_ns();
 	ev->ifindex = ifindex;
 	ev->local_id = ep ? ep->identity : 0;
 	ev->remote_id = remote_id;

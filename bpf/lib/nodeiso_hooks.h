@@ -58,7 +58,7 @@ static __always_inline int from_node(struct __sk_buff *skb, __u32 l3_off)
 		return TC_ACT_UNSPEC;
 	if (nodeiso_allows(ID_HOST, ID_REMOTE_NODE, DIR_INGRESS, p.proto, p.dport))
 		return TC_ACT_UNSPEC;
-	__u64 now = bpf_ktime_get_ns();
+	__u64 now = now_ns();
 	if (p.proto == IPPROTO_UDP || p.proto == IPPROTO_SCTP) {
 		/* A reply to a flow this node opened (see cdo_to_node). */
 		struct ct_key k;
@@ -110,7 +110,7 @@ static __always_inline int to_node(struct __sk_buff *skb, __u32 l3_off)
 	if (lookup_identity(p.family, p.src).identity != ID_HOST ||
 	    lookup_identity(p.family, p.dst).identity != ID_REMOTE_NODE)
 		return TC_ACT_UNSPEC;
-	__u64 now = bpf_ktime_get_ns();
+	__u64 now = now_ns();
 	struct ct_key k;
 	__u8 origin;
 	struct ct_entry *e = ct_lookup(NODE_CT_IFINDEX, DIR_EGRESS, &p, now, &k, &origin);

@@ -37,6 +37,7 @@
 #include "../coordino.h"
 #include "parse.h"
 #include "policy.h"
+#include "clock.h"
 #include "events.h"
 #include "hostroute.h"
 
@@ -150,7 +151,7 @@ static __always_inline int tunnel_guard_underlay(struct __sk_buff *skb)
 	__u32 src = lookup_identity(p.family, p.src).identity;
 	if (src == ID_REMOTE_NODE)
 		return TC_ACT_UNSPEC;
-	emit(skb, NULL, DIR_INGRESS, &p, src, REASON_TUNNEL_INJECTION, bpf_ktime_get_ns());
+	emit(skb, NULL, DIR_INGRESS, &p, src, REASON_TUNNEL_INJECTION, now_ns());
 	count(DIR_INGRESS, REASON_TUNNEL_INJECTION, skb->len);
 	return TC_ACT_SHOT;
 }
