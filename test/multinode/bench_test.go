@@ -41,6 +41,12 @@ func benchSeconds() int { return envInt("COORDINO_BENCH_SECONDS", 2) }
 
 func benchRounds() int { return envInt("COORDINO_BENCH_ROUNDS", 7) }
 
+// benchIperfArgs are extra iperf3 client arguments for both sides of every
+// throughput pair (COORDINO_BENCH_IPERF_ARGS, space-separated): "-A 0,0"
+// runs client and server on CPU 0, which compares the paths' CPU per byte
+// without the second CPU's share of the work.
+func benchIperfArgs() []string { return strings.Fields(os.Getenv("COORDINO_BENCH_IPERF_ARGS")) }
+
 func envInt(name string, def int) int {
 	if s, err := strconv.Atoi(os.Getenv(name)); err == nil && s > 0 {
 		return s
@@ -69,8 +75,8 @@ func TestBenchMultinode(t *testing.T) {
 			plain := map[string]float64{}
 			measure := func(suffix string) {
 				for _, streams := range []int{1, 4} {
-					r := interleaved(func() float64 { return iperf(t, src.NS, dst.NS, dst.addr(false), streams) / 1e9 },
-						func() float64 { return iperf(t, refFrom, refTo, refAddr, streams) / 1e9 })
+					r := interleaved(func() float64 { return iperf(t, src.NS, dst.NS, dst.addr(false), streams, benchIperfArgs()...) / 1e9 },
+						func() float64 { return iperf(t, refFrom, refTo, refAddr, streams, benchIperfArgs()...) / 1e9 })
 					rows = append(rows, benchRow(m.name, fmt.Sprintf("TCP %d stream(s)%s", streams, suffix), "Gbit/s", refName, r, plain))
 				}
 				r := interleaved(func() float64 { return requestRate(t, src.NS, dst.NS, dst.addr(false)) },
@@ -83,7 +89,7 @@ func TestBenchMultinode(t *testing.T) {
 			measure(", policy loaded")
 		})
 	}
-	t.Logf("\n%d interleaved rounds of %d s per figure; medians, and the per-round ratios' range\n| mode | test | pod to pod | reference | ratio | ratio min–max | vs no policy |\n|---|---|---|---|---|---|---|\n%s", benchRounds(), benchSeconds(), joinLines(rows))
+	t.Logf("\n%d interleaved rounds of %d s per figure, iperf3 arguments %q; medians, and the per-round ratios' range\n| mode | test | pod to pod | reference | ratio | ratio min–max | vs no policy |\n|---|---|---|---|---|---|---|\n%s", benchRounds(), benchSeconds(), benchIperfArgs(), joinLines(rows))
 }
 
 // benchRow formats one figure; rows of the policy-loaded run (test names
