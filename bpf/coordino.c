@@ -157,9 +157,8 @@ static __always_inline int handle(struct __sk_buff *skb, __u8 dir, __u32 ifindex
 			return verdict(skb, dir, REASON_RELATED);
 	}
 
-	struct ipcache_value remote = remote_of(&p, dir);
 	__u32 reason;
-	switch (ct_track(ep, ifindex, dir, &p, &remote, revision, now)) {
+	switch (ct_track(ep, ifindex, dir, &p, revision, now)) {
 	case CT_ESTABLISHED:
 		reason = REASON_ESTABLISHED;
 		break;
@@ -167,16 +166,17 @@ static __always_inline int handle(struct __sk_buff *skb, __u8 dir, __u32 ifindex
 		reason = REASON_REPLY;
 		break;
 	case CT_REVOKED_HIT:
-		return drop(skb, ifindex, ep, dir, &p, remote.identity, REASON_POLICY_REVOKED, now);
+		return drop(skb, ifindex, ep, dir, &p, remote_of(&p, dir).identity, REASON_POLICY_REVOKED, now);
 	case CT_DEFERRED:
 		if (!(ep->flags & EP_EGRESS_ISOLATED)) {
 			reason = REASON_ESTABLISHED;
 			break;
 		}
 		return svc_defer(skb, ep, ifindex, &p, cfg, revision, now, 0);
-	default:
+	default: {
 		if (dir == DIR_EGRESS && svc_deferred(ep, &p))
 			return svc_defer(skb, ep, ifindex, &p, cfg, revision, now, 1);
+		struct ipcache_value remote = remote_of(&p, dir);
 		reason = decide(ep, dir, &remote, p.proto, p.dport);
 		if (!allowed(reason))
 			return drop(skb, ifindex, ep, dir, &p, remote.identity, reason, now);
@@ -198,6 +198,7 @@ static __always_inline int handle(struct __sk_buff *skb, __u8 dir, __u32 ifindex
 		}
 		if (observed)
 			emit_on(ifindex, ep, dir, &p, remote.identity, reason, now);
+	}
 	}
 	if (p.frag == FRAG_FIRST)
 		frag_remember(ifindex, &p, now);

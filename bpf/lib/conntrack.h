@@ -133,10 +133,10 @@ static __always_inline int ct_still_allowed(const struct endpoint_info *ep, cons
 }
 
 /* ct_track looks up p and updates its entry: re-decision after a policy
- * change, reply and closing state, last use. */
+ * change, reply and closing state, last use. The peer's identity is looked
+ * up only for a re-decision: a flow's other packets do not need it. */
 static __always_inline int ct_track(const struct endpoint_info *ep, __u32 ifindex, __u8 dir,
-				    const struct packet *p, const struct ipcache_value *remote,
-				    __u32 revision, __u64 now)
+				    const struct packet *p, __u32 revision, __u64 now)
 {
 	struct ct_key k;
 	__u8 origin;
@@ -144,10 +144,11 @@ static __always_inline int ct_track(const struct endpoint_info *ep, __u32 ifinde
 	if (!e)
 		return CT_NEW;
 	if (e->revision != revision) {
+		struct ipcache_value remote = remote_of(p, dir);
 		if (e->flags & CT_SERVICE) {
 			/* Only the post-DNAT hook knows the backend (lib/service.h). */
 			e->flags = (e->flags & ~CT_REVOKED) | CT_SVC_PENDING;
-		} else if (ct_still_allowed(ep, &k, e, remote)) {
+		} else if (ct_still_allowed(ep, &k, e, &remote)) {
 			e->flags &= ~CT_REVOKED;
 		} else if (!(e->flags & CT_REVOKED)) {
 			e->flags |= CT_REVOKED;
