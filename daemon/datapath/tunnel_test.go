@@ -10,6 +10,7 @@ import (
 
 	"github.com/coordino/coordino/bpf"
 	"github.com/coordino/coordino/daemon/datapath/internal/testnet"
+	"github.com/coordino/coordino/daemon/routing"
 )
 
 // TestTunnelConfig: the eBPF tunnel and the VXLAN guard share cdo_tunnel
@@ -41,13 +42,13 @@ func TestTunnelConfig(t *testing.T) {
 		}
 	}
 	want("new", 0, 0, 0)
-	if err := c.dp.SetVXLANGuard(8472); err != nil {
+	if err := c.dp.SetVXLANGuard(routing.DefaultVXLANPort); err != nil {
 		t.Fatal(err)
 	}
-	want("guard on", tunnelGuard, 8472, 0)
+	want("guard on", tunnelGuard, routing.DefaultVXLANPort, 0)
 	tun := &Tunnel{
 		Self: TunnelEndpoint{Addr: netip.MustParseAddr("192.0.2.1"), MAC: net.HardwareAddr{2, 0, 0, 0, 0, 1}},
-		Port: 8472, VNI: 1,
+		Port: routing.DefaultVXLANPort, VNI: 1,
 		Peers: map[netip.Prefix]TunnelEndpoint{
 			netip.MustParsePrefix("10.10.1.0/24"):   {Addr: netip.MustParseAddr("192.0.2.2"), MAC: net.HardwareAddr{2, 0, 0, 0, 0, 2}},
 			netip.MustParsePrefix("fd00:10:1::/64"): {Addr: netip.MustParseAddr("192.0.2.2"), MAC: net.HardwareAddr{2, 0, 0, 0, 0, 2}},
@@ -56,32 +57,32 @@ func TestTunnelConfig(t *testing.T) {
 	if err := c.dp.SetTunnel(tun); err != nil {
 		t.Fatal(err)
 	}
-	want("tunnel on", tunnelGuard|tunnelOn, 8472, 2)
+	want("tunnel on", tunnelGuard|tunnelOn, routing.DefaultVXLANPort, 2)
 	if err := c.dp.Close(); err != nil {
 		t.Fatal(err)
 	}
 	c.open()
-	want("after restart", tunnelGuard|tunnelOn, 8472, 2)
-	if err := c.dp.SetVXLANGuard(8472); err != nil { // what a restarted daemon does first
+	want("after restart", tunnelGuard|tunnelOn, routing.DefaultVXLANPort, 2)
+	if err := c.dp.SetVXLANGuard(routing.DefaultVXLANPort); err != nil { // what a restarted daemon does first
 		t.Fatal(err)
 	}
-	want("guard set again after restart", tunnelGuard|tunnelOn, 8472, 2)
+	want("guard set again after restart", tunnelGuard|tunnelOn, routing.DefaultVXLANPort, 2)
 	delete(tun.Peers, netip.MustParsePrefix("fd00:10:1::/64"))
 	if err := c.dp.SetTunnel(tun); err != nil {
 		t.Fatal(err)
 	}
-	want("a block gone", tunnelGuard|tunnelOn, 8472, 1)
+	want("a block gone", tunnelGuard|tunnelOn, routing.DefaultVXLANPort, 1)
 	if err := c.dp.SetTunnel(nil); err != nil {
 		t.Fatal(err)
 	}
-	want("tunnel off", tunnelGuard, 8472, 0)
+	want("tunnel off", tunnelGuard, routing.DefaultVXLANPort, 0)
 	if err := c.dp.SetVXLANGuard(0); err != nil {
 		t.Fatal(err)
 	}
 	if cfg, _ := read(); cfg.Flags != 0 {
 		t.Fatalf("guard off: flags %d, want 0", cfg.Flags)
 	}
-	bad := &Tunnel{Self: TunnelEndpoint{Addr: netip.MustParseAddr("2001:db8::1"), MAC: tun.Self.MAC}, Port: 8472, VNI: 1}
+	bad := &Tunnel{Self: TunnelEndpoint{Addr: netip.MustParseAddr("2001:db8::1"), MAC: tun.Self.MAC}, Port: routing.DefaultVXLANPort, VNI: 1}
 	if err := c.dp.SetTunnel(bad); err == nil {
 		t.Fatal("an IPv6 VTEP was accepted")
 	}
@@ -116,11 +117,11 @@ func tunnelCluster(t testing.TB) *cluster {
 	if err := c.dp.SetRemoteNodeIPs([]netip.Addr{peerNode}); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.dp.SetVXLANGuard(8472); err != nil {
+	if err := c.dp.SetVXLANGuard(routing.DefaultVXLANPort); err != nil {
 		t.Fatal(err)
 	}
 	if err := c.dp.SetTunnel(&Tunnel{
-		Self: TunnelEndpoint{Addr: testnet.NodeIP, MAC: tunnelMAC}, Port: 8472, VNI: 1,
+		Self: TunnelEndpoint{Addr: testnet.NodeIP, MAC: tunnelMAC}, Port: routing.DefaultVXLANPort, VNI: 1,
 		Peers: map[netip.Prefix]TunnelEndpoint{peerBlock: {Addr: peerNode, MAC: tunnelMAC}},
 	}); err != nil {
 		t.Fatal(err)
@@ -165,7 +166,7 @@ func TestTunnelDecap(t *testing.T) {
 	inner := func(src, dst netip.Addr) []byte {
 		return eth(etherIPv4, ipv4(src, dst, protoTCP, ip4opts{ttl: 9}, tcp(1234, 80, tcpSYN)))
 	}
-	ret, out := runUnderlay(t, c, vxlanPacket(peerNode, testnet.NodeIP, 8472, vxlanVNI1, inner(peerPod, b)))
+	ret, out := runUnderlay(t, c, vxlanPacket(peerNode, testnet.NodeIP, routing.DefaultVXLANPort, vxlanVNI1, inner(peerPod, b)))
 	if ret != actRedirect {
 		t.Fatalf("peer pod -> b: verdict %d, want redirect (%d)", ret, actRedirect)
 	}
@@ -181,13 +182,13 @@ func TestTunnelDecap(t *testing.T) {
 		f    []byte
 		want uint32
 	}{
-		{"another VNI", vxlanPacket(peerNode, testnet.NodeIP, 8472, []byte{0x08, 0, 0, 0, 0, 0, 2, 0}, inner(peerPod, b)), actPass},
-		{"no VNI flag", vxlanPacket(peerNode, testnet.NodeIP, 8472, []byte{0, 0, 0, 0, 0, 0, 1, 0}, inner(peerPod, b)), actPass},
-		{"another port", vxlanPacket(peerNode, testnet.NodeIP, 8473, vxlanVNI1, inner(peerPod, b)), actPass},
-		{"inner source in no peer block", vxlanPacket(peerNode, testnet.NodeIP, 8472, vxlanVNI1, inner(podIPs["ext"], b)), actPass},
-		{"inner destination no local pod", vxlanPacket(peerNode, testnet.NodeIP, 8472, vxlanVNI1, inner(peerPod, netip.MustParseAddr("10.99.0.1"))), actPass},
-		{"truncated inner packet", vxlanPacket(peerNode, testnet.NodeIP, 8472, vxlanVNI1, inner(peerPod, b)[:30]), actPass},
-		{"from no peer node", vxlanPacket(netip.MustParseAddr("192.0.2.77"), testnet.NodeIP, 8472, vxlanVNI1, inner(peerPod, b)), actShot},
+		{"another VNI", vxlanPacket(peerNode, testnet.NodeIP, routing.DefaultVXLANPort, []byte{0x08, 0, 0, 0, 0, 0, 2, 0}, inner(peerPod, b)), actPass},
+		{"no VNI flag", vxlanPacket(peerNode, testnet.NodeIP, routing.DefaultVXLANPort, []byte{0, 0, 0, 0, 0, 0, 1, 0}, inner(peerPod, b)), actPass},
+		{"another port", vxlanPacket(peerNode, testnet.NodeIP, routing.DefaultVXLANPort+1, vxlanVNI1, inner(peerPod, b)), actPass},
+		{"inner source in no peer block", vxlanPacket(peerNode, testnet.NodeIP, routing.DefaultVXLANPort, vxlanVNI1, inner(podIPs["ext"], b)), actPass},
+		{"inner destination no local pod", vxlanPacket(peerNode, testnet.NodeIP, routing.DefaultVXLANPort, vxlanVNI1, inner(peerPod, netip.MustParseAddr("10.99.0.1"))), actPass},
+		{"truncated inner packet", vxlanPacket(peerNode, testnet.NodeIP, routing.DefaultVXLANPort, vxlanVNI1, inner(peerPod, b)[:30]), actPass},
+		{"from no peer node", vxlanPacket(netip.MustParseAddr("192.0.2.77"), testnet.NodeIP, routing.DefaultVXLANPort, vxlanVNI1, inner(peerPod, b)), actShot},
 	} {
 		ret, out := runUnderlay(t, c, tc.f)
 		if ret != tc.want {
@@ -215,7 +216,7 @@ func FuzzTunnelDecapNeverFailsOpen(f *testing.F) {
 		// BPF_PROG_TEST_RUN refuses frames over a page less the skb's head-
 		// and tailroom (3,712 bytes on x86-64); the programs read headers.
 		hdr, inner = hdr[:min(len(hdr), 64)], inner[:min(len(inner), 2048)]
-		in := vxlanPacket(peerNode, testnet.NodeIP, 8472, hdr, inner)
+		in := vxlanPacket(peerNode, testnet.NodeIP, routing.DefaultVXLANPort, hdr, inner)
 		ret, out := runUnderlay(t, c, in)
 		if ret == actRedirect {
 			t.Fatalf("fail-open: redirected into b, which denies all ingress: % x", in)

@@ -58,16 +58,11 @@ func addServingPods(t *testing.T, c *cluster) {
 	for _, n := range c.nodes {
 		p := c.addPod(n)
 		for _, v6 := range []bool{false, true} {
-			stop, err := harness.Serve(p.NS, p.addr(v6), namePort, p.Name)
+			stop, err := serveEcho(p, v6)
 			if err != nil {
 				t.Fatal(err)
 			}
 			t.Cleanup(stop)
-			stopEcho, err := harness.ServeTCPEcho(p.NS, p.addr(v6), echoPort)
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(stopEcho)
 		}
 	}
 }

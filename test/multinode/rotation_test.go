@@ -23,16 +23,7 @@ import (
 func TestWireGuardKeyRotation(t *testing.T) {
 	start := time.Now()
 	c := newCluster(t, wgUser, 3)
-	for _, n := range c.nodes {
-		p := c.addPod(n)
-		for _, v6 := range []bool{false, true} {
-			stop, err := serveEcho(p, v6)
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(stop)
-		}
-	}
+	addServingPods(t, c)
 	n0, n1, n2 := c.nodes[0], c.nodes[1], c.nodes[2]
 	var streams []*stream
 	for _, v6 := range []bool{false, true} {
