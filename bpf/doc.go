@@ -5,3 +5,4 @@ package bpf
 
 //go:generate go tool bpf2go -tags linux -go-package bpf -output-stem coordino -cc clang -cflags "-O2 -g -Wall -Werror -I/usr/include/x86_64-linux-gnu" -type endpoint_info -type ipcache_key -type ipcache_value -type policy_key -type policy_value -type ct_key -type ct_entry -type ct_stat -type ep_addr_key -type config -type counter -type flow_event -type nodeiso_config -type nodeiso_flag -type local_ep_key -type local_ep -type hostroute_stat -type tunnel_config -type tunnel_peer -type reason -type direction -target bpfel Coordino coordino.c
 //go:generate go tool bpf2go -tags linux -go-package bpf -output-stem coordino_svc -cc clang -cflags "-O2 -g -Wall -Werror -I/usr/include/x86_64-linux-gnu" -target bpfel CoordinoSvc coordino_svc.c
+//go:generate go tool bpf2go -tags linux -go-package bpf -output-stem coordino_count -cc clang -cflags "-O2 -g -Wall -Werror -I/usr/include/x86_64-linux-gnu" -type map_count -target bpfel CoordinoCount coordino_count.c

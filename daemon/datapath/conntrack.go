@@ -117,8 +117,14 @@ func (d *Datapath) ctStat(slot bpf.CoordinoCtStat) (uint64, error) {
 	return sum, nil
 }
 
-// conntrackEntries counts the table's entries.
+// conntrackEntries counts the table's entries: from the kernel's count
+// where it has one, else by reading the table.
 func (d *Datapath) conntrackEntries() (int, error) {
+	if d.ctCounter != nil {
+		if n, err := d.ctCounter.count(); err == nil {
+			return n, nil
+		}
+	}
 	n := 0
 	err := d.walkConntrack(func(*bpf.CoordinoCtKey, *bpf.CoordinoCtEntry) { n++ })
 	return n, err

@@ -144,6 +144,9 @@ type Datapath struct {
 	purger *ctPurger
 	// ctWalks counts full reads of the conntrack table.
 	ctWalks atomic.Uint64
+	// ctCounter counts the conntrack table's entries without reading it;
+	// nil where the kernel cannot (mapcount.go).
+	ctCounter *mapCounter
 }
 
 // Open loads the BPF objects and creates, or adopts, the pinned maps, the
@@ -226,6 +229,7 @@ func Open(cfg Config) (*Datapath, error) {
 		d.objs.Close()
 		return nil, fmt.Errorf("datapath: rtnetlink socket: %w", err)
 	}
+	d.ctCounter = openMapCounter(d.objs.CdoConntrack, d.log)
 	go d.runPurger()
 	d.metrics = newMetrics(d)
 	d.ifKeys.Store(&map[uint32]string{})
@@ -322,6 +326,9 @@ func (d *Datapath) Close() error {
 	}
 	if d.state != nil {
 		errs = append(errs, d.state.Close())
+	}
+	if d.ctCounter != nil {
+		errs = append(errs, d.ctCounter.Close())
 	}
 	errs = append(errs, d.objs.Close())
 	d.tc.Close()
