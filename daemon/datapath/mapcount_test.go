@@ -62,6 +62,9 @@ func TestConntrackCountWithoutReading(t *testing.T) {
 // of the default size: the kernel's count against reading the table.
 func BenchmarkConntrackCount(b *testing.B) {
 	d := openBare(b, 1<<18)
+	if d.ctCounter == nil {
+		b.Fatal("no map entry counter on this kernel")
+	}
 	fillConntrack(b, d, 1<<18-1000, 500)
 	for _, bc := range []struct {
 		name  string
