@@ -39,7 +39,7 @@ func TestConntrackCountWithoutReading(t *testing.T) {
 	if n := check("empty"); n != 0 {
 		t.Errorf("empty table counted %d", n)
 	}
-	gone, kept := fillConntrack(t, d, 3000, 100)
+	gone, kept := fillConntrack(t, d, 2000, 100)
 	if n := check("filled"); n != len(gone)+len(kept) {
 		t.Errorf("filled: %d entries, want %d", n, len(gone)+len(kept))
 	}
