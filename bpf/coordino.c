@@ -244,15 +244,16 @@ int cdo_to_ep(struct __sk_buff *skb)
  * it (the redirected packet never crosses the host interface's egress),
  * and an allowed packet is redirected into the pod. On the underlay
  * (underlay set), a VXLAN packet carrying such a packet is decapsulated
- * first (lib/tunnel.h). Anything not eligible (lib/hostroute.h) continues
- * on the normal path, untouched. */
-static __always_inline int to_local_pod(struct __sk_buff *skb, int underlay)
+ * first (lib/tunnel.h; from_peer_node: the guard found its source to be a
+ * peer node). Anything not eligible (lib/hostroute.h) continues on the
+ * normal path, untouched. */
+static __always_inline int to_local_pod(struct __sk_buff *skb, int underlay, int from_peer_node)
 {
 	struct hr_packet h = {};
 	struct local_ep ep;
 	if (skb->pkt_type != HR_PACKET_HOST || !hostroute_on() || !hr_parse(skb, &h))
 		return TC_ACT_UNSPEC;
-	int tunnelled = underlay && tunnel_inner(skb, &h);
+	int tunnelled = underlay && tunnel_inner(skb, &h, from_peer_node);
 	if (!hr_from_peer(&h) || !hr_local_ep(&h, &ep) || hr_host_tracked(skb, &h))
 		return TC_ACT_UNSPEC;
 	if (tunnelled) {
@@ -271,5 +272,5 @@ static __always_inline int to_local_pod(struct __sk_buff *skb, int underlay)
 SEC("tc")
 int cdo_from_tunnel(struct __sk_buff *skb)
 {
-	return to_local_pod(skb, 0);
+	return to_local_pod(skb, 0, 0);
 }

@@ -73,17 +73,18 @@ static __always_inline int from_node(struct __sk_buff *skb, __u32 l3_off)
 
 /* Host routing's ingress (coordino.c): the underlay is where other nodes'
  * pod traffic arrives, in direct routing and through the eBPF tunnel. */
-static __always_inline int to_local_pod(struct __sk_buff *skb, int underlay);
+static __always_inline int to_local_pod(struct __sk_buff *skb, int underlay, int from_peer_node);
 
 /* cdo_from_node runs on the ingress of the node's underlay (Ethernet). */
 SEC("tc")
 int cdo_from_node(struct __sk_buff *skb)
 {
-	int rc = tunnel_guard_underlay(skb);
+	int from_peer_node = 0;
+	int rc = tunnel_guard_underlay(skb, &from_peer_node);
 	if (rc != TC_ACT_UNSPEC)
 		return rc;
 	rc = from_node(skb, ETH_HLEN);
-	return rc == TC_ACT_UNSPEC ? to_local_pod(skb, 1) : rc;
+	return rc == TC_ACT_UNSPEC ? to_local_pod(skb, 1, from_peer_node) : rc;
 }
 
 /* cdo_from_node_l3 runs on the ingress of an L3 device (WireGuard TUN). */

@@ -122,8 +122,10 @@ static __always_inline int tunnel_injection_from_pod(const struct packet *p)
 /* tunnel_guard_underlay judges a packet arriving on the underlay: UDP to
  * this node's VXLAN port from an address that is no peer node's is
  * dropped (counted, reported without an endpoint); anything else passes
- * (TC_ACT_UNSPEC). Only packets that may be UDP are parsed. */
-static __always_inline int tunnel_guard_underlay(struct __sk_buff *skb)
+ * (TC_ACT_UNSPEC). *from_peer_node is set when the packet passed because
+ * its source is a peer node's, so that decapsulation need not ask again.
+ * Only packets that may be UDP are parsed. */
+static __always_inline int tunnel_guard_underlay(struct __sk_buff *skb, int *from_peer_node)
 {
 	__u8 family, next;
 	if (skb->protocol == bpf_htons(ETH_P_IP)) {
@@ -141,16 +143,22 @@ static __always_inline int tunnel_guard_underlay(struct __sk_buff *skb)
 	 * precede UDP. */
 	if (next == IPPROTO_TCP || next == IPPROTO_ICMP || next == IPPROTO_ICMPV6)
 		return TC_ACT_UNSPEC;
-	if (!tunnel_config_if(TUNNEL_GUARD))
+	const struct tunnel_config *tc = tunnel_config_if(TUNNEL_GUARD);
+	if (!tc)
 		return TC_ACT_UNSPEC;
 	struct packet p = {};
 	if (parse_ip(skb, ETH_HLEN, family, &p, 0) != PARSE_OK || !tunnel_guard_port(&p))
 		return TC_ACT_UNSPEC;
-	if (lookup_identity(p.family, p.dst).identity != ID_HOST)
+	/* This node's VTEP address is one of its own: the common case skips
+	 * the ipcache. */
+	int to_vtep = family == 4 && tc->src && __builtin_memcmp(p.dst, &tc->src, 4) == 0;
+	if (!to_vtep && lookup_identity(p.family, p.dst).identity != ID_HOST)
 		return TC_ACT_UNSPEC;
 	__u32 src = lookup_identity(p.family, p.src).identity;
-	if (src == ID_REMOTE_NODE)
+	if (src == ID_REMOTE_NODE) {
+		*from_peer_node = 1;
 		return TC_ACT_UNSPEC;
+	}
 	emit(skb, NULL, DIR_INGRESS, &p, src, REASON_TUNNEL_INJECTION, now_ns());
 	count(DIR_INGRESS, REASON_TUNNEL_INJECTION, skb->len);
 	return TC_ACT_SHOT;
@@ -257,15 +265,16 @@ static __always_inline int tunnel_encap(struct __sk_buff *skb, const struct hr_p
 
 /* tunnel_inner: if h (an underlay packet addressed to this host) is VXLAN
  * from a peer node to this node's VTEP, on the tunnel's VNI, h becomes the
- * pod packet it carries and the result is 1; 0 leaves h as it was. */
-static __always_inline int tunnel_inner(struct __sk_buff *skb, struct hr_packet *h)
+ * pod packet it carries and the result is 1; 0 leaves h as it was.
+ * from_peer_node: the guard already found h's source to be a peer node. */
+static __always_inline int tunnel_inner(struct __sk_buff *skb, struct hr_packet *h, int from_peer_node)
 {
 	if (h->family != 4 || h->proto != IPPROTO_UDP)
 		return 0;
 	const struct tunnel_config *tc = tunnel_config();
 	if (!tc || h->dport != tc->port || __builtin_memcmp(h->dst, &tc->src, 4) != 0)
 		return 0;
-	if (lookup_identity(4, h->src).identity != ID_REMOTE_NODE)
+	if (!from_peer_node && lookup_identity(4, h->src).identity != ID_REMOTE_NODE)
 		return 0;
 	struct {
 		__u8 flags;
