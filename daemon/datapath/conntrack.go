@@ -125,6 +125,11 @@ func (d *Datapath) conntrackEntries() (int, error) {
 			return n, nil
 		}
 	}
+	return d.conntrackEntriesRead()
+}
+
+// conntrackEntriesRead counts the table's entries by reading all of them.
+func (d *Datapath) conntrackEntriesRead() (int, error) {
 	n := 0
 	err := d.walkConntrack(func(*bpf.CoordinoCtKey, *bpf.CoordinoCtEntry) { n++ })
 	return n, err

@@ -27,8 +27,8 @@ func TestConntrackCountWithoutReading(t *testing.T) {
 		if w := d.ctWalks.Load() - walks; w != 0 {
 			t.Errorf("%s: counting read the table %d times", stage, w)
 		}
-		walked := 0
-		if err := d.walkConntrack(func(*bpf.CoordinoCtKey, *bpf.CoordinoCtEntry) { walked++ }); err != nil {
+		walked, err := d.conntrackEntriesRead()
+		if err != nil {
 			t.Fatal(err)
 		}
 		if n != walked {
@@ -71,11 +71,7 @@ func BenchmarkConntrackCount(b *testing.B) {
 		count func() (int, error)
 	}{
 		{"kernel-count", d.ctCounter.count},
-		{"walk", func() (int, error) {
-			n := 0
-			err := d.walkConntrack(func(*bpf.CoordinoCtKey, *bpf.CoordinoCtEntry) { n++ })
-			return n, err
-		}},
+		{"walk", d.conntrackEntriesRead},
 	} {
 		b.Run(bc.name, func(b *testing.B) {
 			for b.Loop() {
