@@ -5,6 +5,7 @@ package multinode
 import (
 	"errors"
 	"fmt"
+	"net/netip"
 	"os"
 	"sort"
 	"strings"
@@ -12,6 +13,7 @@ import (
 	"time"
 
 	"github.com/cilium/ebpf"
+	"github.com/containernetworking/plugins/pkg/ns"
 	"golang.org/x/sys/unix"
 )
 
@@ -37,37 +39,28 @@ func TestBenchProgramCost(t *testing.T) {
 		t.Run(m.name, func(t *testing.T) {
 			c := newCluster(t, m, 2)
 			src, dst := c.addPod(c.nodes[0]), c.addPod(c.nodes[1])
-			from, to, addr := c.nodes[0].NS, c.nodes[1].NS, c.nodes[1].address(false)
+			paths := []struct {
+				name     string
+				from, to ns.NetNS
+				addr     netip.Addr
+			}{
+				{"pod to pod", src.NS, dst.NS, dst.addr(false)},
+				{"underlay", c.nodes[0].NS, c.nodes[1].NS, c.nodes[1].address(false)},
+			}
 			for _, w := range []struct {
 				name string
-				run  func(pods bool)
+				run  func(from, to ns.NetNS, addr netip.Addr)
 			}{
-				{"request/response", func(pods bool) {
-					if pods {
-						requestRate(t, src.NS, dst.NS, dst.addr(false))
-					} else {
-						requestRate(t, from, to, addr)
-					}
-				}},
-				{"TCP 1 stream", func(pods bool) {
-					if pods {
-						iperf(t, src.NS, dst.NS, dst.addr(false), 1)
-					} else {
-						iperf(t, from, to, addr, 1)
-					}
-				}},
+				{"request/response", func(from, to ns.NetNS, addr netip.Addr) { requestRate(t, from, to, addr) }},
+				{"TCP 1 stream", func(from, to ns.NetNS, addr netip.Addr) { iperf(t, from, to, addr, 1) }},
 			} {
-				for _, pods := range []bool{true, false} {
-					traffic := "pod to pod"
-					if !pods {
-						traffic = "underlay"
-					}
+				for _, path := range paths {
 					before := programStats(t)
 					for i := 0; i < benchRounds(); i++ {
-						w.run(pods)
+						w.run(path.from, path.to, path.addr)
 					}
 					for _, p := range programCosts(before, programStats(t)) {
-						rows = append(rows, fmt.Sprintf("| %s | %s, %s | %s | %d | %.0f |", m.name, w.name, traffic, p.name, p.runs, p.nsPerRun))
+						rows = append(rows, fmt.Sprintf("| %s | %s, %s | %s | %d | %.0f |", m.name, w.name, path.name, p.name, p.runs, p.nsPerRun))
 					}
 				}
 			}
