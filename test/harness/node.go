@@ -318,7 +318,6 @@ func (n *Node) Close() {
 	}
 	_ = syscall.Unmount(n.bpffs(), syscall.MNT_DETACH)
 	if n.NS != nil {
-		_ = n.NS.Close()
-		_ = testutils.UnmountNS(n.NS)
+		removeNS(n.NS)
 	}
 }

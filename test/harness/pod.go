@@ -5,11 +5,13 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"os"
 	"time"
 
 	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/containernetworking/plugins/pkg/testutils"
 	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
 )
 
 // Pod is a network namespace standing in for a pod sandbox.
@@ -42,10 +44,20 @@ func NewPod(name string) (*Pod, error) {
 // Close removes the pod netns (a pinned copy stays alive until DEL).
 func (p *Pod) Close() {
 	if p.NS != nil {
-		_ = p.NS.Close()
-		_ = testutils.UnmountNS(p.NS)
+		removeNS(p.NS)
 		p.NS = nil
 	}
+}
+
+// removeNS closes n and deletes its /run/netns file. The unmount is lazy:
+// a child being forked meanwhile (os/exec in another goroutine, e.g. a
+// daemon restart) holds a copy of n's fd until it execs, and a plain
+// unmount (testutils.UnmountNS) then fails with EBUSY and leaves the
+// namespace mounted for good.
+func removeNS(n ns.NetNS) {
+	_ = n.Close()
+	_ = unix.Unmount(n.Path(), unix.MNT_DETACH)
+	_ = os.Remove(n.Path())
 }
 
 // Serve accepts TCP connections on addr:port inside the netns and answers
