@@ -89,9 +89,12 @@ static __always_inline int svc_defer(struct __sk_buff *skb, const struct endpoin
 		return drop(skb, ifindex, ep, DIR_EGRESS, p, ID_WORLD, REASON_SERVICE_UNENFORCEABLE, now);
 	if (create)
 		ct_create(ifindex, DIR_EGRESS, p, revision, now, CT_SERVICE | CT_SVC_PENDING);
+	/* Where the veth is a bridge port, this entry is the only way the
+	 * post-DNAT program learns whose flow it is: without it, fail closed. */
 	struct ct_key k;
 	svc_pending_key(&k, p);
-	bpf_map_update_elem(&cdo_svc_pending, &k, &ifindex, BPF_ANY);
+	if (bpf_map_update_elem(&cdo_svc_pending, &k, &ifindex, BPF_ANY))
+		return drop(skb, ifindex, ep, DIR_EGRESS, p, ID_WORLD, REASON_SERVICE_UNENFORCEABLE, now);
 	if (p->frag == FRAG_FIRST)
 		frag_remember(ifindex, p, now);
 	return TC_ACT_UNSPEC;

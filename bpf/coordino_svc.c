@@ -106,12 +106,12 @@ int cdo_svc(struct bpf_nf_ctx___cdo *ctx)
 {
 	const struct nf_hook_state___cdo *state = ctx->state;
 	struct sk_buff___cdo *skb = ctx->skb;
-	struct net_device___cdo *in = state->in;
-	if (!in)
-		return NF_ACCEPT;
 	/* From a pod's veth: only egress-isolated pods defer. From elsewhere
-	 * (a bridge its veth is a port of): cdo_svc_pending names the pod. */
-	__u32 ifindex = in->ifindex;
+	 * (a bridge its veth is a port of): cdo_svc_pending names the pod.
+	 * PREROUTING always has an input device; BPF_PROG_TEST_RUN leaves it
+	 * unset, and index 0 is no endpoint's. */
+	struct net_device___cdo *in = state->in;
+	__u32 ifindex = in ? in->ifindex : 0;
 	struct endpoint_info *ep = bpf_map_lookup_elem(&cdo_endpoints, &ifindex);
 	if (ep && !(ep->flags & EP_EGRESS_ISOLATED))
 		return NF_ACCEPT;
@@ -146,38 +146,47 @@ int cdo_svc(struct bpf_nf_ctx___cdo *ctx)
 		__builtin_memcpy(orig.dst, dst, 16);
 		orig.dport = dport;
 	}
+	/* The pending entry names the endpoint; from a pod's veth the input
+	 * device already does. Neither map entry is proof the flow was
+	 * decided: LRU maps a pod can fill may lose them between the tc
+	 * program and here, so from a known egress-isolated endpoint a flow
+	 * is decided now unless its conntrack entry says it was already. */
 	struct ct_key pk;
 	svc_pending_key(&pk, &orig);
 	__u32 *owner = bpf_map_lookup_elem(&cdo_svc_pending, &pk);
-	if (!owner)
-		return NF_ACCEPT; /* not deferred by a tc program */
-	ifindex = *owner;
-	bpf_map_delete_elem(&cdo_svc_pending, &pk);
-	ep = bpf_map_lookup_elem(&cdo_endpoints, &ifindex);
+	if (owner) {
+		ifindex = *owner;
+		bpf_map_delete_elem(&cdo_svc_pending, &pk);
+		ep = bpf_map_lookup_elem(&cdo_endpoints, &ifindex);
+	}
 	if (!ep || !(ep->flags & EP_EGRESS_ISOLATED))
-		return NF_ACCEPT;
+		return NF_ACCEPT; /* not from an egress-isolated endpoint */
 	__u64 now = bpf_ktime_get_ns();
 	struct ct_key k;
 	__u8 origin;
 	struct ct_entry *e = ct_lookup(ifindex, DIR_EGRESS, &orig, now, &k, &origin);
-	if (!e || origin != DIR_EGRESS || !(e->flags & CT_SVC_PENDING))
-		return NF_ACCEPT;
+	if (e && (origin != DIR_EGRESS || !(e->flags & CT_SVC_PENDING)))
+		return NF_ACCEPT; /* decided before: established or a reply */
 
 	__u32 zero = 0;
 	struct config *cfg = bpf_map_lookup_elem(&cdo_config, &zero);
 	struct ipcache_value remote = remote_of(&p, DIR_EGRESS);
 	__u32 reason = decide(ep, DIR_EGRESS, &remote, p.proto, p.dport);
 	if (allowed(reason)) {
-		e->flags = (e->flags & ~CT_SVC_PENDING) | CT_SVC_ALLOWED;
-		if (cfg) {
-			e->revision = cfg->policy_revision;
-			if (cfg->flags & CFG_EMIT_ALLOWED)
-				emit_on(ifindex, ep, DIR_EGRESS, &p, remote.identity, reason, now);
+		/* Without an entry the next packet is deferred and decided again. */
+		if (e) {
+			e->flags = (e->flags & ~CT_SVC_PENDING) | CT_SVC_ALLOWED;
+			if (cfg)
+				e->revision = cfg->policy_revision;
 		}
+		if (cfg && (cfg->flags & CFG_EMIT_ALLOWED))
+			emit_on(ifindex, ep, DIR_EGRESS, &p, remote.identity, reason, now);
 		count(DIR_EGRESS, reason, skb->len);
 		return NF_ACCEPT;
 	}
-	if (e->flags & CT_SVC_ALLOWED) {
+	if (!e) {
+		/* Nothing to clear. */
+	} else if (e->flags & CT_SVC_ALLOWED) {
 		/* Allowed before a policy change: a tombstone, like lib/conntrack.h. */
 		e->flags = (e->flags & ~CT_SVC_PENDING) | CT_REVOKED;
 		e->last_seen_ns = now;

@@ -35,9 +35,11 @@ struct {
  * netfilter program finds the endpoint by the packet's input device, which
  * is the pod's host veth in routed setups; where the veth is a bridge port
  * (chained after a bridge CNI) the input device is the bridge, and this map
- * names the endpoint instead. Written for every deferred packet, so LRU
- * eviction between the tc program's write and the netfilter program's
- * read, microseconds later, would take 64k other deferred flows. */
+ * names the endpoint instead. A pod can fill it with frames that never
+ * reach PREROUTING (another host's MAC, say), and a full LRU map may hand
+ * a fresh entry to another CPU's insert before the netfilter program reads
+ * it: so a failed write drops the packet, and a missing entry from a pod's
+ * veth is decided by the input device (coordino_svc.c). */
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
 	__uint(max_entries, 65536);

@@ -98,38 +98,9 @@ func (d *Datapath) ServiceHookError() error {
 // daemon restart keeps Service flows decided; the new links are attached
 // before the old pins are replaced, so there is no gap.
 func (d *Datapath) attachServiceHook() error {
-	spec, err := bpf.LoadCoordinoSvc()
+	objs, err := d.loadServiceProgram()
 	if err != nil {
-		return fmt.Errorf("load post-DNAT spec: %w", err)
-	}
-	var objs bpf.CoordinoSvcPrograms
-	maps := d.objs.CoordinoMaps
-	opts := &ebpf.CollectionOptions{MapReplacements: map[string]*ebpf.Map{
-		"cdo_config": maps.CdoConfig, "cdo_conntrack": maps.CdoConntrack, "cdo_ct_stats": maps.CdoCtStats,
-		"cdo_endpoints": maps.CdoEndpoints, "cdo_ev_budget": maps.CdoEvBudget, "cdo_flows": maps.CdoFlows,
-		"cdo_ipcache": maps.CdoIpcache, "cdo_policy": maps.CdoPolicy, "cdo_verdicts": maps.CdoVerdicts,
-		"cdo_svc_cidrs": maps.CdoSvcCidrs, "cdo_svc_pending": maps.CdoSvcPending,
-		"cdo_nodeiso": maps.CdoNodeiso, "cdo_nodeiso_cfg": maps.CdoNodeisoCfg,
-	}}
-	// A map the post-DNAT program would get a private copy of silently
-	// decides on empty state (e.g. no policy): refuse to load instead.
-	for name, ms := range spec.Maps {
-		m, shared := opts.MapReplacements[name]
-		if !shared && !strings.HasPrefix(name, ".") {
-			return fmt.Errorf("load post-DNAT program: map %s is not shared with the tc programs", name)
-		}
-		if shared {
-			// Sizes are flags (--ipcache-map-size, --conntrack-size, ...):
-			// the spec takes the size of the map it shares, not the C default.
-			ms.MaxEntries = m.MaxEntries()
-		}
-	}
-	if err := spec.LoadAndAssign(&objs, opts); err != nil {
-		var verr *ebpf.VerifierError
-		if errors.As(err, &verr) {
-			return fmt.Errorf("load post-DNAT program: %+v", verr)
-		}
-		return fmt.Errorf("load post-DNAT program: %w", err)
+		return err
 	}
 	defer objs.Close()
 	var links []link.Link
@@ -175,6 +146,45 @@ func (d *Datapath) attachServiceHook() error {
 		}
 	}
 	return nil
+}
+
+// loadServiceProgram loads the post-DNAT program on the tc object's maps;
+// the caller closes it.
+func (d *Datapath) loadServiceProgram() (*bpf.CoordinoSvcPrograms, error) {
+	spec, err := bpf.LoadCoordinoSvc()
+	if err != nil {
+		return nil, fmt.Errorf("load post-DNAT spec: %w", err)
+	}
+	objs := new(bpf.CoordinoSvcPrograms)
+	maps := d.objs.CoordinoMaps
+	opts := &ebpf.CollectionOptions{MapReplacements: map[string]*ebpf.Map{
+		"cdo_config": maps.CdoConfig, "cdo_conntrack": maps.CdoConntrack, "cdo_ct_stats": maps.CdoCtStats,
+		"cdo_endpoints": maps.CdoEndpoints, "cdo_ev_budget": maps.CdoEvBudget, "cdo_flows": maps.CdoFlows,
+		"cdo_ipcache": maps.CdoIpcache, "cdo_policy": maps.CdoPolicy, "cdo_verdicts": maps.CdoVerdicts,
+		"cdo_svc_cidrs": maps.CdoSvcCidrs, "cdo_svc_pending": maps.CdoSvcPending,
+		"cdo_nodeiso": maps.CdoNodeiso, "cdo_nodeiso_cfg": maps.CdoNodeisoCfg,
+	}}
+	// A map the post-DNAT program would get a private copy of silently
+	// decides on empty state (e.g. no policy): refuse to load instead.
+	for name, ms := range spec.Maps {
+		m, shared := opts.MapReplacements[name]
+		if !shared && !strings.HasPrefix(name, ".") {
+			return nil, fmt.Errorf("load post-DNAT program: map %s is not shared with the tc programs", name)
+		}
+		if shared {
+			// Sizes are flags (--ipcache-map-size, --conntrack-size, ...):
+			// the spec takes the size of the map it shares, not the C default.
+			ms.MaxEntries = m.MaxEntries()
+		}
+	}
+	if err := spec.LoadAndAssign(objs, opts); err != nil {
+		var verr *ebpf.VerifierError
+		if errors.As(err, &verr) {
+			return nil, fmt.Errorf("load post-DNAT program: %+v", verr)
+		}
+		return nil, fmt.Errorf("load post-DNAT program: %w", err)
+	}
+	return objs, nil
 }
 
 // unpinServiceHook detaches a post-DNAT hook a previous daemon pinned.

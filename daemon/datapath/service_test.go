@@ -12,7 +12,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cilium/ebpf"
 	"github.com/vishvananda/netlink"
+
+	"github.com/coordino/coordino/bpf"
 
 	"github.com/coordino/coordino/daemon/datapath/internal/testnet"
 )
@@ -284,4 +287,117 @@ func TestServiceDecidedForBridgedPod(t *testing.T) {
 	c.policies(clientEgressTo(`{ipBlock: {cidr: 10.96.0.0/16}}`))
 	c.expectService(false, "a", "tcp")
 	c.expectService(false, "a", "udp")
+}
+
+// nfHookState is the kernel's struct nf_hook_state as BPF_PROG_TEST_RUN
+// takes it for a netfilter program: hook and family. The run leaves the
+// input device unset, which the program reads as interface index 0.
+type nfHookState struct {
+	Hook, PF uint8
+	_        [46]byte
+}
+
+const (
+	nfDrop         = 0
+	nfAccept       = 1
+	noInputIfindex = 0
+)
+
+// TestServiceDecidedWhenDeferralLost: the maps that carry a deferred flow
+// from the tc program to the post-DNAT program are LRU maps a pod can fill
+// (with frames that never reach PREROUTING), so either entry may be gone
+// when the packet gets there. The flow must then be decided, not passed:
+// the program used to accept a packet whose pending entry or conntrack
+// entry was missing, letting an egress-isolated pod reach a backend its
+// policy denies. Runs the post-DNAT program with BPF_PROG_TEST_RUN; a's
+// endpoint under index 0 (the run's missing input device) makes a's veth
+// the input device.
+func TestServiceDecidedWhenDeferralLost(t *testing.T) {
+	c := newClusterWith(t, Config{AttachMode: AttachTC, ServiceCIDRs: []netip.Prefix{svcCIDR}}, false)
+	objs, err := c.dp.loadServiceProgram()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer objs.Close()
+	eps := c.dp.objs.CdoEndpoints
+	aIf := uint32(c.eps["a"].HostIfIndex)
+	t.Cleanup(func() { _ = eps.Delete(uint32(noInputIfindex)) })
+	// The input device is a's veth: a's endpoint under index 0.
+	asInputDevice := func() {
+		t.Helper()
+		var info bpf.CoordinoEndpointInfo
+		if err := eps.Lookup(aIf, &info); err != nil {
+			t.Fatal(err)
+		}
+		if err := eps.Put(uint32(noInputIfindex), &info); err != nil {
+			t.Fatal(err)
+		}
+	}
+	clear := func(m *ebpf.Map) {
+		t.Helper()
+		var keys []bpf.CoordinoCtKey
+		var k bpf.CoordinoCtKey
+		for err := m.NextKey(nil, &k); err == nil; err = m.NextKey(&k, &k) {
+			keys = append(keys, k)
+		}
+		for _, k := range keys {
+			if err := m.Delete(&k); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	sport := uint16(40000)
+	postDNAT := func(dst netip.Addr, port uint16) uint32 {
+		t.Helper()
+		f := frame(podIPs["a"], dst, protoTCP, tcp(sport, port, tcpSYN))
+		ret, err := objs.CdoSvc.Run(&ebpf.RunOptions{Data: f, Context: nfHookState{Hook: 0 /* PRE_ROUTING */, PF: 2 /* IPv4 */}})
+		if err != nil {
+			t.Fatalf("run post-DNAT program: %v", err)
+		}
+		return ret
+	}
+	// defer has the tc program defer a's SYN to the Service: a pending
+	// entry and a pending conntrack entry.
+	deferSYN := func() {
+		t.Helper()
+		sport++
+		if !c.fromPod("a", frame(podIPs["a"], svcIP, protoTCP, tcp(sport, 8080, tcpSYN))) {
+			t.Fatal("tc program dropped the SYN it should defer")
+		}
+	}
+
+	// a may reach only the backend pods: the Service address as such
+	// (no DNAT in a test run) is denied.
+	c.policies(clientEgressTo(`{podSelector: {matchLabels: {app: server}}}`))
+	deferSYN()
+	if got := postDNAT(svcIP, 8080); got != nfDrop {
+		t.Errorf("both entries present: verdict %d, want drop", got)
+	}
+	deferSYN()
+	clear(c.dp.objs.CdoConntrack)
+	if got := postDNAT(svcIP, 8080); got != nfDrop {
+		t.Errorf("conntrack entry lost: verdict %d, want drop", got)
+	}
+	asInputDevice()
+	deferSYN()
+	clear(c.dp.objs.CdoSvcPending)
+	if got := postDNAT(svcIP, 8080); got != nfDrop {
+		t.Errorf("pending entry lost: verdict %d, want drop", got)
+	}
+	sport++
+	if got := postDNAT(svcIP, 8080); got != nfDrop {
+		t.Errorf("both entries lost: verdict %d, want drop", got)
+	}
+	if got := postDNAT(podIPs["b"], 8080); got != nfAccept {
+		t.Errorf("not to a Service: verdict %d, want accept", got)
+	}
+
+	// Where policy allows the destination (the Service CIDR on port 80
+	// here), a lost entry costs nothing.
+	c.policies(clientEgressTo(`{ipBlock: {cidr: 10.96.0.0/16}}`))
+	asInputDevice()
+	sport++
+	if got := postDNAT(svcIP, 80); got != nfAccept {
+		t.Errorf("allowed, both entries lost: verdict %d, want accept", got)
+	}
 }
