@@ -93,6 +93,7 @@ static __always_inline int svc_defer(struct __sk_buff *skb, const struct endpoin
 	 * post-DNAT program learns whose flow it is: without it, fail closed. */
 	struct ct_key k;
 	svc_pending_key(&k, p);
+	svc_remember(&k, ifindex);
 	if (bpf_map_update_elem(&cdo_svc_pending, &k, &ifindex, BPF_ANY))
 		return drop(skb, ifindex, ep, DIR_EGRESS, p, ID_WORLD, REASON_SERVICE_UNENFORCEABLE, now);
 	if (p->frag == FRAG_FIRST)

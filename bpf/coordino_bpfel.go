@@ -214,6 +214,12 @@ const (
 	CoordinoReasonREASON_SLOTS                 CoordinoReason = 32
 )
 
+type CoordinoSvcSlot struct {
+	_       structs.HostLayout
+	Key     CoordinoCtKey
+	Ifindex uint32
+}
+
 type CoordinoTunnelConfig struct {
 	_     structs.HostLayout
 	Flags uint32
@@ -250,6 +256,7 @@ const (
 	CoordinoMapCdoPeerBlocks       = "cdo_peer_blocks"
 	CoordinoMapCdoPolicy           = "cdo_policy"
 	CoordinoMapCdoSvcCidrs         = "cdo_svc_cidrs"
+	CoordinoMapCdoSvcLast          = "cdo_svc_last"
 	CoordinoMapCdoSvcPending       = "cdo_svc_pending"
 	CoordinoMapCdoTunnel           = "cdo_tunnel"
 	CoordinoMapCdoTunnelPeers      = "cdo_tunnel_peers"
@@ -346,6 +353,7 @@ type CoordinoMapSpecs struct {
 	CdoPeerBlocks     *ebpf.MapSpec `ebpf:"cdo_peer_blocks"`
 	CdoPolicy         *ebpf.MapSpec `ebpf:"cdo_policy"`
 	CdoSvcCidrs       *ebpf.MapSpec `ebpf:"cdo_svc_cidrs"`
+	CdoSvcLast        *ebpf.MapSpec `ebpf:"cdo_svc_last"`
 	CdoSvcPending     *ebpf.MapSpec `ebpf:"cdo_svc_pending"`
 	CdoTunnel         *ebpf.MapSpec `ebpf:"cdo_tunnel"`
 	CdoTunnelPeers    *ebpf.MapSpec `ebpf:"cdo_tunnel_peers"`
@@ -406,6 +414,7 @@ type CoordinoMaps struct {
 	CdoPeerBlocks     *ebpf.Map `ebpf:"cdo_peer_blocks"`
 	CdoPolicy         *ebpf.Map `ebpf:"cdo_policy"`
 	CdoSvcCidrs       *ebpf.Map `ebpf:"cdo_svc_cidrs"`
+	CdoSvcLast        *ebpf.Map `ebpf:"cdo_svc_last"`
 	CdoSvcPending     *ebpf.Map `ebpf:"cdo_svc_pending"`
 	CdoTunnel         *ebpf.Map `ebpf:"cdo_tunnel"`
 	CdoTunnelPeers    *ebpf.Map `ebpf:"cdo_tunnel_peers"`
@@ -430,6 +439,7 @@ func (m *CoordinoMaps) Close() error {
 		m.CdoPeerBlocks,
 		m.CdoPolicy,
 		m.CdoSvcCidrs,
+		m.CdoSvcLast,
 		m.CdoSvcPending,
 		m.CdoTunnel,
 		m.CdoTunnelPeers,

@@ -146,17 +146,22 @@ int cdo_svc(struct bpf_nf_ctx___cdo *ctx)
 		__builtin_memcpy(orig.dst, dst, 16);
 		orig.dport = dport;
 	}
-	/* The pending entry names the endpoint; from a pod's veth the input
-	 * device already does. Neither map entry is proof the flow was
-	 * decided: LRU maps a pod can fill may lose them between the tc
-	 * program and here, so from a known egress-isolated endpoint a flow
+	/* This CPU's slot or the pending entry names the endpoint; from a
+	 * pod's veth the input device already does. No map entry is proof the
+	 * flow was decided: LRU maps a pod can fill may lose them between the
+	 * tc program and here, so from a known egress-isolated endpoint a flow
 	 * is decided now unless its conntrack entry says it was already. */
 	struct ct_key pk;
 	svc_pending_key(&pk, &orig);
-	__u32 *owner = bpf_map_lookup_elem(&cdo_svc_pending, &pk);
-	if (owner) {
-		ifindex = *owner;
+	__u32 owner = svc_recall(&pk);
+	__u32 *pending = bpf_map_lookup_elem(&cdo_svc_pending, &pk);
+	if (pending) {
+		if (!owner)
+			owner = *pending;
 		bpf_map_delete_elem(&cdo_svc_pending, &pk);
+	}
+	if (owner) {
+		ifindex = owner;
 		ep = bpf_map_lookup_elem(&cdo_endpoints, &ifindex);
 	}
 	if (!ep || !(ep->flags & EP_EGRESS_ISOLATED))

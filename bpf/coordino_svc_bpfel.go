@@ -91,6 +91,12 @@ type CoordinoSvcPolicyValue struct {
 	Flags uint32
 }
 
+type CoordinoSvcSvcSlot struct {
+	_       structs.HostLayout
+	Key     CoordinoSvcCtKey
+	Ifindex uint32
+}
+
 // Names of all BPF objects in the ELF.
 //
 // Used for safe lookups in a Collection or CollectionSpec.
@@ -106,6 +112,7 @@ const (
 	CoordinoSvcMapCdoNodeisoCfg = "cdo_nodeiso_cfg"
 	CoordinoSvcMapCdoPolicy     = "cdo_policy"
 	CoordinoSvcMapCdoSvcCidrs   = "cdo_svc_cidrs"
+	CoordinoSvcMapCdoSvcLast    = "cdo_svc_last"
 	CoordinoSvcMapCdoSvcPending = "cdo_svc_pending"
 	CoordinoSvcMapCdoVerdicts   = "cdo_verdicts"
 	CoordinoSvcProgCdoSvc       = "cdo_svc"
@@ -171,6 +178,7 @@ type CoordinoSvcMapSpecs struct {
 	CdoNodeisoCfg *ebpf.MapSpec `ebpf:"cdo_nodeiso_cfg"`
 	CdoPolicy     *ebpf.MapSpec `ebpf:"cdo_policy"`
 	CdoSvcCidrs   *ebpf.MapSpec `ebpf:"cdo_svc_cidrs"`
+	CdoSvcLast    *ebpf.MapSpec `ebpf:"cdo_svc_last"`
 	CdoSvcPending *ebpf.MapSpec `ebpf:"cdo_svc_pending"`
 	CdoVerdicts   *ebpf.MapSpec `ebpf:"cdo_verdicts"`
 }
@@ -212,6 +220,7 @@ type CoordinoSvcMaps struct {
 	CdoNodeisoCfg *ebpf.Map `ebpf:"cdo_nodeiso_cfg"`
 	CdoPolicy     *ebpf.Map `ebpf:"cdo_policy"`
 	CdoSvcCidrs   *ebpf.Map `ebpf:"cdo_svc_cidrs"`
+	CdoSvcLast    *ebpf.Map `ebpf:"cdo_svc_last"`
 	CdoSvcPending *ebpf.Map `ebpf:"cdo_svc_pending"`
 	CdoVerdicts   *ebpf.Map `ebpf:"cdo_verdicts"`
 }
@@ -229,6 +238,7 @@ func (m *CoordinoSvcMaps) Close() error {
 		m.CdoNodeisoCfg,
 		m.CdoPolicy,
 		m.CdoSvcCidrs,
+		m.CdoSvcLast,
 		m.CdoSvcPending,
 		m.CdoVerdicts,
 	)

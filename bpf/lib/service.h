@@ -38,8 +38,9 @@ struct {
  * names the endpoint instead. A pod can fill it with frames that never
  * reach PREROUTING (another host's MAC, say), and a full LRU map may hand
  * a fresh entry to another CPU's insert before the netfilter program reads
- * it: so a failed write drops the packet, and a missing entry from a pod's
- * veth is decided by the input device (coordino_svc.c). */
+ * it: so a failed write drops the packet, this CPU's slot (cdo_svc_last)
+ * names the endpoint first, and a packet neither names is decided by its
+ * input device where that is a pod's veth (coordino_svc.c). */
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
 	__uint(max_entries, 65536);
@@ -48,10 +49,56 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } cdo_svc_pending SEC(".maps");
 
+/* svc_last: per CPU, the flow and endpoint of the last packet the tc
+ * program deferred. A packet's tc ingress and its PREROUTING run in one
+ * softirq on one CPU (a bridge passes a frame up at once unless RPS is set
+ * on the bridge), so the netfilter program finds the owner here without
+ * trusting cdo_svc_pending, which a full LRU map can lose: this slot cannot
+ * be evicted, only overwritten by the next deferred packet on this CPU. */
+struct svc_slot {
+	struct ct_key key;
+	__u32 ifindex;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct svc_slot);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} cdo_svc_last SEC(".maps");
+
 /* svc_pending_key is the flow's key in cdo_svc_pending. */
 static __always_inline void svc_pending_key(struct ct_key *k, const struct packet *p)
 {
 	tuple_key(k, 0, DIR_EGRESS, p, 0);
+}
+
+/* svc_remember records in this CPU's slot that the endpoint on ifindex
+ * deferred the flow of key k. */
+static __always_inline void svc_remember(const struct ct_key *k, __u32 ifindex)
+{
+	__u32 zero = 0;
+	struct svc_slot *s = bpf_map_lookup_elem(&cdo_svc_last, &zero);
+	if (s) {
+		s->key = *k;
+		s->ifindex = ifindex;
+	}
+}
+
+/* svc_recall returns the endpoint this CPU's slot names for k, or 0. */
+static __always_inline __u32 svc_recall(const struct ct_key *k)
+{
+	__u32 zero = 0;
+	struct svc_slot *s = bpf_map_lookup_elem(&cdo_svc_last, &zero);
+	if (!s)
+		return 0;
+	const __u32 *a = (const __u32 *)&s->key, *b = (const __u32 *)k;
+#pragma unroll
+	for (int i = 0; i < sizeof(*k) / 4; i++)
+		if (a[i] != b[i])
+			return 0;
+	return s->ifindex;
 }
 
 /* svc_address reports whether addr lies in a Service CIDR. */

@@ -161,7 +161,7 @@ func (d *Datapath) loadServiceProgram() (*bpf.CoordinoSvcPrograms, error) {
 		"cdo_config": maps.CdoConfig, "cdo_conntrack": maps.CdoConntrack, "cdo_ct_stats": maps.CdoCtStats,
 		"cdo_endpoints": maps.CdoEndpoints, "cdo_ev_budget": maps.CdoEvBudget, "cdo_flows": maps.CdoFlows,
 		"cdo_ipcache": maps.CdoIpcache, "cdo_policy": maps.CdoPolicy, "cdo_verdicts": maps.CdoVerdicts,
-		"cdo_svc_cidrs": maps.CdoSvcCidrs, "cdo_svc_pending": maps.CdoSvcPending,
+		"cdo_svc_cidrs": maps.CdoSvcCidrs, "cdo_svc_pending": maps.CdoSvcPending, "cdo_svc_last": maps.CdoSvcLast,
 		"cdo_nodeiso": maps.CdoNodeiso, "cdo_nodeiso_cfg": maps.CdoNodeisoCfg,
 	}}
 	// A map the post-DNAT program would get a private copy of silently

@@ -8,12 +8,14 @@ import (
 	"net/netip"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/cilium/ebpf"
 	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
 
 	"github.com/coordino/coordino/bpf"
 
@@ -392,6 +394,20 @@ func TestServiceDecidedWhenDeferralLost(t *testing.T) {
 		t.Errorf("not to a Service: verdict %d, want accept", got)
 	}
 
+	// A bridge as the input device names no endpoint: this CPU's slot
+	// still names a, as when the tc program and the hook run in one
+	// softirq. Both runs on one CPU.
+	if err := eps.Delete(uint32(noInputIfindex)); err != nil {
+		t.Fatal(err)
+	}
+	onOneCPU(t, func() {
+		deferSYN()
+		clear(c.dp.objs.CdoSvcPending)
+		if got := postDNAT(svcIP, 8080); got != nfDrop {
+			t.Errorf("bridged, pending entry lost: verdict %d, want drop", got)
+		}
+	})
+
 	// Where policy allows the destination (the Service CIDR on port 80
 	// here), a lost entry costs nothing.
 	c.policies(clientEgressTo(`{ipBlock: {cidr: 10.96.0.0/16}}`))
@@ -400,4 +416,26 @@ func TestServiceDecidedWhenDeferralLost(t *testing.T) {
 	if got := postDNAT(svcIP, 80); got != nfAccept {
 		t.Errorf("allowed, both entries lost: verdict %d, want accept", got)
 	}
+}
+
+// onOneCPU runs fn on one OS thread bound to one CPU, so that successive
+// BPF_PROG_TEST_RUNs share per-CPU map slots.
+func onOneCPU(t *testing.T, fn func()) {
+	t.Helper()
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	var was, one unix.CPUSet
+	if err := unix.SchedGetaffinity(0, &was); err != nil {
+		t.Fatal(err)
+	}
+	cpu := 0
+	for !was.IsSet(cpu) {
+		cpu++
+	}
+	one.Set(cpu)
+	if err := unix.SchedSetaffinity(0, &one); err != nil {
+		t.Fatal(err)
+	}
+	defer unix.SchedSetaffinity(0, &was)
+	fn()
 }
