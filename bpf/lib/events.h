@@ -1,7 +1,8 @@
 /* Events: exact per-reason counters and flow records on a ring buffer.
  * Counters count every packet; drop records are rate-limited per CPU so a
  * flood cannot pin the reader or grow the flow log without bound (the
- * suppressed ones are counted), and allowed-flow records are batched. */
+ * suppressed ones are counted), and allowed-flow records are batched and
+ * leave a quarter of the ring to drop records (the rest are counted lost). */
 #pragma once
 
 #include <linux/bpf.h>
@@ -46,6 +47,12 @@ struct {
  * them, so a burst of new connections costs one wakeup, not one each. */
 #define FLOW_WAKEUP_BYTES (256 * 1024)
 
+/* Allowed-flow records may fill the ring only to 3/4: a pod opening
+ * allowed flows faster than the daemon reads must not crowd out the
+ * (rate-limited) drop records of other pods. */
+#define FLOW_ALLOWED_SHARE_NUM 3
+#define FLOW_ALLOWED_SHARE_DEN 4
+
 static __always_inline void count(__u8 dir, __u32 reason, __u32 len)
 {
 	__u32 idx = dir * REASON_SLOTS + reason;
@@ -87,8 +94,13 @@ static __always_inline void emit_on(__u32 ifindex, const struct endpoint_info *e
 		}
 		wake = w;
 	} else {
-		wake = bpf_ringbuf_query(&cdo_flows, BPF_RB_AVAIL_DATA) >= FLOW_WAKEUP_BYTES ?
-			       BPF_RB_FORCE_WAKEUP : BPF_RB_NO_WAKEUP;
+		__u64 queued = bpf_ringbuf_query(&cdo_flows, BPF_RB_AVAIL_DATA);
+		__u64 size = bpf_ringbuf_query(&cdo_flows, BPF_RB_RING_SIZE);
+		if (queued * FLOW_ALLOWED_SHARE_DEN >= size * FLOW_ALLOWED_SHARE_NUM) {
+			count(dir, REASON_EVENT_LOST, 0);
+			return;
+		}
+		wake = queued >= FLOW_WAKEUP_BYTES ? BPF_RB_FORCE_WAKEUP : BPF_RB_NO_WAKEUP;
 	}
 	struct flow_event *ev = bpf_ringbuf_reserve(&cdo_flows, sizeof(*ev), 0);
 	if (!ev) {

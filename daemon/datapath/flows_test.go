@@ -77,3 +77,50 @@ func TestAllowedFlowEventsOnlyWhenWanted(t *testing.T) {
 		t.Fatalf("allowed flows reported after the consumer left: %+v", got)
 	}
 }
+
+// TestAllowedFlowsLeaveRoomForDrops: a pod opening allowed flows faster
+// than the daemon reads fills the ring only to 3/4; a drop record of
+// another pod still fits, and the allowed records left out are counted
+// lost. Without the share, c's flows filled the ring and b's drop record
+// was lost with them. The flows are crafted frames (BPF_PROG_TEST_RUN),
+// sent while nothing reads the ring.
+func TestAllowedFlowsLeaveRoomForDrops(t *testing.T) {
+	c := newClusterWith(t, Config{AttachMode: AttachTC}, false)
+	c.policies(denyServerIngress)
+	if err := c.dp.SetEmitAllowed(true); err != nil {
+		t.Fatal(err)
+	}
+	lost := func() float64 { return gauge(t, c, "coordino_flow_events_lost_total") }
+	lost0 := lost()
+	// 1 MiB of 72-byte records is about 14,500: send more new flows.
+	const flows = 16000
+	for i := range flows {
+		f := frame(podIPs["c"], podIPs["a"], protoUDP, udp(uint16(10000+i%50000), 53, []byte("q")))
+		if !c.fromPod("c", f) {
+			t.Fatalf("allowed flow %d dropped", i)
+		}
+	}
+	if lost() == lost0 {
+		t.Fatal("no allowed record left out: the ring did not fill, the test proves nothing")
+	}
+	if c.toPod("b", frame(podIPs["a"], podIPs["b"], protoTCP, tcp(40000, 80, tcpSYN))) {
+		t.Fatal("a>b tcp/80 passed; want denied")
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	found := make(chan struct{})
+	go func() {
+		_ = c.dp.ReadFlows(ctx, func(f Flow) {
+			if f.Verdict == "dropped" && f.Src == podIPs["a"] && f.Dst == podIPs["b"] && f.DstPort == 80 {
+				close(found)
+				cancel()
+			}
+		})
+	}()
+	select {
+	case <-found:
+	case <-ctx.Done():
+		t.Fatal("the drop record of a>b tcp/80 was lost behind c's allowed flows")
+	}
+}
