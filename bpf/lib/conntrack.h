@@ -1,7 +1,9 @@
 /* Connection tracking: per endpoint, per state lifetimes, tombstones for
- * revoked flows. Entries are a cache of verdicts that policy can always
- * re-create: any packet policy allows re-creates a missing entry, so an
- * evicted or expired entry never breaks a connection. */
+ * revoked flows. Entries are a cache of verdicts that policy can re-create:
+ * any packet policy allows re-creates a missing entry. An evicted or
+ * expired entry costs a connection nothing while its next packet comes
+ * from a side policy lets open it; a packet from the other side (a reply
+ * into an isolated direction) is dropped until then (docs/policy.md). */
 #pragma once
 
 #include <linux/bpf.h>
