@@ -55,8 +55,11 @@ func (k Knobs) Validate() error {
 	if k.RunDir != "" && (!path.IsAbs(k.RunDir) || path.Clean(k.RunDir) != k.RunDir) {
 		return fmt.Errorf("runDir: %q is not a clean absolute path", k.RunDir)
 	}
-	if k.MTU != 0 && (k.MTU < 68 || k.MTU > 65535) {
-		return fmt.Errorf("mtu: %d is outside 68..65535", k.MTU)
+	// The daemon refuses a pod MTU below 576 (IPv4's minimum datagram size
+	// every host must accept): a conflist it would refuse on every ADD is
+	// refused here, at install time.
+	if k.MTU != 0 && (k.MTU < 576 || k.MTU > 65535) {
+		return fmt.Errorf("mtu: %d is outside 576..65535", k.MTU)
 	}
 	switch k.LogLevel {
 	case "", "debug", "info", "warn", "error":

@@ -134,6 +134,7 @@ func TestBuildRejectsBadOptions(t *testing.T) {
 		want string
 	}{
 		{Options{Knobs: Knobs{MTU: 20}}, "mtu: 20"},
+		{Options{Knobs: Knobs{MTU: 575}}, "mtu: 575"}, // the daemon would refuse every ADD
 		{Options{Knobs: Knobs{MTU: 70000}}, "mtu: 70000"},
 		{Options{Knobs: Knobs{LogLevel: "loud"}}, `logLevel: "loud"`},
 		{Options{Knobs: Knobs{RunDir: "run/coordino"}}, `runDir: "run/coordino"`},
