@@ -45,7 +45,7 @@ func startDatapath(ctx context.Context, o *config.Options, m *metrics.Metrics, h
 	dp, err := datapath.Open(datapath.Config{BPFDir: o.BPFDir, AttachMode: datapath.AttachMode(o.AttachMode), Logger: log, NodeIPs: nodeIPs,
 		ConntrackSize: o.ConntrackSize, Identities: identityAssigner(kube),
 		MapSizes: datapath.MapSizes{Endpoints: o.EndpointsMapSize, Ipcache: o.IpcacheMapSize, Policy: o.PolicyMapSize,
-			SourceAddrs: o.SourceMapSize, Frags: o.FragMapSize},
+			SourceAddrs: o.SourceMapSize, Frags: o.FragMapSize, NodeIsolation: o.NodeIsolationMapSize},
 		ServiceCIDRs: o.ServicePrefixes, NoServiceHook: o.NoServiceHook})
 	if err != nil {
 		return nil, err

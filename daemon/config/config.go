@@ -38,6 +38,8 @@ type Options struct {
 	PolicyMapSize    int `json:"policyMapSize"`
 	SourceMapSize    int `json:"sourceMapSize"`
 	FragMapSize      int `json:"fragMapSize"`
+	// NodeIsolationMapSize holds NodeIsolationPolicy entries.
+	NodeIsolationMapSize int `json:"nodeIsolationMapSize"`
 	// Kubeconfig is the Kubernetes mode's API client config; empty means
 	// in-cluster (service account) config.
 	Kubeconfig string `json:"kubeconfig"`
@@ -123,6 +125,7 @@ func Parse(args []string, stderr io.Writer) (*Options, error) {
 	fs.IntVar(&o.PolicyMapSize, "policy-map-size", 0, "capacity of the eBPF policy map; when full, policy updates fail closed and are retried (0: 1048576)")
 	fs.IntVar(&o.SourceMapSize, "source-map-size", 0, "capacity of the eBPF source-address map, one entry per pod address; when full, ADD fails with CNI code 11 (0: 262144)")
 	fs.IntVar(&o.FragMapSize, "frag-map-size", 0, "capacity of the eBPF IP fragment table (LRU; a later fragment whose first was evicted is dropped) (0: 16384)")
+	fs.IntVar(&o.NodeIsolationMapSize, "node-isolation-map-size", 0, "capacity of the eBPF node isolation map (NodeIsolationPolicy ports; a port range takes up to 30 entries per protocol); when full, node isolation fails closed and is retried (0: 4096)")
 	fs.StringVar(&o.Kubeconfig, "kubeconfig", "", "Kubernetes mode: kubeconfig file of the API client (default: in-cluster service account)")
 	fs.StringVar(&o.Routing, "routing", o.Routing, "how pods reach pods on other nodes: direct (routes via peer node addresses) or vxlan")
 	fs.StringVar(&o.Encryption, "encryption", o.Encryption, "none, or wireguard (encrypts cross-node traffic; --routing is then not used)")
@@ -177,34 +180,35 @@ func fromFile(path string) (*Options, error) {
 // applyFlags copies into o every option set explicitly on the command line.
 func (o *Options) applyFlags(flags *Options, explicit map[string]bool) {
 	set := map[string]func(){
-		"standalone":             func() { o.Standalone = flags.Standalone },
-		"node-name":              func() { o.NodeName = flags.NodeName },
-		"pod-cidr":               func() { o.PodCIDRs = flags.PodCIDRs },
-		"run-dir":                func() { o.RunDir = flags.RunDir },
-		"state-dir":              func() { o.StateDir = flags.StateDir },
-		"bpf-dir":                func() { o.BPFDir = flags.BPFDir },
-		"metrics-addr":           func() { o.MetricsAddr = flags.MetricsAddr },
-		"log-level":              func() { o.LogLevel = flags.LogLevel },
-		"policy-dir":             func() { o.PolicyDir = flags.PolicyDir },
-		"attach-mode":            func() { o.AttachMode = flags.AttachMode },
-		"no-datapath":            func() { o.NoDatapath = flags.NoDatapath },
-		"flow-log":               func() { o.FlowLog = flags.FlowLog },
-		"kubeconfig":             func() { o.Kubeconfig = flags.Kubeconfig },
-		"conntrack-size":         func() { o.ConntrackSize = flags.ConntrackSize },
-		"otlp-endpoint":          func() { o.OTLPEndpoint = flags.OTLPEndpoint },
-		"endpoints-map-size":     func() { o.EndpointsMapSize = flags.EndpointsMapSize },
-		"ipcache-map-size":       func() { o.IpcacheMapSize = flags.IpcacheMapSize },
-		"policy-map-size":        func() { o.PolicyMapSize = flags.PolicyMapSize },
-		"source-map-size":        func() { o.SourceMapSize = flags.SourceMapSize },
-		"frag-map-size":          func() { o.FragMapSize = flags.FragMapSize },
-		"routing":                func() { o.Routing = flags.Routing },
-		"encryption":             func() { o.Encryption = flags.Encryption },
-		"peers-file":             func() { o.PeersFile = flags.PeersFile },
-		"wireguard-device":       func() { o.WireGuardDevice = flags.WireGuardDevice },
-		"wireguard-port":         func() { o.WireGuardPort = flags.WireGuardPort },
-		"wireguard-node-to-node": func() { o.WireGuardNodeToNode = flags.WireGuardNodeToNode },
-		"host-routing":           func() { o.HostRouting = flags.HostRouting },
-		"wireguard-key-max-age":  func() { o.WireGuardKeyMaxAge = flags.WireGuardKeyMaxAge },
+		"standalone":              func() { o.Standalone = flags.Standalone },
+		"node-name":               func() { o.NodeName = flags.NodeName },
+		"pod-cidr":                func() { o.PodCIDRs = flags.PodCIDRs },
+		"run-dir":                 func() { o.RunDir = flags.RunDir },
+		"state-dir":               func() { o.StateDir = flags.StateDir },
+		"bpf-dir":                 func() { o.BPFDir = flags.BPFDir },
+		"metrics-addr":            func() { o.MetricsAddr = flags.MetricsAddr },
+		"log-level":               func() { o.LogLevel = flags.LogLevel },
+		"policy-dir":              func() { o.PolicyDir = flags.PolicyDir },
+		"attach-mode":             func() { o.AttachMode = flags.AttachMode },
+		"no-datapath":             func() { o.NoDatapath = flags.NoDatapath },
+		"flow-log":                func() { o.FlowLog = flags.FlowLog },
+		"kubeconfig":              func() { o.Kubeconfig = flags.Kubeconfig },
+		"conntrack-size":          func() { o.ConntrackSize = flags.ConntrackSize },
+		"otlp-endpoint":           func() { o.OTLPEndpoint = flags.OTLPEndpoint },
+		"endpoints-map-size":      func() { o.EndpointsMapSize = flags.EndpointsMapSize },
+		"ipcache-map-size":        func() { o.IpcacheMapSize = flags.IpcacheMapSize },
+		"policy-map-size":         func() { o.PolicyMapSize = flags.PolicyMapSize },
+		"source-map-size":         func() { o.SourceMapSize = flags.SourceMapSize },
+		"frag-map-size":           func() { o.FragMapSize = flags.FragMapSize },
+		"node-isolation-map-size": func() { o.NodeIsolationMapSize = flags.NodeIsolationMapSize },
+		"routing":                 func() { o.Routing = flags.Routing },
+		"encryption":              func() { o.Encryption = flags.Encryption },
+		"peers-file":              func() { o.PeersFile = flags.PeersFile },
+		"wireguard-device":        func() { o.WireGuardDevice = flags.WireGuardDevice },
+		"wireguard-port":          func() { o.WireGuardPort = flags.WireGuardPort },
+		"wireguard-node-to-node":  func() { o.WireGuardNodeToNode = flags.WireGuardNodeToNode },
+		"host-routing":            func() { o.HostRouting = flags.HostRouting },
+		"wireguard-key-max-age":   func() { o.WireGuardKeyMaxAge = flags.WireGuardKeyMaxAge },
 	}
 	o.Services.applyFlags(&flags.Services, set)
 	for name := range explicit {

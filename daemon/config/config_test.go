@@ -62,13 +62,16 @@ func TestConntrackSize(t *testing.T) {
 
 func TestMapSizes(t *testing.T) {
 	file := filepath.Join(t.TempDir(), "c.json")
-	os.WriteFile(file, []byte(`{"endpointsMapSize":4,"ipcacheMapSize":100,"policyMapSize":200,"sourceMapSize":300,"fragMapSize":400}`), 0o600)
+	os.WriteFile(file, []byte(`{"endpointsMapSize":4,"ipcacheMapSize":100,"policyMapSize":200,"sourceMapSize":300,"fragMapSize":400,"nodeIsolationMapSize":600}`), 0o600)
 	o, err := Parse([]string{"--config", file, "--policy-map-size", "500"}, io.Discard)
-	if err != nil || o.EndpointsMapSize != 4 || o.IpcacheMapSize != 100 || o.PolicyMapSize != 500 || o.SourceMapSize != 300 || o.FragMapSize != 400 {
+	if err != nil || o.EndpointsMapSize != 4 || o.IpcacheMapSize != 100 || o.PolicyMapSize != 500 || o.SourceMapSize != 300 || o.FragMapSize != 400 ||
+		o.NodeIsolationMapSize != 600 {
 		t.Fatalf("options = %+v, %v", o, err)
 	}
-	o, err = Parse([]string{"--endpoints-map-size", "8", "--ipcache-map-size", "9", "--source-map-size", "10", "--frag-map-size", "11"}, io.Discard)
-	if err != nil || o.EndpointsMapSize != 8 || o.IpcacheMapSize != 9 || o.PolicyMapSize != 0 || o.SourceMapSize != 10 || o.FragMapSize != 11 {
+	o, err = Parse([]string{"--endpoints-map-size", "8", "--ipcache-map-size", "9", "--source-map-size", "10", "--frag-map-size", "11",
+		"--node-isolation-map-size", "12"}, io.Discard)
+	if err != nil || o.EndpointsMapSize != 8 || o.IpcacheMapSize != 9 || o.PolicyMapSize != 0 || o.SourceMapSize != 10 || o.FragMapSize != 11 ||
+		o.NodeIsolationMapSize != 12 {
 		t.Fatalf("options = %+v, %v", o, err)
 	}
 }

@@ -22,6 +22,8 @@ import (
 //	         contains it, so its addresses resolve to the world identity,
 //	         which no rule names: denied, never another prefix's allow
 //	policy   the update fails closed (sync.go) and is retried
+//	node isolation  allows that do not fit are left out, new isolation is
+//	         not switched on ahead of them (nodeiso.go); retried
 //	conntrack, frags  LRU: the least recently used entry is evicted; a flow
 //	         is re-created by its next allowed packet, a later fragment
 //	         whose first was evicted is dropped
@@ -39,6 +41,9 @@ type MapSizes struct {
 	Policy      int // --policy-map-size
 	SourceAddrs int // --source-map-size
 	Frags       int // --frag-map-size
+	// NodeIsolation holds the allowed entries of NodeIsolationPolicies: a
+	// port range takes up to 30 keys per protocol.
+	NodeIsolation int // --node-isolation-map-size
 }
 
 // mapCapacity is one sized map: its flag, default and accepted range.
@@ -58,6 +63,7 @@ var capacities = []mapCapacity{
 	{bpf.CoordinoMapCdoPolicy, "policy-map-size", 1 << 20, 4, 1 << 24, func(s *MapSizes) *int { return &s.Policy }, true},
 	{bpf.CoordinoMapCdoEpAddrs, "source-map-size", 1 << 18, 4, 1 << 22, func(s *MapSizes) *int { return &s.SourceAddrs }, true},
 	{bpf.CoordinoMapCdoFrags, "frag-map-size", 1 << 14, 64, 1 << 20, func(s *MapSizes) *int { return &s.Frags }, false},
+	{bpf.CoordinoMapCdoNodeiso, "node-isolation-map-size", 1 << 12, 4, 1 << 20, func(s *MapSizes) *int { return &s.NodeIsolation }, true},
 }
 
 // DefaultMapSizes returns the default capacities.
@@ -119,8 +125,9 @@ func refusalReason(err error) string {
 	return refusedOther
 }
 
-// refusedMaps are the maps whose failures are counted.
-var refusedMaps = []string{bpf.CoordinoMapCdoEndpoints, bpf.CoordinoMapCdoIpcache, bpf.CoordinoMapCdoPolicy, bpf.CoordinoMapCdoEpAddrs}
+// refusedMaps are the maps whose failures are counted and fail closed.
+var refusedMaps = []string{bpf.CoordinoMapCdoEndpoints, bpf.CoordinoMapCdoIpcache, bpf.CoordinoMapCdoPolicy, bpf.CoordinoMapCdoEpAddrs,
+	bpf.CoordinoMapCdoNodeiso}
 
 // mapEpisode is a map's refusals since it last took an entry.
 type mapEpisode struct {
@@ -181,6 +188,10 @@ func (d *Datapath) pendingIn(name string) int {
 		return len(d.dirty.ips)
 	case bpf.CoordinoMapCdoPolicy:
 		return len(d.dirty.keys)
+	case bpf.CoordinoMapCdoNodeiso:
+		if d.nodeIso.failed {
+			return 1
+		}
 	}
 	return 0
 }
@@ -265,6 +276,7 @@ func restoreResized(objs *bpf.CoordinoObjects, resized []resizedMap) error {
 	byName := map[string]*ebpf.Map{
 		bpf.CoordinoMapCdoEndpoints: objs.CdoEndpoints, bpf.CoordinoMapCdoIpcache: objs.CdoIpcache,
 		bpf.CoordinoMapCdoPolicy: objs.CdoPolicy, bpf.CoordinoMapCdoEpAddrs: objs.CdoEpAddrs,
+		bpf.CoordinoMapCdoNodeiso: objs.CdoNodeiso,
 	}
 	for _, r := range resized {
 		for i := range r.keys {

@@ -9,9 +9,13 @@ import (
 	"time"
 
 	"github.com/cilium/ebpf"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	coordinov1alpha1 "github.com/coordino/coordino/api/coordino/v1alpha1"
 	"github.com/coordino/coordino/bpf"
 	"github.com/coordino/coordino/daemon/datapath/internal/testnet"
-	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/coordino/coordino/daemon/policy"
 )
 
 // Map-full behaviour with shrunken maps. The cluster holds pods a, b, c
@@ -218,7 +222,7 @@ func TestResizeKeepsEntries(t *testing.T) {
 	if _, err := Open(small); err == nil || !strings.Contains(err.Error(), "more than --ipcache-map-size 4") {
 		t.Fatalf("Open with maps smaller than their content: %v", err)
 	}
-	c.cfg.MapSizes = MapSizes{Endpoints: 64, Ipcache: 64, Policy: 64, SourceAddrs: 64}
+	c.cfg.MapSizes = MapSizes{Endpoints: 64, Ipcache: 64, Policy: 64, SourceAddrs: 64, NodeIsolation: 64}
 	c.open()
 	for _, u := range mustUsage(t, c.dp) {
 		b, ok := before[u.Name]
@@ -259,6 +263,7 @@ func TestMapSizesValidate(t *testing.T) {
 		{MapSizes{Policy: -1}, "policy-map-size -1: want 4 to 16777216"},
 		{MapSizes{SourceAddrs: 1 << 30}, "source-map-size 1073741824: want 4 to 4194304"},
 		{MapSizes{Frags: 8}, "frag-map-size 8: want 64 to 1048576"},
+		{MapSizes{NodeIsolation: 2}, "node-isolation-map-size 2: want 4 to 1048576"},
 	} {
 		if err := tc.s.Validate(); err == nil || err.Error() != tc.want {
 			t.Errorf("%+v: got %v, want %q", tc.s, err, tc.want)
@@ -266,5 +271,86 @@ func TestMapSizesValidate(t *testing.T) {
 	}
 	if err := DefaultMapSizes().Validate(); err != nil {
 		t.Error(err)
+	}
+}
+
+// nodeToNodeTCP isolates node -> node traffic, allowing TCP port to endPort.
+func nodeToNodeTCP(port, endPort int32) *coordinov1alpha1.NodeIsolationPolicy {
+	return &coordinov1alpha1.NodeIsolationPolicy{ObjectMeta: metav1.ObjectMeta{Name: "nodes"},
+		Spec: coordinov1alpha1.NodeIsolationPolicySpec{PolicyTypes: []string{coordinov1alpha1.PolicyTypeNodeToNode},
+			NodeToNode: []coordinov1alpha1.HostPortRule{{Protocol: "TCP", Port: 22}, {Protocol: "TCP", Port: port, EndPort: endPort}}}}
+}
+
+// nodeOpens reports whether cdo_from_node lets peerNode open a TCP
+// connection to this node's port.
+func (c *cluster) nodeOpens(port uint16) bool {
+	c.t.Helper()
+	ret, _ := runUnderlay(c.t, c, frame(peerNode, testnet.NodeIP, protoTCP, tcp(40000, port, tcpSYN)))
+	return ret != actShot
+}
+
+// TestNodeIsolationMapFull: a NodeIsolationPolicy whose port range takes
+// more entries than the map holds fails with a MapFullError naming the
+// flag, is counted, shown as refusing and retried; nothing the policy
+// denies is let through meanwhile, and a policy that fits again ends it.
+func TestNodeIsolationMapFull(t *testing.T) {
+	c := newClusterWith(t, Config{AttachMode: AttachTC, MapSizes: MapSizes{NodeIsolation: 8}, retryDelay: 20 * time.Millisecond}, false)
+	if err := c.dp.SetRemoteNodeIPs([]netip.Addr{peerNode}); err != nil {
+		t.Fatal(err)
+	}
+	fits := nodeToNodeTCP(80, 81) // 22, 80/15: two entries
+	if err := c.dp.UpdatePolicy(policy.Snapshot{NodeIsolation: []*coordinov1alpha1.NodeIsolationPolicy{fits}}); err != nil {
+		t.Fatal(err)
+	}
+	denied := []uint16{23, 79, 82, 999, 2001}
+	check := func(when string, allowed ...uint16) {
+		t.Helper()
+		for _, port := range allowed {
+			if !c.nodeOpens(port) {
+				t.Errorf("%s: node -> node tcp/%d denied, want allowed", when, port)
+			}
+		}
+		for _, port := range denied {
+			if c.nodeOpens(port) {
+				t.Errorf("%s: node -> node tcp/%d allowed, but no policy allows it", when, port)
+			}
+		}
+	}
+	check("policy that fits", 22, 80, 81)
+
+	// 1000-2000 are 11 prefix entries: with 22 more than 8.
+	tooBig := nodeToNodeTCP(1000, 2000)
+	err := c.dp.UpdatePolicy(policy.Snapshot{NodeIsolation: []*coordinov1alpha1.NodeIsolationPolicy{tooBig}})
+	var full *MapFullError
+	if !errors.As(err, &full) || full.Map != bpf.CoordinoMapCdoNodeiso || full.Capacity != 8 {
+		t.Fatalf("node isolation of more entries than the map holds: got %v, want a MapFullError of cdo_nodeiso", err)
+	}
+	if !strings.Contains(err.Error(), "raise --node-isolation-map-size") {
+		t.Errorf("error %q does not name the flag", err)
+	}
+	check("policy that does not fit", 22)
+	if u := c.usage(bpf.CoordinoMapCdoNodeiso); !u.Refusing || u.UpdateFailures == 0 || u.Capacity != 8 {
+		t.Errorf("usage %+v, want refusing at capacity 8", u)
+	}
+	first := c.refusals(bpf.CoordinoMapCdoNodeiso)
+	if first < 1 {
+		t.Errorf("node isolation refusals counted: %v", first)
+	}
+	// Retried without a new snapshot: each retry is refused again.
+	deadline := time.Now().Add(5 * time.Second)
+	for c.refusals(bpf.CoordinoMapCdoNodeiso) <= first {
+		if time.Now().After(deadline) {
+			t.Fatal("node isolation not retried within 5 s")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	check("after retries", 22)
+
+	if err := c.dp.UpdatePolicy(policy.Snapshot{NodeIsolation: []*coordinov1alpha1.NodeIsolationPolicy{fits}}); err != nil {
+		t.Fatalf("back to a policy that fits: %v", err)
+	}
+	check("policy that fits again", 22, 80, 81)
+	if u := c.usage(bpf.CoordinoMapCdoNodeiso); u.Refusing || u.Entries != 2 {
+		t.Errorf("usage %+v, want 2 entries, no longer refusing", u)
 	}
 }

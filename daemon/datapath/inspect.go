@@ -105,6 +105,7 @@ func (d *Datapath) MapUsage() ([]MapUsage, error) {
 		{Name: bpf.CoordinoMapCdoIpcache, Entries: len(d.mirror.ipcache), Capacity: int(d.objs.CdoIpcache.MaxEntries())},
 		{Name: bpf.CoordinoMapCdoPolicy, Entries: len(d.mirror.policy), Capacity: int(d.objs.CdoPolicy.MaxEntries())},
 		{Name: bpf.CoordinoMapCdoEpAddrs, Entries: addrs, Capacity: int(d.objs.CdoEpAddrs.MaxEntries())},
+		{Name: bpf.CoordinoMapCdoNodeiso, Entries: len(d.nodeIso.keys), Capacity: int(d.objs.CdoNodeiso.MaxEntries())},
 		{Name: stateMapName, Entries: len(d.eps), Capacity: maxEndpoints},
 	}
 	for i := range out {

@@ -32,6 +32,8 @@ type nodeIsoState struct {
 	// keys mirrors cdo_nodeiso (nil until read); flags cdo_nodeiso_cfg.
 	keys  map[policy.Key]struct{}
 	flags uint32
+	// failed: the last apply did not write everything; retried with flush.
+	failed bool
 }
 
 // SetRemoteNodeIPs replaces the addresses of the other nodes (from the peers
@@ -77,7 +79,9 @@ func (d *Datapath) setNodeIsolationPolicies(pols []*coordinov1alpha1.NodeIsolati
 // stale allows deleted before new ones are added, new isolation bits set
 // last, so no intermediate state allows what neither the old nor the new
 // policies allow. Then the revision is bumped: tracked pod flows towards
-// node addresses are re-decided at their next packet.
+// node addresses are re-decided at their next packet. A write that fails
+// stops the apply there (what is left stays as the old policies had it)
+// and is retried with the policy maps' backoff.
 func (d *Datapath) applyNodeIsolation() error {
 	rules, compileErr := nodeiso.Compile(d.nodeIso.policies, d.nodeIso.tunnelPorts)
 	if err := d.readNodeIsoMirror(); err != nil {
@@ -90,16 +94,41 @@ func (d *Datapath) applyNodeIsolation() error {
 	if rules.NodeToNode {
 		flags |= uint32(bpf.CoordinoNodeisoFlagNODEISO_NODE_TO_NODE)
 	}
-	want := map[policy.Key]struct{}{}
-	for _, k := range rules.Keys {
-		want[k] = struct{}{}
+	changed, err := d.writeNodeIsolation(rules.Keys, flags)
+	if changed {
+		if err == nil {
+			d.log.Info("node isolation applied", zap.Bool("podToHost", rules.PodToHost), zap.Bool("nodeToNode", rules.NodeToNode),
+				zap.Int("entries", len(rules.Keys)), zap.Int("policies", len(d.nodeIso.policies)))
+		}
+		err = errors.Join(err, d.bumpRevision())
 	}
-	changed := false
+	d.nodeIso.failed = err != nil
+	if err != nil {
+		d.scheduleRetry()
+	} else {
+		d.retryDone()
+	}
+	if compileErr != nil {
+		err = errors.Join(err, fmt.Errorf("datapath: node isolation: %w", compileErr))
+	}
+	return err
+}
+
+// writeNodeIsolation makes cdo_nodeiso hold keys and the flags be flags, in
+// the order applyNodeIsolation gives, stopping at the first failed write.
+// Keys are added in their order (tunnel ports first: isolation must never
+// cut the pod network), so what fits of them is always the same.
+func (d *Datapath) writeNodeIsolation(keys []policy.Key, flags uint32) (changed bool, err error) {
+	const name = bpf.CoordinoMapCdoNodeiso
 	if cleared := d.nodeIso.flags &^ flags; cleared != 0 {
 		if err := d.writeNodeIsoFlags(d.nodeIso.flags &^ cleared); err != nil {
-			return err
+			return changed, err
 		}
 		changed = true
+	}
+	want := make(map[policy.Key]struct{}, len(keys))
+	for _, k := range keys {
+		want[k] = struct{}{}
 	}
 	for k := range d.nodeIso.keys {
 		if _, ok := want[k]; ok {
@@ -107,39 +136,32 @@ func (d *Datapath) applyNodeIsolation() error {
 		}
 		bk := policyKey(k)
 		if err := deleteKey(d.objs.CdoNodeiso, &bk); err != nil {
-			return fmt.Errorf("datapath: delete node isolation entry: %w", err)
+			return changed, fmt.Errorf("datapath: delete node isolation entry: %w", d.refused(d.objs.CdoNodeiso, name, err))
 		}
 		delete(d.nodeIso.keys, k)
 		changed = true
 	}
-	for k := range want {
+	for i, k := range keys {
 		if _, ok := d.nodeIso.keys[k]; ok {
 			continue
 		}
 		bk := policyKey(k)
 		if err := d.objs.CdoNodeiso.Update(&bk, &bpf.CoordinoPolicyValue{}, ebpf.UpdateAny); err != nil {
-			return fmt.Errorf("datapath: add node isolation entry: %w", err)
+			// New isolation stays off: its allows are not all in.
+			return changed, fmt.Errorf("datapath: add node isolation entry %d of %d (%d held): %w",
+				i+1, len(keys), len(d.nodeIso.keys), d.refused(d.objs.CdoNodeiso, name, err))
 		}
 		d.nodeIso.keys[k] = struct{}{}
+		d.accepted(name)
 		changed = true
 	}
 	if flags != d.nodeIso.flags {
 		if err := d.writeNodeIsoFlags(flags); err != nil {
-			return err
+			return changed, err
 		}
 		changed = true
 	}
-	if changed {
-		d.log.Info("node isolation applied", zap.Bool("podToHost", rules.PodToHost), zap.Bool("nodeToNode", rules.NodeToNode),
-			zap.Int("entries", len(rules.Keys)), zap.Int("policies", len(d.nodeIso.policies)))
-		if err := d.bumpRevision(); err != nil {
-			return err
-		}
-	}
-	if compileErr != nil {
-		return fmt.Errorf("datapath: node isolation: %w", compileErr)
-	}
-	return nil
+	return changed, nil
 }
 
 func (d *Datapath) writeNodeIsoFlags(flags uint32) error {

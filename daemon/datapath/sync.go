@@ -337,7 +337,7 @@ func (d *Datapath) flush() error {
 		d.metrics.syncFailures.Inc()
 		d.scheduleRetry()
 	} else {
-		d.retryDelay = 0
+		d.retryDone()
 	}
 	return err
 }
@@ -349,7 +349,16 @@ func firstErrors(errs []error, n int) []error {
 	return errs
 }
 
-// scheduleRetry flushes again later with exponential backoff; callers hold mu.
+// retryDone ends the backoff once neither the policy maps nor node
+// isolation have writes left; callers hold mu.
+func (d *Datapath) retryDone() {
+	if d.dirty.empty() && !d.nodeIso.failed {
+		d.retryDelay = 0
+	}
+}
+
+// scheduleRetry flushes (and re-applies node isolation, if that failed)
+// again later with exponential backoff; callers hold mu.
 func (d *Datapath) scheduleRetry() {
 	if d.retryTimer != nil || d.closed {
 		return
@@ -366,7 +375,14 @@ func (d *Datapath) scheduleRetry() {
 		if d.closed {
 			return
 		}
-		if err := d.flush(); err != nil {
+		err := d.flush()
+		if d.nodeIso.failed {
+			// Its error also names invalid policies, which no retry mends.
+			if nerr := d.applyNodeIsolation(); d.nodeIso.failed {
+				err = errors.Join(err, nerr)
+			}
+		}
+		if err != nil {
 			// Once per episode: a full map is also logged by refused().
 			if delay == d.baseRetryDelay() {
 				d.log.Error("policy map update retry failed; retrying with backoff", zap.Error(err))

@@ -21,7 +21,7 @@ type Rules struct {
 	NodeToNode bool
 	// Keys are the allowed entries of both directions: local LocalPod,
 	// remote Host or RemoteNode, egress for pod -> host; local Host, remote
-	// RemoteNode, ingress for node -> node.
+	// RemoteNode, ingress for node -> node; the tunnel ports' first.
 	Keys []policy.Key
 }
 
@@ -55,10 +55,13 @@ func Compile(pols []*coordinov1alpha1.NodeIsolationPolicy, tunnelPorts []uint16)
 		}
 	}
 	if out.NodeToNode {
+		// First: a map too small for every key keeps them.
+		var tunnel []policy.Rule
 		for _, port := range tunnelPorts {
-			rules = append(rules, policy.Rule{Local: identity.Host, Remote: identity.RemoteNode, Dir: policy.Ingress,
+			tunnel = append(tunnel, policy.Rule{Local: identity.Host, Remote: identity.RemoteNode, Dir: policy.Ingress,
 				Proto: policy.ProtoUDP, PortLo: port, PortHi: port})
 		}
+		rules = append(tunnel, rules...)
 	}
 	seen := map[policy.Key]bool{}
 	for _, r := range rules {
