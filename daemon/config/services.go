@@ -41,7 +41,7 @@ func (c serviceCIDRList) Set(v string) error {
 }
 
 func (s *Services) register(fs *flag.FlagSet) {
-	fs.Var(serviceCIDRList{s}, "service-cidrs", "the cluster's Service CIDRs (comma-separated or repeated): egress policy of new flows to them is decided on the backend kube-proxy translates to")
+	fs.Var(serviceCIDRList{s}, "service-cidrs", "the cluster's Service CIDRs (comma-separated or repeated, at most 64): egress policy of new flows to them is decided on the backend kube-proxy translates to")
 	fs.BoolVar(&s.NoServiceHook, "no-service-hook", false, "do not attach the post-DNAT netfilter hook: Service traffic of egress-isolated pods is dropped (what kernels without BPF netfilter links get)")
 }
 
@@ -50,14 +50,23 @@ func (s *Services) applyFlags(flags *Services, set map[string]func()) {
 	set["no-service-hook"] = func() { s.NoServiceHook = flags.NoServiceHook }
 }
 
+// maxServiceCIDRs is the capacity of the datapath's Service CIDR map
+// (cdo_svc_cidrs in bpf/lib/service.h): more would fail the datapath's open.
+const maxServiceCIDRs = 64
+
 func (s *Services) validate() error {
 	s.ServicePrefixes = nil
+	distinct := map[netip.Prefix]bool{}
 	for _, c := range s.ServiceCIDRs {
 		p, err := netip.ParsePrefix(c)
 		if err != nil {
 			return fmt.Errorf("service-cidrs %q: %w", c, err)
 		}
 		s.ServicePrefixes = append(s.ServicePrefixes, p.Masked())
+		distinct[p.Masked()] = true
+	}
+	if len(distinct) > maxServiceCIDRs {
+		return fmt.Errorf("service-cidrs: %d ranges, at most %d", len(distinct), maxServiceCIDRs)
 	}
 	return nil
 }

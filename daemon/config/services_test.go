@@ -1,12 +1,15 @@
 package config
 
 import (
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/coordino/coordino/bpf"
 )
 
 func TestServiceCIDRs(t *testing.T) {
@@ -30,5 +33,30 @@ func TestServiceCIDRs(t *testing.T) {
 	_, err = Parse([]string{"--service-cidrs", "10.96.0.0/33"}, io.Discard)
 	if err == nil || !strings.Contains(err.Error(), "service-cidrs") {
 		t.Fatalf("bad CIDR: %v, want an error naming service-cidrs", err)
+	}
+}
+
+// TestServiceCIDRsLimit: more distinct ranges than the datapath's map holds
+// are refused at parse time, naming the flag; repeats count once.
+func TestServiceCIDRsLimit(t *testing.T) {
+	var cidrs []string
+	for i := range maxServiceCIDRs {
+		cidrs = append(cidrs, fmt.Sprintf("10.%d.0.0/16", i))
+	}
+	cidrs = append(cidrs, "10.0.0.1/16") // the first again
+	if _, err := Parse([]string{"--service-cidrs", strings.Join(cidrs, ",")}, io.Discard); err != nil {
+		t.Fatalf("%d ranges: %v", maxServiceCIDRs, err)
+	}
+	cidrs = append(cidrs, "fd00:96::/108")
+	_, err := Parse([]string{"--service-cidrs", strings.Join(cidrs, ",")}, io.Discard)
+	if want := "service-cidrs: 65 ranges, at most 64"; err == nil || err.Error() != want {
+		t.Fatalf("%d ranges: got %v, want %q", maxServiceCIDRs+1, err, want)
+	}
+	spec, err := bpf.LoadCoordino()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := spec.Maps[bpf.CoordinoMapCdoSvcCidrs].MaxEntries; n != maxServiceCIDRs {
+		t.Errorf("cdo_svc_cidrs holds %d, maxServiceCIDRs says %d", n, maxServiceCIDRs)
 	}
 }
