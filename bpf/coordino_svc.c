@@ -23,6 +23,7 @@
 #include "lib/policy.h"
 #include "lib/conntrack.h"
 #include "lib/events.h"
+#include "lib/frag.h"
 #include "lib/service.h"
 
 char __license[] SEC("license") = "Dual BSD/GPL";
@@ -189,6 +190,11 @@ int cdo_svc(struct bpf_nf_ctx___cdo *ctx)
 		count(DIR_EGRESS, reason, skb->len);
 		return NF_ACCEPT;
 	}
+	/* Without defragmentation before this hook (no conntrack in the
+	 * node's netns) the tc program passes on the later fragments of a
+	 * deferred first one: they must not outlive its denial. */
+	if (p.frag == FRAG_FIRST)
+		frag_forget(ifindex, &orig);
 	if (!e) {
 		/* Nothing to clear. */
 	} else if (e->flags & CT_SVC_ALLOWED) {

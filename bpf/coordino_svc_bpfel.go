@@ -58,6 +58,25 @@ type CoordinoSvcEventBudget struct {
 	Pad           uint32
 }
 
+type CoordinoSvcFragKey struct {
+	_       structs.HostLayout
+	Ifindex uint32
+	Family  uint8
+	Proto   uint8
+	Pad     [2]uint8
+	Id      uint32
+	Src     [16]uint8
+	Dst     [16]uint8
+}
+
+type CoordinoSvcFragPorts struct {
+	_      structs.HostLayout
+	SeenNs uint64
+	Sport  uint16
+	Dport  uint16
+	Pad    uint32
+}
+
 type CoordinoSvcIpcacheKey struct {
 	_         structs.HostLayout
 	Prefixlen uint32
@@ -107,6 +126,7 @@ const (
 	CoordinoSvcMapCdoEndpoints  = "cdo_endpoints"
 	CoordinoSvcMapCdoEvBudget   = "cdo_ev_budget"
 	CoordinoSvcMapCdoFlows      = "cdo_flows"
+	CoordinoSvcMapCdoFrags      = "cdo_frags"
 	CoordinoSvcMapCdoIpcache    = "cdo_ipcache"
 	CoordinoSvcMapCdoNodeiso    = "cdo_nodeiso"
 	CoordinoSvcMapCdoNodeisoCfg = "cdo_nodeiso_cfg"
@@ -173,6 +193,7 @@ type CoordinoSvcMapSpecs struct {
 	CdoEndpoints  *ebpf.MapSpec `ebpf:"cdo_endpoints"`
 	CdoEvBudget   *ebpf.MapSpec `ebpf:"cdo_ev_budget"`
 	CdoFlows      *ebpf.MapSpec `ebpf:"cdo_flows"`
+	CdoFrags      *ebpf.MapSpec `ebpf:"cdo_frags"`
 	CdoIpcache    *ebpf.MapSpec `ebpf:"cdo_ipcache"`
 	CdoNodeiso    *ebpf.MapSpec `ebpf:"cdo_nodeiso"`
 	CdoNodeisoCfg *ebpf.MapSpec `ebpf:"cdo_nodeiso_cfg"`
@@ -215,6 +236,7 @@ type CoordinoSvcMaps struct {
 	CdoEndpoints  *ebpf.Map `ebpf:"cdo_endpoints"`
 	CdoEvBudget   *ebpf.Map `ebpf:"cdo_ev_budget"`
 	CdoFlows      *ebpf.Map `ebpf:"cdo_flows"`
+	CdoFrags      *ebpf.Map `ebpf:"cdo_frags"`
 	CdoIpcache    *ebpf.Map `ebpf:"cdo_ipcache"`
 	CdoNodeiso    *ebpf.Map `ebpf:"cdo_nodeiso"`
 	CdoNodeisoCfg *ebpf.Map `ebpf:"cdo_nodeiso_cfg"`
@@ -233,6 +255,7 @@ func (m *CoordinoSvcMaps) Close() error {
 		m.CdoEndpoints,
 		m.CdoEvBudget,
 		m.CdoFlows,
+		m.CdoFrags,
 		m.CdoIpcache,
 		m.CdoNodeiso,
 		m.CdoNodeisoCfg,

@@ -57,6 +57,15 @@ static __always_inline void frag_remember(__u32 ifindex, const struct packet *p,
 	bpf_map_update_elem(&cdo_frags, &k, &v, BPF_ANY);
 }
 
+/* frag_forget drops what frag_remember stored for p's datagram: its later
+ * fragments get no ports, so they drop where ports matter. */
+static __always_inline void frag_forget(__u32 ifindex, const struct packet *p)
+{
+	struct frag_key k;
+	frag_key_of(&k, ifindex, p);
+	bpf_map_delete_elem(&cdo_frags, &k);
+}
+
 /* frag_ports_of lends a later fragment its first fragment's ports. */
 static __always_inline int frag_ports_of(__u32 ifindex, struct packet *p, __u64 now)
 {

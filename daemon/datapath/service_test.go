@@ -335,19 +335,6 @@ func TestServiceDecidedWhenDeferralLost(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	clear := func(m *ebpf.Map) {
-		t.Helper()
-		var keys []bpf.CoordinoCtKey
-		var k bpf.CoordinoCtKey
-		for err := m.NextKey(nil, &k); err == nil; err = m.NextKey(&k, &k) {
-			keys = append(keys, k)
-		}
-		for _, k := range keys {
-			if err := m.Delete(&k); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
 	sport := uint16(40000)
 	postDNAT := func(dst netip.Addr, port uint16) uint32 {
 		t.Helper()
@@ -376,13 +363,13 @@ func TestServiceDecidedWhenDeferralLost(t *testing.T) {
 		t.Errorf("both entries present: verdict %d, want drop", got)
 	}
 	deferSYN()
-	clear(c.dp.objs.CdoConntrack)
+	clearMap(t, c.dp.objs.CdoConntrack)
 	if got := postDNAT(svcIP, 8080); got != nfDrop {
 		t.Errorf("conntrack entry lost: verdict %d, want drop", got)
 	}
 	asInputDevice()
 	deferSYN()
-	clear(c.dp.objs.CdoSvcPending)
+	clearMap(t, c.dp.objs.CdoSvcPending)
 	if got := postDNAT(svcIP, 8080); got != nfDrop {
 		t.Errorf("pending entry lost: verdict %d, want drop", got)
 	}
@@ -402,7 +389,7 @@ func TestServiceDecidedWhenDeferralLost(t *testing.T) {
 	}
 	onOneCPU(t, func() {
 		deferSYN()
-		clear(c.dp.objs.CdoSvcPending)
+		clearMap(t, c.dp.objs.CdoSvcPending)
 		if got := postDNAT(svcIP, 8080); got != nfDrop {
 			t.Errorf("bridged, pending entry lost: verdict %d, want drop", got)
 		}
@@ -438,4 +425,36 @@ func onOneCPU(t *testing.T, fn func()) {
 	}
 	defer unix.SchedSetaffinity(0, &was)
 	fn()
+}
+
+// TestServiceDeniedFirstFragmentTakesTheRest: where nothing reassembles
+// fragments before the post-DNAT hook (no conntrack in the node's netns),
+// the hook decides a deferred first fragment, and the tc program had
+// already remembered its ports for the later ones: a denial must take those
+// with it, or the later fragments pass (the hook cannot judge them).
+func TestServiceDeniedFirstFragmentTakesTheRest(t *testing.T) {
+	c := newClusterWith(t, Config{AttachMode: AttachTC, ServiceCIDRs: []netip.Prefix{svcCIDR}}, false)
+	c.policies(clientEgressTo(`{podSelector: {matchLabels: {app: server}}}`))
+	objs, err := c.dp.loadServiceProgram()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer objs.Close()
+	first := eth(etherIPv4, ipv4(podIPs["a"], svcIP, protoUDP, ip4opts{id: 7, frag: 0x2000}, udp(40000, 8080, make([]byte, 16))))
+	later := eth(etherIPv4, ipv4(podIPs["a"], svcIP, protoUDP, ip4opts{id: 7, frag: 3}, make([]byte, 16)))
+	onOneCPU(t, func() {
+		if !c.fromPod("a", first) {
+			t.Fatal("tc program dropped the first fragment it should defer")
+		}
+		ret, err := objs.CdoSvc.Run(&ebpf.RunOptions{Data: first, Context: nfHookState{Hook: 0, PF: 2}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ret != nfDrop {
+			t.Fatalf("first fragment to a denied destination: verdict %d, want drop", ret)
+		}
+		if c.fromPod("a", later) {
+			t.Error("a later fragment of the denied datagram passed the tc program")
+		}
+	})
 }
