@@ -30,7 +30,8 @@ import (
 //
 // A refused write is counted (coordino_bpf_map_update_failures_total),
 // logged once per episode and shown by coordinoctl status until the map
-// takes entries again.
+// takes entries again. Host routing's maps (hostPathMaps) are counted and
+// logged too, but fail nothing: what does not fit takes the host's path.
 
 // MapSizes are the capacities of the maps the daemon sizes from its flags;
 // zero fields take the default. Changing one at restart copies the pinned
@@ -105,7 +106,10 @@ type MapFullError struct {
 }
 
 func (e *MapFullError) Error() string {
-	return fmt.Sprintf("BPF map %s is full (capacity %d): raise --%s", e.Map, e.Capacity, MapSizeFlag(e.Map))
+	if flag := MapSizeFlag(e.Map); flag != "" {
+		return fmt.Sprintf("BPF map %s is full (capacity %d): raise --%s", e.Map, e.Capacity, flag)
+	}
+	return fmt.Sprintf("BPF map %s is full (capacity %d)", e.Map, e.Capacity)
 }
 
 // Refusal reasons (label reason of coordino_bpf_map_update_failures_total).
@@ -129,6 +133,11 @@ func refusalReason(err error) string {
 var refusedMaps = []string{bpf.CoordinoMapCdoEndpoints, bpf.CoordinoMapCdoIpcache, bpf.CoordinoMapCdoPolicy, bpf.CoordinoMapCdoEpAddrs,
 	bpf.CoordinoMapCdoNodeiso}
 
+// hostPathMaps are host routing's maps: an entry that does not fit leaves
+// its traffic on the host's forwarding path, where policy applies as well,
+// so their failures are counted but fail nothing (no size flag either).
+var hostPathMaps = []string{bpf.CoordinoMapCdoLocalEps, bpf.CoordinoMapCdoPeerBlocks, bpf.CoordinoMapCdoTunnelPeers}
+
 // mapEpisode is a map's refusals since it last took an entry.
 type mapEpisode struct {
 	open     bool
@@ -138,22 +147,47 @@ type mapEpisode struct {
 // refused counts a write m refused and returns err, as a *MapFullError when
 // the map is full. The first refusal of an episode is logged; callers hold mu.
 func (d *Datapath) refused(m *ebpf.Map, name string, err error) error {
-	reason := refusalReason(err)
-	d.metrics.mapFailures.WithLabelValues(name, reason).Inc()
+	first := d.countRefusal(name, err)
+	err = asFull(m, name, err)
+	if first {
+		d.log.Error("BPF map refused an update: failing closed until it takes entries again",
+			zap.String("map", name), zap.String("reason", refusalReason(err)), zap.Uint32("capacity", m.MaxEntries()),
+			zap.String("raise", "--"+MapSizeFlag(name)), zap.Error(err))
+	}
+	return err
+}
+
+// fellBack is refused for hostPathMaps, logged as the fallback it is.
+func (d *Datapath) fellBack(m *ebpf.Map, name string, err error) error {
+	first := d.countRefusal(name, err)
+	err = asFull(m, name, err)
+	if first {
+		d.log.Warn("BPF map refused an update: what does not fit takes the host's forwarding path",
+			zap.String("map", name), zap.String("reason", refusalReason(err)), zap.Uint32("capacity", m.MaxEntries()),
+			zap.Error(err))
+	}
+	return err
+}
+
+// countRefusal counts a refused write and reports whether it opens an
+// episode; callers hold mu.
+func (d *Datapath) countRefusal(name string, err error) (first bool) {
+	d.metrics.mapFailures.WithLabelValues(name, refusalReason(err)).Inc()
 	ep := d.episodes[name]
 	if ep == nil {
 		ep = &mapEpisode{}
 		d.episodes[name] = ep
 	}
 	ep.failures++
-	if reason == refusedFull {
-		err = fmt.Errorf("%w: %w", &MapFullError{Map: name, Capacity: int(m.MaxEntries())}, err)
-	}
-	if !ep.open {
-		ep.open = true
-		d.log.Error("BPF map refused an update: failing closed until it takes entries again",
-			zap.String("map", name), zap.String("reason", reason), zap.Uint32("capacity", m.MaxEntries()),
-			zap.String("raise", "--"+MapSizeFlag(name)), zap.Error(err))
+	first = !ep.open
+	ep.open = true
+	return first
+}
+
+// asFull wraps err in a *MapFullError when the map refused it for being full.
+func asFull(m *ebpf.Map, name string, err error) error {
+	if refusalReason(err) == refusedFull {
+		return fmt.Errorf("%w: %w", &MapFullError{Map: name, Capacity: int(m.MaxEntries())}, err)
 	}
 	return err
 }
@@ -229,6 +263,9 @@ func sizeMaps(cfg *Config, spec *ebpf.CollectionSpec, log *zap.Logger) ([]resize
 		if r != nil {
 			out = append(out, *r)
 		}
+	}
+	for name, n := range cfg.testCapacities {
+		spec.Maps[name].MaxEntries = n
 	}
 	// Only once every map fits: the old maps keep serving the attached
 	// programs until they are re-attached to the new ones.

@@ -61,6 +61,8 @@ type Config struct {
 	retryDelay time.Duration
 	// Tests only: the least time between background conntrack purges.
 	purgeInterval time.Duration
+	// Tests only: capacities of maps without a size flag, by name.
+	testCapacities map[string]uint32
 }
 
 // Endpoint is a pod interface to enforce policy on.

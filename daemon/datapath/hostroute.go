@@ -1,12 +1,16 @@
 package datapath
 
 import (
+	"bytes"
+	"cmp"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 
 	"github.com/cilium/ebpf"
@@ -94,16 +98,35 @@ func (d *Datapath) SetPeerBlocks(blocks []netip.Prefix) error {
 	for _, b := range blocks {
 		want[ipcacheKey(b)] = 0
 	}
-	if err := syncPinned(d.objs.CdoPeerBlocks, &d.peerBlocks, want); err != nil {
+	if err := syncBlocks(d, d.objs.CdoPeerBlocks, bpf.CoordinoMapCdoPeerBlocks, &d.peerBlocks, want); err != nil {
 		return fmt.Errorf("datapath: peer blocks: %w", err)
 	}
 	return nil
 }
 
+// syncBlocks is syncPinned for a map of blocks, counting what it refuses
+// (blocks left out take the host's path); callers hold mu.
+func syncBlocks[V comparable](d *Datapath, m *ebpf.Map, name string, mirror *map[bpf.CoordinoIpcacheKey]V, want map[bpf.CoordinoIpcacheKey]V) error {
+	err := syncPinned(m, mirror, want, blockOrder, func(err error) error { return d.fellBack(m, name, err) })
+	if err == nil && len(want) > 0 {
+		d.accepted(name) // every block in place
+	}
+	return err
+}
+
+// blockOrder orders block keys longest prefix first, then by family and
+// address: which blocks a full map takes is the same at every call.
+func blockOrder(a, b bpf.CoordinoIpcacheKey) int {
+	return cmp.Or(cmp.Compare(b.Prefixlen, a.Prefixlen), cmp.Compare(a.Family, b.Family), bytes.Compare(a.Addr[:], b.Addr[:]))
+}
+
 // syncPinned makes the pinned map m hold exactly want, writing only what
 // differs from *mirror, which it keeps up to date. A nil *mirror is read
-// from m first: the map may hold an earlier run's entries.
-func syncPinned[K, V comparable](m *ebpf.Map, mirror *map[K]V, want map[K]V) error {
+// from m first: the map may hold an earlier run's entries. Every removal
+// is tried, then every write in order; what m refuses is left out (and
+// passed to refused), so a full map holds the same first entries of want
+// at every call, and the error says how many are missing.
+func syncPinned[K, V comparable](m *ebpf.Map, mirror *map[K]V, want map[K]V, order func(a, b K) int, refused func(error) error) error {
 	if *mirror == nil {
 		have := map[K]V{}
 		var (
@@ -119,23 +142,30 @@ func syncPinned[K, V comparable](m *ebpf.Map, mirror *map[K]V, want map[K]V) err
 		}
 		*mirror = have
 	}
+	var errs []error
 	for k := range *mirror {
 		if _, ok := want[k]; ok {
 			continue
 		}
 		if err := deleteKey(m, &k); err != nil {
-			return fmt.Errorf("delete: %w", err)
+			errs = append(errs, fmt.Errorf("delete: %w", refused(err)))
+			continue
 		}
 		delete(*mirror, k)
 	}
-	for k, v := range want {
+	for _, k := range slices.SortedFunc(maps.Keys(want), order) {
+		v := want[k]
 		if have, ok := (*mirror)[k]; ok && have == v {
 			continue
 		}
 		if err := m.Update(&k, &v, ebpf.UpdateAny); err != nil {
-			return fmt.Errorf("update: %w", err)
+			errs = append(errs, fmt.Errorf("update: %w", refused(err)))
+			continue
 		}
 		(*mirror)[k] = v
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("%d of %d entries not in place: %w", len(errs), len(want), errors.Join(firstErrors(errs, 3)...))
 	}
 	return nil
 }
@@ -210,9 +240,11 @@ func (d *Datapath) writeLocalEp(r *record) error {
 	for _, ip := range r.IPs {
 		k := localEpKey(ip)
 		if err := d.objs.CdoLocalEps.Update(&k, &v, ebpf.UpdateAny); err != nil {
+			err = d.fellBack(d.objs.CdoLocalEps, bpf.CoordinoMapCdoLocalEps, err)
 			return fmt.Errorf("endpoint %q: host routing entry for %s: %w", r.Key, ip, err)
 		}
 	}
+	d.accepted(bpf.CoordinoMapCdoLocalEps)
 	return nil
 }
 

@@ -1,10 +1,13 @@
 package datapath
 
 import (
+	"bytes"
+	"errors"
 	"net"
 	"net/netip"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/cilium/ebpf"
@@ -228,4 +231,105 @@ func TestPruneDeviceHooks(t *testing.T) {
 	if present("tunnel-"+tunnel) || tunnelProgs(tunnelIndex) != 0 {
 		t.Errorf("tunnel hook not detached when no tunnel is kept: pinned %v, %d programs", present("tunnel-"+tunnel), tunnelProgs(tunnelIndex))
 	}
+}
+
+// hostRoutedCluster is a cluster with host routing on and tiny host
+// routing maps: two local addresses, two peer blocks, two tunnel peers.
+// Pod b is a primary endpoint (host routing can deliver to it).
+func hostRoutedCluster(t *testing.T) *cluster {
+	c := newClusterWith(t, Config{AttachMode: AttachTC, testCapacities: map[string]uint32{
+		bpf.CoordinoMapCdoLocalEps: 2, bpf.CoordinoMapCdoPeerBlocks: 2, bpf.CoordinoMapCdoTunnelPeers: 2}}, false)
+	c.makePrimary("b")
+	if _, err := c.dp.SetHostRouting(true); err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// makePrimary re-attaches pod name with MACs, as a primary endpoint.
+func (c *cluster) makePrimary(name string) {
+	c.t.Helper()
+	ep := c.eps[name]
+	ep.HostMAC, ep.PodMAC = net.HardwareAddr{2, 0, 0, 0, 0xb, 1}, net.HardwareAddr{2, 0, 0, 0, 0xb, 2}
+	if err := c.dp.AttachEndpoint(ep); err != nil {
+		c.t.Fatal(err)
+	}
+	c.eps[name] = ep
+}
+
+// hostRouted reports whether cdo_from_node redirects a TCP SYN from src
+// (another node's pod) to local pod to; else it must pass untouched, to
+// the host's forwarding path.
+func (c *cluster) hostRouted(src netip.Addr, to string) bool {
+	c.t.Helper()
+	f := eth(etherIPv4, ipv4(src, c.pods[to].IP, protoTCP, ip4opts{ttl: 9}, tcp(1234, 80, tcpSYN)))
+	clear(f[0:6]) // the loopback's MAC: addressed to this host
+	ret, out := runUnderlay(c.t, c, f)
+	if ret == actPass && !bytes.Equal(out, f) {
+		c.t.Errorf("%s -> %s: passed on changed", src, to)
+	}
+	if ret != actPass && ret != actRedirect {
+		c.t.Errorf("%s -> %s: verdict %d, want pass or redirect", src, to, ret)
+	}
+	return ret == actRedirect
+}
+
+// TestPeerBlocksMapFull: blocks that do not fit are counted and take the
+// host's path; which ones fit is the same at every call (longest prefix
+// first, then by address), and a peer set that fits again is complete.
+func TestPeerBlocksMapFull(t *testing.T) {
+	c := hostRoutedCluster(t)
+	p := netip.MustParsePrefix
+	b1, b2, b3 := p("10.20.1.0/24"), p("10.20.2.0/24"), p("10.20.3.0/24")
+	for round := 1; round <= 2; round++ {
+		err := c.dp.SetPeerBlocks([]netip.Prefix{b3, b2, b1})
+		var full *MapFullError
+		if !errors.As(err, &full) || full.Map != bpf.CoordinoMapCdoPeerBlocks || !strings.Contains(err.Error(), "1 of 3 entries not in place") {
+			t.Fatalf("round %d: three blocks into two: got %v, want a MapFullError of cdo_peer_blocks for one entry", round, err)
+		}
+		if got := peerBlocks(t, c.dp); len(got) != 2 || !got[ipcacheKey(b1)] || !got[ipcacheKey(b2)] {
+			t.Fatalf("round %d: peer blocks %v, want %v and %v", round, got, b1, b2)
+		}
+		if n := c.refusals(bpf.CoordinoMapCdoPeerBlocks); n != float64(round) {
+			t.Errorf("round %d: refusals counted: %v", round, n)
+		}
+	}
+	if !c.hostRouted(netip.MustParseAddr("10.20.1.5"), "b") {
+		t.Error("pod of a block that fits not host-routed")
+	}
+	if c.hostRouted(netip.MustParseAddr("10.20.3.5"), "b") {
+		t.Error("pod of the block that does not fit host-routed")
+	}
+	if err := c.dp.SetPeerBlocks([]netip.Prefix{b1, b3}); err != nil {
+		t.Fatalf("two blocks, one of them new: %v", err)
+	}
+	if !c.hostRouted(netip.MustParseAddr("10.20.3.5"), "b") {
+		t.Error("pod of the block that fits now not host-routed")
+	}
+}
+
+// TestLocalEpsMapFull: a primary endpoint whose address does not fit the
+// host routing map is attached all the same, counted, and reached through
+// the host's path.
+func TestLocalEpsMapFull(t *testing.T) {
+	c := hostRoutedCluster(t)
+	if err := c.dp.SetPeerBlocks([]netip.Prefix{netip.MustParsePrefix("10.20.0.0/16")}); err != nil {
+		t.Fatal(err)
+	}
+	c.makePrimary("a") // b and a fill it
+	c.makePrimary("c")
+	if n := c.refusals(bpf.CoordinoMapCdoLocalEps); n != 1 {
+		t.Errorf("refusals counted: %v, want 1", n)
+	}
+	if got := localEps(t, c.dp); len(got) != 2 {
+		t.Errorf("host routing entries %v, want a's and b's", got)
+	}
+	peer := netip.MustParseAddr("10.20.0.5")
+	if !c.hostRouted(peer, "b") {
+		t.Error("b not host-routed")
+	}
+	if c.hostRouted(peer, "c") {
+		t.Error("c host-routed without an entry")
+	}
+	c.expect(true, "a>c tcp/80")
 }

@@ -1,6 +1,8 @@
 package datapath
 
 import (
+	"slices"
+
 	"github.com/coordino/coordino/bpf"
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -87,9 +89,9 @@ func newMetrics(d *Datapath) *metrics {
 		Help: "Valid network policies in the policy engine (the last snapshot applied).",
 	}), mapFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "coordino_bpf_map_update_failures_total",
-		Help: "Writes a BPF map refused, by map and reason (full: at capacity; no-memory; error). Every one fails closed.",
+		Help: "Writes a BPF map refused, by map and reason (full: at capacity; no-memory; error). Every one fails closed, but those of host routing's maps (cdo_local_eps, cdo_peer_blocks, cdo_tunnel_peers), whose traffic takes the host's forwarding path instead.",
 	}, []string{"map", "reason"})}
-	for _, name := range refusedMaps {
+	for _, name := range slices.Concat(refusedMaps, hostPathMaps) {
 		m.mapFailures.WithLabelValues(name, refusedFull)
 	}
 	return m

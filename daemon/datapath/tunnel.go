@@ -53,7 +53,7 @@ func (d *Datapath) SetTunnel(t *Tunnel) error {
 		if err := d.writeTunnelConfig(c); err != nil {
 			return fmt.Errorf("datapath: turn the eBPF tunnel off: %w", err)
 		}
-		if err := syncPinned(d.objs.CdoTunnelPeers, &d.tunnelPeers, nil); err != nil {
+		if err := syncBlocks(d, d.objs.CdoTunnelPeers, bpf.CoordinoMapCdoTunnelPeers, &d.tunnelPeers, nil); err != nil {
 			return fmt.Errorf("datapath: tunnel peers: %w", err)
 		}
 		return nil
@@ -70,7 +70,9 @@ func (d *Datapath) SetTunnel(t *Tunnel) error {
 		}
 		want[ipcacheKey(block)] = v
 	}
-	if err := syncPinned(d.objs.CdoTunnelPeers, &d.tunnelPeers, want); err != nil {
+	// With a peer missing or stale the tunnel is not turned on: the caller
+	// turns it off, and the VXLAN device carries everything.
+	if err := syncBlocks(d, d.objs.CdoTunnelPeers, bpf.CoordinoMapCdoTunnelPeers, &d.tunnelPeers, want); err != nil {
 		return fmt.Errorf("datapath: tunnel peers: %w", err)
 	}
 	c := d.tunnelCfg

@@ -2,6 +2,7 @@ package datapath
 
 import (
 	"bytes"
+	"errors"
 	"net"
 	"net/netip"
 	"testing"
@@ -225,4 +226,41 @@ func FuzzTunnelDecapNeverFailsOpen(f *testing.F) {
 			t.Fatalf("passed on changed:\n% x\nfrom\n% x", out, in)
 		}
 	})
+}
+
+// TestTunnelPeersMapFull: peers that do not fit are counted, and the
+// tunnel is not turned on with some missing; turned off (what the daemon
+// does then), the device carries everything: no peer is left in the map.
+func TestTunnelPeersMapFull(t *testing.T) {
+	c := hostRoutedCluster(t)
+	vtep := TunnelEndpoint{Addr: peerNode, MAC: tunnelMAC}
+	tun := &Tunnel{Self: TunnelEndpoint{Addr: testnet.NodeIP, MAC: tunnelMAC}, Port: routing.DefaultVXLANPort, VNI: 1,
+		Peers: map[netip.Prefix]TunnelEndpoint{
+			netip.MustParsePrefix("10.20.1.0/24"): vtep, netip.MustParsePrefix("10.20.2.0/24"): vtep, netip.MustParsePrefix("10.20.3.0/24"): vtep,
+		}}
+	err := c.dp.SetTunnel(tun)
+	var full *MapFullError
+	if !errors.As(err, &full) || full.Map != bpf.CoordinoMapCdoTunnelPeers {
+		t.Fatalf("three peers into two: got %v, want a MapFullError of cdo_tunnel_peers", err)
+	}
+	if n := c.refusals(bpf.CoordinoMapCdoTunnelPeers); n != 1 {
+		t.Errorf("refusals counted: %v, want 1", n)
+	}
+	var cfg bpf.CoordinoTunnelConfig
+	if err := c.dp.objs.CdoTunnel.Lookup(uint32(0), &cfg); err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Flags&tunnelOn != 0 {
+		t.Fatal("tunnel turned on with a peer missing")
+	}
+	if err := c.dp.SetTunnel(nil); err != nil {
+		t.Fatal(err)
+	}
+	var (
+		k bpf.CoordinoIpcacheKey
+		v bpf.CoordinoTunnelPeer
+	)
+	if c.dp.objs.CdoTunnelPeers.Iterate().Next(&k, &v) {
+		t.Errorf("peer %v left with the tunnel off", k)
+	}
 }
