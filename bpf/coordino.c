@@ -89,8 +89,9 @@ static __always_inline int svc_defer(struct __sk_buff *skb, const struct endpoin
 		return drop(skb, ifindex, ep, DIR_EGRESS, p, ID_WORLD, REASON_SERVICE_UNENFORCEABLE, now);
 	if (create)
 		ct_create(ifindex, DIR_EGRESS, p, revision, now, CT_SERVICE | CT_SVC_PENDING);
-	/* Where the veth is a bridge port, this entry is the only way the
-	 * post-DNAT program learns whose flow it is: without it, fail closed. */
+	/* Where the veth is a bridge port, the post-DNAT program learns whose
+	 * flow it is from this CPU's slot, or from this entry where the frame
+	 * was queued between the two: without the entry, fail closed. */
 	struct ct_key k;
 	svc_pending_key(&k, p);
 	svc_remember(&k, ifindex);

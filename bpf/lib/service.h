@@ -86,7 +86,9 @@ static __always_inline void svc_remember(const struct ct_key *k, __u32 ifindex)
 	}
 }
 
-/* svc_recall returns the endpoint this CPU's slot names for k, or 0. */
+/* svc_recall takes the endpoint this CPU's slot names for k, or 0. Taken,
+ * so that a later packet of the tuple never finds an endpoint that has
+ * since gone (its interface index reused): each deferred one writes it. */
 static __always_inline __u32 svc_recall(const struct ct_key *k)
 {
 	__u32 zero = 0;
@@ -98,7 +100,9 @@ static __always_inline __u32 svc_recall(const struct ct_key *k)
 	for (int i = 0; i < sizeof(*k) / 4; i++)
 		if (a[i] != b[i])
 			return 0;
-	return s->ifindex;
+	__u32 ifindex = s->ifindex;
+	s->ifindex = 0;
+	return ifindex;
 }
 
 /* svc_address reports whether addr lies in a Service CIDR. */
