@@ -21,16 +21,13 @@ const (
 	svcOverIPv6
 )
 
-var svc6IP = netip.MustParseAddr("fd00:96::10")
-
 // FuzzServiceHookNeverFailsOpen: pod b is isolated both ways with no rule.
 // Whatever frame to a Service address its tc program passes on for the
 // post-DNAT hook must be dropped there, whatever part of the hand-over was
 // lost: a pass is fail-open. The fuzzer picks the losses, the family, the
 // IPv4 fragment field, the protocol and the layer-4 bytes.
 func FuzzServiceHookNeverFailsOpen(f *testing.F) {
-	c := newClusterWith(f, Config{AttachMode: AttachTC,
-		ServiceCIDRs: []netip.Prefix{svcCIDR, netip.MustParsePrefix("fd00:96::/108")}}, true)
+	c := newClusterWith(f, Config{AttachMode: AttachTC, ServiceCIDRs: []netip.Prefix{svcCIDR, svcCIDR6}}, true)
 	c.policies(denyAllServer)
 	objs, err := c.dp.loadServiceProgram()
 	if err != nil {
@@ -57,11 +54,11 @@ func FuzzServiceHookNeverFailsOpen(f *testing.F) {
 	f.Add(uint8(svcOverIPv6), uint16(0), uint8(44), []byte{protoUDP, 0, 0, 1, 0, 0, 0, 7, 0x9c, 0x40, 0x1f, 0x90, 0, 9, 0, 0, 'q'})
 
 	f.Fuzz(func(t *testing.T, loss uint8, frag uint16, proto uint8, l4 []byte) {
-		l3, family := ipv4(podIPs["b"], svcIP, proto, ip4opts{frag: frag}, l4), uint8(2)
+		l3, ethertype, family := ipv4(podIPs["b"], svcIP, proto, ip4opts{frag: frag}, l4), uint16(etherIPv4), uint8(nfprotoIPv4)
 		if loss&svcOverIPv6 != 0 {
-			l3, family = ipv6(podIPs6["b"], svc6IP, proto, 64, l4), 10
+			l3, ethertype, family = ipv6(podIPs6["b"], svcIP6, proto, 64, l4), etherIPv6, nfprotoIPv6
 		}
-		frame := eth(map[uint8]uint16{2: etherIPv4, 10: etherIPv6}[family], l3)
+		frame := eth(ethertype, l3)
 		onOneCPU(t, func() {
 			// Each input on its own: no flow, fragment or deferral of an earlier one.
 			for _, m := range []*ebpf.Map{c.dp.objs.CdoSvcPending, c.dp.objs.CdoConntrack, c.dp.objs.CdoFrags} {
@@ -88,10 +85,7 @@ func FuzzServiceHookNeverFailsOpen(f *testing.F) {
 			} else if err := eps.Put(uint32(noInputIfindex), &bInfo); err != nil {
 				t.Fatal(err)
 			}
-			ret, err := objs.CdoSvc.Run(&ebpf.RunOptions{Data: frame, Context: nfHookState{Hook: 0, PF: family}})
-			if err != nil {
-				t.Fatalf("run post-DNAT program: %v", err)
-			}
+			ret := runPostDNAT(t, objs, frame, family)
 			// With the pending entry, the slot and the input device's
 			// endpoint all gone, nothing names the pod: the limit
 			// docs/architecture.md states (RPS on a bridge, a full map).

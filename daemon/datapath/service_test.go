@@ -18,7 +18,6 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/coordino/coordino/bpf"
-
 	"github.com/coordino/coordino/daemon/datapath/internal/testnet"
 )
 
@@ -28,8 +27,10 @@ import (
 // against kube-proxy is in test/k8smode; these pin the datapath's part.
 
 var (
-	svcCIDR = netip.MustParsePrefix("10.96.0.0/16")
-	svcIP   = netip.MustParseAddr("10.96.0.10")
+	svcCIDR  = netip.MustParsePrefix("10.96.0.0/16")
+	svcIP    = netip.MustParseAddr("10.96.0.10")
+	svcCIDR6 = netip.MustParsePrefix("fd00:96::/108")
+	svcIP6   = netip.MustParseAddr("fd00:96::10")
 )
 
 // dnatToServer installs the DNAT rule; removed at cleanup.
@@ -183,8 +184,8 @@ func TestServiceFailsClosedWithoutHook(t *testing.T) {
 // TestServiceIPv6DecidedOnBackend: the same decision for IPv6 (the
 // program's second netfilter link).
 func TestServiceIPv6DecidedOnBackend(t *testing.T) {
-	svc6 := netip.MustParseAddr("fd00:96::10")
-	c := newClusterWith(t, Config{AttachMode: AttachTC, ServiceCIDRs: []netip.Prefix{svcCIDR, netip.MustParsePrefix("fd00:96::/108")}}, true)
+	svc6 := svcIP6
+	c := newClusterWith(t, Config{AttachMode: AttachTC, ServiceCIDRs: []netip.Prefix{svcCIDR, svcCIDR6}}, true)
 	// The test pods serve IPv4 only: b gets an IPv6 echo server on 82.
 	b6 := podIPs6["b"]
 	c.pods["b"].ServeTCP(t, "tcp6", netip.AddrPortFrom(b6, 82).String())
@@ -303,7 +304,20 @@ const (
 	nfDrop         = 0
 	nfAccept       = 1
 	noInputIfindex = 0
+	nfprotoIPv4    = 2
+	nfprotoIPv6    = 10
 )
+
+// runPostDNAT runs the post-DNAT program on frame at PREROUTING of family
+// (nfprotoIPv4 or nfprotoIPv6) and returns its verdict.
+func runPostDNAT(t *testing.T, objs *bpf.CoordinoSvcPrograms, frame []byte, family uint8) uint32 {
+	t.Helper()
+	ret, err := objs.CdoSvc.Run(&ebpf.RunOptions{Data: frame, Context: nfHookState{Hook: 0 /* PRE_ROUTING */, PF: family}})
+	if err != nil {
+		t.Fatalf("run post-DNAT program: %v", err)
+	}
+	return ret
+}
 
 // TestServiceDecidedWhenDeferralLost: the maps that carry a deferred flow
 // from the tc program to the post-DNAT program are LRU maps a pod can fill
@@ -338,14 +352,9 @@ func TestServiceDecidedWhenDeferralLost(t *testing.T) {
 	sport := uint16(40000)
 	postDNAT := func(dst netip.Addr, port uint16) uint32 {
 		t.Helper()
-		f := frame(podIPs["a"], dst, protoTCP, tcp(sport, port, tcpSYN))
-		ret, err := objs.CdoSvc.Run(&ebpf.RunOptions{Data: f, Context: nfHookState{Hook: 0 /* PRE_ROUTING */, PF: 2 /* IPv4 */}})
-		if err != nil {
-			t.Fatalf("run post-DNAT program: %v", err)
-		}
-		return ret
+		return runPostDNAT(t, objs, frame(podIPs["a"], dst, protoTCP, tcp(sport, port, tcpSYN)), nfprotoIPv4)
 	}
-	// defer has the tc program defer a's SYN to the Service: a pending
+	// deferSYN has the tc program defer a's SYN to the Service: a pending
 	// entry and a pending conntrack entry.
 	deferSYN := func() {
 		t.Helper()
@@ -446,11 +455,7 @@ func TestServiceDeniedFirstFragmentTakesTheRest(t *testing.T) {
 		if !c.fromPod("a", first) {
 			t.Fatal("tc program dropped the first fragment it should defer")
 		}
-		ret, err := objs.CdoSvc.Run(&ebpf.RunOptions{Data: first, Context: nfHookState{Hook: 0, PF: 2}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if ret != nfDrop {
+		if ret := runPostDNAT(t, objs, first, nfprotoIPv4); ret != nfDrop {
 			t.Fatalf("first fragment to a denied destination: verdict %d, want drop", ret)
 		}
 		if c.fromPod("a", later) {
