@@ -5,7 +5,6 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
-	"maps"
 	"net"
 	"net/netip"
 	"os"
@@ -115,7 +114,8 @@ func syncBlocks[V comparable](d *Datapath, m *ebpf.Map, name string, mirror *map
 }
 
 // blockOrder orders block keys longest prefix first, then by family and
-// address: which blocks a full map takes is the same at every call.
+// address: of the blocks a full map lacks, it takes the same ones at every
+// call.
 func blockOrder(a, b bpf.CoordinoIpcacheKey) int {
 	return cmp.Or(cmp.Compare(b.Prefixlen, a.Prefixlen), cmp.Compare(a.Family, b.Family), bytes.Compare(a.Addr[:], b.Addr[:]))
 }
@@ -124,8 +124,8 @@ func blockOrder(a, b bpf.CoordinoIpcacheKey) int {
 // differs from *mirror, which it keeps up to date. A nil *mirror is read
 // from m first: the map may hold an earlier run's entries. Every removal
 // is tried, then every write in order; what m refuses is left out (and
-// passed to refused), so a full map holds the same first entries of want
-// at every call, and the error says how many are missing.
+// passed to refused), so a full map takes the first entries of want that
+// it lacks, and the error says how many are missing.
 func syncPinned[K, V comparable](m *ebpf.Map, mirror *map[K]V, want map[K]V, order func(a, b K) int, refused func(error) error) error {
 	if *mirror == nil {
 		have := map[K]V{}
@@ -153,11 +153,17 @@ func syncPinned[K, V comparable](m *ebpf.Map, mirror *map[K]V, want map[K]V, ord
 		}
 		delete(*mirror, k)
 	}
-	for _, k := range slices.SortedFunc(maps.Keys(want), order) {
-		v := want[k]
-		if have, ok := (*mirror)[k]; ok && have == v {
-			continue
+	var writes []K
+	for k, v := range want {
+		if have, ok := (*mirror)[k]; !ok || have != v {
+			writes = append(writes, k)
 		}
+	}
+	// Only what changes is sorted: a peer joining costs one write, not a
+	// sort of every node's blocks.
+	slices.SortFunc(writes, order)
+	for _, k := range writes {
+		v := want[k]
 		if err := m.Update(&k, &v, ebpf.UpdateAny); err != nil {
 			errs = append(errs, fmt.Errorf("update: %w", refused(err)))
 			continue
