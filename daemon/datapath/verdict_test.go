@@ -344,3 +344,41 @@ func TestConntrackSizeChangeReplacesPin(t *testing.T) {
 	c.expect(true, "a>b tcp/80", "a>b udp/81")
 	c.expect(false, "b>a tcp/80")
 }
+
+// TestFragmentEvictionFailsClosed: cdo_frags is an LRU map other pods can
+// fill with first fragments of their own. A later fragment whose first
+// fragment's ports were evicted is dropped where its direction is
+// isolated (fragment-unknown), never judged without ports or passed.
+func TestFragmentEvictionFailsClosed(t *testing.T) {
+	const size = 64
+	c := newClusterWith(t, Config{AttachMode: AttachTC, MapSizes: MapSizes{Frags: size}}, false)
+	c.policies(clientEgress, clientDenyIngress)
+	reply := func(id uint16, frag uint16, l4 []byte) []byte {
+		return eth(etherIPv4, ipv4(podIPs["b"], podIPs["a"], protoUDP, ip4opts{id: id, frag: frag}, l4))
+	}
+	if !c.fromPod("a", frame(podIPs["a"], podIPs["b"], protoUDP, udp(5353, 81, []byte("query")))) {
+		t.Fatal("allowed query a>b udp/81 dropped")
+	}
+	for _, id := range []uint16{76, 77} {
+		if !c.toPod("a", reply(id, 0x2000, udp(81, 5353, make([]byte, 1472)))) {
+			t.Fatalf("first fragment of reply %d dropped", id)
+		}
+	}
+	if !c.toPod("a", reply(76, 185, make([]byte, 600))) {
+		t.Fatal("later fragment of reply 76 dropped before any flood")
+	}
+	// c, not isolated, sends more first fragments than the map holds.
+	for id := range uint16(4 * size) {
+		f := eth(etherIPv4, ipv4(podIPs["c"], podIPs["b"], protoUDP, ip4opts{id: id, frag: 0x2000}, udp(9, 9, make([]byte, 64))))
+		if !c.fromPod("c", f) {
+			t.Fatalf("c's first fragment %d dropped", id)
+		}
+	}
+	before := reasonCount(t, c, "fragment-unknown")
+	if c.toPod("a", reply(77, 185, make([]byte, 600))) {
+		t.Error("a later fragment whose first fragment was evicted passed into an ingress-isolated pod")
+	}
+	if reasonCount(t, c, "fragment-unknown") <= before {
+		t.Error("the dropped later fragment not counted as fragment-unknown")
+	}
+}
