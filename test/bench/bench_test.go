@@ -33,6 +33,9 @@ func TestQuickRunFillsEveryRow(t *testing.T) {
 			}
 		}
 	}
+	if a := r.Process.Alone; a == nil || a.PluginAddFaults <= 0 || a.EmptyFaults <= 0 {
+		t.Errorf("plugin process alone: no page faults measured: %+v", a)
+	}
 	for _, tg := range r.Targets {
 		if tg.Met == nil {
 			t.Errorf("target %q not measured", tg.Name)

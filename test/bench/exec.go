@@ -67,11 +67,14 @@ func (stubCNI) Add(context.Context, *cniv1.CNIRequest) (*cniv1.CNIResponse, erro
 // ExecCost is the CPU of one process, median over execs that alternate
 // between the plugin (ADD against a stub daemon answering at once) and the
 // empty binary, read per child from wait4: the plugin process alone, with
-// neither daemon work nor libcni in it.
+// neither daemon work nor libcni in it. Page faults too: on a guest where
+// a first page touch is dear they are most of the difference.
 type ExecCost struct {
-	N            int     `json:"n"`
-	PluginAddCPU float64 `json:"plugin_add_cpu_ms"`
-	EmptyCPU     float64 `json:"empty_cpu_ms"`
+	N               int     `json:"n"`
+	PluginAddCPU    float64 `json:"plugin_add_cpu_ms"`
+	EmptyCPU        float64 `json:"empty_cpu_ms"`
+	PluginAddFaults float64 `json:"plugin_add_minor_faults"`
+	EmptyFaults     float64 `json:"empty_minor_faults"`
 }
 
 // measureExecCost runs n alternating pairs in dir.
@@ -102,7 +105,7 @@ func measureExecCost(dir, empty string, n int) (*ExecCost, error) {
 	stdin := fmt.Sprintf(`{"cniVersion":"1.1.0","name":"coordino","type":"coordino","runDir":%q}`, run)
 	env := []string{"CNI_COMMAND=ADD", "CNI_CONTAINERID=c" + harness.RandomSuffix(31), "CNI_NETNS=" + pod.NS.Path(),
 		"CNI_IFNAME=eth0", "CNI_PATH=" + harness.BinDir(), plugin.RunDirRootsEnv + "=" + os.Getenv(plugin.RunDirRootsEnv)}
-	var pluginCPU, emptyCPU []float64
+	var pluginCPU, emptyCPU, pluginFaults, emptyFaults []float64
 	for i := 0; i < n; i++ {
 		for _, bin := range []string{filepath.Join(harness.BinDir(), "coordino"), empty} {
 			cmd := exec.Command(bin)
@@ -117,11 +120,12 @@ func measureExecCost(dir, empty string, n int) (*ExecCost, error) {
 			}
 			ms := float64(rusageTime(*ru)) / float64(time.Millisecond)
 			if bin == empty {
-				emptyCPU = append(emptyCPU, ms)
+				emptyCPU, emptyFaults = append(emptyCPU, ms), append(emptyFaults, float64(ru.Minflt))
 			} else {
-				pluginCPU = append(pluginCPU, ms)
+				pluginCPU, pluginFaults = append(pluginCPU, ms), append(pluginFaults, float64(ru.Minflt))
 			}
 		}
 	}
-	return &ExecCost{N: n, PluginAddCPU: stats.Median(pluginCPU), EmptyCPU: stats.Median(emptyCPU)}, nil
+	return &ExecCost{N: n, PluginAddCPU: stats.Median(pluginCPU), EmptyCPU: stats.Median(emptyCPU),
+		PluginAddFaults: stats.Median(pluginFaults), EmptyFaults: stats.Median(emptyFaults)}, nil
 }

@@ -269,8 +269,8 @@ func (r *Report) WriteTable(w io.Writer) {
 		fmt.Fprintf(w, "\nPlugin process: %.2f ms CPU per ADD exec (%.1f MB binary); empty static Go binary %.2f ms per exec (%.1f MB)\n",
 			pc.PluginAddCPU, float64(pc.PluginBytes)/1e6, pc.EmptyExecCPU, float64(pc.EmptyBytes)/1e6)
 		if a := pc.Alone; a != nil {
-			fmt.Fprintf(w, "Plugin process alone (ADD against a stub daemon, %d alternating execs, medians): %.2f ms CPU; empty Go binary %.2f ms\n",
-				a.N, a.PluginAddCPU, a.EmptyCPU)
+			fmt.Fprintf(w, "Plugin process alone (ADD against a stub daemon, %d alternating execs, medians): %.2f ms CPU, %.0f page faults; empty Go binary %.2f ms, %.0f page faults\n",
+				a.N, a.PluginAddCPU, a.PluginAddFaults, a.EmptyCPU, a.EmptyFaults)
 		}
 	}
 
