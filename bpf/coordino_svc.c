@@ -195,9 +195,7 @@ int cdo_svc(struct bpf_nf_ctx___cdo *ctx)
 	 * deferred first one: they must not outlive its denial. */
 	if (p.frag == FRAG_FIRST)
 		frag_forget(ifindex, &orig);
-	if (!e) {
-		/* Nothing to clear. */
-	} else if (e->flags & CT_SVC_ALLOWED) {
+	if (e && (e->flags & CT_SVC_ALLOWED)) {
 		/* Allowed before a policy change: a tombstone, like lib/conntrack.h. */
 		e->flags = (e->flags & ~CT_SVC_PENDING) | CT_REVOKED;
 		e->last_seen_ns = now;
@@ -205,7 +203,7 @@ int cdo_svc(struct bpf_nf_ctx___cdo *ctx)
 			e->revision = cfg->policy_revision;
 		ct_stat(CT_STAT_REVOKED);
 		reason = REASON_POLICY_REVOKED;
-	} else {
+	} else if (e) {
 		bpf_map_delete_elem(&cdo_conntrack, &k);
 	}
 	emit_on(ifindex, ep, DIR_EGRESS, &p, remote.identity, reason, now);

@@ -145,26 +145,21 @@ type mapEpisode struct {
 }
 
 // refused counts a write m refused and returns err, as a *MapFullError when
-// the map is full. The first refusal of an episode is logged; callers hold mu.
+// the map is full. The first refusal of an episode is logged: as failing
+// closed, or for hostPathMaps as the fallback to the host's path it is;
+// callers hold mu.
 func (d *Datapath) refused(m *ebpf.Map, name string, err error) error {
 	first := d.countRefusal(name, err)
 	err = asFull(m, name, err)
-	if first {
-		d.log.Error("BPF map refused an update: failing closed until it takes entries again",
-			zap.String("map", name), zap.String("reason", refusalReason(err)), zap.Uint32("capacity", m.MaxEntries()),
-			zap.String("raise", "--"+MapSizeFlag(name)), zap.Error(err))
+	if !first {
+		return err
 	}
-	return err
-}
-
-// fellBack is refused for hostPathMaps, logged as the fallback it is.
-func (d *Datapath) fellBack(m *ebpf.Map, name string, err error) error {
-	first := d.countRefusal(name, err)
-	err = asFull(m, name, err)
-	if first {
-		d.log.Warn("BPF map refused an update: what does not fit takes the host's forwarding path",
-			zap.String("map", name), zap.String("reason", refusalReason(err)), zap.Uint32("capacity", m.MaxEntries()),
-			zap.Error(err))
+	fields := []zap.Field{zap.String("map", name), zap.String("reason", refusalReason(err)), zap.Uint32("capacity", m.MaxEntries())}
+	if slices.Contains(hostPathMaps, name) {
+		d.log.Warn("BPF map refused an update: what does not fit takes the host's forwarding path", append(fields, zap.Error(err))...)
+	} else {
+		d.log.Error("BPF map refused an update: failing closed until it takes entries again",
+			append(fields, zap.String("raise", "--"+MapSizeFlag(name)), zap.Error(err))...)
 	}
 	return err
 }

@@ -103,16 +103,6 @@ func (d *Datapath) SetPeerBlocks(blocks []netip.Prefix) error {
 	return nil
 }
 
-// syncBlocks is syncPinned for a map of blocks, counting what it refuses
-// (blocks left out take the host's path); callers hold mu.
-func syncBlocks[V comparable](d *Datapath, m *ebpf.Map, name string, mirror *map[bpf.CoordinoIpcacheKey]V, want map[bpf.CoordinoIpcacheKey]V) error {
-	err := syncPinned(m, mirror, want, blockOrder, func(err error) error { return d.fellBack(m, name, err) })
-	if err == nil && len(want) > 0 {
-		d.accepted(name) // every block in place
-	}
-	return err
-}
-
 // blockOrder orders block keys longest prefix first, then by family and
 // address: of the blocks a full map lacks, it takes the same ones at every
 // call.
@@ -120,17 +110,18 @@ func blockOrder(a, b bpf.CoordinoIpcacheKey) int {
 	return cmp.Or(cmp.Compare(b.Prefixlen, a.Prefixlen), cmp.Compare(a.Family, b.Family), bytes.Compare(a.Addr[:], b.Addr[:]))
 }
 
-// syncPinned makes the pinned map m hold exactly want, writing only what
-// differs from *mirror, which it keeps up to date. A nil *mirror is read
-// from m first: the map may hold an earlier run's entries. Every removal
-// is tried, then every write in order; what m refuses is left out (and
-// passed to refused), so a full map takes the first entries of want that
-// it lacks, and the error says how many are missing.
-func syncPinned[K, V comparable](m *ebpf.Map, mirror *map[K]V, want map[K]V, order func(a, b K) int, refused func(error) error) error {
+// syncBlocks makes the pinned map of blocks m (named name) hold exactly
+// want, writing only what differs from *mirror, which it keeps up to date.
+// A nil *mirror is read from m first: the map may hold an earlier run's
+// entries. Every removal is tried, then every write in blockOrder; what m
+// refuses is counted and left out (its blocks take the host's path), so a
+// full map takes the first blocks of want that it lacks, and the error says
+// how many are missing. Callers hold mu.
+func syncBlocks[V comparable](d *Datapath, m *ebpf.Map, name string, mirror *map[bpf.CoordinoIpcacheKey]V, want map[bpf.CoordinoIpcacheKey]V) error {
 	if *mirror == nil {
-		have := map[K]V{}
+		have := map[bpf.CoordinoIpcacheKey]V{}
 		var (
-			k K
+			k bpf.CoordinoIpcacheKey
 			v V
 		)
 		it := m.Iterate()
@@ -148,12 +139,12 @@ func syncPinned[K, V comparable](m *ebpf.Map, mirror *map[K]V, want map[K]V, ord
 			continue
 		}
 		if err := deleteKey(m, &k); err != nil {
-			errs = append(errs, fmt.Errorf("delete: %w", refused(err)))
+			errs = append(errs, fmt.Errorf("delete: %w", d.refused(m, name, err)))
 			continue
 		}
 		delete(*mirror, k)
 	}
-	var writes []K
+	var writes []bpf.CoordinoIpcacheKey
 	for k, v := range want {
 		if have, ok := (*mirror)[k]; !ok || have != v {
 			writes = append(writes, k)
@@ -161,17 +152,20 @@ func syncPinned[K, V comparable](m *ebpf.Map, mirror *map[K]V, want map[K]V, ord
 	}
 	// Only what changes is sorted: a peer joining costs one write, not a
 	// sort of every node's blocks.
-	slices.SortFunc(writes, order)
+	slices.SortFunc(writes, blockOrder)
 	for _, k := range writes {
 		v := want[k]
 		if err := m.Update(&k, &v, ebpf.UpdateAny); err != nil {
-			errs = append(errs, fmt.Errorf("update: %w", refused(err)))
+			errs = append(errs, fmt.Errorf("update: %w", d.refused(m, name, err)))
 			continue
 		}
 		(*mirror)[k] = v
 	}
 	if len(errs) > 0 {
 		return fmt.Errorf("%d of %d entries not in place: %w", len(errs), len(want), errors.Join(firstErrors(errs, 3)...))
+	}
+	if len(want) > 0 {
+		d.accepted(name) // every block in place
 	}
 	return nil
 }
@@ -246,7 +240,7 @@ func (d *Datapath) writeLocalEp(r *record) error {
 	for _, ip := range r.IPs {
 		k := localEpKey(ip)
 		if err := d.objs.CdoLocalEps.Update(&k, &v, ebpf.UpdateAny); err != nil {
-			err = d.fellBack(d.objs.CdoLocalEps, bpf.CoordinoMapCdoLocalEps, err)
+			err = d.refused(d.objs.CdoLocalEps, bpf.CoordinoMapCdoLocalEps, err)
 			return fmt.Errorf("endpoint %q: host routing entry for %s: %w", r.Key, ip, err)
 		}
 	}
