@@ -131,6 +131,13 @@ const (
 	CoordinoHostrouteStatHR_STAT_SLOTS          CoordinoHostrouteStat = 8
 )
 
+type CoordinoHrFibEntry struct {
+	_         structs.HostLayout
+	ExpiresNs uint64
+	In        [6]uint64
+	Out       [8]uint64
+}
+
 type CoordinoIpcacheKey struct {
 	_         structs.HostLayout
 	Prefixlen uint32
@@ -246,6 +253,7 @@ const (
 	CoordinoMapCdoEndpoints        = "cdo_endpoints"
 	CoordinoMapCdoEpAddrs          = "cdo_ep_addrs"
 	CoordinoMapCdoEvBudget         = "cdo_ev_budget"
+	CoordinoMapCdoFibCache         = "cdo_fib_cache"
 	CoordinoMapCdoFlows            = "cdo_flows"
 	CoordinoMapCdoFrags            = "cdo_frags"
 	CoordinoMapCdoHostrouteStats   = "cdo_hostroute_stats"
@@ -343,6 +351,7 @@ type CoordinoMapSpecs struct {
 	CdoEndpoints      *ebpf.MapSpec `ebpf:"cdo_endpoints"`
 	CdoEpAddrs        *ebpf.MapSpec `ebpf:"cdo_ep_addrs"`
 	CdoEvBudget       *ebpf.MapSpec `ebpf:"cdo_ev_budget"`
+	CdoFibCache       *ebpf.MapSpec `ebpf:"cdo_fib_cache"`
 	CdoFlows          *ebpf.MapSpec `ebpf:"cdo_flows"`
 	CdoFrags          *ebpf.MapSpec `ebpf:"cdo_frags"`
 	CdoHostrouteStats *ebpf.MapSpec `ebpf:"cdo_hostroute_stats"`
@@ -404,6 +413,7 @@ type CoordinoMaps struct {
 	CdoEndpoints      *ebpf.Map `ebpf:"cdo_endpoints"`
 	CdoEpAddrs        *ebpf.Map `ebpf:"cdo_ep_addrs"`
 	CdoEvBudget       *ebpf.Map `ebpf:"cdo_ev_budget"`
+	CdoFibCache       *ebpf.Map `ebpf:"cdo_fib_cache"`
 	CdoFlows          *ebpf.Map `ebpf:"cdo_flows"`
 	CdoFrags          *ebpf.Map `ebpf:"cdo_frags"`
 	CdoHostrouteStats *ebpf.Map `ebpf:"cdo_hostroute_stats"`
@@ -429,6 +439,7 @@ func (m *CoordinoMaps) Close() error {
 		m.CdoEndpoints,
 		m.CdoEpAddrs,
 		m.CdoEvBudget,
+		m.CdoFibCache,
 		m.CdoFlows,
 		m.CdoFrags,
 		m.CdoHostrouteStats,

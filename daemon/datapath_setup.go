@@ -18,6 +18,7 @@ import (
 	"github.com/coordino/coordino/daemon/metrics"
 	"github.com/coordino/coordino/daemon/nodeaddrs"
 	"github.com/coordino/coordino/daemon/policy"
+	"github.com/coordino/coordino/daemon/routewatch"
 )
 
 // bpffsRoot is where hosts normally mount the BPF filesystem.
@@ -78,6 +79,17 @@ func startDatapath(ctx context.Context, o *config.Options, m *metrics.Metrics, h
 	// A chained primary's bridge gateway, for one, appears only at its
 	// first ADD, and traffic from it (kubelet probes) must stay allowed.
 	if err := nodeaddrs.Watch(ctx, netns.None(), nodeIPs, dp.SetNodeIPs, log); err != nil {
+		dp.Close()
+		return nil, err
+	}
+	// Host routing's programs remember the FIB's answers per flow: a change
+	// to where packets go must reach them at once.
+	forget := func() {
+		if err := dp.ForgetNextHops(); err != nil {
+			log.Error("host routing: next hops stay cached for up to a second", zap.Error(err))
+		}
+	}
+	if err := routewatch.Watch(ctx, netns.None(), forget, log); err != nil {
 		dp.Close()
 		return nil, err
 	}

@@ -22,6 +22,7 @@
 #include <bpf/bpf_endian.h>
 
 #include "../coordino.h"
+#include "clock.h"
 #include "policy.h"
 
 #ifndef AF_INET
@@ -99,6 +100,34 @@ struct hr_packet {
 	__u8 src[16];
 	__u8 dst[16];
 };
+
+/* fib_cache: per CPU, the FIB's answers to the last lookups of a few
+ * flows (hr_fib). A FIB lookup is the dearest part of host routing's way
+ * out (docs/benchmarks.md); a flow's every packet asks the same question.
+ * The daemon empties it on every route or link change in the host's
+ * namespace, and an answer older than HR_FIB_TTL_NS is asked again, so a
+ * change the daemon misses (it is down) holds for at most that long. */
+#define HR_FIB_SLOTS 64
+#define HR_FIB_TTL_NS 1000000000ULL
+
+union hr_fib_params {
+	struct bpf_fib_lookup p;
+	__u64 w[8]; /* w[0..5]: the lookup's input (family to destination) */
+};
+
+struct hr_fib_entry {
+	__u64 expires_ns;
+	__u64 in[6];  /* hr_fib_params.w[0..5] */
+	__u64 out[8]; /* the answer, a struct bpf_fib_lookup */
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, HR_FIB_SLOTS);
+	__type(key, __u32);
+	__type(value, struct hr_fib_entry);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} cdo_fib_cache SEC(".maps");
 
 static __always_inline void hr_count(__u32 stat)
 {
@@ -195,6 +224,37 @@ static __always_inline int hr_host_tracked(struct __sk_buff *skb, const struct h
 	return opts.error != -ENOENT;
 }
 
+/* hr_fib is bpf_fib_lookup(skb, &f->p, BPF_FIB_LOOKUP_SKIP_NEIGH): the
+ * next hop for bpf_redirect_neigh to resolve, and the egress device's MTU,
+ * against which skb is checked as the lookup checks it. A success is
+ * remembered in this CPU's cdo_fib_cache and answers the same input again
+ * until it expires or the daemon empties the cache. */
+static __always_inline int hr_fib(struct __sk_buff *skb, union hr_fib_params *f)
+{
+	__u64 x = f->w[0] ^ f->w[1] ^ f->w[2] ^ f->w[3] ^ f->w[4] ^ f->w[5];
+	__u32 slot = (x * 0x9E3779B97F4A7C15ULL) >> 58; /* HR_FIB_SLOTS */
+	struct hr_fib_entry *e = bpf_map_lookup_elem(&cdo_fib_cache, &slot);
+	__u64 now = now_ns();
+	if (e && now < e->expires_ns && e->in[0] == f->w[0] && e->in[1] == f->w[1] &&
+	    e->in[2] == f->w[2] && e->in[3] == f->w[3] && e->in[4] == f->w[4] &&
+	    e->in[5] == f->w[5]) {
+		__builtin_memcpy(f->w, e->out, sizeof(f->w));
+		/* The lookup's own check: is_skb_forwardable(). */
+		if (skb->len <= f->p.mtu_result + ETH_HLEN + 4 || skb->gso_size)
+			return BPF_FIB_LKUP_RET_SUCCESS;
+		return BPF_FIB_LKUP_RET_FRAG_NEEDED;
+	}
+	__u64 in[6];
+	__builtin_memcpy(in, f->w, sizeof(in));
+	int rc = bpf_fib_lookup(skb, &f->p, sizeof(f->p), BPF_FIB_LOOKUP_SKIP_NEIGH);
+	if (rc == BPF_FIB_LKUP_RET_SUCCESS && e) {
+		__builtin_memcpy(e->in, in, sizeof(in));
+		__builtin_memcpy(e->out, f->w, sizeof(e->out));
+		e->expires_ns = now + HR_FIB_TTL_NS;
+	}
+	return rc;
+}
+
 /* hr_dec_ttl_at does the router's TTL (IPv4, with the header checksum) or
  * hop limit decrement of h, at l3_off; hr_parse saw it above 1. */
 static __always_inline int hr_dec_ttl_at(struct __sk_buff *skb, __u32 l3_off, const struct hr_packet *h)
@@ -269,37 +329,37 @@ static __always_inline int hr_into_pod(struct __sk_buff *skb, const struct hr_pa
  * the FIB's next hop; TC_ACT_UNSPEC (normal path) when it cannot. */
 static __always_inline int hr_route_out(struct __sk_buff *skb, const struct hr_packet *h)
 {
-	struct bpf_fib_lookup fib = {
+	union hr_fib_params fib = {.p = {
 		.l4_protocol = h->proto,
 		.sport = h->sport,
 		.dport = h->dport,
 		.ifindex = skb->ifindex,
-	};
+	}};
 	if (h->family == 4) {
-		fib.family = AF_INET;
-		__builtin_memcpy(&fib.ipv4_src, h->src, 4);
-		__builtin_memcpy(&fib.ipv4_dst, h->dst, 4);
+		fib.p.family = AF_INET;
+		__builtin_memcpy(&fib.p.ipv4_src, h->src, 4);
+		__builtin_memcpy(&fib.p.ipv4_dst, h->dst, 4);
 	} else {
-		fib.family = AF_INET6;
-		__builtin_memcpy(fib.ipv6_src, h->src, 16);
-		__builtin_memcpy(fib.ipv6_dst, h->dst, 16);
+		fib.p.family = AF_INET6;
+		__builtin_memcpy(fib.p.ipv6_src, h->src, 16);
+		__builtin_memcpy(fib.p.ipv6_dst, h->dst, 16);
 	}
-	/* The neighbour is resolved by bpf_redirect_neigh; a packet over the
-	 * next hop's MTU gets FRAG_NEEDED and the normal path's ICMP. */
-	if (bpf_fib_lookup(skb, &fib, sizeof(fib), BPF_FIB_LOOKUP_SKIP_NEIGH) != BPF_FIB_LKUP_RET_SUCCESS) {
+	/* A packet over the next hop's MTU gets FRAG_NEEDED and the normal
+	 * path's ICMP. */
+	if (hr_fib(skb, &fib) != BPF_FIB_LKUP_RET_SUCCESS) {
 		hr_count(HR_STAT_NO_ROUTE);
 		return TC_ACT_UNSPEC;
 	}
 	struct bpf_redir_neigh nh = {};
-	if (fib.family == AF_INET) {
+	if (fib.p.family == AF_INET) {
 		nh.nh_family = AF_INET;
-		nh.ipv4_nh = fib.ipv4_dst;
+		nh.ipv4_nh = fib.p.ipv4_dst;
 	} else {
 		nh.nh_family = AF_INET6;
-		__builtin_memcpy(nh.ipv6_nh, fib.ipv6_dst, 16);
+		__builtin_memcpy(nh.ipv6_nh, fib.p.ipv6_dst, 16);
 	}
 	if (hr_dec_ttl(skb, h) < 0)
 		return TC_ACT_UNSPEC;
 	hr_count(HR_STAT_OUT_REDIRECTED);
-	return bpf_redirect_neigh(fib.ifindex, &nh, sizeof(nh), 0);
+	return bpf_redirect_neigh(fib.p.ifindex, &nh, sizeof(nh), 0);
 }

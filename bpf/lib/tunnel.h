@@ -210,19 +210,19 @@ static __always_inline int tunnel_encap(struct __sk_buff *skb, const struct hr_p
 		return TC_ACT_UNSPEC;
 	/* Looked up as the device would route its outer packet (the veth as
 	 * ingress, as host routing's own lookups): next hop and MTU. */
-	struct bpf_fib_lookup fib = {
+	union hr_fib_params fib = {.p = {
 		.family = AF_INET,
 		.l4_protocol = IPPROTO_UDP,
 		.dport = tc->port,
 		.ipv4_src = tc->src,
 		.ipv4_dst = tp->vtep,
 		.ifindex = skb->ifindex,
-	};
-	if (bpf_fib_lookup(skb, &fib, sizeof(fib), BPF_FIB_LOOKUP_SKIP_NEIGH) != BPF_FIB_LKUP_RET_SUCCESS) {
+	}};
+	if (hr_fib(skb, &fib) != BPF_FIB_LKUP_RET_SUCCESS) {
 		hr_count(HR_STAT_NO_ROUTE);
 		return TC_ACT_UNSPEC;
 	}
-	if (!tunnel_fits(skb, h, fib.mtu_result))
+	if (!tunnel_fits(skb, h, fib.p.mtu_result))
 		return TC_ACT_UNSPEC;
 
 	__u32 hash = bpf_get_hash_recalc(skb);
@@ -249,7 +249,7 @@ static __always_inline int tunnel_encap(struct __sk_buff *skb, const struct hr_p
 	__builtin_memcpy(t.eth.h_dest, tp->mac, ETH_ALEN);
 	__builtin_memcpy(t.eth.h_source, tc->mac, ETH_ALEN);
 	t.eth.h_proto = h->family == 4 ? bpf_htons(ETH_P_IP) : bpf_htons(ETH_P_IPV6);
-	__be32 nh = fib.ipv4_dst;
+	__be32 nh = fib.p.ipv4_dst;
 
 	if (bpf_skb_adjust_room(skb, TUNNEL_HLEN, BPF_ADJ_ROOM_MAC, TUNNEL_ENCAP_FLAGS) < 0)
 		return TC_ACT_UNSPEC;
@@ -260,7 +260,7 @@ static __always_inline int tunnel_encap(struct __sk_buff *skb, const struct hr_p
 	struct bpf_redir_neigh n = {.nh_family = AF_INET, .ipv4_nh = nh};
 	hr_count(HR_STAT_OUT_REDIRECTED);
 	hr_count(HR_STAT_ENCAPSULATED);
-	return bpf_redirect_neigh(fib.ifindex, &n, sizeof(n), 0);
+	return bpf_redirect_neigh(fib.p.ifindex, &n, sizeof(n), 0);
 }
 
 /* tunnel_inner: if h (an underlay packet addressed to this host) is VXLAN

@@ -25,7 +25,8 @@ import (
 // forwarding path. The datapath feeds it three things: the local primary
 // endpoints by address (cdo_local_eps, written once an endpoint's programs
 // enforce its policy, removed before they go), the other nodes' blocks
-// (cdo_peer_blocks, SetPeerBlocks) and the on/off flag (SetHostRouting).
+// (cdo_peer_blocks, SetPeerBlocks) and the on/off flag (SetHostRouting);
+// and it empties the programs' cache of FIB answers (ForgetNextHops).
 
 // cfgHostRouting is CFG_HOST_ROUTING of bpf/coordino.h.
 const cfgHostRouting = 4
@@ -87,6 +88,25 @@ var hostRoutingSupported = sync.OnceValue(func() bool {
 	}
 	return false
 })
+
+// ForgetNextHops empties the programs' cache of FIB answers
+// (cdo_fib_cache): every flow's next packet asks the FIB again. The daemon
+// calls it on every route, rule or link change in the host's namespace; an
+// answer it does not forget expires within a second anyway.
+func (d *Datapath) ForgetNextHops() error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	m := d.objs.CdoFibCache
+	slots := make([]uint32, m.MaxEntries())
+	for i := range slots {
+		slots[i] = uint32(i)
+	}
+	empty := make([]bpf.CoordinoHrFibEntry, len(slots)*ebpf.MustPossibleCPU())
+	if _, err := m.BatchUpdate(slots, empty, nil); err != nil {
+		return fmt.Errorf("datapath: forget next hops: %w", err)
+	}
+	return nil
+}
 
 // SetPeerBlocks replaces the other nodes' pod blocks: the destinations pods
 // may reach through host routing, and the sources it delivers from.

@@ -1,0 +1,160 @@
+package multinode
+
+import (
+	"fmt"
+	"net"
+	"net/netip"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/containernetworking/plugins/pkg/ns"
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+
+	"github.com/coordino/coordino/bpf"
+)
+
+// TestHostRoutingFollowsRouteChanges: host routing's programs remember the
+// FIB's answer per flow (cdo_fib_cache), and a route change still moves a
+// flow at once. A blackhole route for b's address, added on a's node under
+// a steady host-routed UDP stream, stops the stream within the daemon's
+// reading of one netlink notification (the cache alone would have kept it
+// flowing for up to a second); removed, the stream comes back. With the
+// daemon stopped, the cache's expiry alone still honours the change within
+// a second.
+func TestHostRoutingFollowsRouteChanges(t *testing.T) {
+	c := newCluster(t, direct, 2)
+	a, b := c.addPod(c.nodes[0]), c.addPod(c.nodes[1])
+	s := startUDPStream(t, a, b, echoPort+7)
+	blackhole := &netlink.Route{Dst: ipNet(netip.PrefixFrom(b.addr(false), 32)), Type: unix.RTN_BLACKHOLE}
+	route := func(add bool) {
+		t.Helper()
+		if err := c.nodes[0].NS.Do(func(ns.NetNS) error {
+			if add {
+				return netlink.RouteAdd(blackhole)
+			}
+			return netlink.RouteDel(blackhole)
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// Flowing, and host-routed: the answers come from the cache.
+	before := hostRouteStats(t, c.nodes[0])
+	s.expectFlowing(t, "before the route change")
+	if got := statDelta(before, hostRouteStats(t, c.nodes[0]), bpf.CoordinoHostrouteStatHR_STAT_OUT_REDIRECTED); got < 20 {
+		t.Fatalf("host routing redirected %d of the stream's datagrams, want >= 20", got)
+	}
+
+	change := func(t *testing.T, within time.Duration) {
+		route(true)
+		removed := false
+		defer func() {
+			if !removed {
+				route(false)
+			}
+		}()
+		s.expectStoppedWithin(t, within)
+		route(false)
+		removed = true
+		s.expectFlowing(t, "after the blackhole route went")
+	}
+	t.Run("daemon-forgets-at-once", func(t *testing.T) { change(t, 200*time.Millisecond) })
+	t.Run("expiry-without-daemon", func(t *testing.T) {
+		pid := c.nodes[0].DaemonPID()
+		if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = syscall.Kill(pid, syscall.SIGCONT) }()
+		change(t, 1200*time.Millisecond)
+	})
+}
+
+// udpStream is a datagram every few milliseconds from one pod to another,
+// with the arrival times of those received.
+type udpStream struct {
+	arrived chan time.Time
+}
+
+func startUDPStream(t *testing.T, from, to *pod, port int) *udpStream {
+	t.Helper()
+	got := receiveUDP(t, to, port)
+	s := &udpStream{arrived: make(chan time.Time, 4096)}
+	go func() {
+		for range got {
+			select {
+			case s.arrived <- time.Now():
+			default:
+			}
+		}
+	}()
+	var conn net.Conn
+	if err := from.NS.Do(func(ns.NetNS) error {
+		var err error
+		conn, err = net.Dial("udp4", netip.AddrPortFrom(to.addr(false), uint16(port)).String())
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	t.Cleanup(func() { close(done); conn.Close() })
+	go func() {
+		for i := 0; ; i++ {
+			select {
+			case <-done:
+				return
+			case <-time.After(2 * time.Millisecond):
+			}
+			_, _ = fmt.Fprintf(conn, "%d", i)
+		}
+	}()
+	return s
+}
+
+// drain returns how many datagrams arrived since the last call, and when
+// the last of them did.
+func (s *udpStream) drain() (n int, last time.Time) {
+	for {
+		select {
+		case at := <-s.arrived:
+			n, last = n+1, at
+		default:
+			return n, last
+		}
+	}
+}
+
+// expectFlowing waits for datagrams to arrive again, then for a steady
+// second of them.
+func (s *udpStream) expectFlowing(t *testing.T, when string) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	s.drain()
+	for {
+		time.Sleep(100 * time.Millisecond)
+		if n, _ := s.drain(); n > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: no datagram arrives", when)
+		}
+	}
+	time.Sleep(300 * time.Millisecond)
+	if n, _ := s.drain(); n < 20 {
+		t.Fatalf("%s: %d datagrams in 300 ms, want a steady stream (>= 20)", when, n)
+	}
+}
+
+// expectStoppedWithin checks that nothing arrives later than within after
+// now, watching for a further half second.
+func (s *udpStream) expectStoppedWithin(t *testing.T, within time.Duration) {
+	t.Helper()
+	changed := time.Now()
+	s.drain()
+	time.Sleep(within + 500*time.Millisecond)
+	n, last := s.drain()
+	if n > 0 && last.Sub(changed) > within {
+		t.Fatalf("datagrams still arrived %v after the route change, want none after %v (%d since the change)", last.Sub(changed).Round(time.Millisecond), within, n)
+	}
+}
