@@ -24,18 +24,38 @@ var groups = []uint{
 // reopenAfter is the pause before a failed watch is opened again.
 const reopenAfter = time.Second
 
-// Watch calls changed once the watch is open, and then after every batch of
-// notifications from ns (netns.None(): the daemon's own namespace), until ctx
-// is done. No message is parsed: any of them may move a packet. Notifications
-// lost to an overflowing socket, or while a failed watch is re-opened, count
-// as a change.
+// Watch calls changed once the watch is open, and then after notifications
+// from ns (netns.None(): the daemon's own namespace), until ctx is done:
+// every notification is followed by a call that starts after it arrived.
+// No message is parsed: any of them may move a packet. Notifications lost to
+// an overflowing socket, or while a failed watch is re-opened, count as a
+// change.
 func Watch(ctx context.Context, ns netns.NsHandle, changed func(), log *zap.Logger) error {
 	s, err := subscribe(ns)
 	if err != nil {
 		return err
 	}
 	changed()
-	go run(ctx, ns, s, changed, log)
+	// A pod's creation alone brings a burst of link and route messages:
+	// those arriving while changed runs are told by one more call.
+	pending := make(chan struct{}, 1)
+	tell := func() {
+		select {
+		case pending <- struct{}{}:
+		default:
+		}
+	}
+	go func() {
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-pending:
+				changed()
+			}
+		}
+	}()
+	go run(ctx, ns, s, tell, log)
 	return nil
 }
 
@@ -81,7 +101,7 @@ func run(ctx context.Context, ns netns.NsHandle, s *nl.NetlinkSocket, changed fu
 	}
 }
 
-// receive calls changed for every batch read from s, until s fails.
+// receive calls changed after every read from s, until s fails.
 func receive(s *nl.NetlinkSocket, changed func()) error {
 	for {
 		_, _, err := s.Receive()
