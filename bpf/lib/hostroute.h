@@ -104,9 +104,10 @@ struct hr_packet {
 /* fib_cache: per CPU, the FIB's answers to the last lookups of a few
  * flows (hr_fib). A FIB lookup is the dearest part of host routing's way
  * out (docs/benchmarks.md); a flow's every packet asks the same question.
- * The daemon empties it on every route or link change in the host's
- * namespace, and an answer older than HR_FIB_TTL_NS is asked again, so a
- * change the daemon misses (it is down) holds for at most that long. */
+ * The daemon empties it on every route, rule, nexthop or link change in
+ * the host's namespace, and an answer older than HR_FIB_TTL_NS is asked
+ * again, so a change the daemon misses (it is down) holds for at most that
+ * long. */
 #define HR_FIB_SLOTS 64
 #define HR_FIB_TTL_NS 1000000000ULL
 

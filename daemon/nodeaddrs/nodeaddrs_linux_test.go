@@ -4,45 +4,17 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
-	"runtime"
 	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/vishvananda/netlink"
-	"github.com/vishvananda/netns"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
 
 	"github.com/coordino/coordino/test/privileged"
 )
-
-// newNS returns a fresh network namespace and a netlink handle in it.
-func newNS(t *testing.T) (netns.NsHandle, *netlink.Handle) {
-	t.Helper()
-	privileged.Require(t)
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	orig, err := netns.Get()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer orig.Close()
-	ns, err := netns.New()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := netns.Set(orig); err != nil {
-		t.Fatal(err)
-	}
-	h, err := netlink.NewHandleAt(ns)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { h.Close(); ns.Close() })
-	return ns, h
-}
 
 // countDumps counts the address dumps of the package for the test.
 func countDumps(t *testing.T) *atomic.Int32 {
@@ -121,7 +93,7 @@ func addUplink(t *testing.T, h *netlink.Handle, name string) netlink.Link {
 // (one per pod on a real node) change nothing and cost no listing of every
 // address, as a watch that re-lists on each event would.
 func TestWatchFollowsGlobalAddressesWithoutRelisting(t *testing.T) {
-	ns, h := newNS(t)
+	ns, h := privileged.NewNetns(t)
 	dumps := countDumps(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
@@ -190,7 +162,7 @@ func TestWatchFollowsGlobalAddressesWithoutRelisting(t *testing.T) {
 // channel) is opened again and lists once more, so a change made while it
 // was down still reaches the datapath.
 func TestWatchReopensAfterFailure(t *testing.T) {
-	ns, h := newNS(t)
+	ns, h := privileged.NewNetns(t)
 	dumps := countDumps(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	exited := make(chan struct{})

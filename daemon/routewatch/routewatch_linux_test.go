@@ -3,47 +3,19 @@ package routewatch
 import (
 	"context"
 	"net"
-	"runtime"
 	"testing"
 	"time"
 
 	"github.com/vishvananda/netlink"
-	"github.com/vishvananda/netns"
 	"go.uber.org/zap/zaptest"
 
 	"github.com/coordino/coordino/test/privileged"
 )
 
-// newNS returns a fresh network namespace and a netlink handle in it.
-func newNS(t *testing.T) (netns.NsHandle, *netlink.Handle) {
-	t.Helper()
-	privileged.Require(t)
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	orig, err := netns.Get()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer orig.Close()
-	ns, err := netns.New()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := netns.Set(orig); err != nil {
-		t.Fatal(err)
-	}
-	h, err := netlink.NewHandleAt(ns)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { h.Close(); ns.Close() })
-	return ns, h
-}
-
 // TestWatch: a change to a link, a route or a rule of the watched namespace
 // is told; nothing is told once the watch ends.
 func TestWatch(t *testing.T) {
-	ns, h := newNS(t)
+	ns, h := privileged.NewNetns(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	told := make(chan struct{}, 1024)
