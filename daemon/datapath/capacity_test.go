@@ -354,3 +354,58 @@ func TestNodeIsolationMapFull(t *testing.T) {
 		t.Errorf("usage %+v, want 2 entries, no longer refusing", u)
 	}
 }
+
+// TestNodeConntrackEvictionFailsClosed: under node-to-node isolation, the
+// replies to a UDP flow this node opened pass by the entry cdo_to_node made
+// (a reply nobody asked for drops); a pod's flood that evicts that entry
+// makes the next reply drop (node-to-node-denied), never pass, until the
+// node sends again.
+func TestNodeConntrackEvictionFailsClosed(t *testing.T) {
+	const size = MinConntrackSize
+	c := newClusterWith(t, Config{AttachMode: AttachTC, ConntrackSize: size}, false)
+	if err := c.dp.SetRemoteNodeIPs([]netip.Addr{peerNode}); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.dp.UpdatePolicy(policy.Snapshot{NodeIsolation: []*coordinov1alpha1.NodeIsolationPolicy{nodeToNodeTCP(80, 81)}}); err != nil {
+		t.Fatal(err)
+	}
+	query := frame(testnet.NodeIP, peerNode, protoUDP, udp(40000, 53, []byte("query")))
+	reply := func(dport uint16) bool {
+		ret, _ := runUnderlay(t, c, frame(peerNode, testnet.NodeIP, protoUDP, udp(53, dport, []byte("answer"))))
+		return ret != actShot
+	}
+	nodeSends := func() {
+		t.Helper()
+		if ret := runProg(t, c.dp.objs.CdoToNode, 1, query); ret == actShot {
+			t.Fatal("cdo_to_node dropped the node's own query")
+		}
+	}
+
+	nodeSends()
+	if !reply(40000) {
+		t.Fatal("the reply to the node's query dropped")
+	}
+	if reply(40001) {
+		t.Fatal("a reply to no query of the node passed node-to-node isolation")
+	}
+	// c, not isolated, opens more UDP flows than the table holds, each
+	// used twice: a flow seen once is the LRU's first victim.
+	for port := range uint16(8 * size) {
+		for range 2 {
+			if !c.fromPod("c", frame(podIPs["c"], podIPs["b"], protoUDP, udp(1000+port, 9, []byte("x")))) {
+				t.Fatalf("c's datagram %d dropped", port)
+			}
+		}
+	}
+	before := reasonCount(t, c, "node-to-node-denied")
+	if reply(40000) {
+		t.Error("a reply whose flow's entry was evicted passed node-to-node isolation")
+	}
+	if reasonCount(t, c, "node-to-node-denied") <= before {
+		t.Error("the dropped reply not counted as node-to-node-denied")
+	}
+	nodeSends()
+	if !reply(40000) {
+		t.Error("the reply to the node's query sent again dropped")
+	}
+}
