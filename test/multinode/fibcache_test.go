@@ -22,7 +22,8 @@ import (
 // reading of one netlink notification (the cache alone would have kept it
 // flowing for up to a second), three times over; removed, the stream comes
 // back. With the daemon stopped, the cache's expiry alone still honours the
-// change within a second.
+// change within a second. A cached answer still checks each packet against
+// the egress MTU.
 func TestHostRoutingFollowsRouteChanges(t *testing.T) {
 	c := newCluster(t, direct, 2)
 	a, b := c.addPod(c.nodes[0]), c.addPod(c.nodes[1])
@@ -76,34 +77,90 @@ func TestHostRoutingFollowsRouteChanges(t *testing.T) {
 		defer func() { _ = syscall.Kill(pid, syscall.SIGCONT) }()
 		change(t, 1200*time.Millisecond)
 	})
+	// An answer taken from the cache still checks the egress MTU as the
+	// lookup does: a datagram over node0's uplink MTU (lowered below the
+	// pod's; the underlay side keeps 1500, so the veth alone would carry
+	// it) in the flow whose small datagrams keep its answer cached takes
+	// the host's path, which answers "fragmentation needed" for it.
+	t.Run("mtu-checked-on-a-cached-answer", func(t *testing.T) {
+		if err := c.nodes[0].NS.Do(func(ns.NetNS) error {
+			l, err := netlink.LinkByName("uplink0")
+			if err != nil {
+				return err
+			}
+			return netlink.LinkSetMTU(l, 1400)
+		}); err != nil {
+			t.Fatal(err)
+		}
+		s.expectFlowing(t, "with the uplink's MTU lowered")
+		before := hostRouteStats(t, c.nodes[0])
+		s.sendBig(t, 1450)
+		select {
+		case <-s.big:
+			t.Fatal("a datagram over the uplink's MTU was host-routed from a cached answer")
+		case <-time.After(500 * time.Millisecond):
+		}
+		if got := statDelta(before, hostRouteStats(t, c.nodes[0]), bpf.CoordinoHostrouteStatHR_STAT_NO_ROUTE); got < 1 {
+			t.Errorf("the oversized datagram was not counted as taking the host's path (no-route: %d)", got)
+		}
+	})
 }
 
-// udpStream is a datagram every few milliseconds from one pod to another,
-// with the arrival times of those received.
+// udpStream is a small datagram every few milliseconds from one pod to
+// another, with the arrival times of those received; sendBig adds a larger
+// one on the same flow, whose arrival big tells.
 type udpStream struct {
+	conn    net.Conn
 	arrived chan time.Time
+	big     chan struct{}
+}
+
+// sendBig sends a datagram of size bytes with Don't Fragment set.
+func (s *udpStream) sendBig(t *testing.T, size int) {
+	t.Helper()
+	raw, err := s.conn.(*net.UDPConn).SyscallConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var serr error
+	if err := raw.Control(func(fd uintptr) {
+		serr = unix.SetsockoptInt(int(fd), unix.IPPROTO_IP, unix.IP_MTU_DISCOVER, unix.IP_PMTUDISC_DO)
+	}); err != nil || serr != nil {
+		t.Fatal(err, serr)
+	}
+	if _, err := s.conn.Write(make([]byte, size)); err != nil {
+		t.Fatal(err)
+	}
 }
 
 func startUDPStream(t *testing.T, from, to *pod, port int) *udpStream {
 	t.Helper()
 	got := receiveUDP(t, to, port)
-	s := &udpStream{arrived: make(chan time.Time, 4096)}
+	s := &udpStream{arrived: make(chan time.Time, 4096), big: make(chan struct{}, 1)}
 	go func() {
-		for range got {
+		for msg := range got {
+			ch := s.arrived
+			if len(msg) > 1000 {
+				ch = nil
+				select {
+				case s.big <- struct{}{}:
+				default:
+				}
+			}
 			select {
-			case s.arrived <- time.Now():
+			case ch <- time.Now():
 			default:
 			}
 		}
 	}()
-	var conn net.Conn
 	if err := from.NS.Do(func(ns.NetNS) error {
 		var err error
-		conn, err = net.Dial("udp4", netip.AddrPortFrom(to.addr(false), uint16(port)).String())
+		s.conn, err = net.Dial("udp4", netip.AddrPortFrom(to.addr(false), uint16(port)).String())
 		return err
 	}); err != nil {
 		t.Fatal(err)
 	}
+	conn := s.conn
 	done := make(chan struct{})
 	t.Cleanup(func() { close(done); conn.Close() })
 	go func() {
