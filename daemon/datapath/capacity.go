@@ -149,40 +149,27 @@ type mapEpisode struct {
 // closed, or for hostPathMaps as the fallback to the host's path it is;
 // callers hold mu.
 func (d *Datapath) refused(m *ebpf.Map, name string, err error) error {
-	first := d.countRefusal(name, err)
-	err = asFull(m, name, err)
-	if !first {
-		return err
-	}
-	fields := []zap.Field{zap.String("map", name), zap.String("reason", refusalReason(err)), zap.Uint32("capacity", m.MaxEntries())}
-	if slices.Contains(hostPathMaps, name) {
-		d.log.Warn("BPF map refused an update: what does not fit takes the host's forwarding path", append(fields, zap.Error(err))...)
-	} else {
-		d.log.Error("BPF map refused an update: failing closed until it takes entries again",
-			append(fields, zap.String("raise", "--"+MapSizeFlag(name)), zap.Error(err))...)
-	}
-	return err
-}
-
-// countRefusal counts a refused write and reports whether it opens an
-// episode; callers hold mu.
-func (d *Datapath) countRefusal(name string, err error) (first bool) {
-	d.metrics.mapFailures.WithLabelValues(name, refusalReason(err)).Inc()
+	reason := refusalReason(err)
+	d.metrics.mapFailures.WithLabelValues(name, reason).Inc()
 	ep := d.episodes[name]
 	if ep == nil {
 		ep = &mapEpisode{}
 		d.episodes[name] = ep
 	}
 	ep.failures++
-	first = !ep.open
+	if reason == refusedFull {
+		err = fmt.Errorf("%w: %w", &MapFullError{Map: name, Capacity: int(m.MaxEntries())}, err)
+	}
+	if ep.open {
+		return err
+	}
 	ep.open = true
-	return first
-}
-
-// asFull wraps err in a *MapFullError when the map refused it for being full.
-func asFull(m *ebpf.Map, name string, err error) error {
-	if refusalReason(err) == refusedFull {
-		return fmt.Errorf("%w: %w", &MapFullError{Map: name, Capacity: int(m.MaxEntries())}, err)
+	fields := []zap.Field{zap.String("map", name), zap.String("reason", reason), zap.Uint32("capacity", m.MaxEntries())}
+	if slices.Contains(hostPathMaps, name) {
+		d.log.Warn("BPF map refused an update: what does not fit takes the host's forwarding path", append(fields, zap.Error(err))...)
+	} else {
+		d.log.Error("BPF map refused an update: failing closed until it takes entries again",
+			append(fields, zap.String("raise", "--"+MapSizeFlag(name)), zap.Error(err))...)
 	}
 	return err
 }

@@ -103,12 +103,7 @@ var (
 // on, with one peer node.
 func tunnelCluster(t testing.TB) *cluster {
 	c := newClusterWith(t, Config{AttachMode: AttachTC}, true)
-	ep := c.eps["b"]
-	ep.HostMAC, ep.PodMAC = net.HardwareAddr{2, 0, 0, 0, 0xb, 1}, net.HardwareAddr{2, 0, 0, 0, 0xb, 2}
-	if err := c.dp.AttachEndpoint(ep); err != nil {
-		t.Fatal(err)
-	}
-	c.eps["b"] = ep
+	c.makePrimary("b")
 	if _, err := c.dp.SetHostRouting(true); err != nil {
 		t.Fatal(err)
 	}
