@@ -117,13 +117,25 @@ static __always_inline int handle(struct __sk_buff *skb, __u8 dir, __u32 ifindex
 	else
 		return handle_l2(skb, dir, ifindex);
 
+	int parsed = parse_ip(skb, ETH_HLEN, family, &p, 0);
+	__u32 zero = 0;
+	struct config *cfg = bpf_map_lookup_elem(&cdo_config, &zero);
+	__u32 revision = cfg ? cfg->policy_revision : 0;
+	__u64 now = now_ns();
+	/* A flow conntrack answered a moment ago (lib/conntrack.h, ct_memo):
+	 * the checks below passed then, under the same revision. */
+	if (parsed == PARSE_OK) {
+		int known = ct_memo_get(ifindex, dir, &p, revision, now);
+		if (known >= 0)
+			return verdict(skb, dir, known);
+	}
+
 	struct endpoint_info *ep = bpf_map_lookup_elem(&cdo_endpoints, &ifindex);
 	if (!ep)
 		return verdict(skb, dir, REASON_NO_ENDPOINT);
-	if (parse_ip(skb, ETH_HLEN, family, &p, 0) != PARSE_OK)
+	if (parsed != PARSE_OK)
 		return verdict(skb, dir, REASON_MALFORMED);
 
-	__u64 now = now_ns();
 	if (dir == DIR_EGRESS && !source_allowed(ifindex, &p))
 		return drop(skb, ifindex, ep, dir, &p, 0, REASON_SPOOFED, now);
 	if (is_link_control(&p)) {
@@ -134,9 +146,6 @@ static __always_inline int handle(struct __sk_buff *skb, __u8 dir, __u32 ifindex
 	if (dir == DIR_EGRESS && tunnel_injection_from_pod(&p))
 		return drop(skb, ifindex, ep, dir, &p, remote_of(&p, dir).identity, REASON_TUNNEL_INJECTION, now);
 
-	__u32 zero = 0;
-	struct config *cfg = bpf_map_lookup_elem(&cdo_config, &zero);
-	__u32 revision = cfg ? cfg->policy_revision : 0;
 	int observed = cfg && (cfg->flags & CFG_EMIT_ALLOWED);
 	/* Nothing isolated: no verdict depends on state, so nothing is tracked
 	 * but TCP connections from their SYN and UDP flows from their first

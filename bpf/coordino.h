@@ -119,6 +119,8 @@ struct ct_key {
 #define CT_SERVICE 16  /* to a Service address: decided on the translated destination */
 #define CT_SVC_PENDING 32 /* CT_SERVICE flow waiting for the post-DNAT hook's decision */
 #define CT_SVC_ALLOWED 64 /* the post-DNAT hook allowed the flow at least once */
+#define CT_REPLY_CHECKED 128 /* CT_REPLY_OPENS is known for the entry's revision */
+#define CT_REPLY_OPENS 256   /* policy would let the reply side open the flow too */
 
 struct ct_entry {
 	__u64 last_seen_ns;

@@ -45,6 +45,14 @@ type CoordinoCtKey struct {
 	Dst     [16]uint8
 }
 
+type CoordinoCtMemoEntry struct {
+	_         structs.HostLayout
+	ExpiresNs uint64
+	Key       [6]uint64
+	Revision  uint32
+	Reason    uint32
+}
+
 type CoordinoCtStat uint32
 
 const (
@@ -249,6 +257,7 @@ type CoordinoTunnelPeer struct {
 const (
 	CoordinoMapCdoConfig           = "cdo_config"
 	CoordinoMapCdoConntrack        = "cdo_conntrack"
+	CoordinoMapCdoCtMemo           = "cdo_ct_memo"
 	CoordinoMapCdoCtStats          = "cdo_ct_stats"
 	CoordinoMapCdoEndpoints        = "cdo_endpoints"
 	CoordinoMapCdoEpAddrs          = "cdo_ep_addrs"
@@ -347,6 +356,7 @@ type CoordinoProgramSpecs struct {
 type CoordinoMapSpecs struct {
 	CdoConfig         *ebpf.MapSpec `ebpf:"cdo_config"`
 	CdoConntrack      *ebpf.MapSpec `ebpf:"cdo_conntrack"`
+	CdoCtMemo         *ebpf.MapSpec `ebpf:"cdo_ct_memo"`
 	CdoCtStats        *ebpf.MapSpec `ebpf:"cdo_ct_stats"`
 	CdoEndpoints      *ebpf.MapSpec `ebpf:"cdo_endpoints"`
 	CdoEpAddrs        *ebpf.MapSpec `ebpf:"cdo_ep_addrs"`
@@ -409,6 +419,7 @@ func (o *CoordinoObjects) Close() error {
 type CoordinoMaps struct {
 	CdoConfig         *ebpf.Map `ebpf:"cdo_config"`
 	CdoConntrack      *ebpf.Map `ebpf:"cdo_conntrack"`
+	CdoCtMemo         *ebpf.Map `ebpf:"cdo_ct_memo"`
 	CdoCtStats        *ebpf.Map `ebpf:"cdo_ct_stats"`
 	CdoEndpoints      *ebpf.Map `ebpf:"cdo_endpoints"`
 	CdoEpAddrs        *ebpf.Map `ebpf:"cdo_ep_addrs"`
@@ -435,6 +446,7 @@ func (m *CoordinoMaps) Close() error {
 	return _CoordinoClose(
 		m.CdoConfig,
 		m.CdoConntrack,
+		m.CdoCtMemo,
 		m.CdoCtStats,
 		m.CdoEndpoints,
 		m.CdoEpAddrs,

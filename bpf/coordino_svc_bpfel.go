@@ -45,6 +45,14 @@ type CoordinoSvcCtKey struct {
 	Dst     [16]uint8
 }
 
+type CoordinoSvcCtMemoEntry struct {
+	_         structs.HostLayout
+	ExpiresNs uint64
+	Key       [6]uint64
+	Revision  uint32
+	Reason    uint32
+}
+
 type CoordinoSvcEndpointInfo struct {
 	_        structs.HostLayout
 	Identity uint32
@@ -122,6 +130,7 @@ type CoordinoSvcSvcSlot struct {
 const (
 	CoordinoSvcMapCdoConfig     = "cdo_config"
 	CoordinoSvcMapCdoConntrack  = "cdo_conntrack"
+	CoordinoSvcMapCdoCtMemo     = "cdo_ct_memo"
 	CoordinoSvcMapCdoCtStats    = "cdo_ct_stats"
 	CoordinoSvcMapCdoEndpoints  = "cdo_endpoints"
 	CoordinoSvcMapCdoEvBudget   = "cdo_ev_budget"
@@ -189,6 +198,7 @@ type CoordinoSvcProgramSpecs struct {
 type CoordinoSvcMapSpecs struct {
 	CdoConfig     *ebpf.MapSpec `ebpf:"cdo_config"`
 	CdoConntrack  *ebpf.MapSpec `ebpf:"cdo_conntrack"`
+	CdoCtMemo     *ebpf.MapSpec `ebpf:"cdo_ct_memo"`
 	CdoCtStats    *ebpf.MapSpec `ebpf:"cdo_ct_stats"`
 	CdoEndpoints  *ebpf.MapSpec `ebpf:"cdo_endpoints"`
 	CdoEvBudget   *ebpf.MapSpec `ebpf:"cdo_ev_budget"`
@@ -232,6 +242,7 @@ func (o *CoordinoSvcObjects) Close() error {
 type CoordinoSvcMaps struct {
 	CdoConfig     *ebpf.Map `ebpf:"cdo_config"`
 	CdoConntrack  *ebpf.Map `ebpf:"cdo_conntrack"`
+	CdoCtMemo     *ebpf.Map `ebpf:"cdo_ct_memo"`
 	CdoCtStats    *ebpf.Map `ebpf:"cdo_ct_stats"`
 	CdoEndpoints  *ebpf.Map `ebpf:"cdo_endpoints"`
 	CdoEvBudget   *ebpf.Map `ebpf:"cdo_ev_budget"`
@@ -251,6 +262,7 @@ func (m *CoordinoSvcMaps) Close() error {
 	return _CoordinoSvcClose(
 		m.CdoConfig,
 		m.CdoConntrack,
+		m.CdoCtMemo,
 		m.CdoCtStats,
 		m.CdoEndpoints,
 		m.CdoEvBudget,

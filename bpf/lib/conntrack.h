@@ -43,6 +43,37 @@ struct {
 #define CT_REVOKED_NS (300 * SEC_NS)
 #define CT_REFRESH_NS SEC_NS
 
+/* ct_memo: per CPU, ct_track's answer for the last packets of a few
+ * established flows, so that a flow's next packets pass on one array slot
+ * instead of the endpoint, source-address and conntrack lookups (the
+ * dearest part of a verdict: docs/benchmarks.md). An answer holds only
+ * while the policy revision it was given under is current: every change of
+ * policy, endpoints, their addresses or identities moves the revision, as
+ * it re-decides tracked flows. It also expires after CT_MEMO_TTL_NS, so
+ * the flow's conntrack entry is refreshed and re-checked (eviction, expiry)
+ * at least that often. Packets that change an entry's state (SYN, FIN,
+ * RST), fragments and a closing flow are never answered from it. Nor is a
+ * packet whose own side must re-create the entry if it is lost: a packet
+ * answered from the memo re-creates nothing, so the other side's packets
+ * (into an isolated direction) would be dropped meanwhile (ct_memo_safe). */
+#define CT_MEMO_SLOTS 256
+#define CT_MEMO_TTL_NS SEC_NS
+
+struct ct_memo_entry {
+	__u64 expires_ns;
+	__u64 key[6]; /* ifindex, direction, protocol, family, ports, addresses */
+	__u32 revision;
+	__u32 reason;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, CT_MEMO_SLOTS);
+	__type(key, __u32);
+	__type(value, struct ct_memo_entry);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} cdo_ct_memo SEC(".maps");
+
 enum ct_result {
 	CT_NEW,
 	CT_ESTABLISHED,
@@ -56,6 +87,59 @@ static __always_inline void ct_stat(__u32 slot)
 	__u64 *v = bpf_map_lookup_elem(&cdo_ct_stats, &slot);
 	if (v)
 		(*v)++;
+}
+
+/* ct_memo_key fills the memo's key of p, seen in dir on ifindex; 0 when p
+ * may not be answered from the memo. */
+static __always_inline int ct_memo_key(__u64 *key, __u32 ifindex, __u8 dir, const struct packet *p)
+{
+	if (p->frag != FRAG_NONE || (p->tcp_flags & (TCP_SYN | TCP_FIN | TCP_RST)))
+		return 0;
+	if (p->proto != IPPROTO_TCP && p->proto != IPPROTO_UDP)
+		return 0;
+	key[0] = (__u64)ifindex | (__u64)dir << 32 | (__u64)p->proto << 40 | (__u64)p->family << 48;
+	key[1] = (__u64)p->sport | (__u64)p->dport << 16;
+	__builtin_memcpy(&key[2], p->src, 16);
+	__builtin_memcpy(&key[4], p->dst, 16);
+	return 1;
+}
+
+static __always_inline struct ct_memo_entry *ct_memo_slot(const __u64 *key)
+{
+	__u64 x = key[0] ^ key[1] ^ key[2] ^ key[3] ^ key[4] ^ key[5];
+	__u32 slot = (x * 0x9E3779B97F4A7C15ULL) >> 56; /* CT_MEMO_SLOTS */
+	return bpf_map_lookup_elem(&cdo_ct_memo, &slot);
+}
+
+/* ct_memo_get returns the remembered verdict reason of p's flow, or -1. */
+static __always_inline int ct_memo_get(__u32 ifindex, __u8 dir, const struct packet *p,
+				       __u32 revision, __u64 now)
+{
+	__u64 key[6];
+	if (!ct_memo_key(key, ifindex, dir, p))
+		return -1;
+	struct ct_memo_entry *e = ct_memo_slot(key);
+	if (!e || now >= e->expires_ns || e->revision != revision || e->key[0] != key[0] ||
+	    e->key[1] != key[1] || e->key[2] != key[2] || e->key[3] != key[3] ||
+	    e->key[4] != key[4] || e->key[5] != key[5])
+		return -1;
+	return e->reason;
+}
+
+/* ct_memo_put remembers reason as the answer to p's flow in p's direction. */
+static __always_inline void ct_memo_put(__u32 ifindex, __u8 dir, const struct packet *p,
+					__u32 revision, __u64 now, __u32 reason)
+{
+	__u64 key[6];
+	if (!ct_memo_key(key, ifindex, dir, p))
+		return;
+	struct ct_memo_entry *e = ct_memo_slot(key);
+	if (!e)
+		return;
+	__builtin_memcpy(e->key, key, sizeof(key));
+	e->revision = revision;
+	e->reason = reason;
+	e->expires_ns = now + CT_MEMO_TTL_NS;
 }
 
 static __always_inline int tcp_opening(const struct packet *p)
@@ -134,9 +218,31 @@ static __always_inline int ct_still_allowed(const struct endpoint_info *ep, cons
 	       allowed(decide(ep, k->dir ^ 1, remote, k->proto, k->sport));
 }
 
+/* ct_memo_safe: p's answer may be remembered, since a loss of its flow's
+ * entry e would be mended by the other side's next packet, which policy
+ * lets open the flow. A reply's other side is the origin, which policy
+ * lets open the flow as long as the entry is neither revoked nor ambiguous
+ * (re-created mid-flow: its origin is a guess). The reply side is asked
+ * once per entry and revision. */
+static __always_inline int ct_memo_safe(const struct endpoint_info *ep, __u8 dir,
+					const struct packet *p, __u8 origin, struct ct_entry *e)
+{
+	if (origin != dir)
+		return !(e->flags & CT_AMBIGUOUS);
+	if (!(e->flags & CT_REPLY_CHECKED)) {
+		struct ipcache_value remote = remote_of(p, dir);
+		if (allowed(decide(ep, dir ^ 1, &remote, p->proto, p->sport)))
+			e->flags |= CT_REPLY_OPENS;
+		e->flags |= CT_REPLY_CHECKED;
+	}
+	return e->flags & CT_REPLY_OPENS;
+}
+
 /* ct_track looks up p and updates its entry: re-decision after a policy
- * change, reply and closing state, last use. The peer's identity is looked
- * up only for a re-decision: a flow's other packets do not need it. */
+ * change, reply and closing state, last use; the answer is remembered
+ * where that is safe. The peer's identity is looked up only for a
+ * re-decision and once per revision for the memo: a flow's other packets
+ * do not need it. */
 static __always_inline int ct_track(const struct endpoint_info *ep, __u32 ifindex, __u8 dir,
 				    const struct packet *p, __u32 revision, __u64 now)
 {
@@ -156,6 +262,7 @@ static __always_inline int ct_track(const struct endpoint_info *ep, __u32 ifinde
 			e->flags |= CT_REVOKED;
 			ct_stat(CT_STAT_REVOKED);
 		}
+		e->flags &= ~(CT_REPLY_CHECKED | CT_REPLY_OPENS);
 		e->revision = revision;
 	}
 	if (e->flags & CT_REVOKED) {
@@ -178,6 +285,9 @@ static __always_inline int ct_track(const struct endpoint_info *ep, __u32 ifinde
 		e->last_seen_ns = now;
 	if (origin == dir && (e->flags & CT_SVC_PENDING))
 		return CT_DEFERRED;
+	if (!(e->flags & CT_CLOSING) && ct_memo_safe(ep, dir, p, origin, e))
+		ct_memo_put(ifindex, dir, p, revision, now,
+			    origin == dir ? REASON_ESTABLISHED : REASON_REPLY);
 	return origin == dir ? CT_ESTABLISHED : CT_REPLY;
 }
 

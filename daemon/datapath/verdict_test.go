@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/cilium/ebpf"
 	"github.com/coordino/coordino/bpf"
@@ -29,6 +30,7 @@ func TestVerdicts(t *testing.T) {
 		{"ICMPv6FastPathOnlyForLinkControl", icmpv6FastPathOnlyForLinkControl},
 		{"ICMPErrorsFollowQuotedFlow", icmpErrorsFollowQuotedFlow},
 		{"LaterFragmentsOfReplies", laterFragmentsOfReplies},
+		{"ConntrackMemo", conntrackMemo},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			parent := c.t
@@ -381,4 +383,72 @@ func TestFragmentEvictionFailsClosed(t *testing.T) {
 	if reasonCount(t, c, "fragment-unknown") <= before {
 		t.Error("the dropped later fragment not counted as fragment-unknown")
 	}
+}
+
+// conntrackMemo: the programs answer a flow's packets from the CPU's memo
+// of conntrack (ct_memo in bpf/lib/conntrack.h) only while the policy
+// revision is the one it was answered under, for at most its lifetime, and
+// never for packets that change a flow's state. Client a's ingress is
+// isolated: replies into it are answered from the memo, seen where
+// conntrack alone would drop them (right after the entry was lost); what a
+// sends is not, so that it re-creates a lost entry for the replies. Fails
+// without the memo, its revision check, its lifetime, its flag check, or
+// its rule for the side that must re-create.
+func conntrackMemo(t *testing.T, c *cluster) {
+	const memoLifetime = time.Second
+	denyClientEgress := `
+metadata: {name: client-deny-egress, namespace: default}
+spec: {podSelector: {matchLabels: {app: client}}, policyTypes: [Egress]}`
+	onOneCPU(t, func() {
+		for i, fam := range []struct {
+			name string
+			a, b netip.Addr
+		}{{"IPv4", podIPs["a"], podIPs["b"]}, {"IPv6", podIPs6["a"], podIPs6["b"]}} {
+			type flow struct{ out, back func(flags uint8) []byte }
+			newFlow := func(sport uint16) flow {
+				return flow{
+					out:  func(flags uint8) []byte { return frame(fam.a, fam.b, protoTCP, tcp(sport, 80, flags)) },
+					back: func(flags uint8) []byte { return frame(fam.b, fam.a, protoTCP, tcp(80, sport, flags)) },
+				}
+			}
+			open := func(f flow) {
+				t.Helper()
+				if !c.fromPod("a", f.out(tcpSYN)) || !c.toPod("a", f.back(tcpSYN|tcpACK)) ||
+					!c.fromPod("a", f.out(tcpACK)) || !c.toPod("a", f.back(tcpACK)) {
+					t.Fatalf("%s: connection a>b tcp/80 not established", fam.name)
+				}
+			}
+			c.policies(clientDenyIngress)
+			x, y := newFlow(uint16(41000+2*i)), newFlow(uint16(41001+2*i))
+			open(x)
+			open(y)
+			clearConntrack(t, c)
+
+			replies := reasonCount(t, c, "reply")
+			if !c.toPod("a", x.back(tcpACK)) {
+				t.Errorf("%s: reply dropped right after its entry was lost: not answered from the memo", fam.name)
+			} else if got := reasonCount(t, c, "reply") - replies; got != 1 {
+				t.Errorf("%s: a reply answered from the memo counted %v times as reply", fam.name, got)
+			}
+			if c.toPod("a", x.back(tcpFIN|tcpACK)) {
+				t.Errorf("%s: FIN into isolated a passed without an entry: answered from the memo", fam.name)
+			}
+			if !c.fromPod("a", y.out(tcpACK)) {
+				t.Fatalf("%s: a>b dropped after its entry was lost", fam.name)
+			}
+			time.Sleep(memoLifetime + 100*time.Millisecond)
+			if c.toPod("a", x.back(tcpACK)) {
+				t.Errorf("%s: reply without an entry still passed past the memo's lifetime", fam.name)
+			}
+			if !c.toPod("a", y.back(tcpACK)) {
+				t.Errorf("%s: reply dropped: a's packet was answered from the memo and did not re-create the lost entry", fam.name)
+			}
+
+			open(x)
+			c.policies(clientDenyIngress, denyClientEgress)
+			if c.toPod("a", x.back(tcpACK)) {
+				t.Errorf("%s: reply of a revoked flow passed: answered from the memo of an older revision", fam.name)
+			}
+		}
+	})
 }
