@@ -219,6 +219,6 @@ func (s *udpStream) expectStoppedWithin(t *testing.T, within time.Duration) {
 	time.Sleep(within + 500*time.Millisecond)
 	n, last := s.drain()
 	if n > 0 && last.Sub(changed) > within {
-		t.Fatalf("datagrams still arrived %v after the route change, want none after %v (%d since the change)", last.Sub(changed).Round(time.Millisecond), within, n)
+		t.Fatalf("datagrams still arrived %v after the change, want none after %v (%d since the change)", last.Sub(changed).Round(time.Millisecond), within, n)
 	}
 }
