@@ -14,6 +14,7 @@
 #include "parse.h"
 #include "policy.h"
 #include "clock.h"
+#include "memo.h"
 
 /* max_entries is set by the loader (daemon flag --conntrack-size). */
 struct {
@@ -56,12 +57,13 @@ struct {
  * packet whose own side must re-create the entry if it is lost: a packet
  * answered from the memo re-creates nothing, so the other side's packets
  * (into an isolated direction) would be dropped meanwhile (ct_memo_safe). */
-#define CT_MEMO_SLOTS 256
+#define CT_MEMO_SLOT_BITS 8
+#define CT_MEMO_SLOTS (1 << CT_MEMO_SLOT_BITS)
 #define CT_MEMO_TTL_NS SEC_NS
 
 struct ct_memo_entry {
 	__u64 expires_ns;
-	__u64 key[6]; /* ifindex, direction, protocol, family, ports, addresses */
+	__u64 key[MEMO_KEY_WORDS]; /* ifindex, direction, protocol, family, ports, addresses */
 	__u32 revision;
 	__u32 reason;
 };
@@ -106,8 +108,7 @@ static __always_inline int ct_memo_key(__u64 *key, __u32 ifindex, __u8 dir, cons
 
 static __always_inline struct ct_memo_entry *ct_memo_slot(const __u64 *key)
 {
-	__u64 x = key[0] ^ key[1] ^ key[2] ^ key[3] ^ key[4] ^ key[5];
-	__u32 slot = (x * 0x9E3779B97F4A7C15ULL) >> 56; /* CT_MEMO_SLOTS */
+	__u32 slot = memo_slot(key, CT_MEMO_SLOT_BITS);
 	return bpf_map_lookup_elem(&cdo_ct_memo, &slot);
 }
 
@@ -115,13 +116,11 @@ static __always_inline struct ct_memo_entry *ct_memo_slot(const __u64 *key)
 static __always_inline int ct_memo_get(__u32 ifindex, __u8 dir, const struct packet *p,
 				       __u32 revision, __u64 now)
 {
-	__u64 key[6];
+	__u64 key[MEMO_KEY_WORDS];
 	if (!ct_memo_key(key, ifindex, dir, p))
 		return -1;
 	struct ct_memo_entry *e = ct_memo_slot(key);
-	if (!e || now >= e->expires_ns || e->revision != revision || e->key[0] != key[0] ||
-	    e->key[1] != key[1] || e->key[2] != key[2] || e->key[3] != key[3] ||
-	    e->key[4] != key[4] || e->key[5] != key[5])
+	if (!e || now >= e->expires_ns || e->revision != revision || !memo_key_equal(e->key, key))
 		return -1;
 	return e->reason;
 }
@@ -130,7 +129,7 @@ static __always_inline int ct_memo_get(__u32 ifindex, __u8 dir, const struct pac
 static __always_inline void ct_memo_put(__u32 ifindex, __u8 dir, const struct packet *p,
 					__u32 revision, __u64 now, __u32 reason)
 {
-	__u64 key[6];
+	__u64 key[MEMO_KEY_WORDS];
 	if (!ct_memo_key(key, ifindex, dir, p))
 		return;
 	struct ct_memo_entry *e = ct_memo_slot(key);

@@ -24,6 +24,7 @@
 #include "../coordino.h"
 #include "clock.h"
 #include "policy.h"
+#include "memo.h"
 
 #ifndef AF_INET
 #define AF_INET 2
@@ -108,17 +109,18 @@ struct hr_packet {
  * the host's namespace, and an answer older than HR_FIB_TTL_NS is asked
  * again, so a change the daemon misses (it is down) holds for at most that
  * long. */
-#define HR_FIB_SLOTS 64
+#define HR_FIB_SLOT_BITS 6
+#define HR_FIB_SLOTS (1 << HR_FIB_SLOT_BITS)
 #define HR_FIB_TTL_NS 1000000000ULL
 
 union hr_fib_params {
 	struct bpf_fib_lookup p;
-	__u64 w[8]; /* w[0..5]: the lookup's input (family to destination) */
+	__u64 w[8]; /* w[0..MEMO_KEY_WORDS-1]: the lookup's input (family to destination) */
 };
 
 struct hr_fib_entry {
 	__u64 expires_ns;
-	__u64 in[6];  /* hr_fib_params.w[0..5] */
+	__u64 in[MEMO_KEY_WORDS]; /* hr_fib_params.w[0..MEMO_KEY_WORDS-1] */
 	__u64 out[8]; /* the answer, a struct bpf_fib_lookup */
 };
 
@@ -232,20 +234,17 @@ static __always_inline int hr_host_tracked(struct __sk_buff *skb, const struct h
  * until it expires or the daemon empties the cache. */
 static __always_inline int hr_fib(struct __sk_buff *skb, union hr_fib_params *f)
 {
-	__u64 x = f->w[0] ^ f->w[1] ^ f->w[2] ^ f->w[3] ^ f->w[4] ^ f->w[5];
-	__u32 slot = (x * 0x9E3779B97F4A7C15ULL) >> 58; /* HR_FIB_SLOTS */
+	__u32 slot = memo_slot(f->w, HR_FIB_SLOT_BITS);
 	struct hr_fib_entry *e = bpf_map_lookup_elem(&cdo_fib_cache, &slot);
 	__u64 now = now_ns();
-	if (e && now < e->expires_ns && e->in[0] == f->w[0] && e->in[1] == f->w[1] &&
-	    e->in[2] == f->w[2] && e->in[3] == f->w[3] && e->in[4] == f->w[4] &&
-	    e->in[5] == f->w[5]) {
+	if (e && now < e->expires_ns && memo_key_equal(e->in, f->w)) {
 		__builtin_memcpy(f->w, e->out, sizeof(f->w));
 		/* The lookup's own check: is_skb_forwardable(). */
 		if (skb->len <= f->p.mtu_result + ETH_HLEN + 4 || skb->gso_size)
 			return BPF_FIB_LKUP_RET_SUCCESS;
 		return BPF_FIB_LKUP_RET_FRAG_NEEDED;
 	}
-	__u64 in[6];
+	__u64 in[MEMO_KEY_WORDS];
 	__builtin_memcpy(in, f->w, sizeof(in));
 	int rc = bpf_fib_lookup(skb, &f->p, sizeof(f->p), BPF_FIB_LOOKUP_SKIP_NEIGH);
 	if (rc == BPF_FIB_LKUP_RET_SUCCESS && e) {

@@ -139,16 +139,15 @@ func startUDPStream(t *testing.T, from, to *pod, port int) *udpStream {
 	s := &udpStream{arrived: make(chan time.Time, 4096), big: make(chan struct{}, 1)}
 	go func() {
 		for msg := range got {
-			ch := s.arrived
 			if len(msg) > 1000 {
-				ch = nil
 				select {
 				case s.big <- struct{}{}:
 				default:
 				}
+				continue
 			}
 			select {
-			case ch <- time.Now():
+			case s.arrived <- time.Now():
 			default:
 			}
 		}
