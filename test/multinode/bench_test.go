@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/netip"
 	"os"
@@ -66,7 +67,7 @@ func TestBenchMultinode(t *testing.T) {
 			c := newClusterWith(t, m, 3, benchPolicyArgs(t))
 			src, dst := c.addPod(c.nodes[0]), c.addPod(c.nodes[1])
 			join := joinLatency(t, c, src, dst, c.addPod(c.nodes[2]))
-			rows = append(rows, fmt.Sprintf("| %s | new node's pod reachable from all nodes (peers file written → first answer) | %v | — | — | — | — |", m.name, join.Round(time.Millisecond)))
+			rows = append(rows, fmt.Sprintf("| %s | new node's pod reachable from all nodes (peers file written → first answer) | %v | — | — | — | — | — |", m.name, join.Round(time.Millisecond)))
 			refName, refFrom, refTo, refAddr := "underlay", c.nodes[0].NS, c.nodes[1].NS, c.nodes[1].address(false)
 			if m.encryption == "wireguard" {
 				refName = "bare wireguard-go"
@@ -89,7 +90,7 @@ func TestBenchMultinode(t *testing.T) {
 			measure(", policy loaded")
 		})
 	}
-	t.Logf("\n%d interleaved rounds of %d s per figure, iperf3 arguments %q; medians, and the per-round ratios' range\n| mode | test | pod to pod | reference | ratio | ratio min–max | vs no policy |\n|---|---|---|---|---|---|---|\n%s", benchRounds(), benchSeconds(), benchIperfArgs(), joinLines(rows))
+	t.Logf("\n%d interleaved rounds of %d s per figure, iperf3 arguments %q; medians, and the per-round ratios' range\n| mode | test | pod to pod | reference | ratio | ratio min–max | vs no policy | CPU idle, pod / reference |\n|---|---|---|---|---|---|---|---|\n%s", benchRounds(), benchSeconds(), benchIperfArgs(), joinLines(rows))
 }
 
 // benchRow formats one figure; rows of the policy-loaded run (test names
@@ -108,7 +109,7 @@ func benchRow(mode, test, unit, refName string, r pairs, plain map[string]float6
 	if unit == "/s" {
 		prec = 0
 	}
-	return fmt.Sprintf("| %s | %s | %.*f %s | %s %.*f %s | %.2f× | %.2f–%.2f× | %s |", mode, test, prec, r.got, unit, refName, prec, r.ref, unit, r.ratio, r.ratioLo, r.ratioHi, vsPlain)
+	return fmt.Sprintf("| %s | %s | %.*f %s | %s %.*f %s | %.2f× | %.2f–%.2f× | %s | %.0f %% / %.0f %% |", mode, test, prec, r.got, unit, refName, prec, r.ref, unit, r.ratio, r.ratioLo, r.ratioHi, vsPlain, 100*r.idleGot, 100*r.idleRef)
 }
 
 // joinLatency removes node2 from the peers file, writes it back and times
@@ -151,21 +152,65 @@ func joinLatency(t *testing.T, c *cluster, a, b, joiner *pod) time.Duration {
 
 // pairs summarises benchRounds() interleaved runs of a measurement and its
 // reference: their medians, the median of the per-round ratios (which can
-// differ from the quotient of the two medians) and those ratios' range.
+// differ from the quotient of the two medians) and those ratios' range;
+// from interleaved also the median share of the machine's CPU time left
+// idle while each side ran. A throughput pair that leaves much of the CPU
+// idle on both sides measured TCP's own pacing and windows more than what
+// either path costs per byte.
 type pairs struct {
 	got, ref, ratio  float64
 	ratioLo, ratioHi float64
+	idleGot, idleRef float64
 }
 
 // interleaved alternates reference and measurement so a noisy neighbour
 // hits both alike.
 func interleaved(measure, reference func() float64) pairs {
-	var gs, rs []float64
+	var gs, rs, gIdle, rIdle []float64
 	for i := 0; i < benchRounds(); i++ {
-		rs = append(rs, reference())
-		gs = append(gs, measure())
+		r, idle := idleDuring(reference)
+		rs, rIdle = append(rs, r), append(rIdle, idle)
+		g, idle := idleDuring(measure)
+		gs, gIdle = append(gs, g), append(gIdle, idle)
 	}
-	return summarise(gs, rs)
+	p := summarise(gs, rs)
+	p.idleGot, p.idleRef = stats.Median(gIdle), stats.Median(rIdle)
+	return p
+}
+
+// idleDuring runs f and returns its result and the share of all CPUs' time
+// that was idle meanwhile (NaN where /proc/stat cannot be read).
+func idleDuring(f func() float64) (float64, float64) {
+	idle0, total0 := cpuTicks()
+	v := f()
+	idle1, total1 := cpuTicks()
+	if total1 <= total0 {
+		return v, math.NaN()
+	}
+	return v, float64(idle1-idle0) / float64(total1-total0)
+}
+
+// cpuTicks is the machine's idle (idle and iowait) and total CPU time so
+// far, in ticks, from /proc/stat's first line: user to steal (guest time
+// is counted in user already).
+func cpuTicks() (idle, total uint64) {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0, 0
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	fields := strings.Fields(line)
+	if len(fields) < 6 || fields[0] != "cpu" {
+		return 0, 0
+	}
+	for i, f := range fields[1:min(9, len(fields))] {
+		n, _ := strconv.ParseUint(f, 10, 64)
+		total += n
+		if i == 3 || i == 4 {
+			idle += n
+		}
+	}
+	return idle, total
 }
 
 // summarise makes pairs of per-round measurements and their references.
