@@ -85,6 +85,19 @@ func TestBenchMultinode(t *testing.T) {
 				rows = append(rows, benchRow(m.name, "TCP request/response"+suffix, "/s", refName, r, plain))
 			}
 			measure("")
+			// A mode that shrinks the pod MTU also shrinks TCP's segments;
+			// the underlay at the pods' MTU tells that apart from the path.
+			if mtu := linkMTU(t, dst.NS, "eth0"); m.encryption == "none" && mtu < linkMTU(t, refTo, "uplink0") {
+				for _, streams := range []int{1, 4} {
+					r := interleaved(func() float64 { return iperf(t, src.NS, dst.NS, dst.addr(false), streams, benchIperfArgs()...) / 1e9 },
+						func() float64 {
+							return atRouteMTU(t, c.nodes[0], c.nodes[1], mtu, func() float64 {
+								return iperf(t, refFrom, refTo, refAddr, streams, benchIperfArgs()...) / 1e9
+							})
+						})
+					rows = append(rows, benchRow(m.name, fmt.Sprintf("TCP %d stream(s), reference at the pods' MTU", streams), "Gbit/s", fmt.Sprintf("underlay at MTU %d", mtu), r, plain))
+				}
+			}
 			// The same path with a realistic policy set isolating both pods.
 			loadBenchPolicy(t, c, src, dst)
 			measure(", policy loaded")
@@ -110,6 +123,35 @@ func benchRow(mode, test, unit, refName string, r pairs, plain map[string]float6
 		prec = 0
 	}
 	return fmt.Sprintf("| %s | %s | %.*f %s | %s %.*f %s | %.2f× | %.2f–%.2f× | %s | %.0f %% / %.0f %% |", mode, test, prec, r.got, unit, refName, prec, r.ref, unit, r.ratio, r.ratioLo, r.ratioHi, vsPlain, 100*r.idleGot, 100*r.idleRef)
+}
+
+// atRouteMTU runs f with the two nodes' routes to each other's address
+// lowered to mtu, so that TCP between them uses the segment size of pods
+// with that MTU; the routes are removed after.
+func atRouteMTU(t *testing.T, a, b *node, mtu int, f func() float64) float64 {
+	t.Helper()
+	set := func(from, to *node, add bool) {
+		err := from.NS.Do(func(ns.NetNS) error {
+			dst := to.address(false)
+			via, err := netlink.RouteGet(dst.AsSlice())
+			if err != nil || len(via) == 0 {
+				return fmt.Errorf("route to %v: %v", dst, err)
+			}
+			r := &netlink.Route{Dst: ipNet(netip.PrefixFrom(dst, dst.BitLen())), LinkIndex: via[0].LinkIndex, MTU: mtu}
+			if add {
+				return netlink.RouteReplace(r)
+			}
+			return netlink.RouteDel(r)
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	set(a, b, true)
+	set(b, a, true)
+	defer set(b, a, false)
+	defer set(a, b, false)
+	return f()
 }
 
 // joinLatency removes node2 from the peers file, writes it back and times

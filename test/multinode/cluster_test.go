@@ -366,6 +366,22 @@ func waitGone(pid int, d time.Duration) {
 	_ = syscall.Kill(pid, syscall.SIGKILL)
 }
 
+// linkMTU is the MTU of the interface name in netns n.
+func linkMTU(t *testing.T, n ns.NetNS, name string) int {
+	t.Helper()
+	var mtu int
+	if err := n.Do(func(ns.NetNS) error {
+		l, err := netlink.LinkByName(name)
+		if err == nil {
+			mtu = l.Attrs().MTU
+		}
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return mtu
+}
+
 func ipNet(p netip.Prefix) *net.IPNet {
 	return &net.IPNet{IP: p.Addr().AsSlice(), Mask: net.CIDRMask(p.Bits(), p.Addr().BitLen())}
 }

@@ -71,17 +71,7 @@ func checkPodMTU(t *testing.T, c *cluster) {
 	want := 1500 - c.mode.overhead
 	for _, n := range c.nodes {
 		p := n.pods[0]
-		var got int
-		if err := p.NS.Do(func(ns.NetNS) error {
-			l, err := netlink.LinkByName("eth0")
-			if err == nil {
-				got = l.Attrs().MTU
-			}
-			return err
-		}); err != nil {
-			t.Fatal(err)
-		}
-		if got != want {
+		if got := linkMTU(t, p.NS, "eth0"); got != want {
 			t.Errorf("%s: pod MTU %d, want %d (uplink 1500 minus %d)", p.Name, got, want, c.mode.overhead)
 		}
 	}
