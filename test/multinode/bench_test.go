@@ -87,7 +87,7 @@ func TestBenchMultinode(t *testing.T) {
 			measure("")
 			// A mode that shrinks the pod MTU also shrinks TCP's segments;
 			// the underlay at the pods' MTU tells that apart from the path.
-			if mtu := linkMTU(t, dst.NS, "eth0"); m.encryption == "none" && mtu < linkMTU(t, refTo, "uplink0") {
+			if mtu := linkAttrs(t, dst.NS, "eth0").MTU; m.encryption == "none" && mtu < linkAttrs(t, refTo, "uplink0").MTU {
 				for _, streams := range []int{1, 4} {
 					r := interleaved(func() float64 { return iperf(t, src.NS, dst.NS, dst.addr(false), streams, benchIperfArgs()...) / 1e9 },
 						func() float64 {

@@ -366,20 +366,20 @@ func waitGone(pid int, d time.Duration) {
 	_ = syscall.Kill(pid, syscall.SIGKILL)
 }
 
-// linkMTU is the MTU of the interface name in netns n.
-func linkMTU(t *testing.T, n ns.NetNS, name string) int {
+// linkAttrs are the attributes of the interface name in netns n.
+func linkAttrs(t *testing.T, n ns.NetNS, name string) *netlink.LinkAttrs {
 	t.Helper()
-	var mtu int
+	var attrs *netlink.LinkAttrs
 	if err := n.Do(func(ns.NetNS) error {
 		l, err := netlink.LinkByName(name)
 		if err == nil {
-			mtu = l.Attrs().MTU
+			attrs = l.Attrs()
 		}
 		return err
 	}); err != nil {
 		t.Fatal(err)
 	}
-	return mtu
+	return attrs
 }
 
 func ipNet(p netip.Prefix) *net.IPNet {

@@ -71,7 +71,7 @@ func checkPodMTU(t *testing.T, c *cluster) {
 	want := 1500 - c.mode.overhead
 	for _, n := range c.nodes {
 		p := n.pods[0]
-		if got := linkMTU(t, p.NS, "eth0"); got != want {
+		if got := linkAttrs(t, p.NS, "eth0").MTU; got != want {
 			t.Errorf("%s: pod MTU %d, want %d (uplink 1500 minus %d)", p.Name, got, want, c.mode.overhead)
 		}
 	}

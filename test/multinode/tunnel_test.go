@@ -200,17 +200,7 @@ func receiveUDP(t *testing.T, p *pod, port int) <-chan string {
 // to it for the device to take them.
 func vxlanDeviceMAC(t *testing.T, n *node) net.HardwareAddr {
 	t.Helper()
-	var mac net.HardwareAddr
-	if err := n.NS.Do(func(ns.NetNS) error {
-		l, err := netlink.LinkByName(routing.DefaultVXLANDevice)
-		if err == nil {
-			mac = l.Attrs().HardwareAddr
-		}
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
-	return mac
+	return linkAttrs(t, n.NS, routing.DefaultVXLANDevice).HardwareAddr
 }
 
 // vxlanFrame is the UDP payload of a VXLAN packet (VNI 1) carrying an

@@ -94,16 +94,7 @@ func TestBenchVXLANPath(t *testing.T) {
 // hostVeth is the node-side name of p's eth0.
 func hostVeth(t *testing.T, p *pod) string {
 	t.Helper()
-	var peer int
-	if err := p.NS.Do(func(ns.NetNS) error {
-		l, err := netlink.LinkByName("eth0")
-		if err == nil {
-			peer = l.Attrs().ParentIndex
-		}
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
+	peer := linkAttrs(t, p.NS, "eth0").ParentIndex
 	var name string
 	if err := p.node.NS.Do(func(ns.NetNS) error {
 		l, err := netlink.LinkByIndex(peer)
