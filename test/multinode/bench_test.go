@@ -80,24 +80,21 @@ func TestBenchMultinode(t *testing.T) {
 						func() float64 { return iperf(t, refFrom, refTo, refAddr, streams, benchIperfArgs()...) / 1e9 })
 					rows = append(rows, benchRow(m.name, fmt.Sprintf("TCP %d stream(s)%s", streams, suffix), "Gbit/s", refName, r, plain))
 				}
+				// Each path writing whole segments: see wholeSegments.
+				podWrites, refWrites := wholeSegments(t, src.NS, dst.addr(false)), wholeSegments(t, refFrom, refAddr)
+				for _, streams := range []int{1, 4} {
+					r := interleaved(func() float64 {
+						return iperf(t, src.NS, dst.NS, dst.addr(false), streams, append(podWrites, benchIperfArgs()...)...) / 1e9
+					}, func() float64 {
+						return iperf(t, refFrom, refTo, refAddr, streams, append(refWrites, benchIperfArgs()...)...) / 1e9
+					})
+					rows = append(rows, benchRow(m.name, fmt.Sprintf("TCP %d stream(s), whole-segment writes%s", streams, suffix), "Gbit/s", refName, r, plain))
+				}
 				r := interleaved(func() float64 { return requestRate(t, src.NS, dst.NS, dst.addr(false)) },
 					func() float64 { return requestRate(t, refFrom, refTo, refAddr) })
 				rows = append(rows, benchRow(m.name, "TCP request/response"+suffix, "/s", refName, r, plain))
 			}
 			measure("")
-			// A mode that shrinks the pod MTU also shrinks TCP's segments;
-			// the underlay at the pods' MTU tells that apart from the path.
-			if mtu := linkAttrs(t, dst.NS, "eth0").MTU; m.encryption == "none" && mtu < linkAttrs(t, refTo, "uplink0").MTU {
-				for _, streams := range []int{1, 4} {
-					r := interleaved(func() float64 { return iperf(t, src.NS, dst.NS, dst.addr(false), streams, benchIperfArgs()...) / 1e9 },
-						func() float64 {
-							return atRouteMTU(t, c.nodes[0], c.nodes[1], mtu, func() float64 {
-								return iperf(t, refFrom, refTo, refAddr, streams, benchIperfArgs()...) / 1e9
-							})
-						})
-					rows = append(rows, benchRow(m.name, fmt.Sprintf("TCP %d stream(s), reference at the pods' MTU", streams), "Gbit/s", fmt.Sprintf("underlay at MTU %d", mtu), r, plain))
-				}
-			}
 			// The same path with a realistic policy set isolating both pods.
 			loadBenchPolicy(t, c, src, dst)
 			measure(", policy loaded")
@@ -125,33 +122,39 @@ func benchRow(mode, test, unit, refName string, r pairs, plain map[string]float6
 	return fmt.Sprintf("| %s | %s | %.*f %s | %s %.*f %s | %.2f× | %.2f–%.2f× | %s | %.0f %% / %.0f %% |", mode, test, prec, r.got, unit, refName, prec, r.ref, unit, r.ratio, r.ratioLo, r.ratioHi, vsPlain, 100*r.idleGot, 100*r.idleRef)
 }
 
-// atRouteMTU runs f with the two nodes' routes to each other's address
-// lowered to mtu, so that TCP between them uses the segment size of pods
-// with that MTU; the routes are removed after.
-func atRouteMTU(t *testing.T, a, b *node, mtu int, f func() float64) float64 {
+// wholeSegments is the iperf3 write length (-l) of 90 segments of TCP on
+// the path from netns from to addr: its route's MTU less the IP and TCP
+// headers and the timestamp option. iperf3's default 128 KiB write ends in
+// a tail whose size depends on the segment size (752 bytes at MTU 1,500; a
+// segment and 1,058 bytes at 1,450), and under BBR how a write ends moves
+// throughput by up to 3x on a bare veth pair (docs/benchmarks.md). Whole
+// segments take the tail out of the comparison and leave the paths' cost
+// per byte.
+func wholeSegments(t *testing.T, from ns.NetNS, addr netip.Addr) []string {
 	t.Helper()
-	set := func(from, to *node, add bool) {
-		err := from.NS.Do(func(ns.NetNS) error {
-			dst := to.address(false)
-			via, err := netlink.RouteGet(dst.AsSlice())
-			if err != nil || len(via) == 0 {
-				return fmt.Errorf("route to %v: %v", dst, err)
-			}
-			r := &netlink.Route{Dst: ipNet(netip.PrefixFrom(dst, dst.BitLen())), LinkIndex: via[0].LinkIndex, MTU: mtu}
-			if add {
-				return netlink.RouteReplace(r)
-			}
-			return netlink.RouteDel(r)
-		})
-		if err != nil {
-			t.Fatal(err)
+	var mtu int
+	err := from.Do(func(ns.NetNS) error {
+		routes, err := netlink.RouteGet(addr.AsSlice())
+		if err != nil || len(routes) == 0 {
+			return fmt.Errorf("route to %v: %v", addr, err)
 		}
+		if mtu = routes[0].MTU; mtu == 0 {
+			link, err := netlink.LinkByIndex(routes[0].LinkIndex)
+			if err != nil {
+				return err
+			}
+			mtu = link.Attrs().MTU
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
-	set(a, b, true)
-	set(b, a, true)
-	defer set(b, a, false)
-	defer set(a, b, false)
-	return f()
+	headers := 20 + 20 + 12
+	if addr.Is6() {
+		headers = 40 + 20 + 12
+	}
+	return []string{"-l", strconv.Itoa(90 * (mtu - headers))}
 }
 
 // joinLatency removes node2 from the peers file, writes it back and times

@@ -35,6 +35,12 @@ func TestBenchHostRouting(t *testing.T) {
 			}{
 				{"TCP 1 stream, Gbit/s", func(from, to ns.NetNS, addr netip.Addr) float64 { return iperf(t, from, to, addr, 1) / 1e9 }},
 				{"TCP 4 streams, Gbit/s", func(from, to ns.NetNS, addr netip.Addr) float64 { return iperf(t, from, to, addr, 4) / 1e9 }},
+				{"TCP 1 stream, whole-segment writes, Gbit/s", func(from, to ns.NetNS, addr netip.Addr) float64 {
+					return iperf(t, from, to, addr, 1, wholeSegments(t, from, addr)...) / 1e9
+				}},
+				{"TCP 4 streams, whole-segment writes, Gbit/s", func(from, to ns.NetNS, addr netip.Addr) float64 {
+					return iperf(t, from, to, addr, 4, wholeSegments(t, from, addr)...) / 1e9
+				}},
 				{"TCP request/response, /s", func(from, to ns.NetNS, addr netip.Addr) float64 { return requestRate(t, from, to, addr) }},
 			}
 			for _, test := range tests {
