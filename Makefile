@@ -113,7 +113,7 @@ bench-policy: deps build ref-plugins
 # rate per routing mode, each against a reference in the same run.
 .PHONY: bench-multinode
 bench-multinode: deps build ref-plugins
-	$(GO) test -tags benchmultinode -count=1 -v -timeout 20m -run '^TestBenchMultinode$$' ./test/multinode/
+	$(GO) test -tags benchmultinode -count=1 -v -timeout 30m -run '^TestBenchMultinode$$' ./test/multinode/
 
 # The Coordino image (every binary of build and the reference portmap
 # plugin from ref-plugins, on an empty base) as a

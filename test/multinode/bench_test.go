@@ -37,7 +37,7 @@ import (
 // interleaved measurement/reference pairs each figure takes. Many short
 // runs rather than few long ones: one run swings by 20-40 % on this kind
 // of machine, and the median of 7 pairs with its spread settles a 10 %
-// question where 3 did not, while a whole run stays under ~10 minutes.
+// question where 3 did not, while a whole run stays under ~15 minutes.
 func benchSeconds() int { return envInt("COORDINO_BENCH_SECONDS", 2) }
 
 func benchRounds() int { return envInt("COORDINO_BENCH_ROUNDS", 7) }
