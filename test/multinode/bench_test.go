@@ -124,9 +124,10 @@ func benchRow(mode, test, unit, refName string, r pairs, plain map[string]float6
 	return fmt.Sprintf("| %s | %s | %.*f %s | %s %.*f %s | %.2f× | %.2f–%.2f× | %s | %.0f %% / %.0f %% |", mode, test, prec, r.got, unit, refName, prec, r.ref, unit, r.ratio, r.ratioLo, r.ratioHi, vsPlain, 100*r.idleGot, 100*r.idleRef)
 }
 
-// wholeSegments is the iperf3 write length (-l) of 90 segments of TCP on
-// the path from netns from to addr: its route's MTU less the IP and TCP
-// headers and the timestamp option. iperf3's default 128 KiB write ends in
+// wholeSegments are iperf3 client arguments for writes (-l) of 90 segments
+// of TCP on the path from netns from to addr (its route's MTU less the IP
+// and TCP headers and the timestamp option), client and server on CPUs of
+// their own. iperf3's default 128 KiB write ends in
 // a tail whose size depends on the segment size (752 bytes at MTU 1,500; a
 // segment and 1,058 bytes at 1,450), and under BBR how a write ends moves
 // throughput by up to 3x on a bare veth pair (docs/benchmarks.md). Whole
