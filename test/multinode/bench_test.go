@@ -127,12 +127,11 @@ func benchRow(mode, test, unit, refName string, r pairs, plain map[string]float6
 // wholeSegments are iperf3 client arguments for writes (-l) of 90 segments
 // of TCP on the path from netns from to addr (its route's MTU less the IP
 // and TCP headers and the timestamp option), client and server on CPUs of
-// their own. iperf3's default 128 KiB write ends in
-// a tail whose size depends on the segment size (752 bytes at MTU 1,500; a
-// segment and 1,058 bytes at 1,450), and under BBR how a write ends moves
-// throughput by up to 3x on a bare veth pair (docs/benchmarks.md). Whole
-// segments take the tail out of the comparison and leave the paths' cost
-// per byte.
+// their own. iperf3's default 128 KiB write ends in a tail whose size
+// depends on the segment size (752 bytes at MTU 1,500; a segment and 1,058
+// bytes at 1,450), and under BBR how a write ends moves throughput by up to
+// 3x on a bare veth pair (docs/benchmarks.md). Whole segments take the tail
+// out of the comparison and leave the paths' cost per byte.
 func wholeSegments(t *testing.T, from ns.NetNS, addr netip.Addr) []string {
 	t.Helper()
 	var mtu int
