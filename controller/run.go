@@ -156,6 +156,11 @@ func lead(ctx context.Context, opts Options, log *zap.Logger, core kubernetes.In
 	simple := func(f func(any)) cache.ResourceEventHandlerFuncs {
 		return cache.ResourceEventHandlerFuncs{AddFunc: f, UpdateFunc: func(_, o any) { f(o) }, DeleteFunc: f}
 	}
+	// The block, pool and identity indexes are built by these handlers, so
+	// allocating starts once each handler has seen its informer's whole
+	// list, not as soon as the stores are filled: a claim the block index
+	// had not seen yet would give its node a second block.
+	var handled []cache.InformerSynced
 	for _, r := range []struct {
 		inf cache.SharedIndexInformer
 		h   cache.ResourceEventHandler
@@ -163,21 +168,16 @@ func lead(ctx context.Context, opts Options, log *zap.Logger, core kubernetes.In
 		{nodes, simple(c.OnNode)}, {ncs, simple(c.OnNodeConfig)}, {pools, both(c.OnIPPool)}, {blocks, both(c.OnIPBlock)},
 		{namespaces, both(c.OnNamespace)}, {pods, both(c.OnPod)}, {idents, both(c.OnIdentity)},
 	} {
-		if _, err := r.inf.AddEventHandler(r.h); err != nil {
+		reg, err := r.inf.AddEventHandler(r.h)
+		if err != nil {
 			return err
 		}
+		handled = append(handled, reg.HasSynced)
 	}
 	kf.Start(ctx.Done())
 	cf.Start(ctx.Done())
-	for typ, ok := range kf.WaitForCacheSync(ctx.Done()) {
-		if !ok {
-			return fmt.Errorf("cache of %v did not sync", typ)
-		}
-	}
-	for typ, ok := range cf.WaitForCacheSync(ctx.Done()) {
-		if !ok {
-			return fmt.Errorf("cache of %v did not sync", typ)
-		}
+	if !cache.WaitForCacheSync(ctx.Done(), handled...) {
+		return fmt.Errorf("caches did not sync: %w", ctx.Err())
 	}
 	log.Info("caches synced; allocating")
 	policies := make(chan error, 1)

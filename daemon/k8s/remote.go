@@ -96,14 +96,18 @@ func (r *remoteEndpoints) handler(mark func()) cache.ResourceEventHandler {
 }
 
 // watchNodeEndpoints registers the informer on every node's NodeEndpoints;
-// it is part of the source's initial sync.
+// it is part of the source's initial sync. The sync waits for the handler
+// to have recorded every listed object, not only for the informer's store:
+// the first live apply confirms the remote endpoints restored at start and
+// drops the rest, so one the handler had not passed on yet would be cut.
 func (s *Source) watchNodeEndpoints() error {
 	inf := s.crdInf.Coordino().V1alpha1().NodeEndpoints()
 	s.nodeEps = inf.Lister()
-	if _, err := inf.Informer().AddEventHandler(s.remote.handler(func() { s.markDirty(func(d *dirtyBits) { d.remote = true }) })); err != nil {
+	handled, err := inf.Informer().AddEventHandler(s.remote.handler(func() { s.markDirty(func(d *dirtyBits) { d.remote = true }) }))
+	if err != nil {
 		return err
 	}
-	s.hasSync = append(s.hasSync, inf.Informer().HasSynced)
+	s.hasSync = append(s.hasSync, handled.HasSynced)
 	return nil
 }
 

@@ -257,12 +257,13 @@ func New(cfg Config) (*Source, error) {
 	} {
 		mark := reg.mark
 		h := func(any) { s.markDirty(mark) }
-		if _, err := reg.inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		handled, err := reg.inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
 			AddFunc: h, DeleteFunc: h, UpdateFunc: func(_, n any) { h(n) },
-		}); err != nil {
+		})
+		if err != nil {
 			return nil, err
 		}
-		s.hasSync = append(s.hasSync, reg.inf.HasSynced)
+		s.hasSync = append(s.hasSync, handled.HasSynced)
 	}
 	if err := s.watchNodeEndpoints(); err != nil {
 		return nil, err
