@@ -95,17 +95,28 @@ func (e *env) pool(name string, spec coordinov1alpha1.IPPoolSpec) {
 
 func (e *env) nodes(prefix string, n int, labels map[string]string) []string {
 	e.t.Helper()
-	var names []string
+	names := make([]string, n)
+	for i := range names {
+		names[i] = fmt.Sprintf("%s-%02d", prefix, i)
+	}
+	e.inParallel(n, func(i int) error {
+		_, err := e.core.CoreV1().Nodes().Create(e.ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: names[i], Labels: labels}}, metav1.CreateOptions{})
+		return err
+	})
+	return names
+}
+
+// inParallel runs write(0..n-1) concurrently (many objects in a test's
+// set-up) and fails the test on the first error.
+func (e *env) inParallel(n int, write func(i int) error) {
+	e.t.Helper()
 	var wg sync.WaitGroup
 	errs := make(chan error, n)
 	for i := 0; i < n; i++ {
-		name := fmt.Sprintf("%s-%02d", prefix, i)
-		names = append(names, name)
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			_, err := e.core.CoreV1().Nodes().Create(e.ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels}}, metav1.CreateOptions{})
-			errs <- err
+			errs <- write(i)
 		}()
 	}
 	wg.Wait()
@@ -115,7 +126,6 @@ func (e *env) nodes(prefix string, n int, labels map[string]string) []string {
 			e.t.Fatal(err)
 		}
 	}
-	return names
 }
 
 func (e *env) pod(ns, name, node string, labels map[string]string) {

@@ -3,7 +3,6 @@ package controller
 import (
 	"fmt"
 	"net/netip"
-	"sync"
 	"testing"
 	"time"
 
@@ -106,38 +105,26 @@ func TestStartsFromEveryClaim(t *testing.T) {
 	e := newEnv(t)
 	e.pool("pool", coordinov1alpha1.IPPoolSpec{CIDRs: []string{"10.61.0.0/16"}})
 	nodes := e.nodes("n", 300, nil)
-	want := map[string]string{}
-	var wg sync.WaitGroup
-	errs := make(chan error, len(nodes))
-	for i, n := range nodes {
-		p := netip.PrefixFrom(netip.AddrFrom4([4]byte{10, 61, byte(i / 4), byte(i % 4 * 64)}), 26)
-		want[n] = p.String()
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			_, err := e.crd.CoordinoV1alpha1().IPBlocks().Create(e.ctx, &coordinov1alpha1.IPBlock{
-				ObjectMeta: metav1.ObjectMeta{Name: coordinov1alpha1.BlockName(p)},
-				Spec:       coordinov1alpha1.IPBlockSpec{CIDR: p.String(), Pool: "pool", Node: n, Phase: coordinov1alpha1.BlockActive},
-			}, metav1.CreateOptions{})
-			errs <- err
-		}()
+	want := make([]netip.Prefix, len(nodes))
+	for i := range want {
+		want[i] = netip.PrefixFrom(netip.AddrFrom4([4]byte{10, 61, byte(i / 4), byte(i % 4 * 64)}), 26)
 	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
+	e.inParallel(len(nodes), func(i int) error {
+		_, err := e.crd.CoordinoV1alpha1().IPBlocks().Create(e.ctx, &coordinov1alpha1.IPBlock{
+			ObjectMeta: metav1.ObjectMeta{Name: coordinov1alpha1.BlockName(want[i])},
+			Spec:       coordinov1alpha1.IPBlockSpec{CIDR: want[i].String(), Pool: "pool", Node: nodes[i], Phase: coordinov1alpha1.BlockActive},
+		}, metav1.CreateOptions{})
+		return err
+	})
 	e.start(testOptions(), "replica-a")
 	e.eventually("every node has its claimed block and no other", 60*time.Second, func() error {
 		per, err := e.checkBlocks()
 		if err != nil {
 			return err
 		}
-		for _, n := range nodes {
-			if len(per[n]) != 1 || per[n][0].String() != want[n] {
-				return fmt.Errorf("node %s has %v, claimed %s", n, per[n], want[n])
+		for i, n := range nodes {
+			if len(per[n]) != 1 || per[n][0] != want[i] {
+				return fmt.Errorf("node %s has %v, claimed %s", n, per[n], want[i])
 			}
 		}
 		l, err := e.crd.CoordinoV1alpha1().IPBlocks().List(e.ctx, metav1.ListOptions{})

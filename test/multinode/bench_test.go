@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -76,21 +77,24 @@ func TestBenchMultinode(t *testing.T) {
 			}
 			plain := map[string]float64{}
 			measure := func(suffix string) {
-				for _, streams := range []int{1, 4} {
-					r := interleaved(func() float64 { return iperf(t, src.NS, dst.NS, dst.addr(false), streams, benchIperfArgs()...) / 1e9 },
-						func() float64 { return iperf(t, refFrom, refTo, refAddr, streams, benchIperfArgs()...) / 1e9 })
-					rows = append(rows, benchRow(m.name, fmt.Sprintf("TCP %d stream(s)%s", streams, suffix), "Gbit/s", refName, r, plain))
-				}
-				// Each path writing whole segments, client and server
-				// on CPUs of their own: see wholeSegments.
-				podWrites, refWrites := wholeSegments(t, src.NS, dst.addr(false)), wholeSegments(t, refFrom, refAddr)
-				for _, streams := range []int{1, 4} {
-					r := interleaved(func() float64 {
-						return iperf(t, src.NS, dst.NS, dst.addr(false), streams, append(podWrites, benchIperfArgs()...)...) / 1e9
-					}, func() float64 {
-						return iperf(t, refFrom, refTo, refAddr, streams, append(refWrites, benchIperfArgs()...)...) / 1e9
-					})
-					rows = append(rows, benchRow(m.name, fmt.Sprintf("TCP %d stream(s), whole-segment writes%s", streams, suffix), "Gbit/s", refName, r, plain))
+				// iperf3's default writes, then each path writing whole
+				// segments, client and server on CPUs of their own (see
+				// wholeSegments).
+				for _, w := range []struct {
+					name     string
+					pod, ref []string
+				}{
+					{"", nil, nil},
+					{", whole-segment writes", wholeSegments(t, src.NS, dst.addr(false)), wholeSegments(t, refFrom, refAddr)},
+				} {
+					for _, streams := range []int{1, 4} {
+						r := interleaved(func() float64 {
+							return iperf(t, src.NS, dst.NS, dst.addr(false), streams, slices.Concat(w.pod, benchIperfArgs())...) / 1e9
+						}, func() float64 {
+							return iperf(t, refFrom, refTo, refAddr, streams, slices.Concat(w.ref, benchIperfArgs())...) / 1e9
+						})
+						rows = append(rows, benchRow(m.name, fmt.Sprintf("TCP %d stream(s)%s%s", streams, w.name, suffix), "Gbit/s", refName, r, plain))
+					}
 				}
 				r := interleaved(func() float64 { return requestRate(t, src.NS, dst.NS, dst.addr(false)) },
 					func() float64 { return requestRate(t, refFrom, refTo, refAddr) })
