@@ -104,8 +104,9 @@ static __always_inline int svc_defer(struct __sk_buff *skb, const struct endpoin
 
 /* handle judges skb for the endpoint whose host interface is ifindex: the
  * interface the program runs on, or (host routing) the endpoint a packet
- * arriving from another node is for. */
-static __always_inline int handle(struct __sk_buff *skb, __u8 dir, __u32 ifindex)
+ * arriving from another node is for. memo_asked: host routing already
+ * found nothing in the memo for it (hr_flow_memo). */
+static __always_inline int handle(struct __sk_buff *skb, __u8 dir, __u32 ifindex, int memo_asked)
 {
 	struct packet p = {};
 	__u8 family;
@@ -124,7 +125,7 @@ static __always_inline int handle(struct __sk_buff *skb, __u8 dir, __u32 ifindex
 	__u64 now = now_ns();
 	/* A flow conntrack answered a moment ago (lib/conntrack.h, ct_memo):
 	 * the checks below passed then, under the same revision. */
-	if (parsed == PARSE_OK) {
+	if (parsed == PARSE_OK && !memo_asked) {
 		int known = ct_memo_get(ifindex, dir, &p, revision, now);
 		if (known >= 0)
 			return verdict(skb, dir, known);
@@ -219,20 +220,38 @@ static __always_inline int handle(struct __sk_buff *skb, __u8 dir, __u32 ifindex
 	return verdict(skb, dir, reason);
 }
 
-/* to_other_node host-routes a pod's allowed packet to another node's pod
+/* to_other_node host-routes a pod's allowed packet f to another node's pod
  * block, through the eBPF tunnel when it has the block's VTEP; anything not
  * eligible (lib/hostroute.h) continues on the normal path. */
-static __always_inline int to_other_node(struct __sk_buff *skb)
+static __always_inline int to_other_node(struct __sk_buff *skb, __u32 ifindex, struct hr_flow *f)
 {
-	struct hr_packet h = {};
-	if (!hostroute_on() || !hr_parse(skb, &h))
-		return TC_ACT_UNSPEC;
 	/* Source check: the policy program before this one dropped spoofing. */
 	const struct tunnel_config *tc = tunnel_config();
-	const struct tunnel_peer *tp = tc ? tunnel_peer_of(&h) : NULL;
-	if ((!tp && !hr_in_peer_block(h.family, h.dst)) || hr_host_tracked(skb, &h))
+	const struct tunnel_peer *tp = tc ? tunnel_peer_of(&f->h) : NULL;
+	if ((!tp && !hr_in_peer_block(f->h.family, f->h.dst)) || hr_flow_host_tracked(skb, f))
 		return TC_ACT_UNSPEC;
-	return tp ? tunnel_encap(skb, &h, tc, tp) : hr_route_out(skb, &h);
+	return tp ? tunnel_encap(skb, ifindex, &f->h, tc, tp) : hr_route_out(skb, ifindex, &f->h);
+}
+
+/* from_ep_remembered judges a pod's packet whose flow this CPU's memo
+ * knows by the memo's verdict, as handle() would, and host-routes it where
+ * eligible, parsing it once: 1 with the program's answer in *rc. 0 for any
+ * other packet (*asked: the memo was asked in vain). */
+static __always_inline int from_ep_remembered(struct __sk_buff *skb, __u32 ifindex,
+					      const struct config *cfg, int *rc, int *asked)
+{
+	struct hr_flow f = {};
+	if (!hr_parse(skb, &f.h))
+		return 0;
+	hr_flow_memo(&f, cfg, ifindex, DIR_EGRESS);
+	if (!f.memo) {
+		*asked = 1;
+		return 0;
+	}
+	*rc = verdict(skb, DIR_EGRESS, f.memo->reason);
+	if (*rc == TC_ACT_UNSPEC)
+		*rc = to_other_node(skb, ifindex, &f);
+	return 1;
 }
 
 /* cdo_from_ep runs on the host interface's ingress: packets leaving the
@@ -240,17 +259,28 @@ static __always_inline int to_other_node(struct __sk_buff *skb)
 SEC("tc")
 int cdo_from_ep(struct __sk_buff *skb)
 {
-	int rc = handle(skb, DIR_EGRESS, skb->ifindex);
-	if (rc != TC_ACT_UNSPEC)
+	__u32 ifindex = skb->ifindex;
+	const struct config *cfg = hostroute_config();
+	int rc, asked = 0;
+	if (cfg && from_ep_remembered(skb, ifindex, cfg, &rc, &asked))
 		return rc;
-	return to_other_node(skb);
+	rc = handle(skb, DIR_EGRESS, ifindex, asked);
+	if (rc != TC_ACT_UNSPEC || !cfg)
+		return rc;
+	/* Parsed again: keeping the first parse across handle() costs the
+	 * verifier more than the parse costs the packet. */
+	struct hr_flow f = {};
+	if (!hr_parse(skb, &f.h))
+		return TC_ACT_UNSPEC;
+	hr_flow_memo(&f, cfg, ifindex, DIR_EGRESS);
+	return to_other_node(skb, ifindex, &f);
 }
 
 /* cdo_to_ep runs on the host interface's egress: packets towards the pod. */
 SEC("tc")
 int cdo_to_ep(struct __sk_buff *skb)
 {
-	return handle(skb, DIR_INGRESS, skb->ifindex);
+	return handle(skb, DIR_INGRESS, skb->ifindex, 0);
 }
 
 /* to_local_pod host-routes a packet from another node's pod to a local
@@ -263,22 +293,26 @@ int cdo_to_ep(struct __sk_buff *skb)
  * normal path, untouched. */
 static __always_inline int to_local_pod(struct __sk_buff *skb, int underlay, int from_peer_node)
 {
-	struct hr_packet h = {};
+	struct hr_flow f = {};
 	struct local_ep ep;
-	if (skb->pkt_type != HR_PACKET_HOST || !hostroute_on() || !hr_parse(skb, &h))
+	const struct config *cfg;
+	if (skb->pkt_type != HR_PACKET_HOST || !(cfg = hostroute_config()) || !hr_parse(skb, &f.h))
 		return TC_ACT_UNSPEC;
-	int tunnelled = underlay && tunnel_inner(skb, &h, from_peer_node);
-	if (!hr_from_peer(&h) || !hr_local_ep(&h, &ep) || hr_host_tracked(skb, &h))
+	int tunnelled = underlay && tunnel_inner(skb, &f.h, from_peer_node);
+	if (!hr_from_peer(&f.h) || !hr_local_ep(&f.h, &ep))
+		return TC_ACT_UNSPEC;
+	hr_flow_memo(&f, cfg, ep.ifindex, DIR_INGRESS);
+	if (hr_flow_host_tracked(skb, &f))
 		return TC_ACT_UNSPEC;
 	if (tunnelled) {
-		int rc = tunnel_decap(skb, &h);
+		int rc = tunnel_decap(skb, &f.h);
 		if (rc)
 			return rc > 0 ? TC_ACT_UNSPEC : TC_ACT_SHOT;
 	}
-	int rc = handle(skb, DIR_INGRESS, ep.ifindex);
+	int rc = f.memo ? verdict(skb, DIR_INGRESS, f.memo->reason) : handle(skb, DIR_INGRESS, ep.ifindex, 1);
 	if (rc != TC_ACT_UNSPEC)
 		return rc;
-	return hr_into_pod(skb, &h, &ep);
+	return hr_into_pod(skb, &f.h, &ep);
 }
 
 /* cdo_from_tunnel runs on the ingress of the VXLAN device: decapsulated

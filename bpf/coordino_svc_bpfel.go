@@ -50,7 +50,8 @@ type CoordinoSvcCtMemoEntry struct {
 	ExpiresNs uint64
 	Key       [6]uint64
 	Revision  uint32
-	Reason    uint32
+	Reason    uint16
+	Flags     uint16
 }
 
 type CoordinoSvcEndpointInfo struct {

@@ -56,16 +56,25 @@ struct {
  * RST), fragments and a closing flow are never answered from it. Nor is a
  * packet whose own side must re-create the entry if it is lost: a packet
  * answered from the memo re-creates nothing, so the other side's packets
- * (into an isolated direction) would be dropped meanwhile (ct_memo_safe). */
+ * (into an isolated direction) would be dropped meanwhile (ct_memo_safe).
+ * Host routing keeps one more answer in the entry: that the host's
+ * conntrack did not know the TCP flow (lib/hostroute.h, hr_flow_host_tracked). */
 #define CT_MEMO_SLOT_BITS 8
 #define CT_MEMO_SLOTS (1 << CT_MEMO_SLOT_BITS)
 #define CT_MEMO_TTL_NS SEC_NS
+/* Bounds the walk over every CPU's memo (ct_memo_forget_everywhere); the
+ * walk stops at the first CPU id the kernel does not have. */
+#define CT_MEMO_MAX_CPUS 8192
+
+/* ct_memo_entry.flags */
+#define CT_MEMO_HOST_UNTRACKED 1
 
 struct ct_memo_entry {
 	__u64 expires_ns;
 	__u64 key[MEMO_KEY_WORDS]; /* ifindex, direction, protocol, family, ports, addresses */
 	__u32 revision;
-	__u32 reason;
+	__u16 reason;
+	__u16 flags; /* CT_MEMO_*; zero in entries pinned by builds before it */
 };
 
 struct {
@@ -91,18 +100,33 @@ static __always_inline void ct_stat(__u32 slot)
 		(*v)++;
 }
 
+/* ct_memo_flow_key fills the memo's key of a flow seen in dir on ifindex. */
+static __always_inline void ct_memo_flow_key(__u64 *key, __u32 ifindex, __u8 dir, __u8 proto,
+					     __u8 family, __be16 sport, __be16 dport,
+					     const __u8 *src, const __u8 *dst)
+{
+	key[0] = (__u64)ifindex | (__u64)dir << 32 | (__u64)proto << 40 | (__u64)family << 48;
+	key[1] = (__u64)sport | (__u64)dport << 16;
+	__builtin_memcpy(&key[2], src, 16);
+	__builtin_memcpy(&key[4], dst, 16);
+}
+
+/* ct_memo_answers: a packet of proto with tcp_flags and fragment kind frag
+ * may be answered from the memo. */
+static __always_inline int ct_memo_answers(__u8 proto, __u8 tcp_flags, __u8 frag)
+{
+	if (frag != FRAG_NONE || (tcp_flags & (TCP_SYN | TCP_FIN | TCP_RST)))
+		return 0;
+	return proto == IPPROTO_TCP || proto == IPPROTO_UDP;
+}
+
 /* ct_memo_key fills the memo's key of p, seen in dir on ifindex; 0 when p
  * may not be answered from the memo. */
 static __always_inline int ct_memo_key(__u64 *key, __u32 ifindex, __u8 dir, const struct packet *p)
 {
-	if (p->frag != FRAG_NONE || (p->tcp_flags & (TCP_SYN | TCP_FIN | TCP_RST)))
+	if (!ct_memo_answers(p->proto, p->tcp_flags, p->frag))
 		return 0;
-	if (p->proto != IPPROTO_TCP && p->proto != IPPROTO_UDP)
-		return 0;
-	key[0] = (__u64)ifindex | (__u64)dir << 32 | (__u64)p->proto << 40 | (__u64)p->family << 48;
-	key[1] = (__u64)p->sport | (__u64)p->dport << 16;
-	__builtin_memcpy(&key[2], p->src, 16);
-	__builtin_memcpy(&key[4], p->dst, 16);
+	ct_memo_flow_key(key, ifindex, dir, p->proto, p->family, p->sport, p->dport, p->src, p->dst);
 	return 1;
 }
 
@@ -112,6 +136,15 @@ static __always_inline struct ct_memo_entry *ct_memo_slot(const __u64 *key)
 	return bpf_map_lookup_elem(&cdo_ct_memo, &slot);
 }
 
+/* ct_memo_find returns this CPU's live entry for key, or NULL. */
+static __always_inline struct ct_memo_entry *ct_memo_find(const __u64 *key, __u32 revision, __u64 now)
+{
+	struct ct_memo_entry *e = ct_memo_slot(key);
+	if (!e || now >= e->expires_ns || e->revision != revision || !memo_key_equal(e->key, key))
+		return NULL;
+	return e;
+}
+
 /* ct_memo_get returns the remembered verdict reason of p's flow, or -1. */
 static __always_inline int ct_memo_get(__u32 ifindex, __u8 dir, const struct packet *p,
 				       __u32 revision, __u64 now)
@@ -119,10 +152,8 @@ static __always_inline int ct_memo_get(__u32 ifindex, __u8 dir, const struct pac
 	__u64 key[MEMO_KEY_WORDS];
 	if (!ct_memo_key(key, ifindex, dir, p))
 		return -1;
-	struct ct_memo_entry *e = ct_memo_slot(key);
-	if (!e || now >= e->expires_ns || e->revision != revision || !memo_key_equal(e->key, key))
-		return -1;
-	return e->reason;
+	struct ct_memo_entry *e = ct_memo_find(key, revision, now);
+	return e ? e->reason : -1;
 }
 
 /* ct_memo_put remembers reason as the answer to p's flow in p's direction. */
@@ -138,7 +169,33 @@ static __always_inline void ct_memo_put(__u32 ifindex, __u8 dir, const struct pa
 	__builtin_memcpy(e->key, key, sizeof(key));
 	e->revision = revision;
 	e->reason = reason;
+	e->flags = 0;
 	e->expires_ns = now + CT_MEMO_TTL_NS;
+}
+
+struct ct_memo_forget {
+	__u64 key[MEMO_KEY_WORDS];
+	__u32 slot;
+};
+
+static long ct_memo_forget_on(__u32 cpu, struct ct_memo_forget *f)
+{
+	struct ct_memo_entry *e = bpf_map_lookup_percpu_elem(&cdo_ct_memo, &f->slot, cpu);
+	if (!e)
+		return 1;
+	if (memo_key_equal(e->key, f->key))
+		e->expires_ns = 0;
+	return 0;
+}
+
+/* ct_memo_forget_everywhere drops key's entry from every CPU's memo, for
+ * an answer that a packet seen on one CPU makes wrong on all of them. */
+static __always_inline void ct_memo_forget_everywhere(const __u64 *key)
+{
+	struct ct_memo_forget f;
+	__builtin_memcpy(f.key, key, sizeof(f.key));
+	f.slot = memo_slot(key, CT_MEMO_SLOT_BITS);
+	bpf_loop(CT_MEMO_MAX_CPUS, ct_memo_forget_on, &f, 0);
 }
 
 static __always_inline int tcp_opening(const struct packet *p)

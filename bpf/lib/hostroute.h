@@ -25,6 +25,7 @@
 #include "clock.h"
 #include "policy.h"
 #include "memo.h"
+#include "conntrack.h"
 
 #ifndef AF_INET
 #define AF_INET 2
@@ -95,7 +96,7 @@ struct hr_packet {
 	__u8 family;
 	__u8 proto;
 	__u8 ttl;
-	__u8 pad;
+	__u8 tcp_flags;
 	__be16 sport;
 	__be16 dport;
 	__u8 src[16];
@@ -139,11 +140,12 @@ static __always_inline void hr_count(__u32 stat)
 		*c += 1;
 }
 
-static __always_inline int hostroute_on(void)
+/* hostroute_config returns the configuration when host routing is on. */
+static __always_inline const struct config *hostroute_config(void)
 {
 	__u32 zero = 0;
 	struct config *cfg = bpf_map_lookup_elem(&cdo_config, &zero);
-	return cfg && (cfg->flags & CFG_HOST_ROUTING);
+	return cfg && (cfg->flags & CFG_HOST_ROUTING) ? cfg : NULL;
 }
 
 /* hr_parse_at reads the unfragmented TCP or UDP packet of EtherType proto
@@ -167,7 +169,7 @@ static __always_inline int hr_parse_at(struct __sk_buff *skb, __u32 l3_off, __be
 		l4_off = l3_off + 20;
 	} else if (proto == bpf_htons(ETH_P_IPV6)) {
 		__u8 ip[40];
-		if (bpf_skb_load_bytes(skb, l3_off, ip, sizeof(ip)) < 0)
+		if (bpf_skb_load_bytes(skb, l3_off, ip, sizeof(ip)) < 0 || (ip[0] >> 4) != 6)
 			return 0;
 		h->family = 6;
 		h->proto = ip[6];
@@ -178,13 +180,17 @@ static __always_inline int hr_parse_at(struct __sk_buff *skb, __u32 l3_off, __be
 	} else {
 		return 0;
 	}
-	if (h->proto != IPPROTO_TCP && h->proto != IPPROTO_UDP)
+	/* Ports, and TCP's flags at offset 13. */
+	__u8 l4[14];
+	if (h->proto == IPPROTO_TCP) {
+		if (bpf_skb_load_bytes(skb, l4_off, l4, 14) < 0)
+			return 0;
+		h->tcp_flags = l4[13];
+	} else if (h->proto != IPPROTO_UDP || bpf_skb_load_bytes(skb, l4_off, l4, 4) < 0) {
 		return 0;
-	__be16 ports[2];
-	if (bpf_skb_load_bytes(skb, l4_off, ports, sizeof(ports)) < 0)
-		return 0;
-	h->sport = ports[0];
-	h->dport = ports[1];
+	}
+	__builtin_memcpy(&h->sport, &l4[0], 2);
+	__builtin_memcpy(&h->dport, &l4[2], 2);
 	return h->ttl > 1;
 }
 
@@ -225,6 +231,49 @@ static __always_inline int hr_host_tracked(struct __sk_buff *skb, const struct h
 		return 1;
 	}
 	return opts.error != -ENOENT;
+}
+
+/* hr_flow: a host-routing candidate and, for its flow's established
+ * packets, this CPU's memo entry (lib/conntrack.h) when it has one: the
+ * policy's verdict, and whether the host's conntrack knew the flow. */
+struct hr_flow {
+	struct hr_packet h;
+	struct ct_memo_entry *memo;
+	__u64 key[MEMO_KEY_WORDS];
+};
+
+/* hr_flow_memo looks up f's memo entry as the packet's endpoint (on
+ * ifindex, in dir) would: the same key and revision as handle(). */
+static __always_inline void hr_flow_memo(struct hr_flow *f, const struct config *cfg, __u32 ifindex,
+					 __u8 dir)
+{
+	const struct hr_packet *h = &f->h;
+	ct_memo_flow_key(f->key, ifindex, dir, h->proto, h->family, h->sport, h->dport, h->src, h->dst);
+	if (ct_memo_answers(h->proto, h->tcp_flags, FRAG_NONE))
+		f->memo = ct_memo_find(f->key, cfg->policy_revision, now_ns());
+}
+
+/* hr_flow_host_tracked is hr_host_tracked, remembered for a TCP flow in
+ * its memo entry: an established TCP flow the host's conntrack did not know
+ * when last asked is not asked again while the entry lives (at most
+ * CT_MEMO_TTL_NS). Its answer only changes when a new connection starts on
+ * the same addresses and ports, say one a host NAT translated onto them
+ * (a Service's backend answering from the same port): its first packet
+ * here carries SYN, and drops the answer from every CPU's memo before the
+ * host's conntrack is asked. UDP has no such first packet: asked every
+ * time. */
+static __always_inline int hr_flow_host_tracked(struct __sk_buff *skb, struct hr_flow *f)
+{
+	int tcp = f->h.proto == IPPROTO_TCP;
+	if (tcp && (f->h.tcp_flags & TCP_SYN))
+		ct_memo_forget_everywhere(f->key);
+	else if (tcp && f->memo && (f->memo->flags & CT_MEMO_HOST_UNTRACKED))
+		return 0;
+	if (hr_host_tracked(skb, &f->h))
+		return 1;
+	if (tcp && f->memo)
+		f->memo->flags |= CT_MEMO_HOST_UNTRACKED;
+	return 0;
 }
 
 /* hr_fib is bpf_fib_lookup(skb, &f->p, BPF_FIB_LOOKUP_SKIP_NEIGH): the
@@ -325,15 +374,16 @@ static __always_inline int hr_into_pod(struct __sk_buff *skb, const struct hr_pa
 	return bpf_redirect_peer(ep->ifindex, 0);
 }
 
-/* hr_route_out sends a pod's packet h, to another node's block, through
- * the FIB's next hop; TC_ACT_UNSPEC (normal path) when it cannot. */
-static __always_inline int hr_route_out(struct __sk_buff *skb, const struct hr_packet *h)
+/* hr_route_out sends a pod's packet h, arriving on ifindex, to another
+ * node's block through the FIB's next hop; TC_ACT_UNSPEC (normal path)
+ * when it cannot. */
+static __always_inline int hr_route_out(struct __sk_buff *skb, __u32 ifindex, const struct hr_packet *h)
 {
 	union hr_fib_params fib = {.p = {
 		.l4_protocol = h->proto,
 		.sport = h->sport,
 		.dport = h->dport,
-		.ifindex = skb->ifindex,
+		.ifindex = ifindex,
 	}};
 	if (h->family == 4) {
 		fib.p.family = AF_INET;

@@ -199,10 +199,10 @@ static __always_inline int tunnel_fits(struct __sk_buff *skb, const struct hr_pa
 	return skb->gso_size + l4_off - ETH_HLEN + l4_hlen + TUNNEL_HLEN <= mtu;
 }
 
-/* tunnel_encap encapsulates a pod's packet h for the peer tp and redirects
- * it to the underlay's next hop towards tp; TC_ACT_UNSPEC (the device's
- * path, packet untouched) when it cannot. */
-static __always_inline int tunnel_encap(struct __sk_buff *skb, const struct hr_packet *h,
+/* tunnel_encap encapsulates a pod's packet h, arriving on ifindex, for the
+ * peer tp and redirects it to the underlay's next hop towards tp;
+ * TC_ACT_UNSPEC (the device's path, packet untouched) when it cannot. */
+static __always_inline int tunnel_encap(struct __sk_buff *skb, __u32 ifindex, const struct hr_packet *h,
 					const struct tunnel_config *tc, const struct tunnel_peer *tp)
 {
 	__u32 outer_len = skb->len - ETH_HLEN + TUNNEL_HLEN;
@@ -216,7 +216,7 @@ static __always_inline int tunnel_encap(struct __sk_buff *skb, const struct hr_p
 		.dport = tc->port,
 		.ipv4_src = tc->src,
 		.ipv4_dst = tp->vtep,
-		.ifindex = skb->ifindex,
+		.ifindex = ifindex,
 	}};
 	if (hr_fib(skb, &fib) != BPF_FIB_LKUP_RET_SUCCESS) {
 		hr_count(HR_STAT_NO_ROUTE);

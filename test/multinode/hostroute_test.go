@@ -2,15 +2,21 @@ package multinode
 
 import (
 	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
 	"net/netip"
 	"path/filepath"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/cilium/ebpf"
+	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/google/nftables"
 	"github.com/google/nftables/binaryutil"
 	"github.com/google/nftables/expr"
+	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
 	"github.com/coordino/coordino/bpf"
@@ -47,6 +53,14 @@ func TestHostRouting(t *testing.T) {
 			// b's answers leave node1 by host routing's egress.
 			t.Run("node-port-dnat-reply", func(t *testing.T) {
 				checkDNAT(t, c.nodes[1], a, b, c.nodes[1].address(false), 30080)
+			})
+			// The same two, each on the addresses and ports of a
+			// connection host routing carried a moment before.
+			t.Run("service-dnat-reuses-tuple", func(t *testing.T) {
+				checkDNATReusesTuple(t, c.nodes[0], a, b, netip.MustParseAddr("10.96.0.11"), 80)
+			})
+			t.Run("node-port-dnat-reuses-tuple", func(t *testing.T) {
+				checkDNATReusesTuple(t, c.nodes[1], a, b, c.nodes[1].address(false), 30081)
 			})
 			t.Logf("%s: %v", m.name, time.Since(start).Round(time.Millisecond))
 		})
@@ -196,6 +210,142 @@ func checkDNAT(t *testing.T, n *node, a, b *pod, addr netip.Addr, port uint16) {
 	if d := statDelta(before, hostRouteStats(t, n), bpf.CoordinoHostrouteStatHR_STAT_HOST_TRACKED); d == 0 {
 		t.Errorf("%s's host routing did not see the host-tracked reply", n.Name)
 	}
+}
+
+// reuseEchoPort is the echo server checkDNATReusesTuple translates to.
+const reuseEchoPort = echoPort + 2
+
+// checkDNATReusesTuple: a talks to b's echo server straight, host-routed
+// both ways, then from the same port to addr:port, which n translates to
+// the same echo server. On the wire both connections have the same
+// addresses and ports; the second's answers must still meet the host's
+// reverse translation on n, though host routing found the first unknown to
+// the host's conntrack a moment before and remembers that per CPU: the new
+// connection's SYN must make every CPU forget it. So n host-routes none of
+// the second connection's packets. Several rounds, so that the answers
+// land on a CPU that carried the first connection.
+func checkDNATReusesTuple(t *testing.T, n *node, a, b *pod, addr netip.Addr, port uint16) {
+	const echoes = 20
+	stop, err := harness.ServeTCPEcho(b.NS, b.addr(false), reuseEchoPort)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	addDNAT(t, n, addr, port, b.addr(false), reuseEchoPort)
+	redirected := func(before, after hostRouteCounters) uint64 {
+		return statDelta(before, after, bpf.CoordinoHostrouteStatHR_STAT_IN_REDIRECTED) +
+			statDelta(before, after, bpf.CoordinoHostrouteStatHR_STAT_OUT_REDIRECTED)
+	}
+	tracked := hostRouteStats(t, n)
+	for round := 0; round < 5; round++ {
+		local := 10000 + rand.IntN(20000) // below the ephemeral ports
+		before := hostRouteStats(t, n)
+		if err := echoFromPort(a, local, b.addr(false), reuseEchoPort, echoes); err != nil {
+			t.Fatalf("round %d: %s:%d -> %s straight: %v", round, a.Name, local, b.Name, err)
+		}
+		straight := hostRouteStats(t, n)
+		if d := redirected(before, straight); d < echoes {
+			t.Fatalf("round %d: %s host-routed %d packets of the straight connection, want >= %d", round, n.Name, d, echoes)
+		}
+		sent, judged := podSent(t, a), egressJudged(t, a.node)
+		if err := echoFromPort(a, local, addr, int(port), echoes); err != nil {
+			t.Fatalf("round %d: %s:%d -> %v:%d (DNAT on %s to %s), after a connection on the same tuple: %v",
+				round, a.Name, local, addr, port, n.Name, b.Name, err)
+		}
+		// Answered from the memo but not host-routed (to the
+		// translated address), each packet is still judged once. The
+		// last may still be on its way to the program.
+		var s, j uint64
+		for deadline := time.Now().Add(2 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+			s, j = podSent(t, a)-sent, egressJudged(t, a.node)-judged
+			if j >= s || time.Now().After(deadline) {
+				break
+			}
+		}
+		if j < s || j > s+2 {
+			t.Errorf("round %d: %s sent %d packets, %s counted %d egress verdicts", round, a.Name, s, a.node.Name, j)
+		}
+		if d := redirected(straight, hostRouteStats(t, n)); d != 0 {
+			t.Errorf("round %d: %s host-routed %d packets of the translated connection past its reverse translation", round, n.Name, d)
+		}
+	}
+	if d := statDelta(tracked, hostRouteStats(t, n), bpf.CoordinoHostrouteStatHR_STAT_HOST_TRACKED); d == 0 {
+		t.Errorf("%s's host routing did not see the host-tracked answers", n.Name)
+	}
+}
+
+// podSent is the number of packets p has sent from eth0.
+func podSent(t *testing.T, p *pod) uint64 {
+	t.Helper()
+	var sent uint64
+	if err := p.NS.Do(func(ns.NetNS) error {
+		link, err := netlink.LinkByName("eth0")
+		if err != nil {
+			return err
+		}
+		sent = link.Attrs().Statistics.TxPackets
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return sent
+}
+
+// egressJudged is the number of egress verdicts n's datapath has counted.
+func egressJudged(t *testing.T, n *node) uint64 {
+	t.Helper()
+	v, err := n.Metric("coordino_datapath_packets_total", `direction="egress"`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return uint64(v)
+}
+
+// echoFromPort connects from p's local port (SO_REUSEADDR: the previous
+// connection from it may be in TIME_WAIT) to addr:port and exchanges n
+// one-byte echoes.
+func echoFromPort(p *pod, local int, addr netip.Addr, port, n int) error {
+	return p.NS.Do(func(ns.NetNS) error {
+		d := net.Dialer{
+			Timeout:   3 * time.Second,
+			LocalAddr: &net.TCPAddr{IP: p.addr(false).AsSlice(), Port: local},
+			Control: func(_, _ string, rc syscall.RawConn) error {
+				var serr error
+				if err := rc.Control(func(fd uintptr) {
+					serr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_REUSEADDR, 1)
+				}); err != nil {
+					return err
+				}
+				return serr
+			},
+		}
+		conn, err := d.Dial("tcp", netip.AddrPortFrom(addr, uint16(port)).String())
+		if err != nil {
+			return err
+		}
+		defer conn.Close()
+		_ = conn.SetDeadline(time.Now().Add(5 * time.Second))
+		b := []byte{0}
+		for i := 0; i < n; i++ {
+			b[0] = byte(i)
+			if _, err := conn.Write(b); err != nil {
+				return fmt.Errorf("echo %d: %w", i, err)
+			}
+			if _, err := io.ReadFull(conn, b); err != nil || b[0] != byte(i) {
+				return fmt.Errorf("echo %d: got %v, %v", i, b, err)
+			}
+		}
+		// Closed on both sides before the next connection reuses the
+		// tuple: a server still holding this one would answer that
+		// connection's SYN with an ACK of this one.
+		if err := conn.(*net.TCPConn).CloseWrite(); err != nil {
+			return err
+		}
+		if rest, err := io.ReadAll(conn); err != nil || len(rest) > 0 {
+			return fmt.Errorf("close: read %d more bytes, %v", len(rest), err)
+		}
+		return nil
+	})
 }
 
 // serveName serves p's name on namePort over both families until the test ends.
