@@ -258,12 +258,12 @@ type CoordinoTunnelPeer struct {
 const (
 	CoordinoMapCdoConfig           = "cdo_config"
 	CoordinoMapCdoConntrack        = "cdo_conntrack"
-	CoordinoMapCdoCtMemo           = "cdo_ct_memo"
 	CoordinoMapCdoCtStats          = "cdo_ct_stats"
 	CoordinoMapCdoEndpoints        = "cdo_endpoints"
 	CoordinoMapCdoEpAddrs          = "cdo_ep_addrs"
 	CoordinoMapCdoEvBudget         = "cdo_ev_budget"
 	CoordinoMapCdoFibCache         = "cdo_fib_cache"
+	CoordinoMapCdoFlowMemo         = "cdo_flow_memo"
 	CoordinoMapCdoFlows            = "cdo_flows"
 	CoordinoMapCdoFrags            = "cdo_frags"
 	CoordinoMapCdoHostrouteStats   = "cdo_hostroute_stats"
@@ -357,12 +357,12 @@ type CoordinoProgramSpecs struct {
 type CoordinoMapSpecs struct {
 	CdoConfig         *ebpf.MapSpec `ebpf:"cdo_config"`
 	CdoConntrack      *ebpf.MapSpec `ebpf:"cdo_conntrack"`
-	CdoCtMemo         *ebpf.MapSpec `ebpf:"cdo_ct_memo"`
 	CdoCtStats        *ebpf.MapSpec `ebpf:"cdo_ct_stats"`
 	CdoEndpoints      *ebpf.MapSpec `ebpf:"cdo_endpoints"`
 	CdoEpAddrs        *ebpf.MapSpec `ebpf:"cdo_ep_addrs"`
 	CdoEvBudget       *ebpf.MapSpec `ebpf:"cdo_ev_budget"`
 	CdoFibCache       *ebpf.MapSpec `ebpf:"cdo_fib_cache"`
+	CdoFlowMemo       *ebpf.MapSpec `ebpf:"cdo_flow_memo"`
 	CdoFlows          *ebpf.MapSpec `ebpf:"cdo_flows"`
 	CdoFrags          *ebpf.MapSpec `ebpf:"cdo_frags"`
 	CdoHostrouteStats *ebpf.MapSpec `ebpf:"cdo_hostroute_stats"`
@@ -420,12 +420,12 @@ func (o *CoordinoObjects) Close() error {
 type CoordinoMaps struct {
 	CdoConfig         *ebpf.Map `ebpf:"cdo_config"`
 	CdoConntrack      *ebpf.Map `ebpf:"cdo_conntrack"`
-	CdoCtMemo         *ebpf.Map `ebpf:"cdo_ct_memo"`
 	CdoCtStats        *ebpf.Map `ebpf:"cdo_ct_stats"`
 	CdoEndpoints      *ebpf.Map `ebpf:"cdo_endpoints"`
 	CdoEpAddrs        *ebpf.Map `ebpf:"cdo_ep_addrs"`
 	CdoEvBudget       *ebpf.Map `ebpf:"cdo_ev_budget"`
 	CdoFibCache       *ebpf.Map `ebpf:"cdo_fib_cache"`
+	CdoFlowMemo       *ebpf.Map `ebpf:"cdo_flow_memo"`
 	CdoFlows          *ebpf.Map `ebpf:"cdo_flows"`
 	CdoFrags          *ebpf.Map `ebpf:"cdo_frags"`
 	CdoHostrouteStats *ebpf.Map `ebpf:"cdo_hostroute_stats"`
@@ -447,12 +447,12 @@ func (m *CoordinoMaps) Close() error {
 	return _CoordinoClose(
 		m.CdoConfig,
 		m.CdoConntrack,
-		m.CdoCtMemo,
 		m.CdoCtStats,
 		m.CdoEndpoints,
 		m.CdoEpAddrs,
 		m.CdoEvBudget,
 		m.CdoFibCache,
+		m.CdoFlowMemo,
 		m.CdoFlows,
 		m.CdoFrags,
 		m.CdoHostrouteStats,

@@ -131,10 +131,10 @@ type CoordinoSvcSvcSlot struct {
 const (
 	CoordinoSvcMapCdoConfig     = "cdo_config"
 	CoordinoSvcMapCdoConntrack  = "cdo_conntrack"
-	CoordinoSvcMapCdoCtMemo     = "cdo_ct_memo"
 	CoordinoSvcMapCdoCtStats    = "cdo_ct_stats"
 	CoordinoSvcMapCdoEndpoints  = "cdo_endpoints"
 	CoordinoSvcMapCdoEvBudget   = "cdo_ev_budget"
+	CoordinoSvcMapCdoFlowMemo   = "cdo_flow_memo"
 	CoordinoSvcMapCdoFlows      = "cdo_flows"
 	CoordinoSvcMapCdoFrags      = "cdo_frags"
 	CoordinoSvcMapCdoIpcache    = "cdo_ipcache"
@@ -199,10 +199,10 @@ type CoordinoSvcProgramSpecs struct {
 type CoordinoSvcMapSpecs struct {
 	CdoConfig     *ebpf.MapSpec `ebpf:"cdo_config"`
 	CdoConntrack  *ebpf.MapSpec `ebpf:"cdo_conntrack"`
-	CdoCtMemo     *ebpf.MapSpec `ebpf:"cdo_ct_memo"`
 	CdoCtStats    *ebpf.MapSpec `ebpf:"cdo_ct_stats"`
 	CdoEndpoints  *ebpf.MapSpec `ebpf:"cdo_endpoints"`
 	CdoEvBudget   *ebpf.MapSpec `ebpf:"cdo_ev_budget"`
+	CdoFlowMemo   *ebpf.MapSpec `ebpf:"cdo_flow_memo"`
 	CdoFlows      *ebpf.MapSpec `ebpf:"cdo_flows"`
 	CdoFrags      *ebpf.MapSpec `ebpf:"cdo_frags"`
 	CdoIpcache    *ebpf.MapSpec `ebpf:"cdo_ipcache"`
@@ -243,10 +243,10 @@ func (o *CoordinoSvcObjects) Close() error {
 type CoordinoSvcMaps struct {
 	CdoConfig     *ebpf.Map `ebpf:"cdo_config"`
 	CdoConntrack  *ebpf.Map `ebpf:"cdo_conntrack"`
-	CdoCtMemo     *ebpf.Map `ebpf:"cdo_ct_memo"`
 	CdoCtStats    *ebpf.Map `ebpf:"cdo_ct_stats"`
 	CdoEndpoints  *ebpf.Map `ebpf:"cdo_endpoints"`
 	CdoEvBudget   *ebpf.Map `ebpf:"cdo_ev_budget"`
+	CdoFlowMemo   *ebpf.Map `ebpf:"cdo_flow_memo"`
 	CdoFlows      *ebpf.Map `ebpf:"cdo_flows"`
 	CdoFrags      *ebpf.Map `ebpf:"cdo_frags"`
 	CdoIpcache    *ebpf.Map `ebpf:"cdo_ipcache"`
@@ -263,10 +263,10 @@ func (m *CoordinoSvcMaps) Close() error {
 	return _CoordinoSvcClose(
 		m.CdoConfig,
 		m.CdoConntrack,
-		m.CdoCtMemo,
 		m.CdoCtStats,
 		m.CdoEndpoints,
 		m.CdoEvBudget,
+		m.CdoFlowMemo,
 		m.CdoFlows,
 		m.CdoFrags,
 		m.CdoIpcache,

@@ -74,7 +74,7 @@ struct ct_memo_entry {
 	__u64 key[MEMO_KEY_WORDS]; /* ifindex, direction, protocol, family, ports, addresses */
 	__u32 revision;
 	__u16 reason;
-	__u16 flags; /* CT_MEMO_*; zero in entries pinned by builds before it */
+	__u16 flags; /* CT_MEMO_* */
 };
 
 struct {
@@ -83,7 +83,7 @@ struct {
 	__type(key, __u32);
 	__type(value, struct ct_memo_entry);
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
-} cdo_ct_memo SEC(".maps");
+} cdo_flow_memo SEC(".maps");
 
 enum ct_result {
 	CT_NEW,
@@ -133,7 +133,7 @@ static __always_inline int ct_memo_key(__u64 *key, __u32 ifindex, __u8 dir, cons
 static __always_inline struct ct_memo_entry *ct_memo_slot(const __u64 *key)
 {
 	__u32 slot = memo_slot(key, CT_MEMO_SLOT_BITS);
-	return bpf_map_lookup_elem(&cdo_ct_memo, &slot);
+	return bpf_map_lookup_elem(&cdo_flow_memo, &slot);
 }
 
 /* ct_memo_find returns this CPU's live entry for key, or NULL. */
@@ -180,7 +180,7 @@ struct ct_memo_forget {
 
 static long ct_memo_forget_on(__u32 cpu, struct ct_memo_forget *f)
 {
-	struct ct_memo_entry *e = bpf_map_lookup_percpu_elem(&cdo_ct_memo, &f->slot, cpu);
+	struct ct_memo_entry *e = bpf_map_lookup_percpu_elem(&cdo_flow_memo, &f->slot, cpu);
 	if (!e)
 		return 1;
 	if (memo_key_equal(e->key, f->key))

@@ -23,8 +23,10 @@ const DefaultConntrackSize = 1 << 18
 const MinConntrackSize = 64
 
 // retiredPins are pins of maps earlier versions used: removed at Open so
-// nothing is left behind after an upgrade.
-var retiredPins = []string{"cdo_counters"}
+// nothing is left behind after an upgrade. A program still attached keeps
+// its map until it is replaced. cdo_ct_memo is cdo_flow_memo's old layout,
+// whose entries an older program would misread.
+var retiredPins = []string{"cdo_counters", "cdo_ct_memo"}
 
 // prepareConntrack sizes the conntrack map and drops a pinned one that no
 // longer fits (another size or layout). Conntrack is a cache of verdicts

@@ -264,6 +264,34 @@ spec:
 	c.expect(false, "ext>b tcp/80")
 }
 
+// An upgrade removes the pins of maps earlier versions used, such as the
+// flow memo's old layout, which an older program would misread.
+func TestOpenRemovesRetiredPins(t *testing.T) {
+	privileged.Require(t)
+	dir := testnet.BPFDir(t)
+	retired := []string{"cdo_counters", "cdo_ct_memo"}
+	for _, name := range retired {
+		m, err := ebpf.NewMap(&ebpf.MapSpec{Type: ebpf.Array, KeySize: 4, ValueSize: 4, MaxEntries: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := m.Pin(filepath.Join(dir, name)); err != nil {
+			t.Fatal(err)
+		}
+		m.Close()
+	}
+	dp, err := Open(Config{BPFDir: dir, Logger: zaptest.NewLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dp.Close()
+	for _, name := range retired {
+		if _, err := os.Stat(filepath.Join(dir, name)); !os.IsNotExist(err) {
+			t.Errorf("retired pin %s still there after Open: %v", name, err)
+		}
+	}
+}
+
 func TestRestartAdoption(t *testing.T) {
 	for _, m := range modes {
 		t.Run(m.name, func(t *testing.T) {

@@ -163,7 +163,7 @@ func (d *Datapath) loadServiceProgram() (*bpf.CoordinoSvcPrograms, error) {
 		"cdo_ipcache": maps.CdoIpcache, "cdo_policy": maps.CdoPolicy, "cdo_verdicts": maps.CdoVerdicts,
 		"cdo_svc_cidrs": maps.CdoSvcCidrs, "cdo_svc_pending": maps.CdoSvcPending, "cdo_svc_last": maps.CdoSvcLast,
 		"cdo_nodeiso": maps.CdoNodeiso, "cdo_nodeiso_cfg": maps.CdoNodeisoCfg, "cdo_frags": maps.CdoFrags,
-		"cdo_ct_memo": maps.CdoCtMemo,
+		"cdo_flow_memo": maps.CdoFlowMemo,
 	}}
 	// A map the post-DNAT program would get a private copy of silently
 	// decides on empty state (e.g. no policy): refuse to load instead.

@@ -11,7 +11,7 @@ import (
 
 // TestPolicyCutsHostRoutedFlows: a policy change applies at once to a flow
 // already host-routed between nodes, whose packets both ends answer from
-// their memo of conntrack (cdo_ct_memo): a steady UDP stream from a to b
+// their memo of conntrack (cdo_flow_memo): a steady UDP stream from a to b
 // stops as soon as a daemon has loaded a policy that denies it, whether the
 // policy isolates b's ingress on b's node or a's egress on a's node, and
 // the drops are counted as revoked. Were a memo's answer kept across the
