@@ -241,9 +241,8 @@ static __always_inline int from_ep_remembered(struct __sk_buff *skb, __u32 ifind
 					      const struct config *cfg, int *rc, int *asked)
 {
 	struct hr_flow f = {};
-	if (!hr_parse(skb, &f.h))
+	if (!hr_flow_of(skb, cfg, ifindex, DIR_EGRESS, &f))
 		return 0;
-	hr_flow_memo(&f, cfg, ifindex, DIR_EGRESS);
 	if (!f.memo) {
 		*asked = 1;
 		return 0;
@@ -259,6 +258,9 @@ static __always_inline int from_ep_remembered(struct __sk_buff *skb, __u32 ifind
 SEC("tc")
 int cdo_from_ep(struct __sk_buff *skb)
 {
+	/* Read once and passed down: a later skb->ifindex may be compiled
+	 * into a read through an offset context pointer, which the verifier
+	 * refuses. */
 	__u32 ifindex = skb->ifindex;
 	const struct config *cfg = hostroute_config();
 	int rc, asked = 0;
@@ -270,9 +272,8 @@ int cdo_from_ep(struct __sk_buff *skb)
 	/* Parsed again: keeping the first parse across handle() costs the
 	 * verifier more than the parse costs the packet. */
 	struct hr_flow f = {};
-	if (!hr_parse(skb, &f.h))
+	if (!hr_flow_of(skb, cfg, ifindex, DIR_EGRESS, &f))
 		return TC_ACT_UNSPEC;
-	hr_flow_memo(&f, cfg, ifindex, DIR_EGRESS);
 	return to_other_node(skb, ifindex, &f);
 }
 

@@ -253,6 +253,17 @@ static __always_inline void hr_flow_memo(struct hr_flow *f, const struct config 
 		f->memo = ct_memo_find(f->key, cfg->policy_revision, now_ns());
 }
 
+/* hr_flow_of parses skb's packet into f and looks up its memo entry as the
+ * endpoint on ifindex sees it in dir; 0 when host routing cannot carry it. */
+static __always_inline int hr_flow_of(struct __sk_buff *skb, const struct config *cfg, __u32 ifindex,
+				      __u8 dir, struct hr_flow *f)
+{
+	if (!hr_parse(skb, &f->h))
+		return 0;
+	hr_flow_memo(f, cfg, ifindex, dir);
+	return 1;
+}
+
 /* hr_flow_host_tracked is hr_host_tracked, remembered for a TCP flow in
  * its memo entry: an established TCP flow the host's conntrack did not know
  * when last asked is not asked again while the entry lives (at most
