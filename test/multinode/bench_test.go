@@ -106,7 +106,7 @@ func TestBenchMultinode(t *testing.T) {
 			measure(", policy loaded")
 		})
 	}
-	t.Logf("\n%d interleaved rounds of %d s per figure, iperf3 arguments %q; medians, and the per-round ratios' range\n| mode | test | pod to pod | reference | ratio | ratio min–max | vs no policy | CPU idle, pod / reference |\n|---|---|---|---|---|---|---|---|\n%s", benchRounds(), benchSeconds(), benchIperfArgs(), joinLines(rows))
+	t.Logf("\n%d interleaved rounds per figure, iperf3 for %d s and request/response for 1 s per round, iperf3 arguments %q; medians, and the per-round ratios' range\n| mode | test | pod to pod | reference | ratio | ratio min–max | vs no policy | CPU idle, pod / reference |\n|---|---|---|---|---|---|---|---|\n%s", benchRounds(), benchSeconds(), benchIperfArgs(), joinLines(rows))
 }
 
 // benchRow formats one figure; rows of the policy-loaded run (test names
