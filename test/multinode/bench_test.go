@@ -106,7 +106,7 @@ func TestBenchMultinode(t *testing.T) {
 			measure(", policy loaded")
 		})
 	}
-	t.Logf("\n%d interleaved rounds per figure, iperf3 for %d s and request/response for 1 s per round, iperf3 arguments %q; medians, and the per-round ratios' range\n| mode | test | pod to pod | reference | ratio | ratio min–max | vs no policy | CPU idle, pod / reference |\n|---|---|---|---|---|---|---|---|\n%s", benchRounds(), benchSeconds(), benchIperfArgs(), joinLines(rows))
+	t.Logf("\n%d interleaved rounds per figure, iperf3 for %d s and request/response for %v per round, iperf3 arguments %q; medians, and the per-round ratios' range\n| mode | test | pod to pod | reference | ratio | ratio min–max | vs no policy | CPU idle, pod / reference |\n|---|---|---|---|---|---|---|---|\n%s", benchRounds(), benchSeconds(), requestWindow, benchIperfArgs(), joinLines(rows))
 }
 
 // benchRow formats one figure; rows of the policy-loaded run (test names
@@ -329,8 +329,11 @@ func iperf(t *testing.T, from, to ns.NetNS, addr netip.Addr, streams int, args .
 	return res.End.SumReceived.BitsPerSecond
 }
 
+// requestWindow is how long requestRate exchanges for one figure.
+const requestWindow = time.Second
+
 // requestRate is the rate of 1-byte request/response exchanges on one TCP
-// connection over one second (interleaved repeats it).
+// connection over requestWindow (interleaved repeats it).
 func requestRate(t *testing.T, from, to ns.NetNS, addr netip.Addr) float64 {
 	t.Helper()
 	stop, err := harness.ServeTCPEcho(to, addr, echoPort+1)
@@ -348,7 +351,7 @@ func requestRate(t *testing.T, from, to ns.NetNS, addr netip.Addr) float64 {
 	}
 	b := []byte{1}
 	n, start := 0, time.Now()
-	for time.Since(start) < time.Second {
+	for time.Since(start) < requestWindow {
 		if _, err := conn.Write(b); err != nil {
 			t.Fatal(err)
 		}
