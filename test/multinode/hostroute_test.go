@@ -247,22 +247,18 @@ func checkDNATReusesTuple(t *testing.T, n *node, a, b *pod, addr netip.Addr, por
 		if d := redirected(before, straight); d < echoes {
 			t.Fatalf("round %d: %s host-routed %d packets of the straight connection, want >= %d", round, n.Name, d, echoes)
 		}
-		sent, judged := podSent(t, a), egressJudged(t, a.node)
+		// The straight connection's last packets (the answer to b's FIN)
+		// may still be leaving a: count from when a is quiet.
+		sent, judged := quietCounts(t, a)
 		if err := echoFromPort(a, local, addr, int(port), echoes); err != nil {
 			t.Fatalf("round %d: %s:%d -> %v:%d (DNAT on %s to %s), after a connection on the same tuple: %v",
 				round, a.Name, local, addr, port, n.Name, b.Name, err)
 		}
 		// Answered from the memo but not host-routed (to the
-		// translated address), each packet is still judged once. The
-		// last may still be on its way to the program.
-		var s, j uint64
-		for deadline := time.Now().Add(2 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-			s, j = podSent(t, a)-sent, egressJudged(t, a.node)-judged
-			if j >= s || time.Now().After(deadline) {
-				break
-			}
-		}
-		if j < s || j > s+2 {
+		// translated address), each packet is still judged once.
+		s, j := quietCounts(t, a)
+		s, j = s-sent, j-judged
+		if j != s {
 			t.Errorf("round %d: %s sent %d packets, %s counted %d egress verdicts", round, a.Name, s, a.node.Name, j)
 		}
 		if d := redirected(straight, hostRouteStats(t, n)); d != 0 {
@@ -272,6 +268,25 @@ func checkDNATReusesTuple(t *testing.T, n *node, a, b *pod, addr netip.Addr, por
 	if d := statDelta(tracked, hostRouteStats(t, n), bpf.CoordinoHostrouteStatHR_STAT_HOST_TRACKED); d == 0 {
 		t.Errorf("%s's host routing did not see the host-tracked answers", n.Name)
 	}
+}
+
+// quietCounts reads the packets p has sent and the egress verdicts its node
+// has counted once neither moved for a while: every packet p sent has been
+// judged by then, so the two count the same packets. p must be its node's
+// only pod.
+func quietCounts(t *testing.T, p *pod) (sent, judged uint64) {
+	t.Helper()
+	sent, judged = podSent(t, p), egressJudged(t, p.node)
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); {
+		time.Sleep(50 * time.Millisecond)
+		s, j := podSent(t, p), egressJudged(t, p.node)
+		if s == sent && j == judged {
+			return sent, judged
+		}
+		sent, judged = s, j
+	}
+	t.Fatalf("%s kept sending (or %s kept judging) for 5 s", p.Name, p.node.Name)
+	return 0, 0
 }
 
 // podSent is the number of packets p has sent from eth0.
