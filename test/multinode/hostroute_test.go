@@ -3,6 +3,7 @@ package multinode
 import (
 	"fmt"
 	"io"
+	"math"
 	"math/rand/v2"
 	"net"
 	"net/netip"
@@ -271,22 +272,28 @@ func checkDNATReusesTuple(t *testing.T, n *node, a, b *pod, addr netip.Addr, por
 }
 
 // quietCounts reads the packets p has sent and the egress verdicts its node
-// has counted once neither moved for a while: every packet p sent has been
-// judged by then, so the two count the same packets. p must be its node's
-// only pod.
+// has counted once neither moved between two reads a pause apart: every
+// packet p sent has been judged by then, so the two count the same packets.
+// The node's verdicts are p's only while p is its only pod.
 func quietCounts(t *testing.T, p *pod) (sent, judged uint64) {
 	t.Helper()
-	sent, judged = podSent(t, p), egressJudged(t, p.node)
-	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); {
-		time.Sleep(50 * time.Millisecond)
+	if len(p.node.pods) != 1 {
+		t.Fatalf("%s has %d pods: its egress verdicts are not %s's alone", p.node.Name, len(p.node.pods), p.Name)
+	}
+	// No reading yet: the first attempt only reads, so the two reads
+	// that agree are one of eventually's pauses apart.
+	sent, judged = math.MaxUint64, math.MaxUint64
+	if err := eventually(5*time.Second, func() error {
 		s, j := podSent(t, p), egressJudged(t, p.node)
 		if s == sent && j == judged {
-			return sent, judged
+			return nil
 		}
 		sent, judged = s, j
+		return fmt.Errorf("%s kept sending (or %s kept judging)", p.Name, p.node.Name)
+	}); err != nil {
+		t.Fatal(err)
 	}
-	t.Fatalf("%s kept sending (or %s kept judging) for 5 s", p.Name, p.node.Name)
-	return 0, 0
+	return sent, judged
 }
 
 // podSent is the number of packets p has sent from eth0.
