@@ -139,3 +139,37 @@ func TestAddressPressurePerFamily(t *testing.T) {
 		}
 	}
 }
+
+// A bug report's status.json is what `coordinoctl status -o json` prints:
+// zero values included, so a reader can tell "0" from "not reported".
+func TestDiagnosticsStatusKeepsZeroValues(t *testing.T) {
+	dir := t.TempDir()
+	st, err := store.Open(filepath.Join(dir, "state"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	pool, err := ipam.NewPool([]netip.Prefix{netip.MustParsePrefix("10.0.0.0/24")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	queue := filepath.Join(dir, "delete-queue")
+	os.MkdirAll(queue, 0o700)
+	s := New(Config{Standalone: true, RunDir: dir, QueueDir: queue, Store: st, Pool: pool})
+	diag, err := s.CollectDiagnostics(context.Background(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range diag.Files {
+		if f.Name != "status.json" {
+			continue
+		}
+		for _, want := range []string{`"deleteQueue": 0,`, `"invalidPolicies": 0,`, `"chainedEndpoints": 0,`, `"maps": [],`} {
+			if !strings.Contains(string(f.Content), want) {
+				t.Errorf("status.json lacks %s:\n%s", want, f.Content)
+			}
+		}
+		return
+	}
+	t.Fatal("no status.json in the diagnostics")
+}
