@@ -129,8 +129,7 @@ func runFlows(ctx context.Context, c *client, _ []string) error {
 	// Subscribe before listing history, so nothing falls between the two.
 	var stream flowv1.Observer_FollowFlowsClient
 	if flowOpts.follow {
-		stream, err = c.flows.FollowFlows(ctx, &flowv1.FollowFlowsRequest{DroppedOnly: flowOpts.verdict == "dropped"})
-		if err != nil {
+		if stream, err = c.follow(ctx, &flowv1.FollowFlowsRequest{DroppedOnly: flowOpts.verdict == "dropped"}); err != nil {
 			return err
 		}
 	}
@@ -168,6 +167,26 @@ func runFlows(ctx context.Context, c *client, _ []string) error {
 			p.flush()
 		}
 	}
+}
+
+// follow opens a flow stream. --timeout bounds connecting and the opening
+// (the daemon's headers say it has subscribed), not the healthy stream.
+func (c *client) follow(ctx context.Context, req *flowv1.FollowFlowsRequest) (flowv1.Observer_FollowFlowsClient, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	timer := time.AfterFunc(c.timeout, cancel)
+	stream, err := c.flows.FollowFlows(ctx, req)
+	if err == nil {
+		_, err = stream.Header()
+	}
+	if !timer.Stop() {
+		return nil, errNoAnswer
+	}
+	if err != nil {
+		cancel()
+		return nil, err
+	}
+	// The stream lives until the caller's ctx ends, which also releases ours.
+	return stream, nil
 }
 
 func sinceNano(t time.Time) int64 {
