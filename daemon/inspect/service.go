@@ -70,7 +70,7 @@ func (s *Service) Serve(ctx context.Context) (stop func(), err error) {
 	if err != nil {
 		return nil, err
 	}
-	g := grpc.NewServer(grpc.Creds(server.PeerCredentials()))
+	g := grpc.NewServer(grpc.Creds(server.PeerCredentials(s.cfg.Log)))
 	inspectv1.RegisterInspectorServer(g, s)
 	if s.cfg.Hub != nil {
 		flowv1.RegisterObserverServer(g, flows.NewService(s.cfg.Hub))

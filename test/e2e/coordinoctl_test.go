@@ -410,8 +410,18 @@ func TestCoordinoctlAgainstLiveDaemon(t *testing.T) {
 		if out, err := run(nil); err != nil || !strings.Contains(out, "Verdict:") {
 			t.Fatalf("root: %v %s", err, out)
 		}
-		if out, err := run(&syscall.Credential{Uid: 65534, Gid: 65534}); err == nil || strings.Contains(out, "Verdict:") || strings.Contains(out, "permission denied") {
-			t.Fatalf("uid 65534 was served: %v %s", err, out)
+		// Refused by the peer check (not by the socket's mode, opened above),
+		// said as such, and logged by the daemon.
+		if out, err := run(&syscall.Credential{Uid: 65534, Gid: 65534}); err == nil || strings.Contains(out, "Verdict:") ||
+			!strings.Contains(out, "permission denied: root only: the daemon on "+sock+" closed the connection of uid 65534") {
+			t.Fatalf("uid 65534: %v %s", err, out)
+		}
+		deadline := time.Now().Add(5 * time.Second)
+		for !n.LogContains(`"uid":65534`) {
+			if time.Now().After(deadline) {
+				t.Fatalf("the daemon did not log the refusal:\n%s", n.LogTail(20))
+			}
+			time.Sleep(50 * time.Millisecond)
 		}
 	})
 }
