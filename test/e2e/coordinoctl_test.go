@@ -318,8 +318,15 @@ func TestCoordinoctlAgainstLiveDaemon(t *testing.T) {
 		if err != nil || !strings.Contains(out, `"reason":"policy-denied"`) || !strings.Contains(out, pods["other"].addr.String()) {
 			t.Fatalf("flows --since: %v\n%s", err, out)
 		}
-		if out, _ := coordinoctl(t, n, "flows", "--since", "1m", "--port", "5433", "--verdict", "allowed", "-o", "json"); strings.TrimSpace(out) != "" {
-			t.Fatalf("verdict filter let through: %s", out)
+		// Only drops are remembered: asking for allowed ones says so.
+		if out, err := coordinoctl(t, n, "flows", "--since", "1m", "--port", "5433", "--verdict", "allowed", "-o", "json"); err == nil ||
+			strings.TrimSpace(out) != "" || !strings.Contains(err.Error(), "the daemon remembers dropped flows only") {
+			t.Fatalf("flows --verdict allowed without --follow: %v %s", err, out)
+		}
+		// The table names the pod and says the time is UTC.
+		table, err := coordinoctl(t, n, "flows", "--since", "1m", "--port", "5433")
+		if err != nil || !regexp.MustCompile(`(?m)^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z  default/db  +ingress  dropped  policy-denied`).MatchString(table) {
+			t.Fatalf("flows table: %v\n%s", err, table)
 		}
 	})
 
