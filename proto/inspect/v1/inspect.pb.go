@@ -328,8 +328,8 @@ func (x *KernelFeature) GetEffect() string {
 // nodes it programs.
 type CrossNode struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// "direct" or "vxlan" (--routing); with encryption, peer blocks are
-	// routed onto the WireGuard device instead.
+	// "direct" or "vxlan" (--routing), or "wireguard": with encryption, peer
+	// blocks are routed onto the WireGuard device and --routing is not used.
 	Routing string `protobuf:"bytes,1,opt,name=routing,proto3" json:"routing,omitempty"`
 	// "none" or "wireguard" (--encryption).
 	Encryption string `protobuf:"bytes,2,opt,name=encryption,proto3" json:"encryption,omitempty"`
