@@ -256,6 +256,14 @@ func TestCoordinoctlAgainstLiveDaemon(t *testing.T) {
 		if err != nil || !strings.Contains(table, "default deny of default/db-allow-web") || !regexp.MustCompile(`(?m)^Verdict:\s+DENIED$`).MatchString(table) {
 			t.Fatalf("explain table: %v\n%s", err, table)
 		}
+		// The peer's identity is said in words: at db's ingress, other's pods;
+		// at other's egress, db's pods and the ipBlock db's address is in.
+		for _, want := range []string{`(?m)^  peer:\s+identity \d+: pods in namespace default with labels role=other$`,
+			`(?m)^  peer:\s+identity \d+: pods in namespace default with labels role=db; its address is in ipBlock 10\.94\.0\.0/24 \(cidr:\d+\)$`} {
+			if !regexp.MustCompile(want).MatchString(table) {
+				t.Fatalf("explain table lacks %s:\n%s", want, table)
+			}
+		}
 	})
 
 	t.Run("flows follow sees a denied connection within 1s", func(t *testing.T) {
