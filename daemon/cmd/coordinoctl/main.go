@@ -302,7 +302,8 @@ func usage(w io.Writer) {
 		fmt.Fprintf(w, "  %-17s %s\n", c.name, c.summary)
 	}
 	fmt.Fprintln(w, "\nEvery command takes --socket (default "+defaultSocket+", or $COORDINO_INSPECT_SOCKET),")
-	fmt.Fprintln(w, "-o table|json|yaml and --timeout. `coordinoctl <command> -h` lists a command's flags.")
+	fmt.Fprintln(w, "-o table|json|yaml and --timeout (default 30s), before or after the command.")
+	fmt.Fprintln(w, "`coordinoctl <command> -h` lists a command's flags.")
 }
 
 func envOr(key, def string) string {
