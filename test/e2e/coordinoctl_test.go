@@ -134,9 +134,18 @@ func TestCoordinoctlAgainstLiveDaemon(t *testing.T) {
 				t.Fatalf("no pressure for %s: %v", name, st.Maps)
 			}
 		}
+		if st.CrossNode.GetEncryption() != "none" || st.CrossNode.GetRouting() == "" || len(st.CrossNode.GetPeers()) != 0 {
+			t.Fatalf("cross-node = %v", st.CrossNode)
+		}
 		table, err := coordinoctl(t, n, "status")
-		if err != nil || !regexp.MustCompile(`(?m)^Verdict:\s+OK$`).MatchString(table) {
-			t.Fatalf("status table lacks the verdict line: %v\n%s", err, table)
+		if err != nil || !regexp.MustCompile(`(?m)^Verdict:\s+OK$`).MatchString(table) ||
+			!regexp.MustCompile(`(?m)^Cross-node:\s+routing `+st.CrossNode.Routing+`, encryption none$`).MatchString(table) {
+			t.Fatalf("status table lacks the verdict or cross-node line: %v\n%s", err, table)
+		}
+		// Global flags may come first.
+		if out, err := exec.Command(filepath.Join(harness.BinDir(), "coordinoctl"), "--socket", filepath.Join(n.RunDir, "inspect.sock"), "-o", "json", "status").Output(); err != nil ||
+			!strings.Contains(string(out), `"deleteQueue": 0,`) {
+			t.Fatalf("coordinoctl --socket S -o json status: %v\n%s", err, out)
 		}
 		y, err := coordinoctl(t, n, "status", "-o", "yaml")
 		if err != nil {
@@ -257,9 +266,9 @@ func TestCoordinoctlAgainstLiveDaemon(t *testing.T) {
 			t.Fatalf("explain table: %v\n%s", err, table)
 		}
 		// The peer's identity is said in words: at db's ingress, other's pods;
-		// at other's egress, db's pods and the ipBlock db's address is in.
-		for _, want := range []string{`(?m)^  peer:\s+identity \d+: pods in namespace default with labels role=other$`,
-			`(?m)^  peer:\s+identity \d+: pods in namespace default with labels role=db; its address is in ipBlock 10\.94\.0\.0/24 \(cidr:\d+\)$`} {
+		// at other's egress, db's pods; both addresses are in other-egress's ipBlock.
+		for _, role := range []string{"other", "db"} {
+			want := `(?m)^  peer:\s+identity \d+: pods in namespace default with labels role=` + role + `; its address is in ipBlock 10\.94\.0\.0/24 \(cidr:\d+\)$`
 			if !regexp.MustCompile(want).MatchString(table) {
 				t.Fatalf("explain table lacks %s:\n%s", want, table)
 			}
@@ -341,8 +350,9 @@ func TestCoordinoctlAgainstLiveDaemon(t *testing.T) {
 	t.Run("bugtool", func(t *testing.T) {
 		const wgKey = "yAnz5TF+lXXJte14tji3zlMNq+hd2rYUIgJBgB3fBmk="
 		const token = "eyJhbGciOiJSUzI1NiJ9.eyJzdWIiOiJzeXN0ZW06Y29vcmRpbm8ifQ.c2lnbmF0dXJlLXZhbHVl"
+		const pubKey = "xTIBA5rboUvnH4htodjb6e697QjLERt1NAB4mZqp8Dg="
 		logFile := filepath.Join(dir, "daemon.log")
-		if err := os.WriteFile(logFile, []byte(`{"level":"info","msg":"wireguard up","privateKey":"`+wgKey+`"}`+"\n"+
+		if err := os.WriteFile(logFile, []byte(`{"level":"info","msg":"wireguard up","privateKey":"`+wgKey+`","publicKey":"`+pubKey+`"}`+"\n"+
 			`{"level":"debug","msg":"api","authorization":"Bearer `+token+`"}`+"\n"+n.LogTail(50)), 0o600); err != nil {
 			t.Fatal(err)
 		}
@@ -368,6 +378,12 @@ func TestCoordinoctlAgainstLiveDaemon(t *testing.T) {
 		}
 		if !strings.Contains(files["logs/0-daemon.log"], "wireguard up") {
 			t.Errorf("log not included")
+		}
+		if !strings.Contains(files["logs/0-daemon.log"], `"publicKey":"`+pubKey+`"`) {
+			t.Errorf("the public key was redacted:\n%s", files["logs/0-daemon.log"])
+		}
+		if !strings.Contains(files["daemon/status.json"], `"deleteQueue": 0,`) || !strings.Contains(files["daemon/status.json"], `"crossNode": {`) {
+			t.Errorf("status.json is not status -o json:\n%s", files["daemon/status.json"])
 		}
 		for name, content := range files {
 			for _, secret := range []string{wgKey, token, "eyJhbGciOiJSUzI1NiJ9"} {

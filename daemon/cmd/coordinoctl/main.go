@@ -251,7 +251,7 @@ func (c *client) describe(err error) string {
 	case dialErr != nil:
 		return fmt.Sprintf("cannot connect to %s: %v; %s", c.socket, dialErr, runDir)
 	case errors.Is(err, errNoAnswer) || (isStatus && st.Code() == codes.DeadlineExceeded):
-		return fmt.Sprintf("the daemon did not answer within %s on %s: it accepts connections but does not respond (hung or overloaded? see its log); --timeout waits longer", c.timeout, c.socket)
+		return fmt.Sprintf("the daemon did not answer within %s on %s (hung or overloaded? see its log); --timeout waits longer", c.timeout, c.socket)
 	case isStatus && st.Code() == codes.Unavailable && dialed && os.Geteuid() != 0:
 		// The daemon closes connections of peers that are not root right
 		// after accepting them (SO_PEERCRED): all the client sees is a
