@@ -21,7 +21,7 @@ import (
 
 // startInspect serves the read-only inspection socket for coordinoctl and
 // registers the metrics of the same facts (DEL queue, BPF map fill).
-func startInspect(ctx context.Context, o *config.Options, st *store.Store, pool *ipam.Pool, dp *datapath.Datapath, hub *flows.Hub, m *metrics.Metrics, logs *inspect.LogRing, log *zap.Logger) (stop func(), err error) {
+func startInspect(ctx context.Context, o *config.Options, st *store.Store, pool *ipam.Pool, dp *datapath.Datapath, hub *flows.Hub, m *metrics.Metrics, xn *crossNode, logs *inspect.LogRing, log *zap.Logger) (stop func(), err error) {
 	queueDir := filepath.Join(o.RunDir, wire.DeleteQueueDir)
 	collectors := []prometheus.Collector{metrics.NewDeleteQueueCollector(queueDir)}
 	if dp != nil {
@@ -47,6 +47,7 @@ func startInspect(ctx context.Context, o *config.Options, st *store.Store, pool 
 		Pool:       pool,
 		Datapath:   dp,
 		Hub:        hub,
+		CrossNode:  xn.inspect,
 		Options:    o,
 		Logs:       logs,
 		Log:        log.Named("inspect"),
