@@ -149,7 +149,7 @@ func Run(ctx context.Context, o *config.Options, log *zap.Logger) error {
 		publishEndpoints(ctx, kube, st, dp)
 	}
 
-	stopInspect, err := startInspect(ctx, o, st, pool, dp, hub, m, xn, logs, log)
+	stopInspect, err := startInspect(ctx, o, st, pool, dp, hub, m, xn, features, logs, log)
 	if err != nil {
 		return err
 	}
