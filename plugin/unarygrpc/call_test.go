@@ -65,7 +65,11 @@ func serve(t *testing.T) (dial func() net.Conn, s *server) {
 
 func add(t *testing.T, ctx context.Context, conn net.Conn, md []Header, req *wire.Request) ([]byte, error) {
 	t.Helper()
-	resp, err := Call(ctx, conn, "/coordino.cni.v1.CNI/Add", md, wire.AppendRequest(nil, req))
+	body, err := wire.AppendRequest(nil, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := Call(ctx, conn, "/coordino.cni.v1.CNI/Add", md, body)
 	if err != nil {
 		return nil, err
 	}
