@@ -322,12 +322,12 @@ func (c *call) readFrame(resp *response) error {
 	length := int(c.hdr[0])<<16 | int(c.hdr[1])<<8 | int(c.hdr[2])
 	typ, flags := c.hdr[3], c.hdr[4]
 	stream := binary.BigEndian.Uint32(c.hdr[5:]) & 0x7fffffff
-	name := fmt.Sprintf("frame type 0x%x", typ)
+	name := "unknown frame" // named only in errors
 	if int(typ) < len(frameNames) {
 		name = frameNames[typ]
 	}
 	if length > defaultMaxFrameSize {
-		return protoErr(errCodeFrameSize, "%s of %d bytes exceeds the maximum frame size of %d", name, length, defaultMaxFrameSize)
+		return protoErr(errCodeFrameSize, "%s (type 0x%x) of %d bytes exceeds the maximum frame size of %d", name, typ, length, defaultMaxFrameSize)
 	}
 	if cap(c.buf) < length {
 		c.buf = make([]byte, length, max(length, 512))

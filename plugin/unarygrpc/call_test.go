@@ -41,7 +41,7 @@ func (s *server) Add(ctx context.Context, req *cniv1.CNIRequest) (*cniv1.CNIResp
 	return &cniv1.CNIResponse{Result: append(append([]byte{}, req.Stdin...), req.Stdin...)}, nil
 }
 
-func serve(t *testing.T) (dial func() net.Conn, s *server) {
+func serve(t testing.TB) (dial func() net.Conn, s *server) {
 	t.Helper()
 	sock := filepath.Join(t.TempDir(), "s.sock")
 	l, err := net.Listen("unix", sock)

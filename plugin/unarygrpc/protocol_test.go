@@ -300,7 +300,7 @@ func TestCallRefusesProtocolViolations(t *testing.T) {
 		{"SETTINGS of 5 bytes", raw(http2.FrameSettings, 0, 0, make([]byte, 5)), http2.ErrCodeFrameSize, "not a multiple of 6"},
 		{"first frame not SETTINGS", raw(http2.FramePing, 0, 0, make([]byte, 8)), http2.ErrCodeProtocol, "PING as its first frame"},
 		{"SETTINGS ACK with payload", then(empty, raw(http2.FrameSettings, 1, 0, make([]byte, 6))), http2.ErrCodeFrameSize, "SETTINGS ACK with 6 bytes"},
-		{"frame over 16384 bytes", then(empty, headers, func(p *peer) { p.fr.WriteData(1, false, make([]byte, 20000)) }), http2.ErrCodeFrameSize, "DATA of 20000 bytes exceeds"},
+		{"frame over 16384 bytes", then(empty, headers, func(p *peer) { p.fr.WriteData(1, false, make([]byte, 20000)) }), http2.ErrCodeFrameSize, "DATA (type 0x0) of 20000 bytes exceeds"},
 		{"DATA on stream 0", then(empty, headers, raw(http2.FrameData, 0, 0, []byte("x"))), http2.ErrCodeProtocol, "DATA on stream 0"},
 		{"HEADERS on stream 0", then(empty, raw(http2.FrameHeaders, 4, 0, []byte{0x88})), http2.ErrCodeProtocol, "HEADERS on stream 0"},
 		{"RST_STREAM on stream 0", then(empty, raw(http2.FrameRSTStream, 0, 0, make([]byte, 4))), http2.ErrCodeProtocol, "RST_STREAM on stream 0"},
