@@ -166,9 +166,9 @@ func Call(ctx context.Context, conn io.ReadWriter, method string, md []Header, r
 		// Best effort: the server learns why the client hangs up.
 		c.out = c.out[:0]
 		c.frame(frameGoAway, 0, 0, binary.BigEndian.AppendUint32([]byte{0, 0, 0, 0}, pe.code))
-		c.flush()
+		_ = c.flush()
 	}
-	if ctx.Err() != nil || errors.Is(err, os.ErrDeadlineExceeded) || errors.Is(err, syscall.EAGAIN) {
+	if ctx.Err() != nil || timedOut(err) {
 		if errors.Is(ctx.Err(), context.Canceled) {
 			return nil, &Status{Code: CodeCanceled, Message: err.Error()}
 		}
@@ -204,14 +204,23 @@ func (c *call) frame(typ, flags byte, stream uint32, payload []byte) {
 // a call's trailers does), and then its whole answer is in the socket while
 // every write of the client's SETTINGS ACK or WINDOW_UPDATE fails. The call
 // goes on reading to the end of the stream, and the write error counts only
-// if the stream does not complete (failed).
-func (c *call) flush() {
+// if the stream does not complete (failed). A write that timed out is the
+// exception: the call's time is up, and it ends with that error.
+func (c *call) flush() error {
 	if c.writeErr == nil && len(c.out) > 0 {
 		if _, err := c.conn.Write(c.out); err != nil {
 			c.writeErr = fmt.Errorf("write: %w", err)
+			if timedOut(err) {
+				return c.writeErr
+			}
 		}
 	}
 	c.out = c.out[:0]
+	return nil
+}
+
+func timedOut(err error) bool {
+	return errors.Is(err, os.ErrDeadlineExceeded) || errors.Is(err, syscall.EAGAIN)
 }
 
 // failed is the call's error when reading the stream failed with err.
@@ -271,7 +280,9 @@ func (c *call) run(ctx context.Context, method string, md []Header, req []byte) 
 		n := min(int64(len(body)-sent), c.sendWindow, c.connWindow, int64(c.maxFrame))
 		if n <= 0 {
 			// Out of window: read until the server grants more.
-			c.flush()
+			if err := c.flush(); err != nil {
+				return nil, err
+			}
 			if err := c.readFrame(&resp); err != nil {
 				return nil, c.failed(err)
 			}
@@ -289,7 +300,9 @@ func (c *call) run(ctx context.Context, method string, md []Header, req []byte) 
 		c.sendWindow -= n
 		c.connWindow -= n
 	}
-	c.flush()
+	if err := c.flush(); err != nil {
+		return nil, err
+	}
 	for !resp.done {
 		if err := c.readFrame(&resp); err != nil {
 			return nil, c.failed(err)
@@ -391,14 +404,14 @@ func (c *call) readFrame(resp *response) error {
 			}
 		}
 		c.frame(frameSettings, flagAck, 0, nil)
-		c.flush()
+		return c.flush()
 	case framePing:
 		if length != 8 {
 			return protoErr(errCodeFrameSize, "PING of %d bytes", length)
 		}
 		if flags&flagAck == 0 {
 			c.frame(framePing, flagAck, 0, payload)
-			c.flush()
+			return c.flush()
 		}
 	case frameWindowUpdate:
 		if length != 4 {
@@ -447,7 +460,9 @@ func (c *call) readFrame(resp *response) error {
 			if flags&flagEndStream == 0 {
 				c.frame(frameWindowUpdate, 0, streamID, inc)
 			}
-			c.flush()
+			if err := c.flush(); err != nil {
+				return err
+			}
 		}
 		if flags&flagEndStream != 0 {
 			resp.done = true

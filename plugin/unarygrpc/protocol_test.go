@@ -9,6 +9,7 @@ import (
 	"net"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -366,5 +367,43 @@ func TestCallTakesWhatTheProtocolAllows(t *testing.T) {
 	got, err := Call(context.Background(), conn, "/x/y", nil, []byte("req"))
 	if err != nil || string(got) != "answer" {
 		t.Fatalf("call: %q, %v", got, err)
+	}
+}
+
+// timeoutConn takes the request, then times out every write, as a blocking
+// socket with SO_SNDTIMEO does; a read past the server's SETTINGS blocks.
+type timeoutConn struct {
+	writes int
+	r      io.Reader
+}
+
+func (c *timeoutConn) Write(p []byte) (int, error) {
+	if c.writes++; c.writes > 1 {
+		return 0, syscall.EAGAIN
+	}
+	return len(p), nil
+}
+
+func (c *timeoutConn) Read(p []byte) (int, error) {
+	if n, _ := c.r.Read(p); n > 0 {
+		return n, nil
+	}
+	select {} // a server that says nothing more
+}
+
+// A write that timed out ends the call: reading on would wait past its
+// deadline.
+func TestCallEndsOnAWriteTimeout(t *testing.T) {
+	c := &timeoutConn{r: bytes.NewReader([]byte{0, 0, 0, 4, 0, 0, 0, 0, 0})}
+	done := make(chan error, 1)
+	go func() { _, err := Call(context.Background(), c, "/x/y", nil, []byte("req")); done <- err }()
+	select {
+	case err := <-done:
+		var st *Status
+		if !errors.As(err, &st) || st.Code != CodeDeadlineExceeded {
+			t.Fatalf("err = %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the call read on after its write timed out")
 	}
 }
