@@ -537,7 +537,10 @@ func unpad(flags byte, p []byte) ([]byte, error) {
 	if flags&flagPadded == 0 {
 		return p, nil
 	}
-	if len(p) < 1 || int(p[0]) > len(p)-1 {
+	if len(p) < 1 {
+		return nil, protoErr(errCodeProtocol, "padded frame without its pad length")
+	}
+	if int(p[0]) > len(p)-1 {
 		return nil, protoErr(errCodeProtocol, "padding of %d bytes in a frame of %d", p[0], len(p))
 	}
 	return p[1 : len(p)-int(p[0])], nil
