@@ -79,36 +79,34 @@ const (
 	maxMessage          = 64 << 20
 	// maxHeaderBlock bounds a response header block, CONTINUATIONs included,
 	// and is advertised as SETTINGS_MAX_HEADER_LIST_SIZE: a server that
-	// keeps to it sends less (a field's encoding is smaller than the 32
-	// bytes of overhead it counts for), so only a broken or hostile one
-	// reaches it.
+	// keeps to it sends less (the limit counts each field's name, value and
+	// 32 bytes, more than its encoding takes), so only a broken or hostile
+	// one reaches it.
 	maxHeaderBlock = 1 << 20
 	streamID       = 1
 )
 
-// HTTP/2 error codes (RFC 9113 §7) the client reports.
+// HTTP/2 error codes (RFC 9113 §7) the client sends or acts on.
 const (
-	errCodeNo                 = 0x0
 	errCodeProtocol           = 0x1
 	errCodeFlowControl        = 0x3
 	errCodeFrameSize          = 0x6
-	errCodeCompression        = 0x9
-	errCodeCancel             = 0x8
 	errCodeRefused            = 0x7
+	errCodeCancel             = 0x8
+	errCodeCompression        = 0x9
 	errCodeEnhanceCalm        = 0xb
 	errCodeInadequateSecurity = 0xc
 )
 
-var errCodeNames = map[uint32]string{
-	errCodeNo: "NO_ERROR", errCodeProtocol: "PROTOCOL_ERROR", 0x2: "INTERNAL_ERROR", errCodeFlowControl: "FLOW_CONTROL_ERROR",
-	0x4: "SETTINGS_TIMEOUT", 0x5: "STREAM_CLOSED", errCodeFrameSize: "FRAME_SIZE_ERROR", errCodeRefused: "REFUSED_STREAM",
-	errCodeCancel: "CANCEL", errCodeCompression: "COMPRESSION_ERROR", 0xa: "CONNECT_ERROR", errCodeEnhanceCalm: "ENHANCE_YOUR_CALM",
-	errCodeInadequateSecurity: "INADEQUATE_SECURITY", 0xd: "HTTP_1_1_REQUIRED",
-}
+// errCodeNames is indexed by error code (an array: nothing to build at
+// the plugin's start).
+var errCodeNames = [...]string{"NO_ERROR", "PROTOCOL_ERROR", "INTERNAL_ERROR", "FLOW_CONTROL_ERROR", "SETTINGS_TIMEOUT",
+	"STREAM_CLOSED", "FRAME_SIZE_ERROR", "REFUSED_STREAM", "CANCEL", "COMPRESSION_ERROR", "CONNECT_ERROR",
+	"ENHANCE_YOUR_CALM", "INADEQUATE_SECURITY", "HTTP_1_1_REQUIRED"}
 
 func errCodeName(code uint32) string {
-	if n, ok := errCodeNames[code]; ok {
-		return n
+	if code < uint32(len(errCodeNames)) {
+		return errCodeNames[code]
 	}
 	return fmt.Sprintf("error code 0x%x", code)
 }
