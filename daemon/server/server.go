@@ -46,18 +46,45 @@ func Listen(socketPath string) (net.Listener, error) {
 	if err := os.Chmod(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("restrict socket dir %s: %w", dir, err)
 	}
-	if err := os.Remove(socketPath); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return nil, fmt.Errorf("remove stale socket %s: %w", socketPath, err)
+	// Bound under a temporary name and renamed into place once 0600: the
+	// plugin refuses a socket with any other mode, and a bind creates it
+	// with the umask's.
+	tmp := socketPath + ".new"
+	if err := os.Remove(tmp); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("remove stale socket %s: %w", tmp, err)
 	}
-	l, err := net.Listen("unix", socketPath)
+	l, err := net.Listen("unix", tmp)
 	if err != nil {
 		return nil, fmt.Errorf("listen on %s: %w", socketPath, err)
 	}
-	if err := os.Chmod(socketPath, 0o600); err != nil {
+	ul := l.(*net.UnixListener)
+	ul.SetUnlinkOnClose(false)
+	if err := os.Chmod(tmp, 0o600); err != nil {
 		l.Close()
+		os.Remove(tmp)
 		return nil, fmt.Errorf("restrict socket %s: %w", socketPath, err)
 	}
-	return l, nil
+	if err := os.Rename(tmp, socketPath); err != nil {
+		l.Close()
+		os.Remove(tmp)
+		return nil, fmt.Errorf("place socket %s: %w", socketPath, err)
+	}
+	return &socketListener{UnixListener: ul, path: socketPath}, nil
+}
+
+// socketListener removes its socket when closed, as a listener that bound
+// the path itself would.
+type socketListener struct {
+	*net.UnixListener
+	path string
+}
+
+func (l *socketListener) Close() error {
+	err := l.UnixListener.Close()
+	if rerr := os.Remove(l.path); rerr != nil && !errors.Is(rerr, os.ErrNotExist) && err == nil {
+		err = rerr
+	}
+	return err
 }
 
 // GRPCServer returns a gRPC server with s registered, admitting root and the
