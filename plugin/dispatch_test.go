@@ -89,7 +89,7 @@ func TestDispatchVersionAndAbout(t *testing.T) {
 // The plugin process is started for every verb of every pod: what it links
 // is paid at each start (package initialisation, pages touched). These are
 // the packages measured to cost it and that it does without (see
-// docs/benchmarks.md, "The plugin process").
+// docs/benchmarks.md, "Plugin binary and CPU").
 func TestPluginLinksNothingHeavy(t *testing.T) {
 	out, err := exec.Command("go", "list", "-deps", "github.com/coordino/coordino/plugin/cmd/coordino").CombinedOutput()
 	if err != nil {
