@@ -59,6 +59,7 @@ const (
 	opDetach    = "detach"
 	opCommit    = "commit" // store Put
 	opDelete    = "delete" // store Delete
+	opGet       = "get"    // store Get
 )
 
 func newFakeNode() *fakeNode {
@@ -335,8 +336,8 @@ func (n *fakeNode) Endpoints() ([]string, error) {
 
 func (n *fakeNode) AttachCapacity() error { return nil }
 
-// faultyStore is the real store, failing and hooked through the node's
-// commit and delete operations.
+// faultyStore is the real store, logged, failing and hooked through the
+// node's get, commit and delete operations.
 type faultyStore struct {
 	*store.Store
 	node *fakeNode
@@ -347,6 +348,13 @@ func (s faultyStore) Put(ep *store.Endpoint) error {
 		return err
 	}
 	return s.Store.Put(ep)
+}
+
+func (s faultyStore) Get(k store.Key) (*store.Endpoint, error) {
+	if err := s.node.begin(opGet, k.String()); err != nil {
+		return nil, err
+	}
+	return s.Store.Get(k)
 }
 
 func (s faultyStore) Delete(k store.Key) error {
