@@ -117,11 +117,14 @@ func sameAddresses(recorded, fromPrev []netip.Prefix) []error {
 }
 
 // checkFailed is the CNI error of a CHECK that found problems, all named
-// in one message.
+// in one message, each once (a chained pod interface that is gone fails
+// both the address and the peer check alike).
 func checkFailed(problems []error) error {
-	msgs := make([]string, len(problems))
-	for i, p := range problems {
-		msgs[i] = p.Error()
+	var msgs []string
+	for _, p := range problems {
+		if !slices.Contains(msgs, p.Error()) {
+			msgs = append(msgs, p.Error())
+		}
 	}
 	return types.NewError(types.ErrInternal, "CHECK failed: "+strings.Join(msgs, "; "), "")
 }
