@@ -112,21 +112,24 @@ func (s *Server) Check(ctx context.Context, req *cniv1.CNIRequest) (*cniv1.CNIRe
 
 // GC implements the GC verb.
 func (s *Server) GC(ctx context.Context, req *cniv1.CNIRequest) (*cniv1.CNIResponse, error) {
-	return s.serve(ctx, request.GC, req, noResult(func(inv *request.Invocation) error {
-		return s.mgr.GC(inv, inv.Conf.ValidAttachments)
+	return s.serve(ctx, request.GC, req, noResult(func(ctx context.Context, inv *request.Invocation) error {
+		return s.mgr.GC(ctx, inv, inv.Conf.ValidAttachments)
 	}))
 }
 
 // Status implements the STATUS verb.
 func (s *Server) Status(ctx context.Context, req *cniv1.CNIRequest) (*cniv1.CNIResponse, error) {
-	return s.serve(ctx, request.Status, req, noResult(func(*request.Invocation) error { return s.mgr.Status() }))
+	return s.serve(ctx, request.Status, req, noResult(func(ctx context.Context, _ *request.Invocation) error { return s.mgr.Status(ctx) }))
 }
 
-func noResult(f func(*request.Invocation) error) func(*request.Invocation) ([]byte, error) {
-	return func(inv *request.Invocation) ([]byte, error) { return nil, f(inv) }
+// verbFunc carries out one verb; ctx holds the request's deadline, trace and logger.
+type verbFunc func(ctx context.Context, inv *request.Invocation) ([]byte, error)
+
+func noResult(f func(context.Context, *request.Invocation) error) verbFunc {
+	return func(ctx context.Context, inv *request.Invocation) ([]byte, error) { return nil, f(ctx, inv) }
 }
 
-func (s *Server) serve(ctx context.Context, verb request.Verb, req *cniv1.CNIRequest, do func(*request.Invocation) ([]byte, error)) (*cniv1.CNIResponse, error) {
+func (s *Server) serve(ctx context.Context, verb request.Verb, req *cniv1.CNIRequest, do verbFunc) (*cniv1.CNIResponse, error) {
 	start := time.Now()
 	ctx, span := tracing.StartServer(ctx, "cni."+string(verb))
 	defer span.End()
@@ -140,11 +143,12 @@ func (s *Server) serve(ctx context.Context, verb request.Verb, req *cniv1.CNIReq
 		if err != nil {
 			return nil, err
 		}
-		inv.Ctx = ctx
 		if span.IsRecording() {
 			span.SetAttributes(tracing.NetworkKey.String(inv.Key.Network), tracing.PodKey.String(inv.PodName), tracing.NamespaceKey.String(inv.PodNamespace))
 		}
-		return do(inv)
+		// Lazy: most requests log nothing, and they then pay nothing for it.
+		log := s.log.WithLazy(zap.String("verb", string(verb)), zap.String("containerID", req.ContainerId), zap.String("ifname", req.Ifname))
+		return do(request.WithLogger(ctx, log), inv)
 	}()
 	elapsed := time.Since(start)
 	cniErr := asCNIError(err)
