@@ -7,14 +7,18 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
+	"github.com/vishvananda/netlink"
 	"go.uber.org/zap"
+	"golang.org/x/sys/unix"
 
 	coordinov1alpha1 "github.com/coordino/coordino/api/coordino/v1alpha1"
 	"github.com/coordino/coordino/bpf"
+	"github.com/coordino/coordino/daemon/kernel"
 	"github.com/coordino/coordino/daemon/nodeiso"
 	"github.com/coordino/coordino/daemon/policy"
 )
@@ -217,6 +221,9 @@ func (d *Datapath) AttachNodeDevice(ifname string, ifindex int, l3 bool) error {
 }
 
 func (d *Datapath) attachNodeHook(pin string, ifindex int, prog *ebpf.Program, at ebpf.AttachType) error {
+	if !d.cfg.Features.Has(kernel.TCX) {
+		return d.attachNodeHookTC(pin, ifindex, prog, at)
+	}
 	if l, err := link.LoadPinnedLink(pin, nil); err == nil {
 		info, ierr := l.Info()
 		same := ierr == nil && info.TCX() != nil && int(info.TCX().Ifindex) == ifindex
@@ -246,6 +253,78 @@ func (d *Datapath) attachNodeHook(pin string, ifindex int, prog *ebpf.Program, a
 	return nil
 }
 
+// Kernels without tcx (before 6.6) get the device hooks as cls_bpf
+// filters, first on their clsact hook (priority 1). Each leaves a marker
+// where its link would be pinned, "<hook>-tc-<ifindex>" (bpffs holds only
+// BPF objects and no dots: the marker is its program, pinned), so pruning finds and
+// removes them as it does links.
+const (
+	nodeTCHandle = 0xc0d2
+	tcMarker     = "-tc-"
+)
+
+// attachNodeHookTC attaches prog as a cls_bpf filter; a replace swaps the
+// program atomically, so re-attaching after a restart has no gap.
+func (d *Datapath) attachNodeHookTC(pin string, ifindex int, prog *ebpf.Program, at ebpf.AttachType) error {
+	qdisc := &netlink.GenericQdisc{QdiscAttrs: netlink.QdiscAttrs{LinkIndex: ifindex,
+		Handle: netlink.MakeHandle(0xffff, 0), Parent: netlink.HANDLE_CLSACT}, QdiscType: "clsact"}
+	if err := d.tc.QdiscAdd(qdisc); err != nil && !errors.Is(err, unix.EEXIST) {
+		return fmt.Errorf("datapath: add clsact qdisc to ifindex %d: %w", ifindex, err)
+	}
+	info, err := prog.Info()
+	if err != nil {
+		return fmt.Errorf("datapath: device hook program: %w", err)
+	}
+	f := nodeFilter(ifindex, at)
+	f.Fd, f.Name, f.DirectAction = prog.FD(), info.Name, true
+	if err := d.tc.FilterReplace(f); err != nil {
+		return fmt.Errorf("datapath: attach cls_bpf %s to ifindex %d: %w", info.Name, ifindex, err)
+	}
+	return pinMarker(pin+tcMarker+strconv.Itoa(ifindex), info)
+}
+
+// pinMarker pins the program info describes at path (a second reference
+// to it, so the loader's own pins stay as they are).
+func pinMarker(path string, info *ebpf.ProgramInfo) error {
+	if _, err := os.Stat(path); err == nil {
+		return nil
+	}
+	id, ok := info.ID()
+	if !ok {
+		return fmt.Errorf("datapath: record device hook %s: program has no ID", path)
+	}
+	p, err := ebpf.NewProgramFromID(id)
+	if err != nil {
+		return fmt.Errorf("datapath: record device hook %s: %w", path, err)
+	}
+	defer p.Close()
+	if err := p.Pin(path); err != nil {
+		return fmt.Errorf("datapath: record device hook %s: %w", path, err)
+	}
+	return nil
+}
+
+// nodeFilter is the cls_bpf filter of a device hook on ifindex.
+func nodeFilter(ifindex int, at ebpf.AttachType) *netlink.BpfFilter {
+	parent := uint32(netlink.HANDLE_MIN_INGRESS)
+	if at == ebpf.AttachTCXEgress {
+		parent = netlink.HANDLE_MIN_EGRESS
+	}
+	return &netlink.BpfFilter{FilterAttrs: netlink.FilterAttrs{LinkIndex: ifindex, Parent: parent,
+		Handle: nodeTCHandle, Protocol: unix.ETH_P_ALL, Priority: legacyPriority}}
+}
+
+// tcMarker splits a cls_bpf hook's marker name into hook and interface
+// index; ok is false for any other name.
+func parseTCMarker(name string) (hook string, ifindex int, ok bool) {
+	hook, idx, ok := strings.Cut(name, tcMarker)
+	if !ok {
+		return "", 0, false
+	}
+	ifindex, err := strconv.Atoi(idx)
+	return hook, ifindex, err == nil
+}
+
 // PruneDeviceHooks unpins the node and tunnel device hooks whose interface
 // is gone (the kernel detached them with it; an interface re-created under
 // the same name gets new ones from the next attach), and detaches every
@@ -266,7 +345,7 @@ func (d *Datapath) PruneDeviceHooks(keepTunnel string) error {
 		}
 		hooks := filepath.Join(dir, name)
 		if tunnel && name != "tunnel-"+keepTunnel || !hooksAttached(hooks) {
-			if err := removeHooks(hooks); err != nil {
+			if err := d.removeHooks(hooks); err != nil {
 				errs = append(errs, fmt.Errorf("datapath: remove device hooks %s: %w", name, err))
 			} else {
 				d.log.Info("device hooks removed", zap.String("hooks", name))
@@ -276,17 +355,26 @@ func (d *Datapath) PruneDeviceHooks(keepTunnel string) error {
 	return errors.Join(errs...)
 }
 
-// removeHooks detaches and unpins the links pinned in dir, then removes
-// it. Detached explicitly: the last reference going away releases a link
-// only later, from a kernel work queue.
-func removeHooks(dir string) error {
+// removeHooks detaches and unpins the links pinned in dir (and deletes
+// the cls_bpf filters its markers name), then removes it. Detached
+// explicitly: the last reference going away releases a link only later,
+// from a kernel work queue.
+func (d *Datapath) removeHooks(dir string) error {
 	pins, err := os.ReadDir(dir)
 	if err != nil {
 		return err
 	}
 	for _, p := range pins {
 		pin := filepath.Join(dir, p.Name())
-		if l, err := link.LoadPinnedLink(pin, nil); err == nil {
+		if hook, ifindex, ok := parseTCMarker(p.Name()); ok {
+			at := ebpf.AttachTCXIngress
+			if hook == "egress" {
+				at = ebpf.AttachTCXEgress
+			}
+			if err := d.tc.FilterDel(nodeFilter(ifindex, at)); err != nil && !gone(err) {
+				return err
+			}
+		} else if l, err := link.LoadPinnedLink(pin, nil); err == nil {
 			_ = l.Detach() // best effort: the unpin below releases it anyway, later
 			l.Close()
 		}
@@ -305,6 +393,14 @@ func hooksAttached(dir string) bool {
 		return true // unreadable: leave it to the next pass
 	}
 	for _, p := range pins {
+		if _, ifindex, ok := parseTCMarker(p.Name()); ok {
+			// A filter goes with its interface; a new one of the same
+			// name has another index.
+			if _, err := netlink.LinkByIndex(ifindex); err != nil {
+				return false
+			}
+			continue
+		}
 		l, err := link.LoadPinnedLink(filepath.Join(dir, p.Name()), nil)
 		if err != nil {
 			return false
