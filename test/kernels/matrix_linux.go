@@ -1,0 +1,148 @@
+package kernels
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Options says what a matrix run covers.
+type Options struct {
+	Repo     string   // the repository root
+	Cache    string   // DefaultCacheDir unless set
+	Kernels  []string // "host" and series names
+	Suites   []Suite
+	Run      string // replaces every chosen suite's -test.run when set
+	Slowdown int    // COORDINO_TEST_SLOWDOWN in guests
+	Live     io.Writer
+	Logf     func(string, ...any)
+}
+
+// Host is the matrix's name for the kernel the harness runs on.
+const Host = "host"
+
+// Matrix builds the suites' test binaries once and runs them on every
+// kernel of opts, one after the other (the guests use both CPUs).
+func Matrix(ctx context.Context, opts Options) ([]KernelResult, error) {
+	if opts.Cache == "" {
+		opts.Cache = DefaultCacheDir
+	}
+	work := filepath.Join(opts.Repo, "bin", "kernels")
+	if err := os.MkdirAll(work, 0o755); err != nil {
+		return nil, err
+	}
+	runner, err := copySelf(work)
+	if err != nil {
+		return nil, err
+	}
+	var ps []PlanSuite
+	for _, s := range opts.Suites {
+		bin := filepath.Join(work, s.Name+".test")
+		opts.Logf("building %s (%s)", bin, s.Package)
+		cmd := exec.Command("go", "test", "-c", "-o", bin, s.Package)
+		cmd.Dir = opts.Repo
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return nil, fmt.Errorf("go test -c %s: %v: %s", s.Package, err, out)
+		}
+		run := s.Run
+		if opts.Run != "" {
+			run = opts.Run
+		}
+		args := []string{"-test.v=test2json", "-test.count=1", "-test.timeout=" + s.Timeout.String(), "-test.run=" + run}
+		if s.Skip != "" {
+			args = append(args, "-test.skip="+s.Skip)
+		}
+		ps = append(ps, PlanSuite{Name: s.Name, Binary: bin, Dir: filepath.Join(opts.Repo, s.Package), Args: args, Modules: s.Modules})
+	}
+	var results []KernelResult
+	for _, name := range opts.Kernels {
+		dir := filepath.Join(work, "results", name)
+		if err := os.RemoveAll(dir); err != nil {
+			return nil, err
+		}
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return nil, err
+		}
+		plan := &Plan{Results: dir, Suites: ps, Modules: conntrack, Env: []string{"PATH=" + os.Getenv("PATH")}}
+		if ci := os.Getenv("CI"); ci != "" {
+			plan.Env = append(plan.Env, "CI="+ci)
+		}
+		kr := KernelResult{Kernel: name}
+		start := time.Now()
+		if name == Host {
+			kr.Detail = hostRelease() + ", natively"
+			if err := runSuites(plan, os.Environ(), false); err != nil {
+				kr.Note = err.Error()
+			}
+		} else {
+			plan.Env = append(plan.Env, "COORDINO_TEST_SLOWDOWN="+strconv.Itoa(opts.Slowdown))
+			k, err := Prepare(opts.Cache, name, opts.Logf)
+			if err != nil {
+				return nil, err
+			}
+			kr.Detail = k.Release + ", qemu TCG"
+			timeout := 2 * time.Minute
+			for _, s := range opts.Suites {
+				timeout += s.Timeout
+			}
+			opts.Logf("booting %s (console: %s)", k.Release, filepath.Join(dir, "console.log"))
+			if err := Boot(ctx, k, plan, runner, timeout, opts.Live); err != nil {
+				kr.Note = err.Error()
+			}
+		}
+		kr.Detail += fmt.Sprintf(", %s", time.Since(start).Round(time.Second))
+		for _, s := range ps {
+			kr.Suites = append(kr.Suites, Collect(plan, s))
+		}
+		results = append(results, kr)
+	}
+	return results, nil
+}
+
+// copySelf puts the harness binary where a guest finds it: the host's /tmp
+// is not the guest's.
+func copySelf(dir string) (string, error) {
+	self, err := os.Executable()
+	if err != nil {
+		return "", err
+	}
+	data, err := os.ReadFile(self)
+	if err != nil {
+		return "", err
+	}
+	dst := filepath.Join(dir, "kernels-guest")
+	if err := writeAtomic(dst, data); err != nil {
+		return "", err
+	}
+	return dst, os.Chmod(dst, 0o755)
+}
+
+func hostRelease() string {
+	b, _ := os.ReadFile("/proc/sys/kernel/osrelease")
+	return strings.TrimSpace(string(b))
+}
+
+// SelectSuites returns the suites whose names match re ("" for all).
+func SelectSuites(re string) ([]Suite, error) {
+	m, err := regexp.Compile(re)
+	if err != nil {
+		return nil, fmt.Errorf("SUITES %q: %w", re, err)
+	}
+	var out []Suite
+	for _, s := range Suites {
+		if m.MatchString(s.Name) {
+			out = append(out, s)
+		}
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("SUITES %q matches no suite", re)
+	}
+	return out, nil
+}
