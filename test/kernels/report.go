@@ -185,6 +185,10 @@ func PrintSummary(w io.Writer, ks []KernelResult) int {
 	var tp, tf, ts int
 	for _, k := range ks {
 		fmt.Fprintf(w, "%-8s", k.Kernel)
+		if len(k.Suites) == 0 {
+			fmt.Fprintf(w, " %s\n", k.Note)
+			continue
+		}
 		for _, name := range suites {
 			cell := "-"
 			for _, s := range k.Suites {

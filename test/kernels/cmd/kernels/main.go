@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/coordino/coordino/test/kernels"
@@ -24,6 +25,7 @@ func main() {
 	cache := flag.String("cache", kernels.DefaultCacheDir, "where kernels and initramfs are kept")
 	slowdown := flag.Int("slowdown", 10, "COORDINO_TEST_SLOWDOWN in guests: how many times slower than the host code runs")
 	verbose := flag.Bool("v", false, "show the guests' consoles")
+	hostNote := flag.String("host-note", "", "when host is not among -kernels: what ran on the host instead (a row of the table)")
 	flag.Parse()
 	if *guest != "" {
 		kernels.Guest(*guest)
@@ -49,6 +51,9 @@ func main() {
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "kernels:", err)
 		os.Exit(1)
+	}
+	if *hostNote != "" && !slices.Contains(opts.Kernels, kernels.Host) {
+		results = append([]kernels.KernelResult{{Kernel: kernels.Host, Detail: "not run here", Note: *hostNote}}, results...)
 	}
 	for _, k := range results {
 		kernels.PrintKernel(os.Stdout, k)
