@@ -21,6 +21,9 @@ type Options struct {
 	Suites   []Suite
 	Run      string // replaces every chosen suite's -test.run when set
 	Slowdown int    // COORDINO_TEST_SLOWDOWN in guests
+	// NoConntrack leaves nf_conntrack to be loaded on demand instead of
+	// before the suites (to tell its effect apart).
+	NoConntrack bool
 	Live     io.Writer
 	Logf     func(string, ...any)
 }
@@ -43,13 +46,17 @@ func Matrix(ctx context.Context, opts Options) ([]KernelResult, error) {
 		return nil, err
 	}
 	var ps []PlanSuite
+	built := map[string]bool{}
 	for _, s := range opts.Suites {
-		bin := filepath.Join(work, s.Name+".test")
-		opts.Logf("building %s (%s)", bin, s.Package)
-		cmd := exec.Command("go", "test", "-c", "-o", bin, s.Package)
-		cmd.Dir = opts.Repo
-		if out, err := cmd.CombinedOutput(); err != nil {
-			return nil, fmt.Errorf("go test -c %s: %v: %s", s.Package, err, out)
+		bin := filepath.Join(work, strings.ReplaceAll(strings.Trim(s.Package, "./"), "/", "-")+".test")
+		if !built[bin] {
+			opts.Logf("building %s (%s)", bin, s.Package)
+			cmd := exec.Command("go", "test", "-c", "-o", bin, s.Package)
+			cmd.Dir = opts.Repo
+			if out, err := cmd.CombinedOutput(); err != nil {
+				return nil, fmt.Errorf("go test -c %s: %v: %s", s.Package, err, out)
+			}
+			built[bin] = true
 		}
 		run := s.Run
 		if opts.Run != "" {
@@ -70,7 +77,10 @@ func Matrix(ctx context.Context, opts Options) ([]KernelResult, error) {
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			return nil, err
 		}
-		plan := &Plan{Results: dir, Suites: ps, Modules: conntrack, Env: []string{"PATH=" + os.Getenv("PATH")}}
+		plan := &Plan{Results: dir, Suites: ps, Env: []string{"PATH=" + os.Getenv("PATH")}}
+		if !opts.NoConntrack {
+			plan.Modules = conntrack
+		}
 		if ci := os.Getenv("CI"); ci != "" {
 			plan.Env = append(plan.Env, "CI="+ci)
 		}

@@ -154,12 +154,16 @@ func excerpt(lines []string, action string) []string {
 		}
 		keep = append(keep, l)
 	}
-	n := 12
 	if action == "skip" {
-		n = 2
+		if len(keep) > 2 {
+			keep = keep[len(keep)-2:]
+		}
+		return keep
 	}
-	if len(keep) > n {
-		keep = keep[len(keep)-n:]
+	// A failure's first lines say what failed, its last ones why (a
+	// verifier log ends with the refusal).
+	if len(keep) > 12 {
+		keep = append(append(keep[:3:3], "..."), keep[len(keep)-8:]...)
 	}
 	return keep
 }

@@ -25,6 +25,7 @@ func main() {
 	cache := flag.String("cache", kernels.DefaultCacheDir, "where kernels and initramfs are kept")
 	slowdown := flag.Int("slowdown", 10, "COORDINO_TEST_SLOWDOWN in guests: how many times slower than the host code runs")
 	verbose := flag.Bool("v", false, "show the guests' consoles")
+	noConntrack := flag.Bool("no-conntrack", false, "do not load nf_conntrack in guests before the suites")
 	hostNote := flag.String("host-note", "", "when host is not among -kernels: what ran on the host instead (a row of the table)")
 	flag.Parse()
 	if *guest != "" {
@@ -38,7 +39,7 @@ func main() {
 		os.Exit(2)
 	}
 	opts := kernels.Options{Repo: *repo, Cache: *cache, Kernels: strings.Fields(*kernelList), Suites: chosen,
-		Run: *run, Slowdown: *slowdown,
+		Run: *run, Slowdown: *slowdown, NoConntrack: *noConntrack,
 		Logf: func(f string, a ...any) { fmt.Fprintf(os.Stderr, "kernels: "+f+"\n", a...) }}
 	if *verbose {
 		opts.Live = os.Stderr
