@@ -69,13 +69,14 @@ test: deps build ref-plugins lint check-generated
 # host's kernel and, in qemu guests, on Debian's newest 6.1 and 6.12 (kept in
 # /var/cache/coordino-kernels). Narrow it with KERNELS="6.1", SUITES=datapath
 # (a regexp of suite names) and RUN='^TestVerdicts$$' (replaces the suites'
-# -test.run); V=1 shows the guests' consoles.
+# -test.run); V=1 shows the guests' consoles, NO_CONNTRACK=1 leaves
+# nf_conntrack to be loaded on demand instead of before the suites.
 GUEST_KERNELS := 6.1 6.12
 KERNELS ?= host $(GUEST_KERNELS)
 test-kernels: deps build ref-plugins
 	hack/kernels-deps.sh
 	$(GO) build -o $(BIN)/kernels/kernels ./test/kernels/cmd/kernels
-	$(BIN)/kernels/kernels -kernels "$(KERNELS)" -suites "$(SUITES)" -run "$(RUN)" -host-note "$(HOST_NOTE)" $(if $(V),-v)
+	$(BIN)/kernels/kernels -kernels "$(KERNELS)" -suites "$(SUITES)" -run "$(RUN)" -host-note "$(HOST_NOTE)" $(if $(V),-v) $(if $(NO_CONNTRACK),-no-conntrack)
 
 # Everything of the runtime e2e: crictl, kubelet, restarts, latency.
 e2e-runtime: deps build ref-plugins
