@@ -25,7 +25,7 @@ mount -o move /dev $r/dev
 mkdir -p $r/dev/pts $r/dev/shm
 mount -t devpts devpts $r/dev/pts
 mount -t tmpfs shm $r/dev/shm
-mount -t tmpfs -o mode=1777 tmp $r/tmp
+# /tmp stays the overlay's (writable in tmpfs): the repository may live there.
 mount -t tmpfs -o mode=755 run $r/run
 mount -t bpf bpf $r/sys/fs/bpf
 mount -t cgroup2 cgroup2 $r/sys/fs/cgroup

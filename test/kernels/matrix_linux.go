@@ -2,6 +2,7 @@ package kernels
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -10,6 +11,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -24,8 +26,8 @@ type Options struct {
 	// NoConntrack leaves nf_conntrack to be loaded on demand instead of
 	// before the suites (to tell its effect apart).
 	NoConntrack bool
-	Live     io.Writer
-	Logf     func(string, ...any)
+	Live        io.Writer
+	Logf        func(string, ...any)
 }
 
 // Host is the matrix's name for the kernel the harness runs on.
@@ -68,52 +70,82 @@ func Matrix(ctx context.Context, opts Options) ([]KernelResult, error) {
 		}
 		ps = append(ps, PlanSuite{Name: s.Name, Binary: bin, Dir: filepath.Join(opts.Repo, s.Package), Args: args, Modules: s.Modules})
 	}
-	var results []KernelResult
+	// Guests run side by side: much of a suite's time is waiting (probes
+	// that must time out, daemons starting), which the other guest's
+	// emulation fills. The host's own run goes first, alone.
+	// Kernels are fetched first, one at a time (apt takes a lock).
+	guests := map[string]*Kernel{}
 	for _, name := range opts.Kernels {
-		dir := filepath.Join(work, "results", name)
-		if err := os.RemoveAll(dir); err != nil {
-			return nil, err
-		}
-		if err := os.MkdirAll(dir, 0o755); err != nil {
-			return nil, err
-		}
-		plan := &Plan{Results: dir, Suites: ps, Env: []string{"PATH=" + os.Getenv("PATH")}}
-		if !opts.NoConntrack {
-			plan.Modules = conntrack
-		}
-		if ci := os.Getenv("CI"); ci != "" {
-			plan.Env = append(plan.Env, "CI="+ci)
-		}
-		kr := KernelResult{Kernel: name}
-		start := time.Now()
-		if name == Host {
-			kr.Detail = hostRelease() + ", natively"
-			if err := runSuites(plan, os.Environ(), false); err != nil {
-				kr.Note = err.Error()
-			}
-		} else {
-			plan.Env = append(plan.Env, "COORDINO_TEST_SLOWDOWN="+strconv.Itoa(opts.Slowdown))
+		if name != Host {
 			k, err := Prepare(opts.Cache, name, opts.Logf)
 			if err != nil {
 				return nil, err
 			}
-			kr.Detail = k.Release + ", qemu TCG"
-			timeout := 2 * time.Minute
-			for _, s := range opts.Suites {
-				timeout += s.Timeout
-			}
-			opts.Logf("booting %s (console: %s)", k.Release, filepath.Join(dir, "console.log"))
-			if err := Boot(ctx, k, plan, runner, timeout, opts.Live); err != nil {
-				kr.Note = err.Error()
-			}
+			guests[name] = k
 		}
-		kr.Detail += fmt.Sprintf(", %s", time.Since(start).Round(time.Second))
-		for _, s := range ps {
-			kr.Suites = append(kr.Suites, Collect(plan, s))
-		}
-		results = append(results, kr)
 	}
-	return results, nil
+	results := make([]KernelResult, len(opts.Kernels))
+	errs := make([]error, len(opts.Kernels))
+	var wg sync.WaitGroup
+	for i, name := range opts.Kernels {
+		if name == Host {
+			results[i], errs[i] = runKernel(ctx, opts, nil, ps, work, runner)
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			results[i], errs[i] = runKernel(ctx, opts, guests[name], ps, work, runner)
+		}()
+	}
+	wg.Wait()
+	return results, errors.Join(errs...)
+}
+
+// runKernel runs the suites on k (nil: the host) and collects the results.
+func runKernel(ctx context.Context, opts Options, k *Kernel, ps []PlanSuite, work, runner string) (KernelResult, error) {
+	name := Host
+	if k != nil {
+		name = k.Name
+	}
+	kr := KernelResult{Kernel: name}
+	dir := filepath.Join(work, "results", name)
+	if err := os.RemoveAll(dir); err != nil {
+		return kr, err
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return kr, err
+	}
+	plan := &Plan{Results: dir, Suites: ps, Env: []string{"PATH=" + os.Getenv("PATH")}}
+	if !opts.NoConntrack {
+		plan.Modules = conntrack
+	}
+	if ci := os.Getenv("CI"); ci != "" {
+		plan.Env = append(plan.Env, "CI="+ci)
+	}
+	start := time.Now()
+	if k == nil {
+		kr.Detail = hostRelease() + ", natively"
+		if err := runSuites(plan, os.Environ(), false); err != nil {
+			kr.Note = err.Error()
+		}
+	} else {
+		plan.Env = append(plan.Env, "COORDINO_TEST_SLOWDOWN="+strconv.Itoa(opts.Slowdown))
+		kr.Detail = k.Release + ", qemu TCG"
+		timeout := 2 * time.Minute
+		for _, s := range opts.Suites {
+			timeout += s.Timeout
+		}
+		opts.Logf("booting %s (console: %s)", k.Release, filepath.Join(dir, "console.log"))
+		if err := Boot(ctx, k, plan, runner, timeout, opts.Live); err != nil {
+			kr.Note = err.Error()
+		}
+	}
+	kr.Detail += fmt.Sprintf(", %s", time.Since(start).Round(time.Second))
+	for _, s := range ps {
+		kr.Suites = append(kr.Suites, Collect(plan, s))
+	}
+	return kr, nil
 }
 
 // copySelf puts the harness binary where a guest finds it: the host's /tmp
