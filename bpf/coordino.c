@@ -78,13 +78,19 @@ static __always_inline int handle_l2(struct __sk_buff *skb, __u8 dir, __u32 ifin
 	return verdict(skb, dir, REASON_NOT_IP);
 }
 
+/* What svc_defer knows of the flow: new (tracked as pending first), or
+ * one whose replies passed (allowed before). */
+#define SVC_NEW 1
+#define SVC_REPLIED 2
+
 /* svc_defer passes a Service flow of an egress-isolated endpoint on to the
  * post-DNAT hook, which counts and reports its verdict; a new flow is tracked
  * as pending first. Without the hook the flow is dropped (fail closed). */
 static __always_inline int svc_defer(struct __sk_buff *skb, const struct endpoint_info *ep,
 				     __u32 ifindex, const struct packet *p, const struct config *cfg,
-				     __u32 revision, __u64 now, int create)
+				     __u32 revision, __u64 now, int state)
 {
+	int create = state & SVC_NEW;
 	if (!svc_hook_active(cfg))
 		return drop(skb, ifindex, ep, DIR_EGRESS, p, ID_WORLD, REASON_SERVICE_UNENFORCEABLE, now);
 	if (create)
@@ -93,8 +99,14 @@ static __always_inline int svc_defer(struct __sk_buff *skb, const struct endpoin
 	 * flow it is from this CPU's slot, or from this entry where the frame
 	 * was queued between the two: without the entry, fail closed. */
 	struct ct_key k;
-	svc_pending_key(&k, p);
-	svc_remember(&k, ifindex);
+	if (svc_match_mode(cfg)) {
+		skb->mark |= MARK_SVC_DEFERRED | (create ? MARK_SVC_NEW : 0) |
+			     (state & SVC_REPLIED ? MARK_SVC_REPLIED : 0);
+		svc_source_key(&k, p);
+	} else {
+		svc_pending_key(&k, p);
+		svc_remember(&k, ifindex);
+	}
 	if (bpf_map_update_elem(&cdo_svc_pending, &k, &ifindex, BPF_ANY))
 		return drop(skb, ifindex, ep, DIR_EGRESS, p, ID_WORLD, REASON_SERVICE_UNENFORCEABLE, now);
 	if (p->frag == FRAG_FIRST)
@@ -173,7 +185,8 @@ static __always_inline int handle(struct __sk_buff *skb, __u8 dir, __u32 ifindex
 	}
 
 	__u32 reason;
-	switch (ct_track(ep, ifindex, dir, &p, revision, now)) {
+	int tracked = ct_track(ep, ifindex, dir, &p, revision, now);
+	switch (tracked) {
 	case CT_ESTABLISHED:
 		reason = REASON_ESTABLISHED;
 		break;
@@ -183,14 +196,16 @@ static __always_inline int handle(struct __sk_buff *skb, __u8 dir, __u32 ifindex
 	case CT_REVOKED_HIT:
 		return drop(skb, ifindex, ep, dir, &p, remote_of(&p, dir).identity, REASON_POLICY_REVOKED, now);
 	case CT_DEFERRED:
+	case CT_DEFERRED_REPLIED:
 		if (!(ep->flags & EP_EGRESS_ISOLATED)) {
 			reason = REASON_ESTABLISHED;
 			break;
 		}
-		return svc_defer(skb, ep, ifindex, &p, cfg, revision, now, 0);
+		return svc_defer(skb, ep, ifindex, &p, cfg, revision, now,
+				 tracked == CT_DEFERRED_REPLIED ? SVC_REPLIED : 0);
 	default: {
 		if (dir == DIR_EGRESS && svc_deferred(ep, &p))
-			return svc_defer(skb, ep, ifindex, &p, cfg, revision, now, 1);
+			return svc_defer(skb, ep, ifindex, &p, cfg, revision, now, SVC_NEW);
 		struct ipcache_value remote = remote_of(&p, dir);
 		reason = decide(ep, dir, &remote, p.proto, p.dport);
 		if (!allowed(reason))

@@ -153,6 +153,19 @@ struct ep_addr_key {
 /* CFG_SERVICE_HOOK: the post-DNAT netfilter program is attached, so Service
  * traffic of egress-isolated pods is deferred to it instead of dropped. */
 #define CFG_SERVICE_HOOK 2
+/* CFG_SERVICE_MATCH: with CFG_SERVICE_HOOK, the post-DNAT decision runs in
+ * an nftables chain right after DNAT, through the xtables BPF match
+ * (coordino_svcmatch.c), where the kernel has no BPF netfilter links. It
+ * keeps no state: a deferred flow stays pending and each of its packets is
+ * decided there, marked MARK_SVC_DEFERRED by the tc program (with
+ * MARK_SVC_NEW for the packet that opened it, MARK_SVC_REPLIED once replies
+ * passed: a denial is then a revocation), which also names the packet's
+ * endpoint in cdo_svc_pending by its source (lib/service.h). The stage
+ * clears the three bits. */
+#define CFG_SERVICE_MATCH 8
+#define MARK_SVC_DEFERRED 0x00200000
+#define MARK_SVC_NEW 0x00400000
+#define MARK_SVC_REPLIED 0x00800000
 
 /* config: single-slot array written by the daemon. flags took the place of
  * padding, so the layout (and pinned maps) are unchanged. */

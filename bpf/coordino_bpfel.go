@@ -286,6 +286,7 @@ const (
 	CoordinoProgCdoToEp            = "cdo_to_ep"
 	CoordinoProgCdoToNode          = "cdo_to_node"
 	CoordinoProgCdoToNodeL3        = "cdo_to_node_l3"
+	CoordinoVarCdoHaveCtLookup     = "cdo_have_ct_lookup"
 	CoordinoVarUnusedCtStat        = "unused_ct_stat"
 	CoordinoVarUnusedDirection     = "unused_direction"
 	CoordinoVarUnusedEpAddrKey     = "unused_ep_addr_key"
@@ -384,6 +385,7 @@ type CoordinoMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type CoordinoVariableSpecs struct {
+	CdoHaveCtLookup     *ebpf.VariableSpec `ebpf:"cdo_have_ct_lookup"`
 	UnusedCtStat        *ebpf.VariableSpec `ebpf:"unused_ct_stat"`
 	UnusedDirection     *ebpf.VariableSpec `ebpf:"unused_direction"`
 	UnusedEpAddrKey     *ebpf.VariableSpec `ebpf:"unused_ep_addr_key"`
@@ -475,6 +477,7 @@ func (m *CoordinoMaps) Close() error {
 //
 // It can be passed to LoadCoordinoObjects or ebpf.CollectionSpec.LoadAndAssign.
 type CoordinoVariables struct {
+	CdoHaveCtLookup     *ebpf.Variable `ebpf:"cdo_have_ct_lookup"`
 	UnusedCtStat        *ebpf.Variable `ebpf:"unused_ct_stat"`
 	UnusedDirection     *ebpf.Variable `ebpf:"unused_direction"`
 	UnusedEpAddrKey     *ebpf.Variable `ebpf:"unused_ep_addr_key"`

@@ -24,7 +24,7 @@ import (
 // applied set (node isolation classifies the nodes' addresses with it).
 func startCrossNode(ctx context.Context, o *config.Options, log *zap.Logger, onPeers func(peers.Set)) (int, *crossNode, error) {
 	log = log.Named("crossnode")
-	xn := &crossNode{}
+	xn := &crossNode{st: &crossNodeStatus{self: o.NodeName, routing: o.Routing, encryption: o.Encryption}}
 	var src peers.Source = &peers.File{Path: o.PeersFile, Log: log}
 	initial := peers.Set{}
 	kubernetes := !o.Standalone
@@ -67,7 +67,7 @@ func startCrossNode(ctx context.Context, o *config.Options, log *zap.Logger, onP
 		if err != nil {
 			return 0, nil, err
 		}
-		xn.publishedKey, xn.wireGuardPort = dev.PublishedKey, o.WireGuardPort
+		xn.publishedKey, xn.wireGuardPort, xn.st.dev = dev.PublishedKey, o.WireGuardPort, dev
 		go func() { <-ctx.Done(); dev.Close() }()
 		go dev.Run(ctx)
 		apply = dev.Apply
@@ -91,7 +91,9 @@ func startCrossNode(ctx context.Context, o *config.Options, log *zap.Logger, onP
 			}
 		}
 		onPeers(s)
-		if err := apply(s); err != nil {
+		err := apply(s)
+		xn.st.setApplied(s)
+		if err != nil {
 			log.Error("cross-node datapath partly programmed", zap.Error(err))
 			return
 		}

@@ -12,6 +12,7 @@ import (
 	"github.com/coordino/coordino/daemon/config"
 	"github.com/coordino/coordino/daemon/k8s"
 	"github.com/coordino/coordino/daemon/peers"
+	inspectv1 "github.com/coordino/coordino/proto/inspect/v1"
 )
 
 // crossNode is what the cross-node datapath shares with the rest of the
@@ -23,6 +24,17 @@ type crossNode struct {
 	// when its own NodeConfig shows it. Nil without encryption.
 	publishedKey  func() wgtypes.Key
 	wireGuardPort int
+	// st is what coordinoctl status shows.
+	st *crossNodeStatus
+}
+
+// inspect reports the cross-node datapath to the inspection service.
+func (x *crossNode) inspect() *inspectv1.CrossNode {
+	key := ""
+	if x.publishedKey != nil {
+		key = x.publishedKey().String()
+	}
+	return x.st.status(key)
 }
 
 // nodeConfigSource is the Kubernetes peer source: every node's NodeConfig.

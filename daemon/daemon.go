@@ -15,6 +15,7 @@ import (
 	"github.com/coordino/coordino/daemon/flows"
 	"github.com/coordino/coordino/daemon/inspect"
 	"github.com/coordino/coordino/daemon/ipam"
+	"github.com/coordino/coordino/daemon/kernel"
 	"github.com/coordino/coordino/daemon/metrics"
 	"github.com/coordino/coordino/daemon/netsetup"
 	"github.com/coordino/coordino/daemon/server"
@@ -41,6 +42,9 @@ func Run(ctx context.Context, o *config.Options, log *zap.Logger) error {
 		return err
 	}
 	defer stopTracing()
+	// Once, before anything chooses a path by it (docs/kernels.md).
+	features := kernel.Probe()
+	features.Log(log)
 	pool, err := ipam.NewPool(o.Prefixes)
 	if err != nil {
 		return fmt.Errorf("pod CIDRs: %w", err)
@@ -68,12 +72,15 @@ func Run(ctx context.Context, o *config.Options, log *zap.Logger) error {
 		}
 		return counts, err
 	})
+	if err := m.Register(features.Collector()); err != nil {
+		return err
+	}
 	hub := flows.NewHub()
 	kube, err := newKubernetesSource(o, pool, m, log, xn)
 	if err != nil {
 		return err
 	}
-	dp, err := startDatapath(ctx, o, m, hub, log, kube)
+	dp, err := startDatapath(ctx, o, features, m, hub, log, kube)
 	if err != nil {
 		return err
 	}
@@ -142,7 +149,7 @@ func Run(ctx context.Context, o *config.Options, log *zap.Logger) error {
 		publishEndpoints(ctx, kube, st, dp)
 	}
 
-	stopInspect, err := startInspect(ctx, o, st, pool, dp, hub, m, logs, log)
+	stopInspect, err := startInspect(ctx, o, st, pool, dp, hub, m, xn, features, logs, log)
 	if err != nil {
 		return err
 	}

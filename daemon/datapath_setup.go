@@ -15,6 +15,7 @@ import (
 	"github.com/coordino/coordino/daemon/datapath"
 	"github.com/coordino/coordino/daemon/flows"
 	"github.com/coordino/coordino/daemon/k8s"
+	"github.com/coordino/coordino/daemon/kernel"
 	"github.com/coordino/coordino/daemon/metrics"
 	"github.com/coordino/coordino/daemon/nodeaddrs"
 	"github.com/coordino/coordino/daemon/policy"
@@ -28,7 +29,7 @@ const bpffsRoot = "/sys/fs/bpf"
 // source; it returns once the first policy snapshot is in the maps, so no
 // pod attached afterwards is ever unprotected. It returns nil with
 // --no-datapath.
-func startDatapath(ctx context.Context, o *config.Options, m *metrics.Metrics, hub *flows.Hub, log *zap.Logger, kube *k8s.Source) (*datapath.Datapath, error) {
+func startDatapath(ctx context.Context, o *config.Options, features *kernel.Features, m *metrics.Metrics, hub *flows.Hub, log *zap.Logger, kube *k8s.Source) (*datapath.Datapath, error) {
 	if o.NoDatapath {
 		log.Warn("eBPF datapath disabled (--no-datapath): NetworkPolicy is NOT enforced")
 		return nil, nil
@@ -47,7 +48,7 @@ func startDatapath(ctx context.Context, o *config.Options, m *metrics.Metrics, h
 		ConntrackSize: o.ConntrackSize, Identities: identityAssigner(kube),
 		MapSizes: datapath.MapSizes{Endpoints: o.EndpointsMapSize, Ipcache: o.IpcacheMapSize, Policy: o.PolicyMapSize,
 			SourceAddrs: o.SourceMapSize, Frags: o.FragMapSize, NodeIsolation: o.NodeIsolationMapSize},
-		ServiceCIDRs: o.ServicePrefixes, NoServiceHook: o.NoServiceHook})
+		ServiceCIDRs: o.ServicePrefixes, NoServiceHook: o.NoServiceHook, Features: features})
 	if err != nil {
 		return nil, err
 	}

@@ -13,15 +13,17 @@ import (
 	"github.com/coordino/coordino/daemon/flows"
 	"github.com/coordino/coordino/daemon/inspect"
 	"github.com/coordino/coordino/daemon/ipam"
+	"github.com/coordino/coordino/daemon/kernel"
 	"github.com/coordino/coordino/daemon/metrics"
 	"github.com/coordino/coordino/daemon/store"
 	"github.com/coordino/coordino/daemon/tracing"
 	"github.com/coordino/coordino/proto/cni/v1/wire"
+	inspectv1 "github.com/coordino/coordino/proto/inspect/v1"
 )
 
 // startInspect serves the read-only inspection socket for coordinoctl and
 // registers the metrics of the same facts (DEL queue, BPF map fill).
-func startInspect(ctx context.Context, o *config.Options, st *store.Store, pool *ipam.Pool, dp *datapath.Datapath, hub *flows.Hub, m *metrics.Metrics, logs *inspect.LogRing, log *zap.Logger) (stop func(), err error) {
+func startInspect(ctx context.Context, o *config.Options, st *store.Store, pool *ipam.Pool, dp *datapath.Datapath, hub *flows.Hub, m *metrics.Metrics, xn *crossNode, features *kernel.Features, logs *inspect.LogRing, log *zap.Logger) (stop func(), err error) {
 	queueDir := filepath.Join(o.RunDir, wire.DeleteQueueDir)
 	collectors := []prometheus.Collector{metrics.NewDeleteQueueCollector(queueDir)}
 	if dp != nil {
@@ -47,9 +49,17 @@ func startInspect(ctx context.Context, o *config.Options, st *store.Store, pool 
 		Pool:       pool,
 		Datapath:   dp,
 		Hub:        hub,
-		Options:    o,
-		Logs:       logs,
-		Log:        log.Named("inspect"),
+		CrossNode:  xn.inspect,
+		KernelFeatures: func() []*inspectv1.KernelFeature {
+			var out []*inspectv1.KernelFeature
+			for _, f := range features.List() {
+				out = append(out, &inspectv1.KernelFeature{Name: string(f.Name), Available: f.Available, Detail: f.Detail, Effect: f.Effect})
+			}
+			return out
+		},
+		Options: o,
+		Logs:    logs,
+		Log:     log.Named("inspect"),
 	})
 	return svc.Serve(ctx)
 }

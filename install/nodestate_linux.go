@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/coordino/coordino/daemon/netns"
+	"github.com/coordino/coordino/daemon/postdnat"
 	"github.com/coordino/coordino/proto/cni/v1/wire"
 )
 
@@ -31,7 +32,8 @@ const ourFilterPrefix = "cdo_"
 //  2. per interface, detach both programs back to back: the whole clsact
 //     qdisc when it holds only Coordino's filters (one atomic step), else
 //     Coordino's two filters; then each endpoint's two tcx link pins;
-//  3. remove the BPF dir (maps are freed once no program holds them);
+//  3. remove the nftables post-DNAT stage (older kernels) and the BPF dir
+//     (maps are freed once no program holds them);
 //  4. unmount and remove the netns pins (pods keep their namespaces through
 //     the runtime's handles);
 //  5. remove the rest of the run dir's entries (sockets, the deletion queue:
@@ -52,6 +54,11 @@ func RemoveNodeState(s NodeState, log *slog.Logger) error {
 		return err
 	}
 	if err := unpinTCXLinks(filepath.Join(s.BPFDir, "links"), log); err != nil {
+		return err
+	}
+	// The nftables post-DNAT stage holds the last reference to its
+	// program and, through it, the maps: it goes before the pins.
+	if err := postdnat.Remove(); err != nil {
 		return err
 	}
 	if err := os.RemoveAll(s.BPFDir); err != nil {

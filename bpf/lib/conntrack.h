@@ -91,6 +91,7 @@ enum ct_result {
 	CT_REPLY,
 	CT_REVOKED_HIT,
 	CT_DEFERRED, /* CT_SVC_PENDING flow, original direction: the service hook decides */
+	CT_DEFERRED_REPLIED, /* the same, and replies passed: it was allowed before */
 };
 
 static __always_inline void ct_stat(__u32 slot)
@@ -340,7 +341,7 @@ static __always_inline int ct_track(const struct endpoint_info *ep, __u32 ifinde
 	if (now > e->last_seen_ns + CT_REFRESH_NS)
 		e->last_seen_ns = now;
 	if (origin == dir && (e->flags & CT_SVC_PENDING))
-		return CT_DEFERRED;
+		return (e->flags & CT_REPLIED) ? CT_DEFERRED_REPLIED : CT_DEFERRED;
 	if (!(e->flags & CT_CLOSING) && ct_memo_safe(ep, dir, p, origin, e))
 		ct_memo_put(ifindex, dir, p, revision, now,
 			    origin == dir ? REASON_ESTABLISHED : REASON_REPLY);

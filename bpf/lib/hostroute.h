@@ -25,6 +25,7 @@
 #include "clock.h"
 #include "policy.h"
 #include "memo.h"
+#include "kfuncs.h"
 #include "conntrack.h"
 
 #ifndef AF_INET
@@ -66,30 +67,16 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } cdo_hostroute_stats SEC(".maps");
 
-/* The host conntrack lookup (nf_conntrack's kfunc). Weak: on a kernel
- * without it the fast path stays off (hr_host_tracked answers "tracked"),
- * since host NAT could appear at any time after the programs loaded. */
-/* Opaque here; a forward declaration would not match the kernel's
- * struct in the loader's kfunc type check. */
-struct nf_conn {
-	int unused;
-};
-struct bpf_ct_opts {
-	__s32 netns_id;
-	__s32 error;
-	__u8 l4proto;
-	__u8 dir;
-	__u16 ct_zone_id;
-	__u8 ct_zone_dir;
-	__u8 reserved[3];
-};
-extern struct nf_conn *bpf_skb_ct_lookup(struct __sk_buff *skb, struct bpf_sock_tuple *tuple,
-					 __u32 tuple__sz, struct bpf_ct_opts *opts,
-					 __u32 opts__sz) __ksym __weak;
-extern void bpf_ct_release(struct nf_conn *ct) __ksym __weak;
-#ifndef bpf_ksym_exists
-#define bpf_ksym_exists(sym) (!!(sym)) /* libbpf's, for older bpf_helpers.h */
-#endif
+/* The host conntrack lookup (nf_conntrack's kfunc). Weak, and called only
+ * where the loader found it (cdo_have_ct_lookup, from the daemon's kernel
+ * probe): otherwise the fast path stays off (hr_host_tracked answers
+ * "tracked"), since host NAT could appear at any time after the programs
+ * loaded. A load-time constant rather than bpf_ksym_exists(): when the kfunc
+ * lives in a module (nf_conntrack built as one, as distributions do), the
+ * loader encodes that test as an instruction older kernels' verifiers refuse
+ * ("BPF_LD_IMM64 uses reserved fields"); a constant branch is pruned as dead
+ * code on every kernel, and so is the call it guards. */
+volatile const __u8 cdo_have_ct_lookup = 0;
 
 /* hr_packet: what host routing reads of a packet. */
 struct hr_packet {
@@ -203,10 +190,10 @@ static __always_inline int hr_parse(struct __sk_buff *skb, struct hr_packet *h)
 /* hr_host_tracked reports whether the host's conntrack has an entry for
  * h's flow, in either direction (its lookup matches both tuples): then the
  * flow may carry a NAT binding and the normal path must handle it. Without
- * the kfunc, or on a failed lookup, it answers yes. */
+ * the kfunc (cdo_have_ct_lookup), or on a failed lookup, it answers yes. */
 static __always_inline int hr_host_tracked(struct __sk_buff *skb, const struct hr_packet *h)
 {
-	if (!bpf_ksym_exists(bpf_skb_ct_lookup))
+	if (!cdo_have_ct_lookup)
 		return 1;
 	struct bpf_sock_tuple t = {};
 	__u32 tsize;

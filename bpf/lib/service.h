@@ -7,8 +7,10 @@
  * CT_SVC_PENDING under the tuple it sees (the Service's, which is also what
  * replies carry once the kernel un-NATs them) and lets it pass; the
  * netfilter program (coordino_svc.c) right after DNAT decides on the
- * translated destination and clears the mark or drops the packet. Without
- * that program (CFG_SERVICE_HOOK clear) such flows are dropped: fail closed. */
+ * translated destination and clears the mark or drops the packet. Kernels
+ * without BPF netfilter links get the same decision from an nftables chain
+ * at the same place (CFG_SERVICE_MATCH, coordino_svcmatch.c). Without
+ * either (CFG_SERVICE_HOOK clear) such flows are dropped: fail closed. */
 #pragma once
 
 #include <linux/bpf.h>
@@ -116,6 +118,25 @@ static __always_inline int svc_address(__u8 family, const __u8 *addr)
 static __always_inline int svc_hook_active(const struct config *cfg)
 {
 	return cfg && (cfg->flags & CFG_SERVICE_HOOK);
+}
+
+/* svc_match_mode: the post-DNAT decision is nftables' (CFG_SERVICE_MATCH). */
+static __always_inline int svc_match_mode(const struct config *cfg)
+{
+	return cfg && (cfg->flags & CFG_SERVICE_MATCH);
+}
+
+/* svc_source_key is a deferred flow's key in cdo_svc_pending under
+ * CFG_SERVICE_MATCH: its source alone (destination zero), since the match
+ * program sees only the translated destination. A pod's addresses and
+ * ports are its own (anti-spoofing ran first), so only a pod's own flows
+ * share a key, and they share its endpoint. */
+static __always_inline void svc_source_key(struct ct_key *k, const struct packet *p)
+{
+	struct packet q = *p;
+	__builtin_memset(q.dst, 0, sizeof(q.dst));
+	q.dport = 0;
+	tuple_key(k, 0, DIR_EGRESS, &q, 0);
 }
 
 /* svc_deferred reports whether a new flow of an endpoint's egress is decided

@@ -17,6 +17,7 @@ import (
 	"github.com/cilium/ebpf/rlimit"
 	"github.com/coordino/coordino/bpf"
 	"github.com/coordino/coordino/daemon/identity"
+	"github.com/coordino/coordino/daemon/kernel"
 	"github.com/coordino/coordino/daemon/policy"
 	"github.com/vishvananda/netlink"
 	"go.uber.org/zap"
@@ -56,6 +57,9 @@ type Config struct {
 	// NoServiceHook leaves the post-DNAT hook detached, as on kernels
 	// without BPF netfilter links: such flows are dropped (fail closed).
 	NoServiceHook bool
+	// Features is the kernel's feature table (daemon/kernel); nil probes
+	// the kernel in Open. Each optional path reads it.
+	Features *kernel.Features
 
 	// Tests only: a faster retry after a failed map update.
 	retryDelay time.Duration
@@ -129,8 +133,10 @@ type Datapath struct {
 	cidrsRetained bool
 	// episodes are the maps' refused writes, by map name (capacity.go).
 	episodes map[string]*mapEpisode
-	// serviceHookErr is why the post-DNAT hook is not attached (nil: it is).
+	// serviceHookErr is why the post-DNAT hook is not attached (nil: it is);
+	// serviceStage is the one attached.
 	serviceHookErr error
+	serviceStage   ServiceStage
 	// nodeIso is node isolation's state (nodeiso.go).
 	nodeIso nodeIsoState
 	// peerBlocks mirrors cdo_peer_blocks once SetPeerBlocks has read it.
@@ -172,6 +178,12 @@ func Open(cfg Config) (*Datapath, error) {
 	spec, err := bpf.LoadCoordino()
 	if err != nil {
 		return nil, fmt.Errorf("datapath: load BPF spec: %w", err)
+	}
+	if cfg.Features == nil {
+		cfg.Features = kernel.Probe()
+	}
+	if err := spec.Variables["cdo_have_ct_lookup"].Set(cfg.Features.Has(kernel.CTLookup)); err != nil {
+		return nil, fmt.Errorf("datapath: configure BPF programs: %w", err)
 	}
 	if cfg.Identities == nil {
 		cfg.Identities = identity.NewAllocator()

@@ -10,14 +10,13 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"sync"
 
 	"github.com/cilium/ebpf"
-	"github.com/cilium/ebpf/btf"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
 	"github.com/coordino/coordino/bpf"
+	"github.com/coordino/coordino/daemon/kernel"
 )
 
 // eBPF host routing (bpf/lib/hostroute.h): pod-to-pod packets between this
@@ -51,7 +50,7 @@ type HostRouteStats struct {
 // on. On a kernel without nf_conntrack's BPF lookup it stays off (the
 // programs would not redirect anyway): the result says which took effect.
 func (d *Datapath) SetHostRouting(on bool) (bool, error) {
-	unsupported := on && !hostRoutingSupported()
+	unsupported := on && !d.hostRoutingSupported()
 	if unsupported {
 		on = false
 	}
@@ -63,7 +62,7 @@ func (d *Datapath) SetHostRouting(on bool) (bool, error) {
 	}
 	if unsupported && !d.hostRoutingRefused {
 		d.hostRoutingRefused = true // every peer change asks again: say it once
-		d.log.Warn("host routing: the kernel has no bpf_skb_ct_lookup (nf_conntrack's BPF lookup), so flows the host translates could not be told apart; using the host's forwarding path")
+		d.log.Warn("host routing: the kernel lacks bpf_skb_ct_lookup (nf_conntrack's BPF lookup; load nf_conntrack before the daemon) or the redirect helpers, so flows the host translates could not be told apart; using the host's forwarding path")
 	}
 	if changed {
 		d.log.Info("host routing", zap.Bool("bpf", on))
@@ -71,23 +70,14 @@ func (d *Datapath) SetHostRouting(on bool) (bool, error) {
 	return on, nil
 }
 
-// hostRoutingSupported reports whether the kernel (or its nf_conntrack
-// module, loaded) has the conntrack lookup host routing's guard needs.
-// The programs resolved the kfunc when they were loaded, so the answer
-// holds for the process: asked once, not on every peer change.
-var hostRoutingSupported = sync.OnceValue(func() bool {
-	for _, load := range []func() (*btf.Spec, error){btf.LoadKernelSpec, func() (*btf.Spec, error) { return btf.LoadKernelModuleSpec("nf_conntrack") }} {
-		spec, err := load()
-		if err != nil {
-			continue
-		}
-		var fn *btf.Func
-		if spec.TypeByName("bpf_skb_ct_lookup", &fn) == nil {
-			return true
-		}
-	}
-	return false
-})
+// hostRoutingSupported reports whether the kernel has what host routing
+// needs: the redirect helpers, and the conntrack lookup its guard asks
+// (built in, or nf_conntrack's module loaded when the programs were: they
+// call it only where the probe found it, bpf/lib/hostroute.h).
+func (d *Datapath) hostRoutingSupported() bool {
+	f := d.cfg.Features
+	return f.Has(kernel.CTLookup) && f.Has(kernel.RedirectPeer) && f.Has(kernel.RedirectNeigh)
+}
 
 // ForgetNextHops empties the programs' cache of FIB answers
 // (cdo_fib_cache): every flow's next packet asks the FIB again. The daemon

@@ -68,6 +68,42 @@ func (d *Datapath) localIdentities() []identity.Identity {
 	return out
 }
 
+// DescribeIdentity says what id stands for, for policy explanations: a
+// reserved identity, a pod label set in its namespace, or an ipBlock prefix.
+func (d *Datapath) DescribeIdentity(id identity.ID) string {
+	switch id {
+	case identity.Host:
+		return "the node itself (host)"
+	case identity.World:
+		return "outside the cluster (world: no pod, node or policy ipBlock covers the address)"
+	case identity.RemoteNode:
+		return "another node (remote-node)"
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if id.IsCIDR() {
+		if p, ok := d.engine.PrefixOf(id); ok {
+			return fmt.Sprintf("ipBlock %s (%s)", p, id)
+		}
+		return fmt.Sprintf("an ipBlock no policy uses any more (%s)", id)
+	}
+	if ident, ok := d.engine.Identity(id); ok {
+		return fmt.Sprintf("pods in namespace %s with labels %s", ident.Namespace, labelString(ident.Labels))
+	}
+	return "unknown to this node"
+}
+
+func labelString(m map[string]string) string {
+	if len(m) == 0 {
+		return "{} (no labels)"
+	}
+	parts := make([]string, 0, len(m))
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		parts = append(parts, k+"="+m[k])
+	}
+	return strings.Join(parts, ",")
+}
+
 // PolicyRevision returns the revision last written to the config map and
 // the number of policies of the last snapshot skipped as invalid.
 func (d *Datapath) PolicyRevision() (revision uint32, invalid int) {

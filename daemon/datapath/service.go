@@ -6,18 +6,41 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
 	"github.com/coordino/coordino/bpf"
+	"github.com/coordino/coordino/daemon/kernel"
+	"github.com/coordino/coordino/daemon/postdnat"
 	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
 )
 
-// cfgServiceHook is CFG_SERVICE_HOOK of bpf/coordino.h.
-const cfgServiceHook = 2
+// cfgServiceHook and cfgServiceMatch are CFG_SERVICE_HOOK and
+// CFG_SERVICE_MATCH of bpf/coordino.h; svcMarks are its MARK_SVC_* bits.
+const (
+	cfgServiceHook  = 2
+	cfgServiceMatch = 8
+	svcMarks        = 0x00200000 | 0x00400000 | 0x00800000
+)
+
+// ServiceStage names what decides Service traffic of egress-isolated pods
+// after DNAT.
+type ServiceStage string
+
+const (
+	// ServiceStageNetfilter is the BPF netfilter program (kernel 6.4+).
+	ServiceStageNetfilter ServiceStage = "bpf-netfilter"
+	// ServiceStageNftables is the nftables chain with the xtables BPF
+	// match (daemon/postdnat), for older kernels.
+	ServiceStageNftables ServiceStage = "nftables-xt-bpf"
+	// ServiceStageNone: such flows are dropped (fail closed), or there are
+	// no Service CIDRs to defer.
+	ServiceStageNone ServiceStage = "none"
+)
 
 // servicePriorities run the post-DNAT program right after kube-proxy's DNAT
 // (NF_IP_PRI_NAT_DST, -100, the priority of iptables' nat PREROUTING and of
@@ -41,25 +64,30 @@ var ErrServiceHookDisabled = errors.New("post-DNAT hook disabled by configuratio
 
 var errNoServiceCIDRs = errors.New("no Service CIDRs configured (--service-cidrs)")
 
-// setupServices writes the Service CIDRs and attaches the post-DNAT program
-// (bpf/coordino_svc.c). Where that fails, the tc programs drop Service
-// traffic of egress-isolated pods instead (fail closed); the error says why.
-// Only an error writing the maps fails Open.
+// setupServices writes the Service CIDRs and attaches the post-DNAT stage
+// the kernel offers (Config.Features): the BPF netfilter program
+// (bpf/coordino_svc.c), else the nftables chain running the xtables BPF
+// match (bpf/coordino_svcmatch.c). Where neither can be had, the tc
+// programs drop Service traffic of egress-isolated pods instead (fail
+// closed); the error says why. Only an error writing the maps fails Open.
 func (d *Datapath) setupServices() error {
 	if err := d.writeServiceCIDRs(d.cfg.ServiceCIDRs); err != nil {
 		return err
 	}
-	hookErr := ErrServiceHookDisabled
+	stage, hookErr := ServiceStageNone, ErrServiceHookDisabled
 	switch {
 	case len(d.cfg.ServiceCIDRs) == 0:
 		// Nothing is deferred: spare every packet of isolated pods the hook.
 		hookErr = errNoServiceCIDRs
 	case !d.cfg.NoServiceHook:
-		hookErr = d.attachServiceHook()
+		stage, hookErr = d.attachServiceStage()
 	}
-	flags := d.cfgFlags | cfgServiceHook
-	if hookErr != nil {
-		flags = d.cfgFlags &^ cfgServiceHook
+	flags := d.cfgFlags &^ (cfgServiceHook | cfgServiceMatch)
+	switch stage {
+	case ServiceStageNetfilter:
+		flags |= cfgServiceHook
+	case ServiceStageNftables:
+		flags |= cfgServiceHook | cfgServiceMatch
 	}
 	d.mu.Lock()
 	d.cfgFlags = flags
@@ -68,23 +96,75 @@ func (d *Datapath) setupServices() error {
 	if err != nil {
 		return fmt.Errorf("datapath: write config: %w", err)
 	}
-	if hookErr != nil {
-		// Only now that the tc programs no longer defer: a previous daemon's
-		// hook goes too, so what runs matches this configuration.
+	// Only now that the tc programs defer to this stage (or no longer
+	// defer): a previous daemon's other stage goes, so what runs matches
+	// this kernel and configuration.
+	if stage != ServiceStageNetfilter {
 		d.unpinServiceHook()
 	}
-	d.serviceHookErr = hookErr
+	if stage != ServiceStageNftables {
+		if err := postdnat.Remove(); err != nil {
+			d.log.Warn("stale nftables post-DNAT stage not removed", zap.Error(err))
+		}
+	}
+	d.serviceHookErr, d.serviceStage = hookErr, stage
 	switch {
 	case hookErr == nil:
 		d.log.Info("Service traffic is decided after kube-proxy's DNAT",
-			zap.Stringers("serviceCIDRs", d.cfg.ServiceCIDRs))
+			zap.String("stage", string(stage)), zap.Stringers("serviceCIDRs", d.cfg.ServiceCIDRs))
 	case len(d.cfg.ServiceCIDRs) > 0:
-		d.log.Error("post-DNAT hook unavailable: new flows from egress-isolated pods to Service CIDRs are DROPPED (fail closed); needs kernel >= 6.4 with BPF netfilter links (CONFIG_NETFILTER_BPF_LINK)",
+		d.log.Error("post-DNAT stage unavailable: new flows from egress-isolated pods to Service CIDRs are DROPPED (fail closed); needs BPF netfilter links (kernel >= 6.4) or nftables with the xtables BPF match (nf_tables, nft_compat, xt_bpf)",
 			zap.Stringers("serviceCIDRs", d.cfg.ServiceCIDRs), zap.Error(hookErr))
 	default:
 		d.log.Info("post-DNAT hook not attached: Service traffic is judged on the Service address", zap.Error(hookErr))
 	}
 	return nil
+}
+
+// attachServiceStage attaches the first post-DNAT stage the kernel offers.
+func (d *Datapath) attachServiceStage() (ServiceStage, error) {
+	var errs []error
+	f := d.cfg.Features
+	if f.Has(kernel.NetfilterLink) && f.Has(kernel.DynptrFromSkb) {
+		err := d.attachServiceHook()
+		if err == nil {
+			return ServiceStageNetfilter, nil
+		}
+		errs = append(errs, err)
+	} else {
+		errs = append(errs, errors.New("the kernel has no BPF netfilter links (6.4+)"))
+	}
+	if f.Has(kernel.XTBPFMatch) {
+		err := d.attachServiceMatch()
+		if err == nil {
+			return ServiceStageNftables, nil
+		}
+		errs = append(errs, err)
+	} else {
+		errs = append(errs, errors.New("the kernel has no nftables xtables BPF match (nf_tables, nft_compat, xt_bpf)"))
+	}
+	return ServiceStageNone, errors.Join(errs...)
+}
+
+// attachServiceMatch loads the match program on the tc object's maps and
+// installs (or, after a restart, replaces in one transaction) the nftables
+// chains that run it.
+func (d *Datapath) attachServiceMatch() error {
+	spec, err := bpf.LoadCoordinoSvcmatch()
+	if err != nil {
+		return fmt.Errorf("load nftables post-DNAT spec: %w", err)
+	}
+	objs := new(bpf.CoordinoSvcmatchPrograms)
+	if err := d.loadOnSharedMaps(spec, objs); err != nil {
+		return fmt.Errorf("load nftables post-DNAT program: %w", err)
+	}
+	defer objs.Close()
+	return postdnat.Install(objs.CdoSvcMatch.FD(), d.cfg.ServiceCIDRs, svcMarks)
+}
+
+// ServiceStage says what decides Service traffic after DNAT.
+func (d *Datapath) ServiceStage() ServiceStage {
+	return d.serviceStage
 }
 
 // ServiceHookError reports why the post-DNAT hook is not attached, or nil
@@ -156,36 +236,53 @@ func (d *Datapath) loadServiceProgram() (*bpf.CoordinoSvcPrograms, error) {
 		return nil, fmt.Errorf("load post-DNAT spec: %w", err)
 	}
 	objs := new(bpf.CoordinoSvcPrograms)
-	maps := d.objs.CoordinoMaps
-	opts := &ebpf.CollectionOptions{MapReplacements: map[string]*ebpf.Map{
-		"cdo_config": maps.CdoConfig, "cdo_conntrack": maps.CdoConntrack, "cdo_ct_stats": maps.CdoCtStats,
-		"cdo_endpoints": maps.CdoEndpoints, "cdo_ev_budget": maps.CdoEvBudget, "cdo_flows": maps.CdoFlows,
-		"cdo_ipcache": maps.CdoIpcache, "cdo_policy": maps.CdoPolicy, "cdo_verdicts": maps.CdoVerdicts,
-		"cdo_svc_cidrs": maps.CdoSvcCidrs, "cdo_svc_pending": maps.CdoSvcPending, "cdo_svc_last": maps.CdoSvcLast,
-		"cdo_nodeiso": maps.CdoNodeiso, "cdo_nodeiso_cfg": maps.CdoNodeisoCfg, "cdo_frags": maps.CdoFrags,
-		"cdo_flow_memo": maps.CdoFlowMemo,
-	}}
-	// A map the post-DNAT program would get a private copy of silently
-	// decides on empty state (e.g. no policy): refuse to load instead.
+	if err := d.loadOnSharedMaps(spec, objs); err != nil {
+		return nil, fmt.Errorf("load post-DNAT program: %w", err)
+	}
+	return objs, nil
+}
+
+// loadOnSharedMaps loads a post-DNAT object's programs into objs, every
+// map of it being the tc object's of the same name.
+func (d *Datapath) loadOnSharedMaps(spec *ebpf.CollectionSpec, objs any) error {
+	shared := sharedMaps(&d.objs.CoordinoMaps)
+	opts := &ebpf.CollectionOptions{MapReplacements: map[string]*ebpf.Map{}}
+	// A map the program would get a private copy of silently decides on
+	// empty state (e.g. no policy): refuse to load instead.
 	for name, ms := range spec.Maps {
-		m, shared := opts.MapReplacements[name]
-		if !shared && !strings.HasPrefix(name, ".") {
-			return nil, fmt.Errorf("load post-DNAT program: map %s is not shared with the tc programs", name)
+		if strings.HasPrefix(name, ".") {
+			continue
 		}
-		if shared {
-			// Sizes are flags (--ipcache-map-size, --conntrack-size, ...):
-			// the spec takes the size of the map it shares, not the C default.
-			ms.MaxEntries = m.MaxEntries()
+		m, ok := shared[name]
+		if !ok {
+			return fmt.Errorf("map %s is not shared with the tc programs", name)
 		}
+		// Sizes are flags (--ipcache-map-size, --conntrack-size, ...):
+		// the spec takes the size of the map it shares, not the C default.
+		ms.MaxEntries = m.MaxEntries()
+		opts.MapReplacements[name] = m
 	}
 	if err := spec.LoadAndAssign(objs, opts); err != nil {
 		var verr *ebpf.VerifierError
 		if errors.As(err, &verr) {
-			return nil, fmt.Errorf("load post-DNAT program: %+v", verr)
+			return fmt.Errorf("%+v", verr)
 		}
-		return nil, fmt.Errorf("load post-DNAT program: %w", err)
+		return err
 	}
-	return objs, nil
+	return nil
+}
+
+// sharedMaps names the tc object's maps by their names in C (bpf2go's
+// struct tags).
+func sharedMaps(maps *bpf.CoordinoMaps) map[string]*ebpf.Map {
+	out := map[string]*ebpf.Map{}
+	v := reflect.ValueOf(maps).Elem()
+	for i := range v.NumField() {
+		if m, ok := v.Field(i).Interface().(*ebpf.Map); ok && m != nil {
+			out[v.Type().Field(i).Tag.Get("ebpf")] = m
+		}
+	}
+	return out
 }
 
 // unpinServiceHook detaches a post-DNAT hook a previous daemon pinned.

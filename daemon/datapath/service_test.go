@@ -19,6 +19,8 @@ import (
 
 	"github.com/coordino/coordino/bpf"
 	"github.com/coordino/coordino/daemon/datapath/internal/testnet"
+	"github.com/coordino/coordino/daemon/kernel"
+	"github.com/coordino/coordino/daemon/postdnat"
 )
 
 // Service tests: an nftables DNAT rule in the node netns stands in for
@@ -88,10 +90,12 @@ spec:
 // (the old datapath judged the Service address and dropped it); allowing
 // the Service CIDR but not the backend denies it (the old one allowed it).
 func TestServiceDecidedOnBackend(t *testing.T) {
-	c := newClusterWith(t, Config{AttachMode: AttachTC, ServiceCIDRs: []netip.Prefix{svcCIDR}}, false)
-	if err := c.dp.ServiceHookError(); err != nil {
-		t.Fatalf("post-DNAT hook not attached: %v", err)
-	}
+	serviceStages(t, testServiceDecidedOnBackend)
+}
+
+func testServiceDecidedOnBackend(t *testing.T, cfg Config) {
+	c := newClusterWith(t, cfg, false)
+	c.requireStage(map[bool]ServiceStage{true: ServiceStageNetfilter, false: ServiceStageNftables}[cfg.Features.Has(kernel.NetfilterLink)])
 	dnatToServer(t)
 	c.expectService(true, "a", "tcp") // not isolated yet
 
@@ -128,9 +132,9 @@ func TestServiceDecidedOnBackend(t *testing.T) {
 
 // openServiceFlow builds the cluster with the Service, lets a reach b, and
 // returns a working connection from a through the Service.
-func openServiceFlow(t *testing.T) (*cluster, net.Conn) {
+func openServiceFlow(t *testing.T, cfg Config) (*cluster, net.Conn) {
 	t.Helper()
-	c := newClusterWith(t, Config{AttachMode: AttachTC, ServiceCIDRs: []netip.Prefix{svcCIDR}}, false)
+	c := newClusterWith(t, cfg, false)
 	dnatToServer(t)
 	c.policies(clientEgressTo(`{podSelector: {matchLabels: {app: server}}}`))
 	conn, err := c.pods["a"].Dial(svcIP, 8080)
@@ -148,7 +152,11 @@ func openServiceFlow(t *testing.T) (*cluster, net.Conn) {
 // is cut when a policy change stops allowing its backend, and kept when
 // the change still allows it.
 func TestServiceFlowRevokedOnBackend(t *testing.T) {
-	c, conn := openServiceFlow(t)
+	serviceStages(t, testServiceFlowRevokedOnBackend)
+}
+
+func testServiceFlowRevokedOnBackend(t *testing.T, cfg Config) {
+	c, conn := openServiceFlow(t, cfg)
 	// Still allowed (another rule now): the connection keeps working.
 	c.policies(clientEgressTo(`{podSelector: {matchLabels: {app: server}}}, {ipBlock: {cidr: 203.0.113.0/24}}`))
 	if err := testnet.Echo(conn); err != nil {
@@ -184,8 +192,13 @@ func TestServiceFailsClosedWithoutHook(t *testing.T) {
 // TestServiceIPv6DecidedOnBackend: the same decision for IPv6 (the
 // program's second netfilter link).
 func TestServiceIPv6DecidedOnBackend(t *testing.T) {
+	serviceStages(t, testServiceIPv6DecidedOnBackend)
+}
+
+func testServiceIPv6DecidedOnBackend(t *testing.T, cfg Config) {
 	svc6 := svcIP6
-	c := newClusterWith(t, Config{AttachMode: AttachTC, ServiceCIDRs: []netip.Prefix{svcCIDR, svcCIDR6}}, true)
+	cfg.ServiceCIDRs = append(cfg.ServiceCIDRs, svcCIDR6)
+	c := newClusterWith(t, cfg, true)
 	// The test pods serve IPv4 only: b gets an IPv6 echo server on 82.
 	b6 := podIPs6["b"]
 	c.pods["b"].ServeTCP(t, "tcp6", netip.AddrPortFrom(b6, 82).String())
@@ -250,7 +263,11 @@ func TestServiceHookSurvivesRestart(t *testing.T) {
 // kept, a flow sent back to pending by a policy change would pass
 // undecided for ever.
 func TestServiceCIDRRemovedFlowsJudgedAnew(t *testing.T) {
-	c, conn := openServiceFlow(t)
+	serviceStages(t, testServiceCIDRRemovedFlowsJudgedAnew)
+}
+
+func testServiceCIDRRemovedFlowsJudgedAnew(t *testing.T, cfg Config) {
+	c, conn := openServiceFlow(t, cfg)
 	if err := c.dp.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -268,7 +285,11 @@ func TestServiceCIDRRemovedFlowsJudgedAnew(t *testing.T) {
 // veth; its deferred flows are still decided (found by their tuple), not
 // waved through undecided.
 func TestServiceDecidedForBridgedPod(t *testing.T) {
-	c := newClusterWith(t, Config{AttachMode: AttachTC, ServiceCIDRs: []netip.Prefix{svcCIDR}}, false)
+	serviceStages(t, testServiceDecidedForBridgedPod)
+}
+
+func testServiceDecidedForBridgedPod(t *testing.T, cfg Config) {
+	c := newClusterWith(t, cfg, false)
 	br := &netlink.Bridge{LinkAttrs: netlink.LinkAttrs{Name: fmt.Sprintf("cdb%x", rand.Uint32()&0xffffff)}}
 	if err := netlink.LinkAdd(br); err != nil {
 		t.Fatal(err)
@@ -462,4 +483,68 @@ func TestServiceDeniedFirstFragmentTakesTheRest(t *testing.T) {
 			t.Error("a later fragment of the denied datagram passed the tc program")
 		}
 	})
+}
+
+// serviceStages runs fn once per post-DNAT stage: the BPF netfilter
+// program, and the nftables stage that kernels without BPF netfilter links
+// (before 6.4) take, here chosen by hiding the links from the feature
+// table. A stage the kernel cannot run is skipped, naming the feature.
+func serviceStages(t *testing.T, fn func(t *testing.T, cfg Config)) {
+	all := kernel.Probe()
+	for _, s := range []struct {
+		stage    ServiceStage
+		features *kernel.Features
+		needs    []kernel.Name
+	}{
+		{ServiceStageNetfilter, all, []kernel.Name{kernel.NetfilterLink, kernel.DynptrFromSkb}},
+		{ServiceStageNftables, all.Without(kernel.NetfilterLink), []kernel.Name{kernel.XTBPFMatch}},
+	} {
+		t.Run(string(s.stage), func(t *testing.T) {
+			for _, n := range s.needs {
+				if !s.features.Has(n) {
+					t.Skipf("the kernel has no %s (docs/kernels.md)", n)
+				}
+			}
+			fn(t, Config{AttachMode: AttachTC, ServiceCIDRs: []netip.Prefix{svcCIDR}, Features: s.features})
+		})
+	}
+}
+
+// requireStage fails the test unless c decides Service traffic with stage.
+func (c *cluster) requireStage(stage ServiceStage) {
+	c.t.Helper()
+	if err := c.dp.ServiceHookError(); err != nil || c.dp.ServiceStage() != stage {
+		c.t.Fatalf("post-DNAT stage %q (%v), want %q", c.dp.ServiceStage(), err, stage)
+	}
+}
+
+// TestServiceStageFallsBack: on a kernel without BPF netfilter links the
+// daemon takes the nftables stage, and without that too it fails closed,
+// saying why; what the kernel has decides, not its version.
+func TestServiceStageFallsBack(t *testing.T) {
+	all := kernel.Probe()
+	if !all.Has(kernel.XTBPFMatch) {
+		t.Skipf("the kernel has no %s (docs/kernels.md)", kernel.XTBPFMatch)
+	}
+	c := newClusterWith(t, Config{AttachMode: AttachTC, ServiceCIDRs: []netip.Prefix{svcCIDR},
+		Features: all.Without(kernel.NetfilterLink)}, false)
+	c.requireStage(ServiceStageNftables)
+	if ok, err := postdnat.Installed(); !ok || err != nil {
+		t.Fatalf("nftables stage not installed: %v %v", ok, err)
+	}
+	if err := c.dp.Close(); err != nil {
+		t.Fatal(err)
+	}
+	c.cfg.Features = all.Without(kernel.NetfilterLink, kernel.XTBPFMatch)
+	c.open()
+	if c.dp.ServiceStage() != ServiceStageNone || c.dp.ServiceHookError() == nil ||
+		!strings.Contains(c.dp.ServiceHookError().Error(), "xtables BPF match") {
+		t.Fatalf("stage %q, error %v: want none, naming the missing match", c.dp.ServiceStage(), c.dp.ServiceHookError())
+	}
+	if ok, _ := postdnat.Installed(); ok {
+		t.Error("the nftables stage outlived a daemon that no longer uses it")
+	}
+	dnatToServer(t)
+	c.policies(clientEgressTo(`{podSelector: {matchLabels: {app: server}}}`))
+	c.expectService(false, "a", "tcp")
 }

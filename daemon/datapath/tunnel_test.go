@@ -11,6 +11,7 @@ import (
 
 	"github.com/coordino/coordino/bpf"
 	"github.com/coordino/coordino/daemon/datapath/internal/testnet"
+	"github.com/coordino/coordino/daemon/kernel"
 	"github.com/coordino/coordino/daemon/routing"
 )
 
@@ -100,11 +101,13 @@ var (
 
 // tunnelCluster is a cluster whose pod b is a primary endpoint (host
 // routing can deliver to it) on a node with the eBPF tunnel and the guard
-// on, with one peer node.
-func tunnelCluster(t testing.TB) *cluster {
-	c := newClusterWith(t, Config{AttachMode: AttachTC}, true)
+// on, with one peer node. features nil probes the kernel; hostRouted says
+// whether host routing took effect (the kernel has what it needs).
+func tunnelCluster(t testing.TB, features *kernel.Features) (c *cluster, hostRouted bool) {
+	c = newClusterWith(t, Config{AttachMode: AttachTC, Features: features}, true)
 	c.makePrimary("b")
-	if _, err := c.dp.SetHostRouting(true); err != nil {
+	hostRouted, err := c.dp.SetHostRouting(true)
+	if err != nil {
 		t.Fatal(err)
 	}
 	if err := c.dp.SetPeerBlocks([]netip.Prefix{peerBlock}); err != nil {
@@ -122,7 +125,7 @@ func tunnelCluster(t testing.TB) *cluster {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	return c
+	return c, hostRouted
 }
 
 // vxlanPacket is an underlay frame addressed to the test netns's loopback
@@ -155,23 +158,41 @@ const actRedirect = 7 // TC_ACT_REDIRECT
 // node carrying its pod's packet for local pod b is decapsulated and
 // redirected into b, rewritten as b's veth would deliver it; any packet
 // that fails a check is left untouched for the device (or, from no peer
-// node, dropped by the guard).
+// node, dropped by the guard). A kernel without nf_conntrack's BPF lookup
+// (6.1 without the module loaded), and this one told to do without,
+// leaves every packet to the device and the host's path, as legacy host
+// routing does.
 func TestTunnelDecap(t *testing.T) {
-	c := tunnelCluster(t)
+	all := kernel.Probe()
+	t.Run("kernel", func(t *testing.T) { testTunnelDecap(t, all) })
+	t.Run("without-ct-lookup", func(t *testing.T) { testTunnelDecap(t, all.Without(kernel.CTLookup)) })
+}
+
+func testTunnelDecap(t *testing.T, features *kernel.Features) {
+	c, hostRouted := tunnelCluster(t, features)
+	if hostRouted != features.Has(kernel.CTLookup) {
+		t.Fatalf("host routing on: %v, with bpf_skb_ct_lookup: %v", hostRouted, features.Has(kernel.CTLookup))
+	}
 	b := podIPs["b"]
 	inner := func(src, dst netip.Addr) []byte {
 		return eth(etherIPv4, ipv4(src, dst, protoTCP, ip4opts{ttl: 9}, tcp(1234, 80, tcpSYN)))
 	}
-	ret, out := runUnderlay(t, c, vxlanPacket(peerNode, testnet.NodeIP, routing.DefaultVXLANPort, vxlanVNI1, inner(peerPod, b)))
-	if ret != actRedirect {
+	f := vxlanPacket(peerNode, testnet.NodeIP, routing.DefaultVXLANPort, vxlanVNI1, inner(peerPod, b))
+	ret, out := runUnderlay(t, c, f)
+	switch want := inner(peerPod, b); {
+	case !hostRouted:
+		if ret != actPass || !bytes.Equal(out, f) {
+			t.Fatalf("peer pod -> b without host routing: verdict %d (frame changed: %v), want pass (%d), untouched", ret, !bytes.Equal(out, f), actPass)
+		}
+	case ret != actRedirect:
 		t.Fatalf("peer pod -> b: verdict %d, want redirect (%d)", ret, actRedirect)
-	}
-	want := inner(peerPod, b)
-	copy(want[0:6], c.eps["b"].PodMAC)
-	copy(want[6:12], c.eps["b"].HostMAC)
-	want[14+8] = 8 // TTL decremented; the program fixed the checksum, which want does not hold
-	if len(out) != len(want) || !bytes.Equal(out[:14+8], want[:14+8]) || !bytes.Equal(out[14+12:], want[14+12:]) {
-		t.Fatalf("decapsulated frame\n% x\nwant\n% x", out, want)
+	default:
+		copy(want[0:6], c.eps["b"].PodMAC)
+		copy(want[6:12], c.eps["b"].HostMAC)
+		want[14+8] = 8 // TTL decremented; the program fixed the checksum, which want does not hold
+		if len(out) != len(want) || !bytes.Equal(out[:14+8], want[:14+8]) || !bytes.Equal(out[14+12:], want[14+12:]) {
+			t.Fatalf("decapsulated frame\n% x\nwant\n% x", out, want)
+		}
 	}
 	for _, tc := range []struct {
 		name string
@@ -201,7 +222,7 @@ func TestTunnelDecap(t *testing.T) {
 // ingress. Nothing may be redirected into b, and what is passed on to the
 // device must be untouched. `go test` runs the seeds; `make fuzz` explores.
 func FuzzTunnelDecapNeverFailsOpen(f *testing.F) {
-	c := tunnelCluster(f)
+	c, _ := tunnelCluster(f, nil)
 	c.policies(denyAllServer)
 	b := podIPs["b"]
 	f.Add(vxlanVNI1, eth(etherIPv4, ipv4(peerPod, b, protoTCP, ip4opts{}, tcp(1, 80, tcpSYN))))

@@ -14,10 +14,17 @@ type Service struct {
 // NewService serves hub's events.
 func NewService(hub *Hub) *Service { return &Service{hub: hub} }
 
-// FollowFlows streams matching events until the client goes away.
+// FollowFlows streams matching events until the client goes away. The
+// response headers are sent once the subscription is in place.
 func (s *Service) FollowFlows(req *flowv1.FollowFlowsRequest, stream flowv1.Observer_FollowFlowsServer) error {
 	events, cancel := s.hub.Subscribe(Filter{Endpoint: req.Endpoint, DroppedOnly: req.DroppedOnly})
 	defer cancel()
+	// Headers now, not with the first event: they tell the client the
+	// subscription stands (nothing after this is missed) and that the
+	// daemon answers, however quiet the node is.
+	if err := stream.SendHeader(nil); err != nil {
+		return err
+	}
 	ctx := stream.Context()
 	for {
 		select {

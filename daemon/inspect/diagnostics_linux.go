@@ -7,7 +7,6 @@ import (
 	"fmt"
 
 	"github.com/vishvananda/netlink"
-	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
 	inspectv1 "github.com/coordino/coordino/proto/inspect/v1"
@@ -33,7 +32,7 @@ func (s *Service) CollectDiagnostics(ctx context.Context, _ *inspectv1.CollectDi
 			add(name, nil, err)
 			return
 		}
-		b, err := protojson.MarshalOptions{Multiline: true}.Marshal(m)
+		b, err := inspectv1.JSON(m, "  ") // what coordinoctl -o json prints
 		add(name, b, err)
 	}
 	add("version.txt", []byte(Version()+"\n"), nil)

@@ -90,6 +90,7 @@ func (s *Service) ExplainPolicy(_ context.Context, req *inspectv1.ExplainPolicyR
 			return nil, status.Errorf(codes.Internal, "%v", err)
 		}
 		v.LocalIdentity, v.RemoteIdentity, v.RemoteCidrIdentity = uint32(dec.Local), uint32(dec.Remote), uint32(dec.RemoteCIDR)
+		v.RemoteDescription = remoteDescription(dp, dec)
 		v.Reason = dec.Reason
 		v.Verdict = "allowed"
 		if !dec.Allowed() {
@@ -120,6 +121,16 @@ func (s *Service) ExplainPolicy(_ context.Context, req *inspectv1.ExplainPolicyR
 		}
 	}
 	return out, nil
+}
+
+// remoteDescription says what the peer's identity stands for, and which
+// ipBlock its address falls in when a policy's ipBlock covers it.
+func remoteDescription(dp *datapath.Datapath, dec datapath.Decision) string {
+	d := fmt.Sprintf("identity %d: %s", uint32(dec.Remote), dp.DescribeIdentity(dec.Remote))
+	if dec.RemoteCIDR.IsCIDR() && dec.RemoteCIDR != dec.Remote {
+		d += "; its address is in " + dp.DescribeIdentity(dec.RemoteCIDR)
+	}
+	return d
 }
 
 func describe(dec datapath.Decision, dir policy.Direction, v *inspectv1.DirectionVerdict, local, peer, proto string, port uint16) string {

@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -137,5 +138,78 @@ func TestAddressPressurePerFamily(t *testing.T) {
 		if len(f) != tc.failures || len(p) != tc.problems {
 			t.Errorf("%s: failures %q, problems %q", tc.name, f, p)
 		}
+	}
+}
+
+// A bug report's status.json is what `coordinoctl status -o json` prints:
+// zero values included, so a reader can tell "0" from "not reported".
+func TestDiagnosticsStatusKeepsZeroValues(t *testing.T) {
+	dir := t.TempDir()
+	st, err := store.Open(filepath.Join(dir, "state"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	pool, err := ipam.NewPool([]netip.Prefix{netip.MustParsePrefix("10.0.0.0/24")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	queue := filepath.Join(dir, "delete-queue")
+	os.MkdirAll(queue, 0o700)
+	s := New(Config{Standalone: true, RunDir: dir, QueueDir: queue, Store: st, Pool: pool})
+	diag, err := s.CollectDiagnostics(context.Background(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range diag.Files {
+		if f.Name != "status.json" {
+			continue
+		}
+		for _, want := range []string{`"deleteQueue": 0,`, `"invalidPolicies": 0,`, `"chainedEndpoints": 0,`, `"maps": [],`} {
+			if !strings.Contains(string(f.Content), want) {
+				t.Errorf("status.json lacks %s:\n%s", want, f.Content)
+			}
+		}
+		return
+	}
+	t.Fatal("no status.json in the diagnostics")
+}
+
+// The kernel feature table and the cross-node state come from the daemon
+// through the config's hooks; a peer that cannot be reached is a problem.
+func TestStatusReportsKernelFeaturesAndCrossNode(t *testing.T) {
+	dir := t.TempDir()
+	st, err := store.Open(filepath.Join(dir, "state"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	pool, err := ipam.NewPool([]netip.Prefix{netip.MustParsePrefix("10.0.0.0/24")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	queue := filepath.Join(dir, "delete-queue")
+	os.MkdirAll(queue, 0o700)
+	cfg := Config{Standalone: true, RunDir: dir, QueueDir: queue, Store: st, Pool: pool}
+	got, err := New(cfg).GetStatus(context.Background(), nil)
+	if err != nil || len(got.KernelFeatures) != 0 || got.CrossNode != nil {
+		t.Fatalf("without hooks: %v %v", got, err)
+	}
+	cfg.KernelFeatures = func() []*inspectv1.KernelFeature {
+		return []*inspectv1.KernelFeature{{Name: "netkit", Available: false, Detail: "not built", Effect: "veth pairs"}}
+	}
+	cfg.CrossNode = func() *inspectv1.CrossNode {
+		return &inspectv1.CrossNode{Routing: "vxlan", Encryption: "none", Peers: []*inspectv1.Peer{
+			{Name: "b", Addresses: []string{"192.168.0.2"}}, {Name: "c", Problem: "no address published yet"}}}
+	}
+	got, err = New(cfg).GetStatus(context.Background(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got.KernelFeatures) != 1 || got.KernelFeatures[0].Effect != "veth pairs" || got.CrossNode.GetRouting() != "vxlan" || len(got.CrossNode.Peers) != 2 {
+		t.Fatalf("status = %v", got)
+	}
+	if !slices.Contains(got.Problems, "peer node c: no address published yet") {
+		t.Fatalf("unreachable peer not a problem: %q", got.Problems)
 	}
 }

@@ -39,6 +39,13 @@ type Config struct {
 	// Datapath is nil with --no-datapath.
 	Datapath *datapath.Datapath
 	Hub      *flows.Hub
+	// CrossNode, if set, reports the cross-node datapath (routing,
+	// encryption, peers and their WireGuard handshakes), whose state the
+	// daemon's cross-node code owns.
+	CrossNode func() *inspectv1.CrossNode
+	// KernelFeatures, if set, is the kernel feature table the daemon probed
+	// at start; nil reports an empty table.
+	KernelFeatures func() []*inspectv1.KernelFeature
 	// Options is the daemon's effective configuration, for bug reports.
 	Options any
 	// Logs, if set, are the daemon's recent log lines, for bug reports.
@@ -70,7 +77,7 @@ func (s *Service) Serve(ctx context.Context) (stop func(), err error) {
 	if err != nil {
 		return nil, err
 	}
-	g := grpc.NewServer(grpc.Creds(server.PeerCredentials()))
+	g := grpc.NewServer(grpc.Creds(server.PeerCredentials(s.cfg.Log)))
 	inspectv1.RegisterInspectorServer(g, s)
 	if s.cfg.Hub != nil {
 		flowv1.RegisterObserverServer(g, flows.NewService(s.cfg.Hub))

@@ -55,6 +55,17 @@ func (s *Service) GetStatus(context.Context, *inspectv1.GetStatusRequest) (*insp
 		}
 	}
 	failures, problems = s.addressPressure(usage, failures, problems)
+	if s.cfg.KernelFeatures != nil {
+		st.KernelFeatures = s.cfg.KernelFeatures()
+	}
+	if s.cfg.CrossNode != nil {
+		st.CrossNode = s.cfg.CrossNode()
+		for _, p := range st.CrossNode.GetPeers() {
+			if p.Problem != "" {
+				problems = append(problems, fmt.Sprintf("peer node %s: %s", p.Name, p.Problem))
+			}
+		}
+	}
 	if dp := s.cfg.Datapath; dp != nil {
 		st.Identities = uint32(len(dp.Identities()))
 		rev, invalid := dp.PolicyRevision()

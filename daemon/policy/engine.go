@@ -185,6 +185,25 @@ func (e *Engine) Prefixes(fn func(netip.Prefix, identity.ID)) {
 	}
 }
 
+// Identity returns the namespace and labels of a known pod identity.
+func (e *Engine) Identity(id identity.ID) (identity.Identity, bool) {
+	s, ok := e.ids[id]
+	if !ok {
+		return identity.Identity{}, false
+	}
+	return identity.Identity{ID: s.ID, Namespace: s.Namespace, Labels: maps.Clone(s.Labels)}, true
+}
+
+// PrefixOf returns the ipBlock prefix a CIDR identity stands for.
+func (e *Engine) PrefixOf(id identity.ID) (netip.Prefix, bool) {
+	for p, s := range e.prefixes {
+		if s.id == id {
+			return p, true
+		}
+	}
+	return netip.Prefix{}, false
+}
+
 // CIDRIdentity returns the identity of the longest prefix in use that
 // contains addr, or identity.World: what the ipcache resolves addr's CIDR to.
 func (e *Engine) CIDRIdentity(addr netip.Addr) identity.ID {

@@ -6,6 +6,7 @@ import (
 	"net"
 	"os"
 
+	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
 	"google.golang.org/grpc/credentials"
 )
@@ -15,12 +16,17 @@ import (
 // from anything the client says.
 type peerCredentials struct {
 	allowedUIDs map[uint32]bool
+	log         *zap.Logger
 }
 
 // PeerCredentials returns gRPC transport credentials admitting only root and
-// the daemon's own user; every socket of the daemon uses them.
-func PeerCredentials() credentials.TransportCredentials {
-	return &peerCredentials{allowedUIDs: map[uint32]bool{0: true, uint32(os.Geteuid()): true}}
+// the daemon's own user; every socket of the daemon uses them. Each refusal
+// is logged on log (the client only sees its connection closed).
+func PeerCredentials(log *zap.Logger) credentials.TransportCredentials {
+	if log == nil {
+		log = zap.NewNop()
+	}
+	return &peerCredentials{allowedUIDs: map[uint32]bool{0: true, uint32(os.Geteuid()): true}, log: log}
 }
 
 // PeerAuthInfo carries the verified credentials of a connection.
@@ -53,6 +59,8 @@ func (p *peerCredentials) ServerHandshake(conn net.Conn) (net.Conn, credentials.
 		return nil, nil, fmt.Errorf("peer credentials: SO_PEERCRED: %w", credErr)
 	}
 	if !p.allowedUIDs[cred.Uid] {
+		p.log.Warn("refused a connection: only root and the daemon's user are served",
+			zap.String("socket", conn.LocalAddr().String()), zap.Uint32("uid", cred.Uid), zap.Int32("pid", cred.Pid))
 		conn.Close()
 		return nil, nil, fmt.Errorf("peer credentials: uid %d (pid %d) is not allowed", cred.Uid, cred.Pid)
 	}
@@ -71,7 +79,7 @@ func (p *peerCredentials) Info() credentials.ProtocolInfo {
 }
 
 func (p *peerCredentials) Clone() credentials.TransportCredentials {
-	c := &peerCredentials{allowedUIDs: map[uint32]bool{}}
+	c := &peerCredentials{allowedUIDs: map[uint32]bool{}, log: p.log}
 	for k, v := range p.allowedUIDs {
 		c.allowedUIDs[k] = v
 	}

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
@@ -62,13 +63,20 @@ func TestPeerCredentialsRefuseOtherUsers(t *testing.T) {
 	defer st.Close()
 	pool, _ := ipam.NewPool(nil)
 	mgr := endpoint.New(endpoint.Config{Pool: pool, Store: st})
-	g := New(mgr, metrics.New(pool, func() (map[string]int, error) { return nil, nil }), zap.NewNop()).GRPCServer()
+	core, logs := observer.New(zap.InfoLevel)
+	g := New(mgr, metrics.New(pool, func() (map[string]int, error) { return nil, nil }), zap.New(core)).GRPCServer()
 
-	// Deliberately world-connectable, so only the credential check stands in the way.
-	if err := os.Chmod(dir, 0o755); err != nil {
+	// Deliberately world-connectable, so only the credential check stands in
+	// the way (t.TempDir's parent is 0700: the client would not reach the socket).
+	sockDir, err := os.MkdirTemp("", "coordino-peercred-sock-")
+	if err != nil {
 		t.Fatal(err)
 	}
-	sock := filepath.Join(dir, "s.sock")
+	defer os.RemoveAll(sockDir)
+	if err := os.Chmod(sockDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	sock := filepath.Join(sockDir, "s.sock")
 	l, err := net.Listen("unix", sock)
 	if err != nil {
 		t.Fatal(err)
@@ -105,5 +113,10 @@ func TestPeerCredentialsRefuseOtherUsers(t *testing.T) {
 	out, err := run(&syscall.Credential{Uid: 65534, Gid: 65534})
 	if err == nil || !strings.Contains(out, "REFUSED") {
 		t.Fatalf("uid 65534 client was served: %v %s", err, out)
+	}
+	// The refusal is the daemon's to explain: the client sees a closed connection.
+	refused := logs.FilterMessageSnippet("refused a connection").AllUntimed()
+	if len(refused) == 0 || refused[0].ContextMap()["uid"] != uint32(65534) {
+		t.Fatalf("refusal not logged: %v (client: %s)", logs.AllUntimed(), out)
 	}
 }

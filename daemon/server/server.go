@@ -63,7 +63,7 @@ func Listen(socketPath string) (net.Listener, error) {
 // GRPCServer returns a gRPC server with s registered, admitting root and the
 // daemon's own user only.
 func (s *Server) GRPCServer() *grpc.Server {
-	g := grpc.NewServer(grpc.Creds(PeerCredentials()))
+	g := grpc.NewServer(grpc.Creds(PeerCredentials(s.log)))
 	cniv1.RegisterCNIServer(g, s)
 	return g
 }

@@ -79,10 +79,8 @@ type Device struct {
 
 	mu   sync.Mutex
 	last peers.Set
-	// next is the pending key of a rotation (nil: none); switched is set
-	// when the device just moved to it, until apply has seen it.
-	next     *wgtypes.Key
-	switched bool
+	// next is the pending key of a rotation (nil: none).
+	next *wgtypes.Key
 }
 
 // Start loads (or creates) the key and brings the device up: an existing
@@ -273,13 +271,27 @@ func (d *Device) Apply(set peers.Set) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.last = set
-	if err := d.maybeSwitchKey(set); err != nil {
-		return err
-	}
-	return d.apply(set)
+	return d.switchAndApply(set)
 }
 
-func (d *Device) apply(set peers.Set) error {
+// switchAndApply switches to the pending key if set carries it, then
+// applies set; callers hold mu.
+func (d *Device) switchAndApply(set peers.Set) error {
+	// Taken before anything changes: a handshake may complete while the
+	// device is still being configured, and it is the one settling waits
+	// for.
+	since := time.Now()
+	switched, err := d.maybeSwitchKey(set)
+	if err != nil {
+		return err
+	}
+	return d.apply(set, since, switched)
+}
+
+// apply configures set's peers and routes; since is when the change began
+// (handshakes after it count for settling) and rekeyed says this node's own
+// key changed then, which makes every peer settle. Callers hold mu.
+func (d *Device) apply(set peers.Set, since time.Time, rekeyed bool) error {
 	dev, err := d.client.Device(d.cfg.Device)
 	if err != nil {
 		return fmt.Errorf("wireguard %s: %w", d.cfg.Device, err)
@@ -303,7 +315,10 @@ func (d *Device) apply(set peers.Set) error {
 			continue
 		}
 		key, err := wgtypes.ParseKey(n.WireGuard.PublicKey)
-		if err != nil || key == d.key.PublicKey() {
+		// This node's own key (or its pending one) is no peer's: both
+		// device kinds drop a peer with their own public key when the
+		// private key is set.
+		if err != nil || key == d.key.PublicKey() || (d.next != nil && key == d.next.PublicKey()) {
 			errs = append(errs, fmt.Errorf("peer %q: unusable wireguard key", name))
 			continue
 		}
@@ -329,8 +344,8 @@ func (d *Device) apply(set peers.Set) error {
 			return fmt.Errorf("configure peers of %s: %w", d.cfg.Device, err)
 		}
 	}
-	if fresh := d.freshPeers(have, c.Peers); len(fresh) > 0 {
-		go d.settle(fresh, time.Now())
+	if fresh := freshPeers(have, c.Peers, rekeyed); len(fresh) > 0 {
+		go d.settle(fresh, since)
 	}
 	if err := d.router.Apply(keyed); err != nil {
 		errs = append(errs, err)
@@ -396,9 +411,10 @@ func (d *Device) Run(ctx context.Context) {
 		}
 		d.log.Warn("wireguard device stopped answering: re-creating it", zap.String("device", d.cfg.Device))
 		d.mu.Lock()
+		since := time.Now()
 		err := d.ensure()
 		if err == nil && d.last != nil {
-			err = d.apply(d.last)
+			err = d.apply(d.last, since, false)
 		}
 		d.mu.Unlock()
 		if err != nil {

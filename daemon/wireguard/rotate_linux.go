@@ -51,7 +51,7 @@ func (d *Device) rotateLocked() (wgtypes.Key, error) {
 	}
 	if d.last != nil {
 		// The peer set may already carry it (a pending rotation found at start).
-		if err := d.maybeSwitchKey(d.last); err != nil {
+		if err := d.switchAndApply(d.last); err != nil {
 			return pub, err
 		}
 	}
@@ -88,41 +88,37 @@ func (d *Device) checkRotation() {
 }
 
 // maybeSwitchKey switches the device to the pending key once set lists it
-// for this node: the same peer set tells every other node, so they replace
-// this node's peer at the same time and the tunnels re-handshake at once.
-func (d *Device) maybeSwitchKey(set peers.Set) error {
+// for this node, and reports whether it did: the same peer set tells every
+// other node, so they replace this node's peer at the same time and the
+// tunnels re-handshake at once.
+func (d *Device) maybeSwitchKey(set peers.Set) (bool, error) {
 	if d.next == nil {
-		return nil
+		return false, nil
 	}
 	self := set[d.cfg.Self]
 	if self == nil || self.WireGuard == nil || self.WireGuard.PublicKey != d.next.PublicKey().String() {
-		return nil
+		return false, nil
 	}
 	next := *d.next
-	// The peers are re-created with the key: sessions die with the old key
-	// anyway, and fresh peers may initiate a handshake at once, where a
-	// peer that sent one in the last 5 s (e.g. rejected by a node that had
-	// not switched yet) would wait that long.
-	dev, err := d.client.Device(d.cfg.Device)
-	if err != nil {
-		return fmt.Errorf("wireguard %s: %w", d.cfg.Device, err)
+	// Only the private key is set. The kernel and wireguard-go alike then
+	// keep every peer (endpoint, allowed IPs, replay and flood state),
+	// recompute each peer's static-static secret, expire the sessions of
+	// the old key and clear the 5 s limit on initiations, so the next
+	// packet to a peer initiates a handshake at once under the new key.
+	// Re-creating the peers instead (ReplacePeers) left the device without
+	// them for a moment: an initiation arriving then was dropped as
+	// invalid, and its sender tried again only a second or more later.
+	if err := d.client.ConfigureDevice(d.cfg.Device, wgtypes.Config{PrivateKey: &next}); err != nil {
+		return false, fmt.Errorf("switch %s to the rotated key: %w", d.cfg.Device, err)
 	}
-	c := wgtypes.Config{PrivateKey: &next, ReplacePeers: true}
-	for _, p := range dev.Peers {
-		c.Peers = append(c.Peers, wgtypes.PeerConfig{PublicKey: p.PublicKey, Endpoint: p.Endpoint,
-			ReplaceAllowedIPs: true, AllowedIPs: p.AllowedIPs})
-	}
-	if err := d.client.ConfigureDevice(d.cfg.Device, c); err != nil {
-		return fmt.Errorf("switch %s to the rotated key: %w", d.cfg.Device, err)
-	}
+	d.key, d.next = next, nil
 	if err := CommitRotation(d.cfg.StateDir); err != nil {
 		// The device runs the new key; at restart the old one would be set
 		// again and the rotation stay pending: say so, do not pretend.
-		return fmt.Errorf("store the rotated wireguard key: %w", err)
+		return true, fmt.Errorf("store the rotated wireguard key: %w", err)
 	}
-	d.key, d.next, d.switched = next, nil, true
 	d.log.Info("wireguard key rotated", zap.String("publicKey", next.PublicKey().String()))
-	return nil
+	return true, nil
 }
 
 // Settling after peers change. A peer this device did not have (or all of
@@ -248,22 +244,21 @@ func bytesLess(a, b []byte) bool {
 }
 
 // freshPeers are the peers just added with a key the device did not have,
-// or all of them after this node's own key changed (switched marks it).
-func (d *Device) freshPeers(have map[wgtypes.Key]wgtypes.Peer, configured []wgtypes.PeerConfig) map[wgtypes.Key]bool {
+// or all of them after this node's own key changed (rekeyed).
+func freshPeers(have map[wgtypes.Key]wgtypes.Peer, configured []wgtypes.PeerConfig, rekeyed bool) map[wgtypes.Key]bool {
 	fresh := map[wgtypes.Key]bool{}
 	for _, pc := range configured {
-		if _, ok := have[pc.PublicKey]; !ok && !pc.Remove {
+		if _, ok := have[pc.PublicKey]; (!ok || rekeyed) && !pc.Remove {
 			fresh[pc.PublicKey] = true
 		}
 	}
-	if d.switched {
-		d.switched = false
+	if rekeyed {
 		for k := range have {
 			fresh[k] = true
 		}
 		for _, pc := range configured {
-			if !pc.Remove {
-				fresh[pc.PublicKey] = true
+			if pc.Remove {
+				delete(fresh, pc.PublicKey)
 			}
 		}
 	}

@@ -134,9 +134,18 @@ func TestCoordinoctlAgainstLiveDaemon(t *testing.T) {
 				t.Fatalf("no pressure for %s: %v", name, st.Maps)
 			}
 		}
+		if st.CrossNode.GetEncryption() != "none" || st.CrossNode.GetRouting() == "" || len(st.CrossNode.GetPeers()) != 0 {
+			t.Fatalf("cross-node = %v", st.CrossNode)
+		}
 		table, err := coordinoctl(t, n, "status")
-		if err != nil || !regexp.MustCompile(`(?m)^Verdict:\s+OK$`).MatchString(table) {
-			t.Fatalf("status table lacks the verdict line: %v\n%s", err, table)
+		if err != nil || !regexp.MustCompile(`(?m)^Verdict:\s+OK$`).MatchString(table) ||
+			!regexp.MustCompile(`(?m)^Cross-node:\s+routing `+st.CrossNode.Routing+`, encryption none$`).MatchString(table) {
+			t.Fatalf("status table lacks the verdict or cross-node line: %v\n%s", err, table)
+		}
+		// Global flags may come first.
+		if out, err := exec.Command(filepath.Join(harness.BinDir(), "coordinoctl"), "--socket", filepath.Join(n.RunDir, "inspect.sock"), "-o", "json", "status").Output(); err != nil ||
+			!strings.Contains(string(out), `"deleteQueue": 0,`) {
+			t.Fatalf("coordinoctl --socket S -o json status: %v\n%s", err, out)
 		}
 		y, err := coordinoctl(t, n, "status", "-o", "yaml")
 		if err != nil {
@@ -256,6 +265,14 @@ func TestCoordinoctlAgainstLiveDaemon(t *testing.T) {
 		if err != nil || !strings.Contains(table, "default deny of default/db-allow-web") || !regexp.MustCompile(`(?m)^Verdict:\s+DENIED$`).MatchString(table) {
 			t.Fatalf("explain table: %v\n%s", err, table)
 		}
+		// The peer's identity is said in words: at db's ingress, other's pods;
+		// at other's egress, db's pods; both addresses are in other-egress's ipBlock.
+		for _, role := range []string{"other", "db"} {
+			want := `(?m)^  peer:\s+identity \d+: pods in namespace default with labels role=` + role + `; its address is in ipBlock 10\.94\.0\.0/24 \(cidr:\d+\)$`
+			if !regexp.MustCompile(want).MatchString(table) {
+				t.Fatalf("explain table lacks %s:\n%s", want, table)
+			}
+		}
 	})
 
 	t.Run("flows follow sees a denied connection within 1s", func(t *testing.T) {
@@ -318,16 +335,24 @@ func TestCoordinoctlAgainstLiveDaemon(t *testing.T) {
 		if err != nil || !strings.Contains(out, `"reason":"policy-denied"`) || !strings.Contains(out, pods["other"].addr.String()) {
 			t.Fatalf("flows --since: %v\n%s", err, out)
 		}
-		if out, _ := coordinoctl(t, n, "flows", "--since", "1m", "--port", "5433", "--verdict", "allowed", "-o", "json"); strings.TrimSpace(out) != "" {
-			t.Fatalf("verdict filter let through: %s", out)
+		// Only drops are remembered: asking for allowed ones says so.
+		if out, err := coordinoctl(t, n, "flows", "--since", "1m", "--port", "5433", "--verdict", "allowed", "-o", "json"); err == nil ||
+			strings.TrimSpace(out) != "" || !strings.Contains(err.Error(), "the daemon remembers dropped flows only") {
+			t.Fatalf("flows --verdict allowed without --follow: %v %s", err, out)
+		}
+		// The table names the pod and says the time is UTC.
+		table, err := coordinoctl(t, n, "flows", "--since", "1m", "--port", "5433")
+		if err != nil || !regexp.MustCompile(`(?m)^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z  default/db  +ingress  dropped  policy-denied`).MatchString(table) {
+			t.Fatalf("flows table: %v\n%s", err, table)
 		}
 	})
 
 	t.Run("bugtool", func(t *testing.T) {
 		const wgKey = "yAnz5TF+lXXJte14tji3zlMNq+hd2rYUIgJBgB3fBmk="
 		const token = "eyJhbGciOiJSUzI1NiJ9.eyJzdWIiOiJzeXN0ZW06Y29vcmRpbm8ifQ.c2lnbmF0dXJlLXZhbHVl"
+		const pubKey = "xTIBA5rboUvnH4htodjb6e697QjLERt1NAB4mZqp8Dg="
 		logFile := filepath.Join(dir, "daemon.log")
-		if err := os.WriteFile(logFile, []byte(`{"level":"info","msg":"wireguard up","privateKey":"`+wgKey+`"}`+"\n"+
+		if err := os.WriteFile(logFile, []byte(`{"level":"info","msg":"wireguard up","privateKey":"`+wgKey+`","publicKey":"`+pubKey+`"}`+"\n"+
 			`{"level":"debug","msg":"api","authorization":"Bearer `+token+`"}`+"\n"+n.LogTail(50)), 0o600); err != nil {
 			t.Fatal(err)
 		}
@@ -353,6 +378,12 @@ func TestCoordinoctlAgainstLiveDaemon(t *testing.T) {
 		}
 		if !strings.Contains(files["logs/0-daemon.log"], "wireguard up") {
 			t.Errorf("log not included")
+		}
+		if !strings.Contains(files["logs/0-daemon.log"], `"publicKey":"`+pubKey+`"`) {
+			t.Errorf("the public key was redacted:\n%s", files["logs/0-daemon.log"])
+		}
+		if !strings.Contains(files["daemon/status.json"], `"deleteQueue": 0,`) || !strings.Contains(files["daemon/status.json"], `"crossNode": {`) {
+			t.Errorf("status.json is not status -o json:\n%s", files["daemon/status.json"])
 		}
 		for name, content := range files {
 			for _, secret := range []string{wgKey, token, "eyJhbGciOiJSUzI1NiJ9"} {
@@ -410,8 +441,18 @@ func TestCoordinoctlAgainstLiveDaemon(t *testing.T) {
 		if out, err := run(nil); err != nil || !strings.Contains(out, "Verdict:") {
 			t.Fatalf("root: %v %s", err, out)
 		}
-		if out, err := run(&syscall.Credential{Uid: 65534, Gid: 65534}); err == nil || strings.Contains(out, "Verdict:") || strings.Contains(out, "permission denied") {
-			t.Fatalf("uid 65534 was served: %v %s", err, out)
+		// Refused by the peer check (not by the socket's mode, opened above),
+		// said as such, and logged by the daemon.
+		if out, err := run(&syscall.Credential{Uid: 65534, Gid: 65534}); err == nil || strings.Contains(out, "Verdict:") ||
+			!strings.Contains(out, "permission denied: root only: the daemon on "+sock+" closed the connection of uid 65534") {
+			t.Fatalf("uid 65534: %v %s", err, out)
+		}
+		deadline := time.Now().Add(5 * time.Second)
+		for !n.LogContains(`"uid":65534`) {
+			if time.Now().After(deadline) {
+				t.Fatalf("the daemon did not log the refusal:\n%s", n.LogTail(20))
+			}
+			time.Sleep(50 * time.Millisecond)
 		}
 	})
 }

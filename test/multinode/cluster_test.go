@@ -278,18 +278,31 @@ func (c *cluster) peerSet(members []*node) peers.Set {
 // written atomically as a config-management tool would.
 func (c *cluster) writePeers(members []*node) {
 	c.t.Helper()
+	data := c.peersFile(members)
+	for _, n := range c.nodes {
+		c.writePeersFile(n, data)
+	}
+}
+
+// peersFile is the peers file listing members.
+func (c *cluster) peersFile(members []*node) []byte {
+	c.t.Helper()
 	data, err := peers.MarshalFile(c.peerSet(members))
 	if err != nil {
 		c.t.Fatal(err)
 	}
-	for _, n := range c.nodes {
-		tmp := n.peersFile + ".tmp"
-		if err := os.WriteFile(tmp, data, 0o644); err != nil {
-			c.t.Fatal(err)
-		}
-		if err := os.Rename(tmp, n.peersFile); err != nil {
-			c.t.Fatal(err)
-		}
+	return data
+}
+
+// writePeersFile gives n the peers file data (atomically).
+func (c *cluster) writePeersFile(n *node, data []byte) {
+	c.t.Helper()
+	tmp := n.peersFile + ".tmp"
+	if err := os.WriteFile(tmp, data, 0o644); err != nil {
+		c.t.Fatal(err)
+	}
+	if err := os.Rename(tmp, n.peersFile); err != nil {
+		c.t.Fatal(err)
 	}
 }
 

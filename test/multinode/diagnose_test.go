@@ -97,3 +97,29 @@ func (c *cluster) waitTunnels() {
 	}
 	t.Logf("wireguard tunnels up in %v", time.Since(start).Round(time.Millisecond))
 }
+
+// logHandshakes logs what each node's userspace device logged between from
+// and to (its lines carry microsecond local timestamps): which end
+// initiated, which message was rejected, when a peer was re-created.
+func (c *cluster) logHandshakes(t *testing.T, from, to time.Time) {
+	t.Helper()
+	for _, n := range c.nodes {
+		log, _ := os.ReadFile(filepath.Join(n.RunDir, "wireguard-"+n.wgDevice+".log"))
+		var b strings.Builder
+		for _, line := range strings.Split(string(log), "\n") {
+			_, rest, ok := strings.Cut(line, ") ")
+			if !ok || len(rest) < len(wgLogTime) {
+				continue
+			}
+			at, err := time.ParseInLocation(wgLogTime, rest[:len(wgLogTime)], time.Local)
+			if err != nil || at.Before(from) || at.After(to) {
+				continue
+			}
+			fmt.Fprintf(&b, "    %s\n", rest)
+		}
+		t.Logf("%s wireguard log %s to %s:\n%s", n.Name, from.Format("15:04:05.000000"), to.Format("15:04:05.000000"), b.String())
+	}
+}
+
+// wgLogTime is how coordino-wireguard stamps its log lines.
+const wgLogTime = "2006/01/02 15:04:05.000000"

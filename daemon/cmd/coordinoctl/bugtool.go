@@ -6,6 +6,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -51,33 +52,24 @@ func runBugtool(ctx context.Context, c *client, _ []string) error {
 	if st, err := c.inspect.GetStatus(rctx, &inspectv1.GetStatusRequest{}); err == nil && st.NodeName != "" {
 		node = st.NodeName
 	}
-	stamp := time.Now().UTC().Format("20060102T150405Z")
+	now := time.Now()
+	stamp := now.UTC().Format("20060102T150405Z")
 	out := bugtoolOpts.out
 	if out == "" {
 		out = fmt.Sprintf("coordino-bugtool-%s-%s.tar.gz", node, stamp)
 	}
-	dir := fmt.Sprintf("coordino-bugtool-%s-%s", node, stamp)
 	f, err := os.OpenFile(out, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
 	if err != nil {
 		return err
 	}
-	gz := gzip.NewWriter(f)
-	tw := tar.NewWriter(gz)
-	add := func(name string, data []byte) error {
-		data = inspectv1.Redact(data)
-		if err := tw.WriteHeader(&tar.Header{Name: dir + "/" + name, Mode: 0o600, Size: int64(len(data)), ModTime: time.Now()}); err != nil {
-			return err
-		}
-		_, err := tw.Write(data)
-		return err
-	}
+	tb := newTarball(f, fmt.Sprintf("coordino-bugtool-%s-%s", node, stamp), now)
 	write := func() error {
 		for _, df := range diag.Files {
-			if err := add("daemon/"+filepath.Clean("/" + df.Name)[1:], df.Content); err != nil {
+			if err := tb.add("daemon/"+filepath.Clean("/" + df.Name)[1:], df.Content); err != nil {
 				return err
 			}
 		}
-		if err := add("versions.txt", []byte(versions())); err != nil {
+		if err := tb.add("versions.txt", []byte(versions())); err != nil {
 			return err
 		}
 		logs := bugtoolOpts.logs
@@ -92,17 +84,14 @@ func runBugtool(ctx context.Context, c *client, _ []string) error {
 			if err != nil {
 				data = []byte(fmt.Sprintf("read %s: %v\n", path, err))
 			}
-			if err := add(fmt.Sprintf("logs/%d-%s", i, filepath.Base(path)), data); err != nil {
+			if err := tb.add(fmt.Sprintf("logs/%d-%s", i, filepath.Base(path)), data); err != nil {
 				return err
 			}
 		}
 		return nil
 	}
 	err = write()
-	if cerr := tw.Close(); err == nil {
-		err = cerr
-	}
-	if cerr := gz.Close(); err == nil {
+	if cerr := tb.close(); err == nil {
 		err = cerr
 	}
 	if cerr := f.Close(); err == nil {
@@ -114,6 +103,40 @@ func runBugtool(ctx context.Context, c *client, _ []string) error {
 	}
 	fmt.Fprintln(c.out, out)
 	return nil
+}
+
+// tarball is a gzipped tar of redacted files under one directory.
+type tarball struct {
+	gz    *gzip.Writer
+	tw    *tar.Writer
+	dir   string
+	mtime time.Time
+}
+
+// newTarball stamps every entry with now cut to the second: tar keeps whole
+// seconds and would round up to half a second into the future otherwise,
+// which tar warns about on extraction.
+func newTarball(w io.Writer, dir string, now time.Time) *tarball {
+	gz := gzip.NewWriter(w)
+	return &tarball{gz: gz, tw: tar.NewWriter(gz), dir: dir, mtime: now.Truncate(time.Second)}
+}
+
+// add writes one file after inspectv1.Redact.
+func (t *tarball) add(name string, data []byte) error {
+	data = inspectv1.Redact(data)
+	if err := t.tw.WriteHeader(&tar.Header{Name: t.dir + "/" + name, Mode: 0o600, Size: int64(len(data)), ModTime: t.mtime}); err != nil {
+		return err
+	}
+	_, err := t.tw.Write(data)
+	return err
+}
+
+func (t *tarball) close() error {
+	err := t.tw.Close()
+	if gerr := t.gz.Close(); err == nil {
+		err = gerr
+	}
+	return err
 }
 
 func versions() string {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"net/netip"
 	"slices"
 	"strings"
 	"time"
@@ -52,8 +53,9 @@ func runStatus(ctx context.Context, c *client, _ []string) error {
 			if i == 0 {
 				label = "IP blocks:"
 			}
-			row(w, label, fmt.Sprintf("%s  %d/%d used (%s), %d free", b.Cidr, b.Used, b.Size, percent(b.Used, b.Size), b.Free))
+			row(w, label, fmt.Sprintf("%s  %d/%d used (%s), %d free%s", b.Cidr, b.Used, b.Size, percent(b.Used, b.Size), b.Free, capNote(b.Cidr)))
 		}
+		crossNode(w, st.CrossNode, time.Now())
 		for i, m := range st.Maps {
 			label := " "
 			if i == 0 {
@@ -69,6 +71,7 @@ func runStatus(ctx context.Context, c *client, _ []string) error {
 			row(w, label, line)
 		}
 		row(w, "Delete queue:", fmt.Sprintf("%d pending", st.DeleteQueue))
+		kernelFeatures(w, st.KernelFeatures)
 		for _, p := range st.Problems {
 			row(w, "Problem:", p)
 		}
@@ -141,7 +144,7 @@ func runIPAM(ctx context.Context, c *client, _ []string) error {
 	return c.print(resp, func(w io.Writer) {
 		row(w, "BLOCK", "SIZE", "USED", "FREE", "USAGE")
 		for _, b := range resp.Blocks {
-			row(w, b.Cidr, b.Size, b.Used, b.Free, percent(b.Used, b.Size))
+			row(w, b.Cidr, b.Size, b.Used, b.Free, percent(b.Used, b.Size)+capNote(b.Cidr))
 		}
 		fmt.Fprintln(w)
 		row(w, "ADDRESS", "POD", "ENDPOINT")
@@ -161,6 +164,66 @@ func runVersion(ctx context.Context, c *client, _ []string) error {
 	}
 	fmt.Fprintln(c.out, "daemon:     ", st.Version)
 	return nil
+}
+
+// capNote explains a block's size when the allocator's cap, not the CIDR,
+// sets it: an IPv6 /64 hands out its first 65,536 addresses only.
+func capNote(cidr string) string {
+	p, err := netip.ParsePrefix(cidr)
+	if err != nil || p.Addr().BitLen()-p.Bits() <= 16 {
+		return ""
+	}
+	return " (a block hands out its first 65,536 addresses only)"
+}
+
+// crossNode shows how pods of other nodes are reached, and each peer's
+// WireGuard handshake age.
+func crossNode(w io.Writer, x *inspectv1.CrossNode, now time.Time) {
+	if x == nil {
+		return
+	}
+	row(w, "Cross-node:", fmt.Sprintf("routing %s, encryption %s", x.Routing, x.Encryption))
+	if x.Encryption == "wireguard" {
+		row(w, "WireGuard:", fmt.Sprintf("%s device, public key %s", x.WireguardDevice, x.PublicKey))
+	}
+	if len(x.Peers) == 0 {
+		row(w, "Peers:", "none")
+	}
+	for i, p := range x.Peers {
+		label := " "
+		if i == 0 {
+			label = "Peers:"
+		}
+		line := fmt.Sprintf("%s  %s  blocks %s", p.Name, orDash(strings.Join(p.Addresses, ",")), orDash(strings.Join(p.Blocks, ",")))
+		if x.Encryption == "wireguard" && p.Problem == "" {
+			hs := "no handshake yet"
+			if p.LastHandshakeUnix > 0 {
+				hs = "handshake " + now.Sub(time.Unix(p.LastHandshakeUnix, 0)).Round(time.Second).String() + " ago"
+			}
+			line += fmt.Sprintf("  %s (endpoint %s, %d B in, %d B out)", hs, orDash(p.Endpoint), p.RxBytes, p.TxBytes)
+		}
+		if p.Problem != "" {
+			line += "  " + strings.ToUpper(p.Problem[:1]) + p.Problem[1:]
+		}
+		row(w, label, line)
+	}
+}
+
+// kernelFeatures shows the daemon's kernel feature table, and for each
+// missing feature what the daemon does instead.
+func kernelFeatures(w io.Writer, fs []*inspectv1.KernelFeature) {
+	for i, f := range fs {
+		label := " "
+		if i == 0 {
+			label = "Kernel features:"
+		}
+		cells := []any{label, f.Name, "yes", f.Detail}
+		if !f.Available {
+			cells[2] = "no"
+			cells = append(cells, f.Effect)
+		}
+		row(w, cells...)
+	}
 }
 
 func podOf(e *inspectv1.Endpoint) string {

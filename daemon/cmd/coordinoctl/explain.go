@@ -52,7 +52,8 @@ func runExplain(ctx context.Context, c *client, _ []string) error {
 			fmt.Fprintln(w)
 			row(w, strings.ToUpper(st.Direction[:1])+st.Direction[1:]+":", fmt.Sprintf("%s (%s)", strings.ToUpper(st.Verdict), orDash(st.Reason)))
 			if st.Endpoint != "" {
-				row(w, "  at:", fmt.Sprintf("%s identity %d, peer identity %d (CIDR identity %d)", st.Endpoint, st.LocalIdentity, st.RemoteIdentity, st.RemoteCidrIdentity))
+				row(w, "  at:", fmt.Sprintf("%s (identity %d)", st.Endpoint, st.LocalIdentity))
+				row(w, "  peer:", st.RemoteDescription)
 			}
 			if len(st.SelectedBy) > 0 {
 				row(w, "  selected by:", strings.Join(st.SelectedBy, ", "))

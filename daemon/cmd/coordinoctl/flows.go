@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"flag"
@@ -8,7 +9,6 @@ import (
 	"io"
 	"strconv"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -31,23 +31,31 @@ func flowFlags(fs *flag.FlagSet) {
 	fs.StringVar(&flowOpts.pod, "pod", "", "flows from or to this pod (namespace/name or name)")
 	fs.StringVar(&flowOpts.namespace, "namespace", "", "flows from or to pods of this namespace")
 	fs.UintVar(&flowOpts.identity, "identity", 0, "flows whose local or remote identity is this")
-	fs.StringVar(&flowOpts.verdict, "verdict", "", "allowed or dropped")
+	fs.StringVar(&flowOpts.verdict, "verdict", "", "allowed (with --follow only: only drops are remembered) or dropped")
 	fs.StringVar(&flowOpts.reason, "reason", "", "a datapath reason, e.g. policy-denied")
 	fs.UintVar(&flowOpts.port, "port", 0, "flows with this source or destination port")
 	fs.StringVar(&flowOpts.proto, "protocol", "", "TCP, UDP, SCTP, ICMP or ICMPv6")
 	fs.StringVar(&flowOpts.since, "since", "", "remembered drops since a duration ago (5m) or a time (RFC 3339)")
 }
 
-// flowFilter matches events against the command-line filters. Pod and
-// namespace filters match by address, so both ends of a flow count.
+// flowFilter matches events against the command-line filters and names
+// their endpoints. Pod and namespace filters match by address, so both ends
+// of a flow count.
 type flowFilter struct {
-	c        *client
+	c *client
+	// names maps attachment keys to namespace/pod, for the table.
+	names    map[string]string
 	addrs    map[string]bool
 	resolved time.Time
 }
 
+// needsEndpoints reports whether the endpoint list is needed at all.
+func (f *flowFilter) needsEndpoints() bool {
+	return flowOpts.pod != "" || flowOpts.namespace != "" || f.c.output == "table"
+}
+
 func (f *flowFilter) refresh(ctx context.Context) error {
-	if flowOpts.pod == "" && flowOpts.namespace == "" {
+	if !f.needsEndpoints() {
 		return nil
 	}
 	ctx, cancel := f.c.rpcContext(ctx)
@@ -56,8 +64,18 @@ func (f *flowFilter) refresh(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	f.addrs = map[string]bool{}
+	f.names = map[string]string{}
+	filtered := flowOpts.pod != "" || flowOpts.namespace != ""
+	if filtered {
+		f.addrs = map[string]bool{}
+	}
 	for _, e := range resp.Endpoints {
+		if e.PodName != "" {
+			f.names[e.Key] = podOf(e)
+		}
+		if !filtered {
+			continue
+		}
 		pod := e.PodNamespace + "/" + e.PodName
 		if flowOpts.pod != "" && flowOpts.pod != pod && flowOpts.pod != e.PodName && flowOpts.pod != e.ContainerId {
 			continue
@@ -71,6 +89,21 @@ func (f *flowFilter) refresh(ctx context.Context) error {
 	}
 	f.resolved = time.Now()
 	return nil
+}
+
+// endpoint names a flow's endpoint by its pod, else by its attachment key
+// (a pod the daemon knows no name of, or one gone since).
+func (f *flowFilter) endpoint(ctx context.Context, key string) string {
+	if name, ok := f.names[key]; ok {
+		return name
+	}
+	if f.names != nil && time.Since(f.resolved) > time.Second {
+		_ = f.refresh(ctx) // a pod created after we started
+		if name, ok := f.names[key]; ok {
+			return name
+		}
+	}
+	return key
 }
 
 func (f *flowFilter) match(ctx context.Context, ev *flowv1.FlowEvent) bool {
@@ -116,6 +149,9 @@ func runFlows(ctx context.Context, c *client, _ []string) error {
 	if flowOpts.verdict != "" && flowOpts.verdict != "allowed" && flowOpts.verdict != "dropped" {
 		return fmt.Errorf("%w: --verdict %q: must be allowed or dropped", errUsage, flowOpts.verdict)
 	}
+	if flowOpts.verdict == "allowed" && !flowOpts.follow {
+		return fmt.Errorf("%w: --verdict allowed needs --follow: the daemon remembers dropped flows only (every allowed connection would cost an event)", errUsage)
+	}
 	since, err := parseSince(flowOpts.since)
 	if err != nil {
 		return err
@@ -124,13 +160,12 @@ func runFlows(ctx context.Context, c *client, _ []string) error {
 	if err := f.refresh(ctx); err != nil {
 		return err
 	}
-	p := newFlowPrinter(c)
+	p := newFlowPrinter(c, f)
 	defer p.flush()
 	// Subscribe before listing history, so nothing falls between the two.
 	var stream flowv1.Observer_FollowFlowsClient
 	if flowOpts.follow {
-		stream, err = c.flows.FollowFlows(ctx, &flowv1.FollowFlowsRequest{DroppedOnly: flowOpts.verdict == "dropped"})
-		if err != nil {
+		if stream, err = c.follow(ctx, &flowv1.FollowFlowsRequest{DroppedOnly: flowOpts.verdict == "dropped"}); err != nil {
 			return err
 		}
 	}
@@ -143,7 +178,7 @@ func runFlows(ctx context.Context, c *client, _ []string) error {
 		}
 		for _, ev := range recent.Flows {
 			if f.match(ctx, ev) {
-				if err := p.print(ev); err != nil {
+				if err := p.print(ctx, ev); err != nil {
 					return err
 				}
 			}
@@ -162,12 +197,32 @@ func runFlows(ctx context.Context, c *client, _ []string) error {
 			return err
 		}
 		if f.match(ctx, ev) {
-			if err := p.print(ev); err != nil {
+			if err := p.print(ctx, ev); err != nil {
 				return err
 			}
 			p.flush()
 		}
 	}
+}
+
+// follow opens a flow stream. --timeout bounds connecting and the opening
+// (the daemon's headers say it has subscribed), not the healthy stream.
+func (c *client) follow(ctx context.Context, req *flowv1.FollowFlowsRequest) (flowv1.Observer_FollowFlowsClient, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	timer := time.AfterFunc(c.timeout, cancel)
+	stream, err := c.flows.FollowFlows(ctx, req)
+	if err == nil {
+		_, err = stream.Header()
+	}
+	if !timer.Stop() {
+		return nil, errNoAnswer
+	}
+	if err != nil {
+		cancel()
+		return nil, err
+	}
+	// The stream lives until the caller's ctx ends, which also releases ours.
+	return stream, nil
 }
 
 func sinceNano(t time.Time) int64 {
@@ -177,45 +232,85 @@ func sinceNano(t time.Time) int64 {
 	return t.UnixNano()
 }
 
+// flowColumns are the table's columns and their widths: fixed, so rows
+// printed one at a time while following line up with the header. A longer
+// cell (a long pod name, an IPv6 address) pushes its row right until the
+// slack of the next columns takes the excess up again.
+var flowColumns = []struct {
+	name  string
+	width int
+}{
+	{"TIME", 24}, {"ENDPOINT", 40}, {"DIR", 7}, {"VERDICT", 7}, {"REASON", 16}, {"PROTO", 6},
+	{"SOURCE", 21}, {"DESTINATION", 21}, {"IDENTITIES", 0},
+}
+
+// flowTime is how the table shows a flow's time: RFC 3339 in UTC with
+// milliseconds, so it can be pasted into --since.
+const flowTime = "2006-01-02T15:04:05.000Z07:00"
+
 // flowPrinter writes one line per flow: a table row, or a JSON/YAML document.
 type flowPrinter struct {
 	c      *client
-	tw     *tabwriter.Writer
+	f      *flowFilter
+	w      *bufio.Writer
 	header bool
 }
 
-func newFlowPrinter(c *client) *flowPrinter {
-	return &flowPrinter{c: c, tw: tabwriter.NewWriter(c.out, 0, 4, 2, ' ', 0)}
+func newFlowPrinter(c *client, f *flowFilter) *flowPrinter {
+	return &flowPrinter{c: c, f: f, w: bufio.NewWriter(c.out)}
 }
 
-func (p *flowPrinter) print(ev *flowv1.FlowEvent) error {
+func (p *flowPrinter) print(ctx context.Context, ev *flowv1.FlowEvent) error {
 	switch p.c.output {
 	case "json":
 		b, err := marshal(ev, "json", false)
 		if err != nil {
 			return err
 		}
-		_, err = p.c.out.Write(b)
+		_, err = p.w.Write(b)
 		return err
 	case "yaml":
 		b, err := marshal(ev, "yaml", false)
 		if err != nil {
 			return err
 		}
-		_, err = fmt.Fprintf(p.c.out, "---\n%s", b)
+		_, err = fmt.Fprintf(p.w, "---\n%s", b)
 		return err
 	}
 	if !p.header {
-		row(p.tw, "TIME", "ENDPOINT", "DIR", "VERDICT", "REASON", "PROTO", "SOURCE", "DESTINATION", "IDENTITIES")
+		names := make([]string, len(flowColumns))
+		for i, col := range flowColumns {
+			names[i] = col.name
+		}
+		p.row(names...)
 		p.header = true
 	}
 	from, to := localFirst(ev)
-	row(p.tw, time.Unix(0, ev.TimeUnixNano).UTC().Format("15:04:05.000"), ev.Endpoint, ev.Direction, ev.Verdict, ev.Reason, ev.Protocol,
+	p.row(time.Unix(0, ev.TimeUnixNano).UTC().Format(flowTime), p.f.endpoint(ctx, ev.Endpoint), ev.Direction, ev.Verdict, ev.Reason, ev.Protocol,
 		hostPort(ev.Src, ev.SrcPort), hostPort(ev.Dst, ev.DstPort), fmt.Sprintf("%d->%d", from, to))
 	return nil
 }
 
-func (p *flowPrinter) flush() { _ = p.tw.Flush() }
+// row starts each cell at its column, or two spaces after the previous
+// cell when that one ran long.
+func (p *flowPrinter) row(cells ...string) {
+	var b strings.Builder
+	col := 0 // where the current column starts
+	for i, cell := range cells {
+		if cell == "" {
+			cell = "-"
+		}
+		if i > 0 {
+			b.WriteString(strings.Repeat(" ", max(col-b.Len(), 2)))
+		}
+		b.WriteString(cell)
+		col += flowColumns[i].width + 2
+	}
+	b.WriteByte('\n')
+	p.w.WriteString(b.String())
+}
+
+func (p *flowPrinter) flush() { _ = p.w.Flush() }
 
 func hostPort(addr string, port uint32) string {
 	if port == 0 {

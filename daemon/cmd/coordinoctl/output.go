@@ -6,26 +6,27 @@ import (
 	"strings"
 	"text/tabwriter"
 
-	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 	"sigs.k8s.io/yaml"
+
+	inspectv1 "github.com/coordino/coordino/proto/inspect/v1"
 )
 
-// marshal renders m as JSON (every field present, so scripts need no
-// defaults) or YAML.
+// marshal renders m as JSON (inspectv1.JSON: every field present, 64-bit
+// numbers as numbers, the same as bug reports hold) or YAML.
 func marshal(m proto.Message, format string, multiline bool) ([]byte, error) {
-	opts := protojson.MarshalOptions{EmitUnpopulated: true}
+	indent := ""
 	if multiline {
-		opts.Indent = "  " // a set Indent alone already means multi-line
+		indent = "  "
 	}
-	b, err := opts.Marshal(m)
+	b, err := inspectv1.JSON(m, indent)
 	if err != nil {
 		return nil, err
 	}
 	if format == "yaml" {
 		return yaml.JSONToYAML(b)
 	}
-	return append(b, '\n'), nil
+	return b, nil
 }
 
 // print writes m as JSON or YAML, or calls table for the default output.

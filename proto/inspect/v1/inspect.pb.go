@@ -86,8 +86,13 @@ type Status struct {
 	// Why the verdict is not "ok".
 	Problems []string `protobuf:"bytes,14,rep,name=problems,proto3" json:"problems,omitempty"`
 	// "static" today; the Kubernetes source will report its API connection.
-	ControlPlane  string `protobuf:"bytes,15,opt,name=control_plane,json=controlPlane,proto3" json:"control_plane,omitempty"`
-	StartedUnix   int64  `protobuf:"varint,16,opt,name=started_unix,json=startedUnix,proto3" json:"started_unix,omitempty"`
+	ControlPlane string `protobuf:"bytes,15,opt,name=control_plane,json=controlPlane,proto3" json:"control_plane,omitempty"`
+	StartedUnix  int64  `protobuf:"varint,16,opt,name=started_unix,json=startedUnix,proto3" json:"started_unix,omitempty"`
+	// What the kernel offers the datapath, probed once at start; empty until
+	// the daemon probes.
+	KernelFeatures []*KernelFeature `protobuf:"bytes,17,rep,name=kernel_features,json=kernelFeatures,proto3" json:"kernel_features,omitempty"`
+	// How pods of other nodes are reached.
+	CrossNode     *CrossNode `protobuf:"bytes,18,opt,name=cross_node,json=crossNode,proto3" json:"cross_node,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -234,6 +239,291 @@ func (x *Status) GetStartedUnix() int64 {
 	return 0
 }
 
+func (x *Status) GetKernelFeatures() []*KernelFeature {
+	if x != nil {
+		return x.KernelFeatures
+	}
+	return nil
+}
+
+func (x *Status) GetCrossNode() *CrossNode {
+	if x != nil {
+		return x.CrossNode
+	}
+	return nil
+}
+
+// KernelFeature is one row of the daemon's kernel feature table.
+type KernelFeature struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Name      string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Available bool                   `protobuf:"varint,2,opt,name=available,proto3" json:"available,omitempty"`
+	// What was found (a version, a module, the probe's error).
+	Detail string `protobuf:"bytes,3,opt,name=detail,proto3" json:"detail,omitempty"`
+	// What the daemon does instead when the feature is missing.
+	Effect        string `protobuf:"bytes,4,opt,name=effect,proto3" json:"effect,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *KernelFeature) Reset() {
+	*x = KernelFeature{}
+	mi := &file_proto_inspect_v1_inspect_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *KernelFeature) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*KernelFeature) ProtoMessage() {}
+
+func (x *KernelFeature) ProtoReflect() protoreflect.Message {
+	mi := &file_proto_inspect_v1_inspect_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use KernelFeature.ProtoReflect.Descriptor instead.
+func (*KernelFeature) Descriptor() ([]byte, []int) {
+	return file_proto_inspect_v1_inspect_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *KernelFeature) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *KernelFeature) GetAvailable() bool {
+	if x != nil {
+		return x.Available
+	}
+	return false
+}
+
+func (x *KernelFeature) GetDetail() string {
+	if x != nil {
+		return x.Detail
+	}
+	return ""
+}
+
+func (x *KernelFeature) GetEffect() string {
+	if x != nil {
+		return x.Effect
+	}
+	return ""
+}
+
+// CrossNode is the cross-node datapath: routing, encryption and the peer
+// nodes it programs.
+type CrossNode struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// "direct" or "vxlan" (--routing), or "wireguard": with encryption, peer
+	// blocks are routed onto the WireGuard device and --routing is not used.
+	Routing string `protobuf:"bytes,1,opt,name=routing,proto3" json:"routing,omitempty"`
+	// "none" or "wireguard" (--encryption).
+	Encryption string `protobuf:"bytes,2,opt,name=encryption,proto3" json:"encryption,omitempty"`
+	// This node's WireGuard public key, the one peers must hold for it (the
+	// next key while a rotation is pending); empty without encryption.
+	PublicKey string `protobuf:"bytes,3,opt,name=public_key,json=publicKey,proto3" json:"public_key,omitempty"`
+	// "kernel" or "userspace" WireGuard device; empty without encryption.
+	WireguardDevice string `protobuf:"bytes,4,opt,name=wireguard_device,json=wireguardDevice,proto3" json:"wireguard_device,omitempty"`
+	// The other nodes, by name.
+	Peers         []*Peer `protobuf:"bytes,5,rep,name=peers,proto3" json:"peers,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CrossNode) Reset() {
+	*x = CrossNode{}
+	mi := &file_proto_inspect_v1_inspect_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CrossNode) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CrossNode) ProtoMessage() {}
+
+func (x *CrossNode) ProtoReflect() protoreflect.Message {
+	mi := &file_proto_inspect_v1_inspect_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CrossNode.ProtoReflect.Descriptor instead.
+func (*CrossNode) Descriptor() ([]byte, []int) {
+	return file_proto_inspect_v1_inspect_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *CrossNode) GetRouting() string {
+	if x != nil {
+		return x.Routing
+	}
+	return ""
+}
+
+func (x *CrossNode) GetEncryption() string {
+	if x != nil {
+		return x.Encryption
+	}
+	return ""
+}
+
+func (x *CrossNode) GetPublicKey() string {
+	if x != nil {
+		return x.PublicKey
+	}
+	return ""
+}
+
+func (x *CrossNode) GetWireguardDevice() string {
+	if x != nil {
+		return x.WireguardDevice
+	}
+	return ""
+}
+
+func (x *CrossNode) GetPeers() []*Peer {
+	if x != nil {
+		return x.Peers
+	}
+	return nil
+}
+
+// Peer is another node as the cross-node datapath last applied it.
+type Peer struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// Underlay addresses.
+	Addresses []string `protobuf:"bytes,2,rep,name=addresses,proto3" json:"addresses,omitempty"`
+	// Pod blocks routed to it.
+	Blocks []string `protobuf:"bytes,3,rep,name=blocks,proto3" json:"blocks,omitempty"`
+	// WireGuard only: the key the device holds for it, where it sends, the
+	// last completed handshake (0: none since the device holds the peer) and
+	// bytes through the tunnel.
+	PublicKey         string `protobuf:"bytes,4,opt,name=public_key,json=publicKey,proto3" json:"public_key,omitempty"`
+	Endpoint          string `protobuf:"bytes,5,opt,name=endpoint,proto3" json:"endpoint,omitempty"`
+	LastHandshakeUnix int64  `protobuf:"varint,6,opt,name=last_handshake_unix,json=lastHandshakeUnix,proto3" json:"last_handshake_unix,omitempty"`
+	RxBytes           int64  `protobuf:"varint,7,opt,name=rx_bytes,json=rxBytes,proto3" json:"rx_bytes,omitempty"`
+	TxBytes           int64  `protobuf:"varint,8,opt,name=tx_bytes,json=txBytes,proto3" json:"tx_bytes,omitempty"`
+	// Why its pods are not reached, e.g. it has published no WireGuard key.
+	Problem       string `protobuf:"bytes,9,opt,name=problem,proto3" json:"problem,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Peer) Reset() {
+	*x = Peer{}
+	mi := &file_proto_inspect_v1_inspect_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Peer) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Peer) ProtoMessage() {}
+
+func (x *Peer) ProtoReflect() protoreflect.Message {
+	mi := &file_proto_inspect_v1_inspect_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Peer.ProtoReflect.Descriptor instead.
+func (*Peer) Descriptor() ([]byte, []int) {
+	return file_proto_inspect_v1_inspect_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *Peer) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *Peer) GetAddresses() []string {
+	if x != nil {
+		return x.Addresses
+	}
+	return nil
+}
+
+func (x *Peer) GetBlocks() []string {
+	if x != nil {
+		return x.Blocks
+	}
+	return nil
+}
+
+func (x *Peer) GetPublicKey() string {
+	if x != nil {
+		return x.PublicKey
+	}
+	return ""
+}
+
+func (x *Peer) GetEndpoint() string {
+	if x != nil {
+		return x.Endpoint
+	}
+	return ""
+}
+
+func (x *Peer) GetLastHandshakeUnix() int64 {
+	if x != nil {
+		return x.LastHandshakeUnix
+	}
+	return 0
+}
+
+func (x *Peer) GetRxBytes() int64 {
+	if x != nil {
+		return x.RxBytes
+	}
+	return 0
+}
+
+func (x *Peer) GetTxBytes() int64 {
+	if x != nil {
+		return x.TxBytes
+	}
+	return 0
+}
+
+func (x *Peer) GetProblem() string {
+	if x != nil {
+		return x.Problem
+	}
+	return ""
+}
+
 type Block struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Cidr          string                 `protobuf:"bytes,1,opt,name=cidr,proto3" json:"cidr,omitempty"`
@@ -246,7 +536,7 @@ type Block struct {
 
 func (x *Block) Reset() {
 	*x = Block{}
-	mi := &file_proto_inspect_v1_inspect_proto_msgTypes[2]
+	mi := &file_proto_inspect_v1_inspect_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -258,7 +548,7 @@ func (x *Block) String() string {
 func (*Block) ProtoMessage() {}
 
 func (x *Block) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_inspect_v1_inspect_proto_msgTypes[2]
+	mi := &file_proto_inspect_v1_inspect_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -271,7 +561,7 @@ func (x *Block) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Block.ProtoReflect.Descriptor instead.
 func (*Block) Descriptor() ([]byte, []int) {
-	return file_proto_inspect_v1_inspect_proto_rawDescGZIP(), []int{2}
+	return file_proto_inspect_v1_inspect_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *Block) GetCidr() string {
@@ -318,7 +608,7 @@ type MapPressure struct {
 
 func (x *MapPressure) Reset() {
 	*x = MapPressure{}
-	mi := &file_proto_inspect_v1_inspect_proto_msgTypes[3]
+	mi := &file_proto_inspect_v1_inspect_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -330,7 +620,7 @@ func (x *MapPressure) String() string {
 func (*MapPressure) ProtoMessage() {}
 
 func (x *MapPressure) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_inspect_v1_inspect_proto_msgTypes[3]
+	mi := &file_proto_inspect_v1_inspect_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -343,7 +633,7 @@ func (x *MapPressure) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MapPressure.ProtoReflect.Descriptor instead.
 func (*MapPressure) Descriptor() ([]byte, []int) {
-	return file_proto_inspect_v1_inspect_proto_rawDescGZIP(), []int{3}
+	return file_proto_inspect_v1_inspect_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *MapPressure) GetName() string {
@@ -389,7 +679,7 @@ type ListEndpointsRequest struct {
 
 func (x *ListEndpointsRequest) Reset() {
 	*x = ListEndpointsRequest{}
-	mi := &file_proto_inspect_v1_inspect_proto_msgTypes[4]
+	mi := &file_proto_inspect_v1_inspect_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -401,7 +691,7 @@ func (x *ListEndpointsRequest) String() string {
 func (*ListEndpointsRequest) ProtoMessage() {}
 
 func (x *ListEndpointsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_inspect_v1_inspect_proto_msgTypes[4]
+	mi := &file_proto_inspect_v1_inspect_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -414,7 +704,7 @@ func (x *ListEndpointsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListEndpointsRequest.ProtoReflect.Descriptor instead.
 func (*ListEndpointsRequest) Descriptor() ([]byte, []int) {
-	return file_proto_inspect_v1_inspect_proto_rawDescGZIP(), []int{4}
+	return file_proto_inspect_v1_inspect_proto_rawDescGZIP(), []int{7}
 }
 
 type ListEndpointsResponse struct {
@@ -426,7 +716,7 @@ type ListEndpointsResponse struct {
 
 func (x *ListEndpointsResponse) Reset() {
 	*x = ListEndpointsResponse{}
-	mi := &file_proto_inspect_v1_inspect_proto_msgTypes[5]
+	mi := &file_proto_inspect_v1_inspect_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -438,7 +728,7 @@ func (x *ListEndpointsResponse) String() string {
 func (*ListEndpointsResponse) ProtoMessage() {}
 
 func (x *ListEndpointsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_inspect_v1_inspect_proto_msgTypes[5]
+	mi := &file_proto_inspect_v1_inspect_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -451,7 +741,7 @@ func (x *ListEndpointsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListEndpointsResponse.ProtoReflect.Descriptor instead.
 func (*ListEndpointsResponse) Descriptor() ([]byte, []int) {
-	return file_proto_inspect_v1_inspect_proto_rawDescGZIP(), []int{5}
+	return file_proto_inspect_v1_inspect_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *ListEndpointsResponse) GetEndpoints() []*Endpoint {
@@ -470,7 +760,7 @@ type GetEndpointRequest struct {
 
 func (x *GetEndpointRequest) Reset() {
 	*x = GetEndpointRequest{}
-	mi := &file_proto_inspect_v1_inspect_proto_msgTypes[6]
+	mi := &file_proto_inspect_v1_inspect_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -482,7 +772,7 @@ func (x *GetEndpointRequest) String() string {
 func (*GetEndpointRequest) ProtoMessage() {}
 
 func (x *GetEndpointRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_inspect_v1_inspect_proto_msgTypes[6]
+	mi := &file_proto_inspect_v1_inspect_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -495,7 +785,7 @@ func (x *GetEndpointRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetEndpointRequest.ProtoReflect.Descriptor instead.
 func (*GetEndpointRequest) Descriptor() ([]byte, []int) {
-	return file_proto_inspect_v1_inspect_proto_rawDescGZIP(), []int{6}
+	return file_proto_inspect_v1_inspect_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *GetEndpointRequest) GetQuery() string {
@@ -534,7 +824,7 @@ type Endpoint struct {
 
 func (x *Endpoint) Reset() {
 	*x = Endpoint{}
-	mi := &file_proto_inspect_v1_inspect_proto_msgTypes[7]
+	mi := &file_proto_inspect_v1_inspect_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -546,7 +836,7 @@ func (x *Endpoint) String() string {
 func (*Endpoint) ProtoMessage() {}
 
 func (x *Endpoint) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_inspect_v1_inspect_proto_msgTypes[7]
+	mi := &file_proto_inspect_v1_inspect_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -559,7 +849,7 @@ func (x *Endpoint) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Endpoint.ProtoReflect.Descriptor instead.
 func (*Endpoint) Descriptor() ([]byte, []int) {
-	return file_proto_inspect_v1_inspect_proto_rawDescGZIP(), []int{7}
+	return file_proto_inspect_v1_inspect_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *Endpoint) GetKey() string {
@@ -696,7 +986,7 @@ type ListIdentitiesRequest struct {
 
 func (x *ListIdentitiesRequest) Reset() {
 	*x = ListIdentitiesRequest{}
-	mi := &file_proto_inspect_v1_inspect_proto_msgTypes[8]
+	mi := &file_proto_inspect_v1_inspect_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -708,7 +998,7 @@ func (x *ListIdentitiesRequest) String() string {
 func (*ListIdentitiesRequest) ProtoMessage() {}
 
 func (x *ListIdentitiesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_inspect_v1_inspect_proto_msgTypes[8]
+	mi := &file_proto_inspect_v1_inspect_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -721,7 +1011,7 @@ func (x *ListIdentitiesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListIdentitiesRequest.ProtoReflect.Descriptor instead.
 func (*ListIdentitiesRequest) Descriptor() ([]byte, []int) {
-	return file_proto_inspect_v1_inspect_proto_rawDescGZIP(), []int{8}
+	return file_proto_inspect_v1_inspect_proto_rawDescGZIP(), []int{11}
 }
 
 type ListIdentitiesResponse struct {
@@ -733,7 +1023,7 @@ type ListIdentitiesResponse struct {
 
 func (x *ListIdentitiesResponse) Reset() {
 	*x = ListIdentitiesResponse{}
-	mi := &file_proto_inspect_v1_inspect_proto_msgTypes[9]
+	mi := &file_proto_inspect_v1_inspect_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -745,7 +1035,7 @@ func (x *ListIdentitiesResponse) String() string {
 func (*ListIdentitiesResponse) ProtoMessage() {}
 
 func (x *ListIdentitiesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_inspect_v1_inspect_proto_msgTypes[9]
+	mi := &file_proto_inspect_v1_inspect_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -758,7 +1048,7 @@ func (x *ListIdentitiesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListIdentitiesResponse.ProtoReflect.Descriptor instead.
 func (*ListIdentitiesResponse) Descriptor() ([]byte, []int) {
-	return file_proto_inspect_v1_inspect_proto_rawDescGZIP(), []int{9}
+	return file_proto_inspect_v1_inspect_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ListIdentitiesResponse) GetIdentities() []*Identity {
@@ -781,7 +1071,7 @@ type Identity struct {
 
 func (x *Identity) Reset() {
 	*x = Identity{}
-	mi := &file_proto_inspect_v1_inspect_proto_msgTypes[10]
+	mi := &file_proto_inspect_v1_inspect_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -793,7 +1083,7 @@ func (x *Identity) String() string {
 func (*Identity) ProtoMessage() {}
 
 func (x *Identity) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_inspect_v1_inspect_proto_msgTypes[10]
+	mi := &file_proto_inspect_v1_inspect_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -806,7 +1096,7 @@ func (x *Identity) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Identity.ProtoReflect.Descriptor instead.
 func (*Identity) Descriptor() ([]byte, []int) {
-	return file_proto_inspect_v1_inspect_proto_rawDescGZIP(), []int{10}
+	return file_proto_inspect_v1_inspect_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *Identity) GetId() uint32 {
@@ -845,7 +1135,7 @@ type GetIPAMRequest struct {
 
 func (x *GetIPAMRequest) Reset() {
 	*x = GetIPAMRequest{}
-	mi := &file_proto_inspect_v1_inspect_proto_msgTypes[11]
+	mi := &file_proto_inspect_v1_inspect_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -857,7 +1147,7 @@ func (x *GetIPAMRequest) String() string {
 func (*GetIPAMRequest) ProtoMessage() {}
 
 func (x *GetIPAMRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_inspect_v1_inspect_proto_msgTypes[11]
+	mi := &file_proto_inspect_v1_inspect_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -870,7 +1160,7 @@ func (x *GetIPAMRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetIPAMRequest.ProtoReflect.Descriptor instead.
 func (*GetIPAMRequest) Descriptor() ([]byte, []int) {
-	return file_proto_inspect_v1_inspect_proto_rawDescGZIP(), []int{11}
+	return file_proto_inspect_v1_inspect_proto_rawDescGZIP(), []int{14}
 }
 
 type IPAM struct {
@@ -883,7 +1173,7 @@ type IPAM struct {
 
 func (x *IPAM) Reset() {
 	*x = IPAM{}
-	mi := &file_proto_inspect_v1_inspect_proto_msgTypes[12]
+	mi := &file_proto_inspect_v1_inspect_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -895,7 +1185,7 @@ func (x *IPAM) String() string {
 func (*IPAM) ProtoMessage() {}
 
 func (x *IPAM) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_inspect_v1_inspect_proto_msgTypes[12]
+	mi := &file_proto_inspect_v1_inspect_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -908,7 +1198,7 @@ func (x *IPAM) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IPAM.ProtoReflect.Descriptor instead.
 func (*IPAM) Descriptor() ([]byte, []int) {
-	return file_proto_inspect_v1_inspect_proto_rawDescGZIP(), []int{12}
+	return file_proto_inspect_v1_inspect_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *IPAM) GetBlocks() []*Block {
@@ -936,7 +1226,7 @@ type Allocation struct {
 
 func (x *Allocation) Reset() {
 	*x = Allocation{}
-	mi := &file_proto_inspect_v1_inspect_proto_msgTypes[13]
+	mi := &file_proto_inspect_v1_inspect_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -948,7 +1238,7 @@ func (x *Allocation) String() string {
 func (*Allocation) ProtoMessage() {}
 
 func (x *Allocation) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_inspect_v1_inspect_proto_msgTypes[13]
+	mi := &file_proto_inspect_v1_inspect_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -961,7 +1251,7 @@ func (x *Allocation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Allocation.ProtoReflect.Descriptor instead.
 func (*Allocation) Descriptor() ([]byte, []int) {
-	return file_proto_inspect_v1_inspect_proto_rawDescGZIP(), []int{13}
+	return file_proto_inspect_v1_inspect_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *Allocation) GetIp() string {
@@ -999,7 +1289,7 @@ type ExplainPolicyRequest struct {
 
 func (x *ExplainPolicyRequest) Reset() {
 	*x = ExplainPolicyRequest{}
-	mi := &file_proto_inspect_v1_inspect_proto_msgTypes[14]
+	mi := &file_proto_inspect_v1_inspect_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1011,7 +1301,7 @@ func (x *ExplainPolicyRequest) String() string {
 func (*ExplainPolicyRequest) ProtoMessage() {}
 
 func (x *ExplainPolicyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_inspect_v1_inspect_proto_msgTypes[14]
+	mi := &file_proto_inspect_v1_inspect_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1024,7 +1314,7 @@ func (x *ExplainPolicyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExplainPolicyRequest.ProtoReflect.Descriptor instead.
 func (*ExplainPolicyRequest) Descriptor() ([]byte, []int) {
-	return file_proto_inspect_v1_inspect_proto_rawDescGZIP(), []int{14}
+	return file_proto_inspect_v1_inspect_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ExplainPolicyRequest) GetFrom() string {
@@ -1070,7 +1360,7 @@ type PolicyExplanation struct {
 
 func (x *PolicyExplanation) Reset() {
 	*x = PolicyExplanation{}
-	mi := &file_proto_inspect_v1_inspect_proto_msgTypes[15]
+	mi := &file_proto_inspect_v1_inspect_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1082,7 +1372,7 @@ func (x *PolicyExplanation) String() string {
 func (*PolicyExplanation) ProtoMessage() {}
 
 func (x *PolicyExplanation) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_inspect_v1_inspect_proto_msgTypes[15]
+	mi := &file_proto_inspect_v1_inspect_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1095,7 +1385,7 @@ func (x *PolicyExplanation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PolicyExplanation.ProtoReflect.Descriptor instead.
 func (*PolicyExplanation) Descriptor() ([]byte, []int) {
-	return file_proto_inspect_v1_inspect_proto_rawDescGZIP(), []int{15}
+	return file_proto_inspect_v1_inspect_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *PolicyExplanation) GetSrc() string {
@@ -1150,15 +1440,18 @@ type DirectionVerdict struct {
 	// Policies that select the pod for this direction ("namespace/name").
 	SelectedBy []string `protobuf:"bytes,8,rep,name=selected_by,json=selectedBy,proto3" json:"selected_by,omitempty"`
 	// The rules that allow the flow ("namespace/name spec.ingress[0]").
-	AllowedBy     []string `protobuf:"bytes,9,rep,name=allowed_by,json=allowedBy,proto3" json:"allowed_by,omitempty"`
-	Detail        string   `protobuf:"bytes,10,opt,name=detail,proto3" json:"detail,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	AllowedBy []string `protobuf:"bytes,9,rep,name=allowed_by,json=allowedBy,proto3" json:"allowed_by,omitempty"`
+	Detail    string   `protobuf:"bytes,10,opt,name=detail,proto3" json:"detail,omitempty"`
+	// What the remote identity stands for: a pod label set and namespace,
+	// an ipBlock prefix, the node itself, another node or the world.
+	RemoteDescription string `protobuf:"bytes,11,opt,name=remote_description,json=remoteDescription,proto3" json:"remote_description,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *DirectionVerdict) Reset() {
 	*x = DirectionVerdict{}
-	mi := &file_proto_inspect_v1_inspect_proto_msgTypes[16]
+	mi := &file_proto_inspect_v1_inspect_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1170,7 +1463,7 @@ func (x *DirectionVerdict) String() string {
 func (*DirectionVerdict) ProtoMessage() {}
 
 func (x *DirectionVerdict) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_inspect_v1_inspect_proto_msgTypes[16]
+	mi := &file_proto_inspect_v1_inspect_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1183,7 +1476,7 @@ func (x *DirectionVerdict) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DirectionVerdict.ProtoReflect.Descriptor instead.
 func (*DirectionVerdict) Descriptor() ([]byte, []int) {
-	return file_proto_inspect_v1_inspect_proto_rawDescGZIP(), []int{16}
+	return file_proto_inspect_v1_inspect_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *DirectionVerdict) GetDirection() string {
@@ -1256,6 +1549,13 @@ func (x *DirectionVerdict) GetDetail() string {
 	return ""
 }
 
+func (x *DirectionVerdict) GetRemoteDescription() string {
+	if x != nil {
+		return x.RemoteDescription
+	}
+	return ""
+}
+
 type ListRecentFlowsRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// since_unix_nano keeps events at or after this time; 0 keeps all.
@@ -1266,7 +1566,7 @@ type ListRecentFlowsRequest struct {
 
 func (x *ListRecentFlowsRequest) Reset() {
 	*x = ListRecentFlowsRequest{}
-	mi := &file_proto_inspect_v1_inspect_proto_msgTypes[17]
+	mi := &file_proto_inspect_v1_inspect_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1278,7 +1578,7 @@ func (x *ListRecentFlowsRequest) String() string {
 func (*ListRecentFlowsRequest) ProtoMessage() {}
 
 func (x *ListRecentFlowsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_inspect_v1_inspect_proto_msgTypes[17]
+	mi := &file_proto_inspect_v1_inspect_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1291,7 +1591,7 @@ func (x *ListRecentFlowsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRecentFlowsRequest.ProtoReflect.Descriptor instead.
 func (*ListRecentFlowsRequest) Descriptor() ([]byte, []int) {
-	return file_proto_inspect_v1_inspect_proto_rawDescGZIP(), []int{17}
+	return file_proto_inspect_v1_inspect_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ListRecentFlowsRequest) GetSinceUnixNano() int64 {
@@ -1310,7 +1610,7 @@ type ListRecentFlowsResponse struct {
 
 func (x *ListRecentFlowsResponse) Reset() {
 	*x = ListRecentFlowsResponse{}
-	mi := &file_proto_inspect_v1_inspect_proto_msgTypes[18]
+	mi := &file_proto_inspect_v1_inspect_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1322,7 +1622,7 @@ func (x *ListRecentFlowsResponse) String() string {
 func (*ListRecentFlowsResponse) ProtoMessage() {}
 
 func (x *ListRecentFlowsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_inspect_v1_inspect_proto_msgTypes[18]
+	mi := &file_proto_inspect_v1_inspect_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1335,7 +1635,7 @@ func (x *ListRecentFlowsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRecentFlowsResponse.ProtoReflect.Descriptor instead.
 func (*ListRecentFlowsResponse) Descriptor() ([]byte, []int) {
-	return file_proto_inspect_v1_inspect_proto_rawDescGZIP(), []int{18}
+	return file_proto_inspect_v1_inspect_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ListRecentFlowsResponse) GetFlows() []*v1.FlowEvent {
@@ -1353,7 +1653,7 @@ type CollectDiagnosticsRequest struct {
 
 func (x *CollectDiagnosticsRequest) Reset() {
 	*x = CollectDiagnosticsRequest{}
-	mi := &file_proto_inspect_v1_inspect_proto_msgTypes[19]
+	mi := &file_proto_inspect_v1_inspect_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1365,7 +1665,7 @@ func (x *CollectDiagnosticsRequest) String() string {
 func (*CollectDiagnosticsRequest) ProtoMessage() {}
 
 func (x *CollectDiagnosticsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_inspect_v1_inspect_proto_msgTypes[19]
+	mi := &file_proto_inspect_v1_inspect_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1378,7 +1678,7 @@ func (x *CollectDiagnosticsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CollectDiagnosticsRequest.ProtoReflect.Descriptor instead.
 func (*CollectDiagnosticsRequest) Descriptor() ([]byte, []int) {
-	return file_proto_inspect_v1_inspect_proto_rawDescGZIP(), []int{19}
+	return file_proto_inspect_v1_inspect_proto_rawDescGZIP(), []int{22}
 }
 
 type Diagnostics struct {
@@ -1390,7 +1690,7 @@ type Diagnostics struct {
 
 func (x *Diagnostics) Reset() {
 	*x = Diagnostics{}
-	mi := &file_proto_inspect_v1_inspect_proto_msgTypes[20]
+	mi := &file_proto_inspect_v1_inspect_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1402,7 +1702,7 @@ func (x *Diagnostics) String() string {
 func (*Diagnostics) ProtoMessage() {}
 
 func (x *Diagnostics) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_inspect_v1_inspect_proto_msgTypes[20]
+	mi := &file_proto_inspect_v1_inspect_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1415,7 +1715,7 @@ func (x *Diagnostics) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Diagnostics.ProtoReflect.Descriptor instead.
 func (*Diagnostics) Descriptor() ([]byte, []int) {
-	return file_proto_inspect_v1_inspect_proto_rawDescGZIP(), []int{20}
+	return file_proto_inspect_v1_inspect_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *Diagnostics) GetFiles() []*DiagnosticFile {
@@ -1435,7 +1735,7 @@ type DiagnosticFile struct {
 
 func (x *DiagnosticFile) Reset() {
 	*x = DiagnosticFile{}
-	mi := &file_proto_inspect_v1_inspect_proto_msgTypes[21]
+	mi := &file_proto_inspect_v1_inspect_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1447,7 +1747,7 @@ func (x *DiagnosticFile) String() string {
 func (*DiagnosticFile) ProtoMessage() {}
 
 func (x *DiagnosticFile) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_inspect_v1_inspect_proto_msgTypes[21]
+	mi := &file_proto_inspect_v1_inspect_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1460,7 +1760,7 @@ func (x *DiagnosticFile) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DiagnosticFile.ProtoReflect.Descriptor instead.
 func (*DiagnosticFile) Descriptor() ([]byte, []int) {
-	return file_proto_inspect_v1_inspect_proto_rawDescGZIP(), []int{21}
+	return file_proto_inspect_v1_inspect_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *DiagnosticFile) GetName() string {
@@ -1482,7 +1782,7 @@ var File_proto_inspect_v1_inspect_proto protoreflect.FileDescriptor
 const file_proto_inspect_v1_inspect_proto_rawDesc = "" +
 	"\n" +
 	"\x1eproto/inspect/v1/inspect.proto\x12\x13coordino.inspect.v1\x1a\x18proto/flow/v1/flow.proto\"\x12\n" +
-	"\x10GetStatusRequest\"\xcd\x04\n" +
+	"\x10GetStatusRequest\"\xd9\x05\n" +
 	"\x06Status\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\tR\aversion\x12\x1b\n" +
 	"\tnode_name\x18\x02 \x01(\tR\bnodeName\x12\x12\n" +
@@ -1503,7 +1803,35 @@ const file_proto_inspect_v1_inspect_proto_rawDesc = "" +
 	"\averdict\x18\r \x01(\tR\averdict\x12\x1a\n" +
 	"\bproblems\x18\x0e \x03(\tR\bproblems\x12#\n" +
 	"\rcontrol_plane\x18\x0f \x01(\tR\fcontrolPlane\x12!\n" +
-	"\fstarted_unix\x18\x10 \x01(\x03R\vstartedUnix\"W\n" +
+	"\fstarted_unix\x18\x10 \x01(\x03R\vstartedUnix\x12K\n" +
+	"\x0fkernel_features\x18\x11 \x03(\v2\".coordino.inspect.v1.KernelFeatureR\x0ekernelFeatures\x12=\n" +
+	"\n" +
+	"cross_node\x18\x12 \x01(\v2\x1e.coordino.inspect.v1.CrossNodeR\tcrossNode\"q\n" +
+	"\rKernelFeature\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1c\n" +
+	"\tavailable\x18\x02 \x01(\bR\tavailable\x12\x16\n" +
+	"\x06detail\x18\x03 \x01(\tR\x06detail\x12\x16\n" +
+	"\x06effect\x18\x04 \x01(\tR\x06effect\"\xc0\x01\n" +
+	"\tCrossNode\x12\x18\n" +
+	"\arouting\x18\x01 \x01(\tR\arouting\x12\x1e\n" +
+	"\n" +
+	"encryption\x18\x02 \x01(\tR\n" +
+	"encryption\x12\x1d\n" +
+	"\n" +
+	"public_key\x18\x03 \x01(\tR\tpublicKey\x12)\n" +
+	"\x10wireguard_device\x18\x04 \x01(\tR\x0fwireguardDevice\x12/\n" +
+	"\x05peers\x18\x05 \x03(\v2\x19.coordino.inspect.v1.PeerR\x05peers\"\x8b\x02\n" +
+	"\x04Peer\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1c\n" +
+	"\taddresses\x18\x02 \x03(\tR\taddresses\x12\x16\n" +
+	"\x06blocks\x18\x03 \x03(\tR\x06blocks\x12\x1d\n" +
+	"\n" +
+	"public_key\x18\x04 \x01(\tR\tpublicKey\x12\x1a\n" +
+	"\bendpoint\x18\x05 \x01(\tR\bendpoint\x12.\n" +
+	"\x13last_handshake_unix\x18\x06 \x01(\x03R\x11lastHandshakeUnix\x12\x19\n" +
+	"\brx_bytes\x18\a \x01(\x03R\arxBytes\x12\x19\n" +
+	"\btx_bytes\x18\b \x01(\x03R\atxBytes\x12\x18\n" +
+	"\aproblem\x18\t \x01(\tR\aproblem\"W\n" +
 	"\x05Block\x12\x12\n" +
 	"\x04cidr\x18\x01 \x01(\tR\x04cidr\x12\x12\n" +
 	"\x04size\x18\x02 \x01(\rR\x04size\x12\x12\n" +
@@ -1576,7 +1904,7 @@ const file_proto_inspect_v1_inspect_proto_rawDesc = "" +
 	"\x03dst\x18\x02 \x01(\tR\x03dst\x12\x18\n" +
 	"\averdict\x18\x03 \x01(\tR\averdict\x12;\n" +
 	"\x05steps\x18\x04 \x03(\v2%.coordino.inspect.v1.DirectionVerdictR\x05steps\x12\x18\n" +
-	"\asummary\x18\x05 \x01(\tR\asummary\"\xd8\x02\n" +
+	"\asummary\x18\x05 \x01(\tR\asummary\"\x87\x03\n" +
 	"\x10DirectionVerdict\x12\x1c\n" +
 	"\tdirection\x18\x01 \x01(\tR\tdirection\x12\x1a\n" +
 	"\bendpoint\x18\x02 \x01(\tR\bendpoint\x12%\n" +
@@ -1590,7 +1918,8 @@ const file_proto_inspect_v1_inspect_proto_rawDesc = "" +
 	"\n" +
 	"allowed_by\x18\t \x03(\tR\tallowedBy\x12\x16\n" +
 	"\x06detail\x18\n" +
-	" \x01(\tR\x06detail\"@\n" +
+	" \x01(\tR\x06detail\x12-\n" +
+	"\x12remote_description\x18\v \x01(\tR\x11remoteDescription\"@\n" +
 	"\x16ListRecentFlowsRequest\x12&\n" +
 	"\x0fsince_unix_nano\x18\x01 \x01(\x03R\rsinceUnixNano\"L\n" +
 	"\x17ListRecentFlowsResponse\x121\n" +
@@ -1623,67 +1952,73 @@ func file_proto_inspect_v1_inspect_proto_rawDescGZIP() []byte {
 	return file_proto_inspect_v1_inspect_proto_rawDescData
 }
 
-var file_proto_inspect_v1_inspect_proto_msgTypes = make([]protoimpl.MessageInfo, 24)
+var file_proto_inspect_v1_inspect_proto_msgTypes = make([]protoimpl.MessageInfo, 27)
 var file_proto_inspect_v1_inspect_proto_goTypes = []any{
 	(*GetStatusRequest)(nil),          // 0: coordino.inspect.v1.GetStatusRequest
 	(*Status)(nil),                    // 1: coordino.inspect.v1.Status
-	(*Block)(nil),                     // 2: coordino.inspect.v1.Block
-	(*MapPressure)(nil),               // 3: coordino.inspect.v1.MapPressure
-	(*ListEndpointsRequest)(nil),      // 4: coordino.inspect.v1.ListEndpointsRequest
-	(*ListEndpointsResponse)(nil),     // 5: coordino.inspect.v1.ListEndpointsResponse
-	(*GetEndpointRequest)(nil),        // 6: coordino.inspect.v1.GetEndpointRequest
-	(*Endpoint)(nil),                  // 7: coordino.inspect.v1.Endpoint
-	(*ListIdentitiesRequest)(nil),     // 8: coordino.inspect.v1.ListIdentitiesRequest
-	(*ListIdentitiesResponse)(nil),    // 9: coordino.inspect.v1.ListIdentitiesResponse
-	(*Identity)(nil),                  // 10: coordino.inspect.v1.Identity
-	(*GetIPAMRequest)(nil),            // 11: coordino.inspect.v1.GetIPAMRequest
-	(*IPAM)(nil),                      // 12: coordino.inspect.v1.IPAM
-	(*Allocation)(nil),                // 13: coordino.inspect.v1.Allocation
-	(*ExplainPolicyRequest)(nil),      // 14: coordino.inspect.v1.ExplainPolicyRequest
-	(*PolicyExplanation)(nil),         // 15: coordino.inspect.v1.PolicyExplanation
-	(*DirectionVerdict)(nil),          // 16: coordino.inspect.v1.DirectionVerdict
-	(*ListRecentFlowsRequest)(nil),    // 17: coordino.inspect.v1.ListRecentFlowsRequest
-	(*ListRecentFlowsResponse)(nil),   // 18: coordino.inspect.v1.ListRecentFlowsResponse
-	(*CollectDiagnosticsRequest)(nil), // 19: coordino.inspect.v1.CollectDiagnosticsRequest
-	(*Diagnostics)(nil),               // 20: coordino.inspect.v1.Diagnostics
-	(*DiagnosticFile)(nil),            // 21: coordino.inspect.v1.DiagnosticFile
-	nil,                               // 22: coordino.inspect.v1.Endpoint.LabelsEntry
-	nil,                               // 23: coordino.inspect.v1.Identity.LabelsEntry
-	(*v1.FlowEvent)(nil),              // 24: coordino.flow.v1.FlowEvent
+	(*KernelFeature)(nil),             // 2: coordino.inspect.v1.KernelFeature
+	(*CrossNode)(nil),                 // 3: coordino.inspect.v1.CrossNode
+	(*Peer)(nil),                      // 4: coordino.inspect.v1.Peer
+	(*Block)(nil),                     // 5: coordino.inspect.v1.Block
+	(*MapPressure)(nil),               // 6: coordino.inspect.v1.MapPressure
+	(*ListEndpointsRequest)(nil),      // 7: coordino.inspect.v1.ListEndpointsRequest
+	(*ListEndpointsResponse)(nil),     // 8: coordino.inspect.v1.ListEndpointsResponse
+	(*GetEndpointRequest)(nil),        // 9: coordino.inspect.v1.GetEndpointRequest
+	(*Endpoint)(nil),                  // 10: coordino.inspect.v1.Endpoint
+	(*ListIdentitiesRequest)(nil),     // 11: coordino.inspect.v1.ListIdentitiesRequest
+	(*ListIdentitiesResponse)(nil),    // 12: coordino.inspect.v1.ListIdentitiesResponse
+	(*Identity)(nil),                  // 13: coordino.inspect.v1.Identity
+	(*GetIPAMRequest)(nil),            // 14: coordino.inspect.v1.GetIPAMRequest
+	(*IPAM)(nil),                      // 15: coordino.inspect.v1.IPAM
+	(*Allocation)(nil),                // 16: coordino.inspect.v1.Allocation
+	(*ExplainPolicyRequest)(nil),      // 17: coordino.inspect.v1.ExplainPolicyRequest
+	(*PolicyExplanation)(nil),         // 18: coordino.inspect.v1.PolicyExplanation
+	(*DirectionVerdict)(nil),          // 19: coordino.inspect.v1.DirectionVerdict
+	(*ListRecentFlowsRequest)(nil),    // 20: coordino.inspect.v1.ListRecentFlowsRequest
+	(*ListRecentFlowsResponse)(nil),   // 21: coordino.inspect.v1.ListRecentFlowsResponse
+	(*CollectDiagnosticsRequest)(nil), // 22: coordino.inspect.v1.CollectDiagnosticsRequest
+	(*Diagnostics)(nil),               // 23: coordino.inspect.v1.Diagnostics
+	(*DiagnosticFile)(nil),            // 24: coordino.inspect.v1.DiagnosticFile
+	nil,                               // 25: coordino.inspect.v1.Endpoint.LabelsEntry
+	nil,                               // 26: coordino.inspect.v1.Identity.LabelsEntry
+	(*v1.FlowEvent)(nil),              // 27: coordino.flow.v1.FlowEvent
 }
 var file_proto_inspect_v1_inspect_proto_depIdxs = []int32{
-	2,  // 0: coordino.inspect.v1.Status.blocks:type_name -> coordino.inspect.v1.Block
-	3,  // 1: coordino.inspect.v1.Status.maps:type_name -> coordino.inspect.v1.MapPressure
-	7,  // 2: coordino.inspect.v1.ListEndpointsResponse.endpoints:type_name -> coordino.inspect.v1.Endpoint
-	22, // 3: coordino.inspect.v1.Endpoint.labels:type_name -> coordino.inspect.v1.Endpoint.LabelsEntry
-	10, // 4: coordino.inspect.v1.ListIdentitiesResponse.identities:type_name -> coordino.inspect.v1.Identity
-	23, // 5: coordino.inspect.v1.Identity.labels:type_name -> coordino.inspect.v1.Identity.LabelsEntry
-	2,  // 6: coordino.inspect.v1.IPAM.blocks:type_name -> coordino.inspect.v1.Block
-	13, // 7: coordino.inspect.v1.IPAM.allocations:type_name -> coordino.inspect.v1.Allocation
-	16, // 8: coordino.inspect.v1.PolicyExplanation.steps:type_name -> coordino.inspect.v1.DirectionVerdict
-	24, // 9: coordino.inspect.v1.ListRecentFlowsResponse.flows:type_name -> coordino.flow.v1.FlowEvent
-	21, // 10: coordino.inspect.v1.Diagnostics.files:type_name -> coordino.inspect.v1.DiagnosticFile
-	0,  // 11: coordino.inspect.v1.Inspector.GetStatus:input_type -> coordino.inspect.v1.GetStatusRequest
-	4,  // 12: coordino.inspect.v1.Inspector.ListEndpoints:input_type -> coordino.inspect.v1.ListEndpointsRequest
-	6,  // 13: coordino.inspect.v1.Inspector.GetEndpoint:input_type -> coordino.inspect.v1.GetEndpointRequest
-	8,  // 14: coordino.inspect.v1.Inspector.ListIdentities:input_type -> coordino.inspect.v1.ListIdentitiesRequest
-	11, // 15: coordino.inspect.v1.Inspector.GetIPAM:input_type -> coordino.inspect.v1.GetIPAMRequest
-	14, // 16: coordino.inspect.v1.Inspector.ExplainPolicy:input_type -> coordino.inspect.v1.ExplainPolicyRequest
-	17, // 17: coordino.inspect.v1.Inspector.ListRecentFlows:input_type -> coordino.inspect.v1.ListRecentFlowsRequest
-	19, // 18: coordino.inspect.v1.Inspector.CollectDiagnostics:input_type -> coordino.inspect.v1.CollectDiagnosticsRequest
-	1,  // 19: coordino.inspect.v1.Inspector.GetStatus:output_type -> coordino.inspect.v1.Status
-	5,  // 20: coordino.inspect.v1.Inspector.ListEndpoints:output_type -> coordino.inspect.v1.ListEndpointsResponse
-	7,  // 21: coordino.inspect.v1.Inspector.GetEndpoint:output_type -> coordino.inspect.v1.Endpoint
-	9,  // 22: coordino.inspect.v1.Inspector.ListIdentities:output_type -> coordino.inspect.v1.ListIdentitiesResponse
-	12, // 23: coordino.inspect.v1.Inspector.GetIPAM:output_type -> coordino.inspect.v1.IPAM
-	15, // 24: coordino.inspect.v1.Inspector.ExplainPolicy:output_type -> coordino.inspect.v1.PolicyExplanation
-	18, // 25: coordino.inspect.v1.Inspector.ListRecentFlows:output_type -> coordino.inspect.v1.ListRecentFlowsResponse
-	20, // 26: coordino.inspect.v1.Inspector.CollectDiagnostics:output_type -> coordino.inspect.v1.Diagnostics
-	19, // [19:27] is the sub-list for method output_type
-	11, // [11:19] is the sub-list for method input_type
-	11, // [11:11] is the sub-list for extension type_name
-	11, // [11:11] is the sub-list for extension extendee
-	0,  // [0:11] is the sub-list for field type_name
+	5,  // 0: coordino.inspect.v1.Status.blocks:type_name -> coordino.inspect.v1.Block
+	6,  // 1: coordino.inspect.v1.Status.maps:type_name -> coordino.inspect.v1.MapPressure
+	2,  // 2: coordino.inspect.v1.Status.kernel_features:type_name -> coordino.inspect.v1.KernelFeature
+	3,  // 3: coordino.inspect.v1.Status.cross_node:type_name -> coordino.inspect.v1.CrossNode
+	4,  // 4: coordino.inspect.v1.CrossNode.peers:type_name -> coordino.inspect.v1.Peer
+	10, // 5: coordino.inspect.v1.ListEndpointsResponse.endpoints:type_name -> coordino.inspect.v1.Endpoint
+	25, // 6: coordino.inspect.v1.Endpoint.labels:type_name -> coordino.inspect.v1.Endpoint.LabelsEntry
+	13, // 7: coordino.inspect.v1.ListIdentitiesResponse.identities:type_name -> coordino.inspect.v1.Identity
+	26, // 8: coordino.inspect.v1.Identity.labels:type_name -> coordino.inspect.v1.Identity.LabelsEntry
+	5,  // 9: coordino.inspect.v1.IPAM.blocks:type_name -> coordino.inspect.v1.Block
+	16, // 10: coordino.inspect.v1.IPAM.allocations:type_name -> coordino.inspect.v1.Allocation
+	19, // 11: coordino.inspect.v1.PolicyExplanation.steps:type_name -> coordino.inspect.v1.DirectionVerdict
+	27, // 12: coordino.inspect.v1.ListRecentFlowsResponse.flows:type_name -> coordino.flow.v1.FlowEvent
+	24, // 13: coordino.inspect.v1.Diagnostics.files:type_name -> coordino.inspect.v1.DiagnosticFile
+	0,  // 14: coordino.inspect.v1.Inspector.GetStatus:input_type -> coordino.inspect.v1.GetStatusRequest
+	7,  // 15: coordino.inspect.v1.Inspector.ListEndpoints:input_type -> coordino.inspect.v1.ListEndpointsRequest
+	9,  // 16: coordino.inspect.v1.Inspector.GetEndpoint:input_type -> coordino.inspect.v1.GetEndpointRequest
+	11, // 17: coordino.inspect.v1.Inspector.ListIdentities:input_type -> coordino.inspect.v1.ListIdentitiesRequest
+	14, // 18: coordino.inspect.v1.Inspector.GetIPAM:input_type -> coordino.inspect.v1.GetIPAMRequest
+	17, // 19: coordino.inspect.v1.Inspector.ExplainPolicy:input_type -> coordino.inspect.v1.ExplainPolicyRequest
+	20, // 20: coordino.inspect.v1.Inspector.ListRecentFlows:input_type -> coordino.inspect.v1.ListRecentFlowsRequest
+	22, // 21: coordino.inspect.v1.Inspector.CollectDiagnostics:input_type -> coordino.inspect.v1.CollectDiagnosticsRequest
+	1,  // 22: coordino.inspect.v1.Inspector.GetStatus:output_type -> coordino.inspect.v1.Status
+	8,  // 23: coordino.inspect.v1.Inspector.ListEndpoints:output_type -> coordino.inspect.v1.ListEndpointsResponse
+	10, // 24: coordino.inspect.v1.Inspector.GetEndpoint:output_type -> coordino.inspect.v1.Endpoint
+	12, // 25: coordino.inspect.v1.Inspector.ListIdentities:output_type -> coordino.inspect.v1.ListIdentitiesResponse
+	15, // 26: coordino.inspect.v1.Inspector.GetIPAM:output_type -> coordino.inspect.v1.IPAM
+	18, // 27: coordino.inspect.v1.Inspector.ExplainPolicy:output_type -> coordino.inspect.v1.PolicyExplanation
+	21, // 28: coordino.inspect.v1.Inspector.ListRecentFlows:output_type -> coordino.inspect.v1.ListRecentFlowsResponse
+	23, // 29: coordino.inspect.v1.Inspector.CollectDiagnostics:output_type -> coordino.inspect.v1.Diagnostics
+	22, // [22:30] is the sub-list for method output_type
+	14, // [14:22] is the sub-list for method input_type
+	14, // [14:14] is the sub-list for extension type_name
+	14, // [14:14] is the sub-list for extension extendee
+	0,  // [0:14] is the sub-list for field type_name
 }
 
 func init() { file_proto_inspect_v1_inspect_proto_init() }
@@ -1697,7 +2032,7 @@ func file_proto_inspect_v1_inspect_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_proto_inspect_v1_inspect_proto_rawDesc), len(file_proto_inspect_v1_inspect_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   24,
+			NumMessages:   27,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

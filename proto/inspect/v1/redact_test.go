@@ -30,6 +30,29 @@ func TestRedactRemovesSecrets(t *testing.T) {
 	}
 }
 
+// Public keys are what docs/operations.md asks users to compare between
+// nodes: a bug report keeps them, however they are written.
+func TestRedactKeepsPublicKeys(t *testing.T) {
+	const pub = "xTIBA5rboUvnH4htodjb6e697QjLERt1NAB4mZqp8Dg="
+	const priv = "yAnz5TF+lXXJte14tji3zlMNq+hd2rYUIgJBgB3fBmk="
+	in := strings.Join([]string{
+		`{"publicKey": "` + pub + `", "privateKey": "` + priv + `"}`,
+		`{"level":"info","msg":"wireguard device ready","publicKey":"` + pub + `"}`,
+		`  public key: ` + pub,
+		`peer: ` + pub,
+		`PublicKey = ` + pub,
+		`public_key=` + pub,
+		`unnamed ` + priv,
+	}, "\n")
+	out := string(Redact([]byte(in)))
+	if strings.Contains(out, priv) {
+		t.Errorf("private key survived:\n%s", out)
+	}
+	if n := strings.Count(out, pub); n != 6 {
+		t.Errorf("%d of 6 public keys kept:\n%s", n, out)
+	}
+}
+
 func FuzzRedact(f *testing.F) {
 	f.Add([]byte(`{"privateKey":"yAnz5TF+lXXJte14tji3zlMNq+hd2rYUIgJBgB3fBmk="}`))
 	f.Add([]byte("token: x\nBearer abcdefgh12345"))

@@ -1,0 +1,41 @@
+//go:build ignore
+
+// SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause)
+/* The daemon's kernel probe (daemon/kernel): one tiny program per kfunc the
+ * datapath may call. A program loads exactly where the kernel offers its
+ * kfunc to that program type, which is the question; none is ever
+ * attached. The kfunc declarations are the programs' own (lib/kfuncs.h),
+ * so a probe and its user cannot disagree. */
+#include <linux/bpf.h>
+#include <linux/in.h>
+#include <bpf/bpf_helpers.h>
+
+#include "lib/kfuncs.h"
+
+char __license[] SEC("license") = "Dual BSD/GPL";
+
+extern int bpf_dynptr_from_skb(struct __sk_buff *skb, __u64 flags,
+			       struct bpf_dynptr *ptr__uninit) __ksym __weak;
+
+/* probe_ct_lookup: host routing's conntrack question (lib/hostroute.h). */
+SEC("tc")
+int probe_ct_lookup(struct __sk_buff *skb)
+{
+	struct bpf_sock_tuple t = {};
+	struct bpf_ct_opts opts = {.netns_id = -1, .l4proto = IPPROTO_TCP};
+	struct nf_conn *ct = bpf_skb_ct_lookup(skb, &t, sizeof(t.ipv4), &opts, sizeof(opts));
+	if (ct)
+		bpf_ct_release(ct);
+	return 0;
+}
+
+/* probe_dynptr_from_skb: how the post-DNAT program reads packets
+ * (coordino_svc.c); tc programs got it in the same release as netfilter
+ * programs. */
+SEC("tc")
+int probe_dynptr_from_skb(struct __sk_buff *skb)
+{
+	struct bpf_dynptr ptr;
+	bpf_dynptr_from_skb(skb, 0, &ptr);
+	return 0;
+}

@@ -1,0 +1,83 @@
+package daemon
+
+import (
+	"sync"
+
+	"github.com/coordino/coordino/daemon/peers"
+	"github.com/coordino/coordino/daemon/wireguard"
+	inspectv1 "github.com/coordino/coordino/proto/inspect/v1"
+)
+
+// crossNodeStatus keeps what coordinoctl status shows of the cross-node
+// datapath: its configuration, the last peer set it applied and, with
+// encryption, the device to read handshakes from.
+type crossNodeStatus struct {
+	self, routing, encryption string
+	dev                       *wireguard.Device // nil without encryption
+
+	mu      sync.Mutex
+	applied peers.Set
+}
+
+func (c *crossNodeStatus) setApplied(s peers.Set) {
+	c.mu.Lock()
+	c.applied = s
+	c.mu.Unlock()
+}
+
+// status answers the inspection service (inspect.Config.CrossNode).
+func (c *crossNodeStatus) status(publishedKey string) *inspectv1.CrossNode {
+	out := &inspectv1.CrossNode{Routing: c.routing, Encryption: c.encryption, PublicKey: publishedKey}
+	var onDevice map[string]wireguard.PeerState
+	var deviceErr error
+	if c.dev != nil {
+		out.Routing, out.WireguardDevice = "wireguard", "kernel"
+		if c.dev.Userspace() {
+			out.WireguardDevice = "userspace"
+		}
+		var states []wireguard.PeerState
+		states, deviceErr = c.dev.Peers()
+		onDevice = map[string]wireguard.PeerState{}
+		for _, p := range states {
+			onDevice[p.PublicKey.String()] = p
+		}
+	}
+	c.mu.Lock()
+	set := c.applied
+	c.mu.Unlock()
+	for _, name := range set.Names() {
+		n := set[name]
+		if name == c.self {
+			continue
+		}
+		p := &inspectv1.Peer{Name: name}
+		for _, a := range n.Addresses {
+			p.Addresses = append(p.Addresses, a.String())
+		}
+		for _, b := range n.Blocks {
+			p.Blocks = append(p.Blocks, b.String())
+		}
+		switch {
+		case len(n.Addresses) == 0:
+			p.Problem = "no address published yet: its pods are unreachable"
+		case c.dev == nil:
+		case n.WireGuard == nil:
+			p.Problem = "no WireGuard key published yet: its pods are unreachable"
+		case deviceErr != nil:
+			p.PublicKey, p.Problem = n.WireGuard.PublicKey, deviceErr.Error()
+		default:
+			p.PublicKey = n.WireGuard.PublicKey
+			st, ok := onDevice[n.WireGuard.PublicKey]
+			if !ok {
+				p.Problem = "not configured on the WireGuard device (see the daemon log)"
+				break
+			}
+			p.Endpoint, p.RxBytes, p.TxBytes = st.Endpoint, st.Received, st.Transmitted
+			if st.LastHandshake.Unix() > 0 {
+				p.LastHandshakeUnix = st.LastHandshake.Unix()
+			}
+		}
+		out.Peers = append(out.Peers, p)
+	}
+	return out
+}
