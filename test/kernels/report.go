@@ -131,7 +131,7 @@ func PrintKernel(w io.Writer, k KernelResult) {
 	for _, s := range k.Suites {
 		for _, t := range s.Tests {
 			fmt.Fprintf(w, "  %-4s %-10s %s (%.1fs)\n", strings.ToUpper(t.Action), s.Suite, t.Test, t.Elapsed.Seconds())
-			if t.Action == "fail" || (t.Action == "skip" && !strings.Contains(t.Test, "/")) {
+			if t.Action == "fail" || t.Action == "skip" {
 				for _, l := range excerpt(t.Output, t.Action) {
 					fmt.Fprintf(w, "         | %s\n", l)
 				}

@@ -61,7 +61,7 @@ var Suites = []Suite{
 		// NAT loads nf_conntrack whatever -no-conntrack says.
 		Name: "policy", Package: "./daemon/datapath",
 		Run:     `^(TestServiceDecidedOnBackend|TestServiceFailsClosedWithoutHook|TestSCTPPolicy)$`,
-		Modules: append([]string{"nf_nat", "nft_chain_nat", "sctp"}, tc...),
+		Modules: append([]string{"nf_nat", "nft_chain_nat", "nft_compat", "xt_bpf", "sctp"}, tc...),
 		Timeout: 3 * time.Minute,
 	},
 }
