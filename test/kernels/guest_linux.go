@@ -102,9 +102,9 @@ func runSuites(plan *Plan, env []string, loadModules bool) error {
 			if ee, ok := err.(*exec.ExitError); ok {
 				code = ee.ExitCode()
 			}
-			fmt.Fprintf(os.Stdout, "coordino-guest: %s: %v\n", s.Name, err)
+			fmt.Printf("kernels: %s: %v\n", s.Name, err)
 		}
-		fmt.Printf("coordino-guest: suite %s done in %s (exit %d)\n", s.Name, time.Since(start).Round(time.Second), code)
+		fmt.Printf("kernels: suite %s done in %s (exit %d)\n", s.Name, time.Since(start).Round(time.Second), code)
 		if err := os.WriteFile(plan.doneFile(s), []byte(fmt.Sprintf("%d %d\n", code, time.Since(start).Milliseconds())), 0o644); err != nil {
 			return err
 		}
