@@ -85,7 +85,14 @@ func Prepare(cache, name string, logf func(string, ...any)) (*Kernel, error) {
 	}
 	logf("%s: fetching %s", name, pkg)
 	if err := fetch(cache, pkg, release); err != nil {
-		return nil, fmt.Errorf("kernel %s (%s): %w", name, pkg, err)
+		// A newer upload that cannot be fetched (offline) does not stop a
+		// run that has an older one.
+		cached := newestCached(cache, re)
+		if cached == "" {
+			return nil, fmt.Errorf("kernel %s (%s): %w", name, pkg, err)
+		}
+		logf("%s: %v; using cached %s", name, err, cached)
+		return &Kernel{Name: name, Release: cached, Root: filepath.Join(cache, cached, "root"), VMLinux: filepath.Join(cache, cached, "vmlinux")}, nil
 	}
 	return k, nil
 }
