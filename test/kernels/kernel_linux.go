@@ -79,7 +79,7 @@ func Prepare(cache, name string, logf func(string, ...any)) (*Kernel, error) {
 			return nil, fmt.Errorf("kernel %s: no package matches %s and none is cached: %v", name, re, err)
 		}
 	}
-	k := &Kernel{Name: name, Release: release, Root: filepath.Join(cache, release, "root"), VMLinux: filepath.Join(cache, release, "vmlinux")}
+	k := cachedKernel(cache, name, release)
 	if _, err := os.Stat(filepath.Join(cache, release, "ready")); err == nil {
 		return k, nil
 	}
@@ -92,9 +92,15 @@ func Prepare(cache, name string, logf func(string, ...any)) (*Kernel, error) {
 			return nil, fmt.Errorf("kernel %s (%s): %w", name, pkg, err)
 		}
 		logf("%s: %v; using cached %s", name, err, cached)
-		return &Kernel{Name: name, Release: cached, Root: filepath.Join(cache, cached, "root"), VMLinux: filepath.Join(cache, cached, "vmlinux")}, nil
+		return cachedKernel(cache, name, cached), nil
 	}
 	return k, nil
+}
+
+// cachedKernel is where release of series name lives in cache.
+func cachedKernel(cache, name, release string) *Kernel {
+	dir := filepath.Join(cache, release)
+	return &Kernel{Name: name, Release: release, Root: filepath.Join(dir, "root"), VMLinux: filepath.Join(dir, "vmlinux")}
 }
 
 // newestPackage asks apt's lists for the newest package matching re.
