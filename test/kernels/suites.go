@@ -28,10 +28,11 @@ var Suites = []Suite{
 	{
 		// BPF loading in both attach modes (tcx, or the tc it falls back
 		// to), per-packet verdicts through real veths, the tunnel decap
-		// program. Left out for time: restart adoption (43 s in a guest),
-		// the kill mid-attach (30 s).
+		// program, the node and tunnel device hooks (tcx, or cls_bpf).
+		// Left out for time: restart adoption (43 s in a guest), the kill
+		// mid-attach (30 s).
 		Name: "datapath", Package: "./daemon/datapath",
-		Run:     `^(TestPolicyEnforcement|TestVerdicts|TestTunnelDecap)$`,
+		Run:     `^(TestPolicyEnforcement|TestVerdicts|TestTunnelDecap|TestPruneDeviceHooks)$`,
 		Modules: append([]string{"vxlan"}, tc...),
 		Timeout: 4 * time.Minute,
 	},
@@ -56,11 +57,13 @@ var Suites = []Suite{
 	},
 	{
 		// Egress policy to a ClusterIP behind kube-proxy-style nftables
-		// DNAT, decided on the backend by the post-DNAT hook, and failing
-		// closed without it; an SCTP policy port end to end. Last: nft's
-		// NAT loads nf_conntrack whatever -no-conntrack says.
+		// DNAT, decided on the backend by the post-DNAT stage the kernel
+		// has (the BPF netfilter program from 6.4, the nftables xt_bpf
+		// stage before), an ipBlock's except through DNAT, and failing
+		// closed without a stage; an SCTP policy port end to end. Last:
+		// nft's NAT loads nf_conntrack whatever -no-conntrack says.
 		Name: "policy", Package: "./daemon/datapath",
-		Run:     `^(TestServiceDecidedOnBackend|TestServiceFailsClosedWithoutHook|TestSCTPPolicy)$`,
+		Run:     `^(TestServiceDecidedOnBackend|TestServiceIPBlockExceptAfterDNAT|TestServiceFailsClosedWithoutHook|TestSCTPPolicy)$`,
 		Modules: append([]string{"nf_nat", "nft_chain_nat", "nft_compat", "xt_bpf", "sctp"}, tc...),
 		Timeout: 3 * time.Minute,
 	},
