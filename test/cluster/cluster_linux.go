@@ -224,8 +224,11 @@ func Up(ctx context.Context, opts Options) (_ *Cluster, err error) {
 	}
 	defer func() {
 		if err != nil {
-			c.Logf("cluster: %v; tearing down (logs were in %s)", err, c.path("logs"))
-			_ = c.saveLogs()
+			if serr := c.saveLogs(); serr != nil {
+				c.Logf("cluster: %v; tearing down, which removes the logs in %s (keeping them failed: %v)", err, c.path("logs"), serr)
+			} else {
+				c.Logf("cluster: %v; tearing down (logs kept in %s until make cluster-down)", err, SavedLogsDir(c.Dir))
+			}
 			_ = c.Down()
 		}
 	}()
@@ -349,11 +352,17 @@ func (c *Cluster) Down() error {
 	return Teardown(c.Dir, c.Logf)
 }
 
-// saveLogs keeps the component logs of a failed start next to the cluster
-// directory (which Down removes).
+// SavedLogsDir is where a failed Up keeps the component logs of the
+// cluster rooted at dir: beside dir, which its tear-down removes. The next
+// failed Up replaces them; `cluster down` removes them.
+func SavedLogsDir(dir string) string { return dir + "-logs" }
+
+// saveLogs moves the component logs of a failed start to SavedLogsDir.
 func (c *Cluster) saveLogs() error {
-	dst := c.Dir + "-logs"
-	_ = os.RemoveAll(dst)
+	dst := SavedLogsDir(c.Dir)
+	if err := os.RemoveAll(dst); err != nil {
+		return err
+	}
 	return os.Rename(c.path("logs"), dst)
 }
 

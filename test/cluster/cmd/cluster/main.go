@@ -32,7 +32,7 @@ func main() {
 	case "up":
 		err = up(*workers, *noInstall, dir)
 	case "down":
-		err = cluster.Teardown(dir, log.Printf)
+		err = down(dir)
 	default:
 		flag.Usage()
 		os.Exit(2)
@@ -40,6 +40,14 @@ func main() {
 	if err != nil {
 		log.Fatal(err)
 	}
+}
+
+// down removes the cluster and the logs a failed up kept.
+func down(dir string) error {
+	if err := cluster.Teardown(dir, log.Printf); err != nil {
+		return err
+	}
+	return os.RemoveAll(cluster.SavedLogsDir(dir))
 }
 
 func up(workers int, noInstall bool, dir string) error {
