@@ -155,7 +155,11 @@ cluster-down:
 	$(GO) build -o $(BIN)/coordino-cluster ./test/cluster/cmd/cluster
 	$(BIN)/coordino-cluster down
 
-e2e-cluster: cluster-up
+# A bed already up (make cluster-up) is used as it is: its Coordino is the
+# image it came up with (make cluster-down first for a fresh one).
+e2e-cluster:
+	$(GO) build -o $(BIN)/coordino-cluster ./test/cluster/cmd/cluster
+	@if $(BIN)/coordino-cluster status; then echo "e2e-cluster: using that bed as it is (make cluster-down first for one with this tree's image)"; else $(MAKE) cluster-up; fi
 	TESTBED_NICE=$${TESTBED_NICE:-10} test/testbed/build.sh e2e.test
 	test/cluster/e2e.sh
 
