@@ -44,7 +44,10 @@ func (c *Cluster) Install(ctx context.Context) error {
 	if err := c.WaitNodesReady(ctx, 5*time.Minute); err != nil {
 		// A node stays NotReady while Coordino's daemon is not serving;
 		// why it is not is in its pods' status, not in the node's.
-		pods, lerr := c.Client.CoreV1().Pods("coordino-system").List(ctx, metav1.ListOptions{LabelSelector: daemonSetSelector})
+		// (Asked even when ctx ended the wait.)
+		lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer cancel()
+		pods, lerr := c.Client.CoreV1().Pods("coordino-system").List(lctx, metav1.ListOptions{LabelSelector: daemonSetSelector})
 		if lerr != nil {
 			return fmt.Errorf("%w (listing the coordino DaemonSet's pods: %v)", err, lerr)
 		}
