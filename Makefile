@@ -141,8 +141,9 @@ bench-k8s: deps build ref-plugins
 # cluster-up returns with the cluster running (it prints KUBECONFIG);
 # cluster-down removes everything. e2e-cluster runs the upstream e2e.test
 # suites (E2E_SUITE=netpol|conformance|all, see test/cluster/e2e.sh) and
-# leaves the cluster up for inspection. First builds are long (hours cold on
-# 2 cores): test/testbed/build.sh caches them by version.
+# leaves the cluster up for inspection. First builds are long (measured in
+# docs/cluster.md, "Components and build times"): test/testbed/build.sh caches
+# them by version.
 WORKERS ?= 2
 .PHONY: cluster-up cluster-down e2e-cluster e2e-cluster-smoke
 cluster-up: image
