@@ -530,6 +530,7 @@ func (c *Controller) syncPoolStatus(ctx context.Context, name string) error {
 			continue
 		}
 		st.Families = append(st.Families, coordinov1alpha1.PoolFamilyStatus{Family: familyName(fam),
+			BlockSize:   int32(pool.Spec.BlockSize(fam == 1)),
 			TotalBlocks: sat32(total[fam]), AllocatedBlocks: sat32(uint64(alloc[fam]))})
 		sumA += uint64(alloc[fam])
 		sumT = satAdd(sumT, total[fam])
