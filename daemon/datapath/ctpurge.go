@@ -241,8 +241,9 @@ func (d *Datapath) settlePurge(ifindex uint32, ips []netip.Addr) error {
 	if !d.purger.isPending(ifindex, ips) {
 		return nil
 	}
+	// Waits for a walk under way, which may have served it.
 	d.purger.walkMu.Lock()
-	d.purger.walkMu.Unlock() // a walk under way may have served it
+	d.purger.walkMu.Unlock() //nolint:staticcheck // SA2001: the empty section is the wait
 	if !d.purger.isPending(ifindex, ips) {
 		return nil
 	}

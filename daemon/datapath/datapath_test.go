@@ -36,13 +36,12 @@ var modes = []struct {
 // namespace default, "c" (app=client) in namespace other, and "ext", an
 // unattached host standing in for the world.
 type cluster struct {
-	t       testing.TB
-	dual    bool // pods also get their podIPs6 address
-	cfg     Config
-	dp      *Datapath
-	pods    map[string]*testnet.Pod
-	eps     map[string]Endpoint
-	ipIndex int
+	t    testing.TB
+	dual bool // pods also get their podIPs6 address
+	cfg  Config
+	dp   *Datapath
+	pods map[string]*testnet.Pod
+	eps  map[string]Endpoint
 }
 
 var podIPs = map[string]netip.Addr{
