@@ -161,7 +161,7 @@ type Datapath struct {
 // endpoint records and their links; adopted links switch to the programs
 // just loaded without detaching. Policy already in the maps stays enforced
 // until the first UpdatePolicy replaces it.
-func Open(cfg Config) (*Datapath, error) {
+func Open(cfg Config) (_ *Datapath, err error) {
 	if cfg.Logger == nil {
 		cfg.Logger = zap.NewNop()
 	}
@@ -217,38 +217,36 @@ func Open(cfg Config) (*Datapath, error) {
 		}
 		return nil, fmt.Errorf("datapath: load BPF objects: %w", err)
 	}
+	// From here on one cleanup undoes a failed Open: Close releases what
+	// is set and skips what is not. The pins stay for the next Open.
+	defer func() {
+		if err != nil {
+			d.Close()
+		}
+	}()
 	if err := restoreResized(&d.objs, resized); err != nil {
-		d.objs.Close()
 		return nil, err
 	}
 	if d.state, err = openStateMap(cfg.BPFDir); err != nil {
-		d.objs.Close()
 		return nil, err
 	}
+	if d.tc, err = netlink.NewHandle(unix.NETLINK_ROUTE); err != nil {
+		return nil, fmt.Errorf("datapath: rtnetlink socket: %w", err)
+	}
+	d.ctCounter = openMapCounter(d.objs.CdoConntrack, d.log)
 	pm, err := openPurgeMap(cfg.BPFDir)
 	if err != nil {
-		d.state.Close()
-		d.objs.Close()
 		return nil, err
 	}
 	if d.purger, err = newPurger(pm, cfg.purgeInterval); err != nil {
 		pm.Close()
-		d.state.Close()
-		d.objs.Close()
 		return nil, err
 	}
-	if d.tc, err = netlink.NewHandle(unix.NETLINK_ROUTE); err != nil {
-		pm.Close()
-		d.state.Close()
-		d.objs.Close()
-		return nil, fmt.Errorf("datapath: rtnetlink socket: %w", err)
-	}
-	d.ctCounter = openMapCounter(d.objs.CdoConntrack, d.log)
+	// Started with the purger: Close waits for it to stop.
 	go d.runPurger()
 	d.metrics = newMetrics(d)
 	d.ifKeys.Store(&map[uint32]string{})
 	if err := d.restore(); err != nil {
-		d.Close()
 		return nil, err
 	}
 	if err := d.purgeAtStart(); err != nil {
@@ -257,7 +255,6 @@ func Open(cfg Config) (*Datapath, error) {
 		d.purger.wake()
 	}
 	if err := d.setupServices(); err != nil {
-		d.Close()
 		return nil, err
 	}
 	return d, nil
@@ -345,7 +342,9 @@ func (d *Datapath) Close() error {
 		errs = append(errs, d.ctCounter.Close())
 	}
 	errs = append(errs, d.objs.Close())
-	d.tc.Close()
+	if d.tc != nil {
+		d.tc.Close()
+	}
 	return errors.Join(errs...)
 }
 
