@@ -206,18 +206,56 @@ func (d *Datapath) collectChanges() {
 }
 
 // flush writes the pending entries in fail-closed order (see the top of
-// this file). Failed writes stay pending and a retry is scheduled.
+// this file): classify them into a plan, apply it, then report. Failed
+// writes stay pending and a retry is scheduled.
 func (d *Datapath) flush() error {
 	d.collectChanges()
 	if d.dirty.empty() {
 		return nil
 	}
 	w := d.wanted()
-	var a, b, c, cLate, dd []write
-	// cPrefixes: ipBlock prefixes to insert, longest first, so none goes in
-	// while a prefix inside it is missing.
-	var cPrefixes []write
+	plan := d.classify(w)
+	changed, errs := d.apply(plan)
+	if len(d.dirty.ips) > 0 {
+		d.withholdPrefixes(w)
+	}
+	return d.finishFlush(changed, errs)
+}
 
+// flushPlan is one flush's writes, classed by their effect on the installed
+// state (the classes A-D at the top of this file). apply runs the fields in
+// the order they are declared, and that order is what keeps every
+// intermediate state no more permissive than both the installed and the
+// wanted one: the inert allows and the tightening writes run first, the
+// loosening ones only once every tightening write succeeded, and the
+// allows of directions no longer isolated last, once everything before
+// them is in. Reordering the fields or the phases of apply breaks this.
+type flushPlan struct {
+	// inertAllows (A) are allow entries whose (identity, direction) no
+	// installed endpoint isolates: they change no verdict yet.
+	inertAllows []write
+	// tighten (B): isolation bits added, endpoints removed, pod addresses
+	// leaving the ipcache, allows removed where the direction stays
+	// isolated. A failure here stops the plan before anything loosens.
+	tighten []write
+	// loosen (C): other allow entries, new or changed endpoints and
+	// ipcache entries, isolation bits cleared.
+	loosen []write
+	// prefixes (C) are ipBlock prefixes to insert, longest first, so none
+	// goes in while a prefix inside it is missing.
+	prefixes []write
+	// prefixRemovals (C, late): a prefix leaving hands its addresses to a
+	// shorter prefix, which may allow where it was excepted.
+	prefixRemovals []write
+	// liftedAllows (D) are allow entries removed from directions no longer
+	// isolated: only once all of C is in.
+	liftedAllows []write
+}
+
+// classify drops pending entries that already hold their wanted value and
+// sorts the writes of the others into a plan.
+func (d *Datapath) classify(w *wanted) *flushPlan {
+	var plan flushPlan
 	for k := range d.dirty.keys {
 		want := d.engine.WantsKey(k)
 		_, have := d.mirror.policy[k]
@@ -225,13 +263,13 @@ func (d *Datapath) flush() error {
 		case want == have:
 			delete(d.dirty.keys, k)
 		case want && !w.installedIso[k.Local].Has(k.Dir):
-			a = append(a, d.policyAdd(k))
+			plan.inertAllows = append(plan.inertAllows, d.policyAdd(k))
 		case want:
-			c = append(c, d.policyAdd(k))
+			plan.loosen = append(plan.loosen, d.policyAdd(k))
 		case d.engine.Isolation(k.Local).Has(k.Dir):
-			b = append(b, d.policyDelete(k))
+			plan.tighten = append(plan.tighten, d.policyDelete(k))
 		default:
-			dd = append(dd, d.policyDelete(k))
+			plan.liftedAllows = append(plan.liftedAllows, d.policyDelete(k))
 		}
 	}
 	for ifindex := range d.dirty.eps {
@@ -241,19 +279,19 @@ func (d *Datapath) flush() error {
 		case ok == had && want == have:
 			delete(d.dirty.eps, ifindex)
 		case !ok:
-			b = append(b, d.endpointDelete(ifindex))
+			plan.tighten = append(plan.tighten, d.endpointDelete(ifindex))
 		case !had || want.Identity != have.Identity:
-			c = append(c, d.endpointWrite(ifindex, want, true))
+			plan.loosen = append(plan.loosen, d.endpointWrite(ifindex, want, true))
 		case want.Flags&^have.Flags != 0 && have.Flags&^want.Flags != 0:
 			// Isolation added in one direction and cleared in the other:
 			// add first (B), clear later (C).
 			both := bpf.CoordinoEndpointInfo{Identity: want.Identity, Flags: want.Flags | have.Flags}
-			b = append(b, d.endpointWrite(ifindex, both, false))
-			c = append(c, d.endpointWrite(ifindex, want, true))
+			plan.tighten = append(plan.tighten, d.endpointWrite(ifindex, both, false))
+			plan.loosen = append(plan.loosen, d.endpointWrite(ifindex, want, true))
 		case want.Flags&^have.Flags != 0:
-			b = append(b, d.endpointWrite(ifindex, want, true))
+			plan.tighten = append(plan.tighten, d.endpointWrite(ifindex, want, true))
 		default:
-			c = append(c, d.endpointWrite(ifindex, want, true))
+			plan.loosen = append(plan.loosen, d.endpointWrite(ifindex, want, true))
 		}
 	}
 	for p := range d.dirty.ips {
@@ -265,28 +303,29 @@ func (d *Datapath) flush() error {
 		case ok && !w.isOwner(p):
 			x := d.ipcacheWrite(p, want)
 			x.prefix = p
-			cPrefixes = append(cPrefixes, x)
+			plan.prefixes = append(plan.prefixes, x)
 		case ok:
-			c = append(c, d.ipcacheWrite(p, want))
+			plan.loosen = append(plan.loosen, d.ipcacheWrite(p, want))
 		case p.IsSingleIP():
 			// An address leaving falls back to its CIDR identity: fewer
 			// rules can match it.
-			b = append(b, d.ipcacheDelete(p))
+			plan.tighten = append(plan.tighten, d.ipcacheDelete(p))
 		default:
-			// A prefix leaving hands its addresses to a shorter prefix,
-			// which may be allowed where it was excepted: loosening.
-			cLate = append(cLate, d.ipcacheDelete(p))
+			plan.prefixRemovals = append(plan.prefixRemovals, d.ipcacheDelete(p))
 		}
 	}
+	slices.SortFunc(plan.prefixes, func(x, y write) int { return y.prefix.Bits() - x.prefix.Bits() })
+	return &plan
+}
 
-	slices.SortFunc(cPrefixes, func(x, y write) int { return y.prefix.Bits() - x.prefix.Bits() })
+// apply runs plan in fail-closed order (flushPlan). It reports whether any
+// write succeeded and the errors of those that did not; those stay pending.
+func (d *Datapath) apply(plan *flushPlan) (changed bool, errs []error) {
+	// Prefixes not in yet: a prefix containing one is withheld.
 	var missing []netip.Prefix
-	for _, x := range cPrefixes {
+	for _, x := range plan.prefixes {
 		missing = append(missing, x.prefix)
 	}
-
-	var errs []error
-	changed := false
 	run := func(ws []write) bool {
 		ok := true
 		for _, x := range ws {
@@ -310,36 +349,38 @@ func (d *Datapath) flush() error {
 		}
 		return ok
 	}
-	run(a)
-	if run(b) {
-		// Later isolation-clearing writes depend on nothing in A: a failed
-		// allow addition only leaves the endpoint stricter than wanted.
-		cOK := run(c)
-		pOK := run(cPrefixes)
-		// Prefixes leave even when others did not fit, so a trie full of
-		// stale prefixes drains; withholdPrefixes keeps the result closed.
-		if run(cLate) && cOK && pOK {
-			run(dd)
-		}
+	run(plan.inertAllows)
+	if !run(plan.tighten) {
+		return changed, errs
 	}
-	if len(d.dirty.ips) > 0 {
-		d.withholdPrefixes(w)
+	// Later isolation-clearing writes depend on nothing in A: a failed
+	// allow addition only leaves the endpoint stricter than wanted.
+	loosened := run(plan.loosen)
+	prefixed := run(plan.prefixes)
+	// Prefixes leave even when others did not fit, so a trie full of
+	// stale prefixes drains; withholdPrefixes keeps the result closed.
+	if run(plan.prefixRemovals) && loosened && prefixed {
+		run(plan.liftedAllows)
 	}
-	var err error
+	return changed, errs
+}
+
+// finishFlush bumps the revision after any change and reports the failed
+// writes, scheduling a retry, or ends the backoff.
+func (d *Datapath) finishFlush(changed bool, errs []error) error {
 	if changed {
 		if berr := d.bumpRevision(); berr != nil {
 			errs = append(errs, berr)
 		}
 	}
-	if len(errs) > 0 {
-		err = fmt.Errorf("policy maps not fully updated (%d writes failed, %d entries pending, retrying): %w",
-			len(errs), len(d.dirty.keys)+len(d.dirty.ips)+len(d.dirty.eps), errors.Join(firstErrors(errs, 3)...))
-		d.metrics.syncFailures.Inc()
-		d.scheduleRetry()
-	} else {
+	if len(errs) == 0 {
 		d.retryDone()
+		return nil
 	}
-	return err
+	d.metrics.syncFailures.Inc()
+	d.scheduleRetry()
+	return fmt.Errorf("policy maps not fully updated (%d writes failed, %d entries pending, retrying): %w",
+		len(errs), len(d.dirty.keys)+len(d.dirty.ips)+len(d.dirty.eps), errors.Join(firstErrors(errs, 3)...))
 }
 
 func firstErrors(errs []error, n int) []error {
