@@ -148,13 +148,7 @@ type Datapath struct {
 	// hostRoutingRefused: the kernel cannot host-route, and it was said.
 	hostRoutingRefused bool
 
-	// purger purges removed endpoints' conntrack entries (ctpurge.go).
-	purger *ctPurger
-	// ctWalks counts full reads of the conntrack table.
-	ctWalks atomic.Uint64
-	// ctCounter counts the conntrack table's entries without reading it;
-	// nil where the kernel cannot (mapcount.go).
-	ctCounter *mapCounter
+	ct *conntrack
 }
 
 // Open loads the BPF objects and creates, or adopts, the pinned maps, the
@@ -233,26 +227,22 @@ func Open(cfg Config) (_ *Datapath, err error) {
 	if d.tc, err = netlink.NewHandle(unix.NETLINK_ROUTE); err != nil {
 		return nil, fmt.Errorf("datapath: rtnetlink socket: %w", err)
 	}
-	d.ctCounter = openMapCounter(d.objs.CdoConntrack, d.log)
-	pm, err := openPurgeMap(cfg.BPFDir)
-	if err != nil {
+	if d.ct, err = openConntrack(d.objs.CdoConntrack, d.objs.CdoCtStats, cfg.BPFDir, cfg.purgeInterval, d.log); err != nil {
 		return nil, err
 	}
-	if d.purger, err = newPurger(pm, cfg.purgeInterval); err != nil {
-		pm.Close()
-		return nil, err
-	}
-	// Started with the purger: Close waits for it to stop.
-	go d.runPurger()
 	d.metrics = newMetrics(d)
 	d.ifKeys.Store(&map[uint32]string{})
 	if err := d.restore(); err != nil {
 		return nil, err
 	}
-	if err := d.purgeAtStart(); err != nil {
+	live := map[uint32]bool{}
+	for _, r := range d.eps {
+		live[uint32(r.HostIfIndex)] = true
+	}
+	if err := d.ct.purgeAtStart(live); err != nil {
 		// An attach reusing a pending interface or address retries it.
 		d.log.Warn("conntrack purge at start failed; retrying in the background", zap.Error(err))
-		d.purger.wake()
+		d.ct.purger.wake()
 	}
 	if err := d.setupServices(); err != nil {
 		return nil, err
@@ -330,16 +320,12 @@ func (d *Datapath) Close() error {
 	}
 	d.mu.Unlock()
 	var errs []error
-	if d.purger != nil {
+	if d.ct != nil {
 		// After the walk under way: it reads maps closed below.
-		d.purger.stopPurger()
-		errs = append(errs, d.purger.m.Close())
+		errs = append(errs, d.ct.close())
 	}
 	if d.state != nil {
 		errs = append(errs, d.state.Close())
-	}
-	if d.ctCounter != nil {
-		errs = append(errs, d.ctCounter.Close())
 	}
 	errs = append(errs, d.objs.Close())
 	if d.tc != nil {
@@ -383,7 +369,7 @@ func (d *Datapath) AttachEndpoint(ep Endpoint) error {
 	}
 	// Before anything is written: the programs attached below must find no
 	// flow of a removed endpoint that had this interface or an address.
-	if err := d.settlePurge(uint32(r.HostIfIndex), r.IPs); err != nil {
+	if err := d.ct.settle(uint32(r.HostIfIndex), r.IPs); err != nil {
 		return fmt.Errorf("endpoint %q: %w", r.Key, err)
 	}
 	if err := d.prepareAttach(r); err != nil {
@@ -430,7 +416,7 @@ func (d *Datapath) prepareAttach(r *record) error {
 			return err
 		}
 		gone := slices.DeleteFunc(slices.Clone(old.IPs), func(ip netip.Addr) bool { return slices.Contains(r.IPs, ip) })
-		if err := d.purger.queue(uint32(old.HostIfIndex), gone); err != nil {
+		if err := d.ct.purger.queue(uint32(old.HostIfIndex), gone); err != nil {
 			d.log.Warn("flows of the replaced interface left to expire", zap.String("endpoint", r.Key), zap.Error(err))
 		}
 	}
@@ -535,14 +521,14 @@ func (d *Datapath) DetachEndpoint(ep Endpoint) error {
 	// The tracked flows are purged by a background walk (ctpurge.go); they
 	// are recorded as pending before the record goes, so a crash in
 	// between leaves one or the other for the next Open.
-	queueErr := d.purger.queue(uint32(r.HostIfIndex), r.IPs)
+	queueErr := d.ct.purger.queue(uint32(r.HostIfIndex), r.IPs)
 	if err := d.removeDetached(r); err != nil {
 		return err
 	}
 	if queueErr != nil {
 		// Not recorded (pending map full): purge now, as nothing else will.
 		d.log.Warn("conntrack purge not queued; purging now", zap.Error(queueErr))
-		d.purgeConntrack(uint32(r.HostIfIndex), r.IPs)
+		d.ct.purgeEndpoint(uint32(r.HostIfIndex), r.IPs)
 	}
 	d.log.Debug("endpoint detached", zap.String("endpoint", r.Key))
 	return nil

@@ -152,10 +152,8 @@ func (d *Datapath) MapUsage() ([]MapUsage, error) {
 		}
 	}
 	d.mu.Unlock()
-	d.purger.mu.Lock()
-	out = append(out, MapUsage{Name: ctPurgeMapName, Entries: len(d.purger.pending), Capacity: maxPendingPurges})
-	d.purger.mu.Unlock()
-	ct, err := d.conntrackEntries()
+	out = append(out, MapUsage{Name: ctPurgeMapName, Entries: d.ct.purger.pendingPurges(), Capacity: maxPendingPurges})
+	ct, err := d.ct.entries()
 	if err != nil {
 		return nil, fmt.Errorf("datapath: count conntrack entries: %w", err)
 	}

@@ -149,7 +149,7 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(endpointsDesc, prometheus.GaugeValue, float64(eps))
 	ch <- prometheus.MustNewConstMetric(policyEntriesDesc, prometheus.GaugeValue, float64(entries))
 	ch <- prometheus.MustNewConstMetric(revisionDesc, prometheus.GaugeValue, float64(rev))
-	m.d.collectConntrack(ch)
+	m.d.ct.collect(ch)
 	m.d.collectHostRoute(ch)
 }
 
@@ -170,5 +170,5 @@ func (d *Datapath) counter(dir, reason uint32) (packets, bytes uint64, err error
 // counters by direction, verdict and reason, and policy state gauges.
 func (d *Datapath) Collectors() []prometheus.Collector {
 	return []prometheus.Collector{d.metrics, d.metrics.invalidPolicy, d.metrics.syncFailures, d.metrics.policies, d.metrics.mapFailures,
-		d.purger.walks, d.purger.pendingEp}
+		d.ct.purger.walks, d.ct.purger.pendingEp}
 }

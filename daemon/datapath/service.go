@@ -339,7 +339,7 @@ const ctService = 16
 // the post-DNAT hook only looks at Service CIDRs, so such a flow left
 // pending would never be decided. Their next packet is judged anew.
 func (d *Datapath) purgeServiceFlows(cidrs []netip.Prefix) {
-	err := d.purgeConntrackWhere(func(k *bpf.CoordinoCtKey, v *bpf.CoordinoCtEntry) bool {
+	err := d.ct.purgeWhere(func(k *bpf.CoordinoCtKey, v *bpf.CoordinoCtEntry) bool {
 		if v.Flags&ctService == 0 {
 			return false
 		}

@@ -585,37 +585,3 @@ func (d *Datapath) writeConfig() error {
 	cfg := bpf.CoordinoConfig{PolicyRevision: d.revision, Flags: d.cfgFlags}
 	return d.objs.CdoConfig.Update(uint32(0), &cfg, ebpf.UpdateAny)
 }
-
-// purgeConntrack drops the tracked flows of one removed endpoint now: those
-// seen on its interface, so a future interface reusing the index starts
-// clean, and those other endpoints track with one of its addresses, so a pod
-// that is given the address next never inherits a flow of the deleted one.
-// DEL queues this for the background walk (ctpurge.go) and calls it only
-// when it cannot. The table is read and the dead entries deleted in batches
-// (conntrack.go).
-func (d *Datapath) purgeConntrack(ifindex uint32, ips []netip.Addr) {
-	gone := map[[16]byte]bool{}
-	for _, ip := range ips {
-		_, b := packetAddr(ip)
-		gone[b] = true
-	}
-	err := d.purgeConntrackWhere(func(k *bpf.CoordinoCtKey, _ *bpf.CoordinoCtEntry) bool {
-		return k.Ifindex == ifindex || gone[k.Src] || gone[k.Dst]
-	})
-	if err != nil {
-		d.log.Warn("conntrack purge incomplete: entries of the removed endpoint expire on their own", zap.Error(err))
-	}
-}
-
-// purgeConntrackWhere deletes the conntrack entries drop selects; entries it
-// could not read are left to expire, and the read error is returned.
-func (d *Datapath) purgeConntrackWhere(drop func(*bpf.CoordinoCtKey, *bpf.CoordinoCtEntry) bool) error {
-	var dead []bpf.CoordinoCtKey
-	err := d.walkConntrack(func(k *bpf.CoordinoCtKey, v *bpf.CoordinoCtEntry) {
-		if drop(k, v) {
-			dead = append(dead, *k)
-		}
-	})
-	d.deleteConntrack(dead)
-	return err
-}
