@@ -10,7 +10,6 @@ import (
 	"path/filepath"
 	"slices"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/cilium/ebpf"
@@ -19,9 +18,7 @@ import (
 	"github.com/coordino/coordino/daemon/identity"
 	"github.com/coordino/coordino/daemon/kernel"
 	"github.com/coordino/coordino/daemon/policy"
-	"github.com/vishvananda/netlink"
 	"go.uber.org/zap"
-	"golang.org/x/sys/unix"
 )
 
 // DefaultNamespace is the namespace of endpoints that name none.
@@ -97,14 +94,7 @@ type Datapath struct {
 	objs    bpf.CoordinoObjects
 	state   *ebpf.Map
 	metrics *metrics
-	// tc is one rtnetlink socket, in the namespace Open ran in, for the
-	// qdisc and filter requests of every attach and detach: opening a
-	// socket per request cost more than the request itself.
-	tc *netlink.Handle
-	// ifKeys maps host ifindex to endpoint key for the flow reader: a
-	// snapshot replaced on every endpoint change, so decoding an event
-	// never takes mu.
-	ifKeys atomic.Pointer[map[uint32]string]
+	att     *attacher
 
 	// snapMu serialises UpdatePolicy; snap is the last applied snapshot.
 	snapMu sync.Mutex
@@ -224,14 +214,13 @@ func Open(cfg Config) (_ *Datapath, err error) {
 	if d.state, err = openStateMap(cfg.BPFDir); err != nil {
 		return nil, err
 	}
-	if d.tc, err = netlink.NewHandle(unix.NETLINK_ROUTE); err != nil {
-		return nil, fmt.Errorf("datapath: rtnetlink socket: %w", err)
+	if d.att, err = newAttacher(cfg.BPFDir, cfg.AttachMode, d.objs.CdoFromEp, d.objs.CdoToEp, d.log); err != nil {
+		return nil, err
 	}
 	if d.ct, err = openConntrack(d.objs.CdoConntrack, d.objs.CdoCtStats, cfg.BPFDir, cfg.purgeInterval, d.log); err != nil {
 		return nil, err
 	}
 	d.metrics = newMetrics(d)
-	d.ifKeys.Store(&map[uint32]string{})
 	if err := d.restore(); err != nil {
 		return nil, err
 	}
@@ -298,7 +287,7 @@ func (d *Datapath) restore() error {
 		if err := d.writeAddrs(r, nil); err != nil {
 			d.log.Warn("adopted endpoint's source addresses not written", zap.String("endpoint", r.Key), zap.Error(err))
 		}
-		if err := d.attach(r); err != nil {
+		if err := d.att.attach(r); err != nil {
 			// The interface may be gone; the owner's reconciliation detaches it.
 			d.log.Warn("adopted endpoint not re-attached", zap.String("endpoint", r.Key), zap.Error(err))
 		}
@@ -328,8 +317,8 @@ func (d *Datapath) Close() error {
 		errs = append(errs, d.state.Close())
 	}
 	errs = append(errs, d.objs.Close())
-	if d.tc != nil {
-		d.tc.Close()
+	if d.att != nil {
+		d.att.close()
 	}
 	return errors.Join(errs...)
 }
@@ -376,11 +365,11 @@ func (d *Datapath) AttachEndpoint(ep Endpoint) error {
 		return err
 	}
 	recordedMode := r.Mode
-	attachErr := d.attach(r)
+	attachErr := d.att.attach(r)
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if attachErr != nil {
-		_ = d.detach(r)
+		_ = d.att.detach(r)
 		d.forget(r)
 		return attachErr
 	}
@@ -412,7 +401,7 @@ func (d *Datapath) prepareAttach(r *record) error {
 		if err := d.deleteLocalEp(old); err != nil {
 			return err
 		}
-		if err := d.detach(old); err != nil {
+		if err := d.att.detach(old); err != nil {
 			return err
 		}
 		gone := slices.DeleteFunc(slices.Clone(old.IPs), func(ip netip.Addr) bool { return slices.Contains(r.IPs, ip) })
@@ -427,7 +416,7 @@ func (d *Datapath) prepareAttach(r *record) error {
 	r.Identity = id.ID
 	// The mode is recorded with the rest, before the attach, so a crash
 	// mid-attach leaves a record that says which hooks to clear.
-	r.Mode = d.newMode()
+	r.Mode = d.att.newMode()
 	if old != nil {
 		r.Mode = old.Mode
 		if r.PodMAC == "" && old.HostIfIndex == r.HostIfIndex {
@@ -505,7 +494,7 @@ func (d *Datapath) DetachEndpoint(ep Endpoint) error {
 	d.mu.Unlock()
 	if r == nil {
 		// Nothing recorded; clear any pins a crash may have left.
-		return d.unpinLinks(ep.Key)
+		return d.att.unpinLinks(ep.Key)
 	}
 	// First: host routing would otherwise deliver past the programs removed next.
 	d.mu.Lock()
@@ -515,7 +504,7 @@ func (d *Datapath) DetachEndpoint(ep Endpoint) error {
 		return err
 	}
 	// Outside the lock: releasing a live tcx link waits for RCU.
-	if err := d.detach(r); err != nil {
+	if err := d.att.detach(r); err != nil {
 		return err
 	}
 	// The tracked flows are purged by a background walk (ctpurge.go); they

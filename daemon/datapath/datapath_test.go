@@ -412,7 +412,7 @@ func TestDetachRemovesAttachmentAndEntries(t *testing.T) {
 					t.Fatalf("source address %s left behind", ip)
 				}
 			}
-			if _, err := os.Stat(c.dp.linkDir(ep.Key)); !os.IsNotExist(err) {
+			if _, err := os.Stat(c.dp.att.linkDir(ep.Key)); !os.IsNotExist(err) {
 				t.Fatalf("link pins left behind: %v", err)
 			}
 			if n := hookPrograms(t, ep.HostIfIndex); n != 0 {

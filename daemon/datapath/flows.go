@@ -78,11 +78,7 @@ func (d *Datapath) EmitAllowed() bool {
 
 // refreshIfKeys publishes a new ifindex→key snapshot; callers hold mu.
 func (d *Datapath) refreshIfKeys() {
-	m := make(map[uint32]string, len(d.eps))
-	for _, r := range d.eps {
-		m[uint32(r.HostIfIndex)] = r.Key
-	}
-	d.ifKeys.Store(&m)
+	d.att.publish(d.eps)
 	if d.remote.onLocalChange != nil {
 		d.remote.onLocalChange()
 	}
@@ -179,9 +175,7 @@ func (d *Datapath) decodeFlow(ev *bpf.CoordinoFlowEvent) Flow {
 	if ev.Proto == 6 || ev.Proto == 17 || ev.Proto == 132 {
 		f.SrcPort, f.DstPort = ntohs(ev.Sport), ntohs(ev.Dport)
 	}
-	if m := d.ifKeys.Load(); m != nil {
-		f.Endpoint = (*m)[ev.Ifindex]
-	}
+	f.Endpoint = d.att.endpointKey(ev.Ifindex)
 	return f
 }
 

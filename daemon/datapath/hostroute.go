@@ -7,8 +7,6 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
-	"os"
-	"path/filepath"
 	"slices"
 
 	"github.com/cilium/ebpf"
@@ -221,11 +219,7 @@ func (d *Datapath) collectHostRoute(ch chan<- prometheus.Metric) {
 // local pods are delivered from there. The tcx link is pinned like the node
 // devices' and re-attached the same way when the device is re-created.
 func (d *Datapath) AttachTunnelDevice(ifname string, ifindex int) error {
-	dir := filepath.Join(d.cfg.BPFDir, "links", "tunnel-"+ifname)
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return fmt.Errorf("datapath: tunnel device %s: %w", ifname, err)
-	}
-	return d.attachNodeHook(filepath.Join(dir, "ingress"), ifindex, d.objs.CdoFromTunnel, ebpf.AttachTCXIngress)
+	return d.att.attachDeviceHook("tunnel-"+ifname, "ingress", ifindex, d.objs.CdoFromTunnel, ebpf.AttachTCXIngress)
 }
 
 // localEpKey is cdo_local_eps' key of ip.

@@ -7,7 +7,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strings"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
@@ -207,43 +206,10 @@ func (d *Datapath) AttachNodeDevice(ifname string, ifindex int, l3 bool) error {
 	if l3 {
 		in, out = d.objs.CdoFromNodeL3, d.objs.CdoToNodeL3
 	}
-	dir := filepath.Join(d.cfg.BPFDir, "links", "node-"+ifname)
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return fmt.Errorf("datapath: node device %s: %w", ifname, err)
-	}
+	dir := "node-" + ifname
 	return errors.Join(
-		d.attachNodeHook(filepath.Join(dir, "ingress"), ifindex, in, ebpf.AttachTCXIngress),
-		d.attachNodeHook(filepath.Join(dir, "egress"), ifindex, out, ebpf.AttachTCXEgress))
-}
-
-func (d *Datapath) attachNodeHook(pin string, ifindex int, prog *ebpf.Program, at ebpf.AttachType) error {
-	if l, err := link.LoadPinnedLink(pin, nil); err == nil {
-		info, ierr := l.Info()
-		same := ierr == nil && info.TCX() != nil && int(info.TCX().Ifindex) == ifindex
-		if same {
-			if pi, err := prog.Info(); err == nil {
-				if id, ok := pi.ID(); ok && id == info.Program {
-					l.Close()
-					return nil // already this program: the periodic check is free
-				}
-			}
-			if l.Update(prog) == nil {
-				l.Close()
-				return nil
-			}
-		}
-		_ = l.Unpin()
-		l.Close()
-	}
-	l, err := link.AttachTCX(link.TCXOptions{Interface: ifindex, Program: prog, Attach: at, Anchor: link.Head()})
-	if err != nil {
-		return fmt.Errorf("datapath: attach node isolation to ifindex %d: %w", ifindex, err)
-	}
-	defer l.Close()
-	if err := l.Pin(pin); err != nil {
-		return fmt.Errorf("datapath: pin node isolation link: %w", err)
-	}
-	return nil
+		d.att.attachDeviceHook(dir, "ingress", ifindex, in, ebpf.AttachTCXIngress),
+		d.att.attachDeviceHook(dir, "egress", ifindex, out, ebpf.AttachTCXEgress))
 }
 
 // PruneDeviceHooks unpins the node and tunnel device hooks whose interface
@@ -252,28 +218,7 @@ func (d *Datapath) attachNodeHook(pin string, ifindex int, prog *ebpf.Program, a
 // tunnel hook but keepTunnel's (host routing turned off, or the routing is
 // no longer VXLAN). Their pins would otherwise stay in the BPF directory.
 func (d *Datapath) PruneDeviceHooks(keepTunnel string) error {
-	dir := filepath.Join(d.cfg.BPFDir, "links")
-	entries, err := os.ReadDir(dir)
-	if err != nil {
-		return fmt.Errorf("datapath: list device hooks: %w", err)
-	}
-	var errs []error
-	for _, e := range entries {
-		name := e.Name()
-		tunnel := strings.HasPrefix(name, "tunnel-")
-		if !e.IsDir() || !tunnel && !strings.HasPrefix(name, "node-") {
-			continue
-		}
-		hooks := filepath.Join(dir, name)
-		if tunnel && name != "tunnel-"+keepTunnel || !hooksAttached(hooks) {
-			if err := removeHooks(hooks); err != nil {
-				errs = append(errs, fmt.Errorf("datapath: remove device hooks %s: %w", name, err))
-			} else {
-				d.log.Info("device hooks removed", zap.String("hooks", name))
-			}
-		}
-	}
-	return errors.Join(errs...)
+	return d.att.pruneDeviceHooks(keepTunnel)
 }
 
 // removeHooks detaches and unpins the links pinned in dir, then removes
