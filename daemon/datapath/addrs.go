@@ -39,7 +39,7 @@ func (d *Datapath) writeAddrs(r, old *record) error {
 	for i, ip := range r.IPs {
 		k := epAddrKey(r.HostIfIndex, ip)
 		if err := d.objs.CdoEpAddrs.Update(&k, uint32(0), ebpf.UpdateAny); err != nil {
-			err = d.refused(d.objs.CdoEpAddrs, bpf.CoordinoMapCdoEpAddrs, err)
+			err = d.health.refused(d.objs.CdoEpAddrs, bpf.CoordinoMapCdoEpAddrs, err)
 			written := *r
 			written.IPs = r.IPs[:i]
 			if derr := d.deleteAddrs(&written, old); derr != nil {
@@ -49,7 +49,7 @@ func (d *Datapath) writeAddrs(r, old *record) error {
 		}
 	}
 	if len(r.IPs) > 0 {
-		d.accepted(bpf.CoordinoMapCdoEpAddrs)
+		d.health.accepted(bpf.CoordinoMapCdoEpAddrs)
 	}
 	return nil
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/cilium/ebpf"
 	"github.com/coordino/coordino/bpf"
+	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
 )
@@ -144,17 +145,38 @@ type mapEpisode struct {
 	failures uint64 // refused writes since start
 }
 
+// mapHealth is every map's record of refused writes: the parts that write
+// maps report each refusal and each accepted insert, and it counts them,
+// logs an episode's first refusal and says which maps refuse still.
+// Callers hold the datapath's lock.
+type mapHealth struct {
+	log      *zap.Logger
+	episodes map[string]*mapEpisode
+	// failures is coordino_bpf_map_update_failures_total.
+	failures *prometheus.CounterVec
+}
+
+func newMapHealth(log *zap.Logger) *mapHealth {
+	h := &mapHealth{log: log, episodes: map[string]*mapEpisode{}, failures: prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "coordino_bpf_map_update_failures_total",
+		Help: "Writes a BPF map refused, by map and reason (full: at capacity; no-memory; error). Every one fails closed, but those of host routing's maps (cdo_local_eps, cdo_peer_blocks, cdo_tunnel_peers), whose traffic takes the host's forwarding path instead.",
+	}, []string{"map", "reason"})}
+	for _, name := range slices.Concat(refusedMaps, hostPathMaps) {
+		h.failures.WithLabelValues(name, refusedFull)
+	}
+	return h
+}
+
 // refused counts a write m refused and returns err, as a *MapFullError when
 // the map is full. The first refusal of an episode is logged: as failing
-// closed, or for hostPathMaps as the fallback to the host's path it is;
-// callers hold mu.
-func (d *Datapath) refused(m *ebpf.Map, name string, err error) error {
+// closed, or for hostPathMaps as the fallback to the host's path it is.
+func (h *mapHealth) refused(m *ebpf.Map, name string, err error) error {
 	reason := refusalReason(err)
-	d.metrics.mapFailures.WithLabelValues(name, reason).Inc()
-	ep := d.episodes[name]
+	h.failures.WithLabelValues(name, reason).Inc()
+	ep := h.episodes[name]
 	if ep == nil {
 		ep = &mapEpisode{}
-		d.episodes[name] = ep
+		h.episodes[name] = ep
 	}
 	ep.failures++
 	if reason == refusedFull {
@@ -166,36 +188,42 @@ func (d *Datapath) refused(m *ebpf.Map, name string, err error) error {
 	ep.open = true
 	fields := []zap.Field{zap.String("map", name), zap.String("reason", reason), zap.Uint32("capacity", m.MaxEntries())}
 	if slices.Contains(hostPathMaps, name) {
-		d.log.Warn("BPF map refused an update: what does not fit takes the host's forwarding path", append(fields, zap.Error(err))...)
+		h.log.Warn("BPF map refused an update: what does not fit takes the host's forwarding path", append(fields, zap.Error(err))...)
 	} else {
-		d.log.Error("BPF map refused an update: failing closed until it takes entries again",
+		h.log.Error("BPF map refused an update: failing closed until it takes entries again",
 			append(fields, zap.String("raise", "--"+MapSizeFlag(name)), zap.Error(err))...)
 	}
 	return err
 }
 
-// accepted ends name's episode after a successful insert; callers hold mu.
-func (d *Datapath) accepted(name string) {
-	if ep := d.episodes[name]; ep != nil && ep.open {
+// accepted ends name's episode after a successful insert.
+func (h *mapHealth) accepted(name string) {
+	if ep := h.episodes[name]; ep != nil && ep.open {
 		ep.open = false
-		d.log.Info("BPF map takes entries again", zap.String("map", name))
+		h.log.Info("BPF map takes entries again", zap.String("map", name))
 	}
 }
 
-// refusing reports whether name refused a write and has not taken one
-// since, while it is still full or has writes pending; callers hold mu.
-func (d *Datapath) refusing(name string, entries, capacity int) bool {
-	ep := d.episodes[name]
-	if ep == nil || !ep.open {
-		return false
+// report fills u's refusals: a map refuses while it refused a write and
+// has not taken one since, and is still full or has writes pending (of
+// which pending says how many).
+func (h *mapHealth) report(u *MapUsage, pending int) {
+	ep := h.episodes[u.Name]
+	if ep == nil {
+		return
 	}
-	if entries < capacity && d.pendingIn(name) == 0 {
-		d.accepted(name)
-		return false
+	u.UpdateFailures = ep.failures
+	if !ep.open {
+		return
 	}
-	return true
+	if u.Entries < u.Capacity && pending == 0 {
+		h.accepted(u.Name)
+		return
+	}
+	u.Refusing = true
 }
 
+// pendingIn is how many writes to the map name are pending.
 func (d *Datapath) pendingIn(name string) int {
 	switch name {
 	case bpf.CoordinoMapCdoEndpoints:

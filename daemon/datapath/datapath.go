@@ -121,8 +121,7 @@ type Datapath struct {
 	retryDelay    time.Duration
 	closed        bool
 	cidrsRetained bool
-	// episodes are the maps' refused writes, by map name (capacity.go).
-	episodes map[string]*mapEpisode
+	health        *mapHealth
 	// serviceHookErr is why the post-DNAT hook is not attached (nil: it is);
 	// serviceStage is the one attached.
 	serviceHookErr error
@@ -180,7 +179,7 @@ func Open(cfg Config) (_ *Datapath, err error) {
 		eps:   map[string]*record{}, podPorts: map[string][]policy.NamedPort{},
 		dirty: newPending(),
 	}
-	d.episodes = map[string]*mapEpisode{}
+	d.health = newMapHealth(d.log)
 	d.engine = policy.NewEngine(d.cidrs)
 	if err := prepareConntrack(&cfg, spec, d.log); err != nil {
 		return nil, err

@@ -147,7 +147,7 @@ func syncBlocks[V comparable](d *Datapath, m *ebpf.Map, name string, mirror *map
 			continue
 		}
 		if err := deleteKey(m, &k); err != nil {
-			errs = append(errs, fmt.Errorf("delete: %w", d.refused(m, name, err)))
+			errs = append(errs, fmt.Errorf("delete: %w", d.health.refused(m, name, err)))
 			continue
 		}
 		delete(*mirror, k)
@@ -164,7 +164,7 @@ func syncBlocks[V comparable](d *Datapath, m *ebpf.Map, name string, mirror *map
 	for _, k := range writes {
 		v := want[k]
 		if err := m.Update(&k, &v, ebpf.UpdateAny); err != nil {
-			errs = append(errs, fmt.Errorf("update: %w", d.refused(m, name, err)))
+			errs = append(errs, fmt.Errorf("update: %w", d.health.refused(m, name, err)))
 			continue
 		}
 		(*mirror)[k] = v
@@ -173,7 +173,7 @@ func syncBlocks[V comparable](d *Datapath, m *ebpf.Map, name string, mirror *map
 		return fmt.Errorf("%d of %d entries not in place: %w", len(errs), len(want), errors.Join(firstErrors(errs, 3)...))
 	}
 	if len(want) > 0 {
-		d.accepted(name) // every block in place
+		d.health.accepted(name) // every block in place
 	}
 	return nil
 }
@@ -244,11 +244,11 @@ func (d *Datapath) writeLocalEp(r *record) error {
 	for _, ip := range r.IPs {
 		k := localEpKey(ip)
 		if err := d.objs.CdoLocalEps.Update(&k, &v, ebpf.UpdateAny); err != nil {
-			err = d.refused(d.objs.CdoLocalEps, bpf.CoordinoMapCdoLocalEps, err)
+			err = d.health.refused(d.objs.CdoLocalEps, bpf.CoordinoMapCdoLocalEps, err)
 			return fmt.Errorf("endpoint %q: host routing entry for %s: %w", r.Key, ip, err)
 		}
 	}
-	d.accepted(bpf.CoordinoMapCdoLocalEps)
+	d.health.accepted(bpf.CoordinoMapCdoLocalEps)
 	return nil
 }
 

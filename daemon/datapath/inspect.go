@@ -146,10 +146,7 @@ func (d *Datapath) MapUsage() ([]MapUsage, error) {
 	}
 	for i := range out {
 		u := &out[i]
-		if ep := d.episodes[u.Name]; ep != nil {
-			u.UpdateFailures = ep.failures
-			u.Refusing = d.refusing(u.Name, u.Entries, u.Capacity)
-		}
+		d.health.report(u, d.pendingIn(u.Name))
 	}
 	d.mu.Unlock()
 	out = append(out, MapUsage{Name: ctPurgeMapName, Entries: d.ct.purger.pendingPurges(), Capacity: maxPendingPurges})

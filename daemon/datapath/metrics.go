@@ -1,8 +1,6 @@
 package datapath
 
 import (
-	"slices"
-
 	"github.com/coordino/coordino/bpf"
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -74,7 +72,6 @@ type metrics struct {
 	invalidPolicy prometheus.Gauge
 	syncFailures  prometheus.Counter
 	policies      prometheus.Gauge
-	mapFailures   *prometheus.CounterVec
 }
 
 func newMetrics(d *Datapath) *metrics {
@@ -87,13 +84,7 @@ func newMetrics(d *Datapath) *metrics {
 	}), policies: prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "coordino_policies",
 		Help: "Valid network policies in the policy engine (the last snapshot applied).",
-	}), mapFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "coordino_bpf_map_update_failures_total",
-		Help: "Writes a BPF map refused, by map and reason (full: at capacity; no-memory; error). Every one fails closed, but those of host routing's maps (cdo_local_eps, cdo_peer_blocks, cdo_tunnel_peers), whose traffic takes the host's forwarding path instead.",
-	}, []string{"map", "reason"})}
-	for _, name := range slices.Concat(refusedMaps, hostPathMaps) {
-		m.mapFailures.WithLabelValues(name, refusedFull)
-	}
+	})}
 	return m
 }
 
@@ -169,6 +160,6 @@ func (d *Datapath) counter(dir, reason uint32) (packets, bytes uint64, err error
 // Collectors returns the datapath's Prometheus collectors: packet and byte
 // counters by direction, verdict and reason, and policy state gauges.
 func (d *Datapath) Collectors() []prometheus.Collector {
-	return []prometheus.Collector{d.metrics, d.metrics.invalidPolicy, d.metrics.syncFailures, d.metrics.policies, d.metrics.mapFailures,
+	return []prometheus.Collector{d.metrics, d.metrics.invalidPolicy, d.metrics.syncFailures, d.metrics.policies, d.health.failures,
 		d.ct.purger.walks, d.ct.purger.pendingEp}
 }

@@ -135,7 +135,7 @@ func (d *Datapath) writeNodeIsolation(keys []policy.Key, flags uint32) (changed 
 		}
 		bk := policyKey(k)
 		if err := deleteKey(d.objs.CdoNodeiso, &bk); err != nil {
-			return changed, fmt.Errorf("datapath: delete node isolation entry: %w", d.refused(d.objs.CdoNodeiso, name, err))
+			return changed, fmt.Errorf("datapath: delete node isolation entry: %w", d.health.refused(d.objs.CdoNodeiso, name, err))
 		}
 		delete(d.nodeIso.keys, k)
 		changed = true
@@ -148,10 +148,10 @@ func (d *Datapath) writeNodeIsolation(keys []policy.Key, flags uint32) (changed 
 		if err := d.objs.CdoNodeiso.Update(&bk, &bpf.CoordinoPolicyValue{}, ebpf.UpdateAny); err != nil {
 			// New isolation stays off: its allows are not all in.
 			return changed, fmt.Errorf("datapath: add node isolation entry %d of %d (%d held): %w",
-				i+1, len(keys), len(d.nodeIso.keys), d.refused(d.objs.CdoNodeiso, name, err))
+				i+1, len(keys), len(d.nodeIso.keys), d.health.refused(d.objs.CdoNodeiso, name, err))
 		}
 		d.nodeIso.keys[k] = struct{}{}
-		d.accepted(name)
+		d.health.accepted(name)
 		changed = true
 	}
 	if flags != d.nodeIso.flags {

@@ -334,7 +334,7 @@ func (d *Datapath) apply(plan *flushPlan) (changed bool, errs []error) {
 				continue // stays pending: withheld until the prefixes inside it fit
 			}
 			if err := x.do(); err != nil {
-				errs = append(errs, fmt.Errorf("%s: %w", x.what, d.refused(x.m, d.mapName(x.m), err)))
+				errs = append(errs, fmt.Errorf("%s: %w", x.what, d.health.refused(x.m, d.mapName(x.m), err)))
 				ok = false
 				continue
 			}
@@ -343,7 +343,7 @@ func (d *Datapath) apply(plan *flushPlan) (changed bool, errs []error) {
 				missing = slices.DeleteFunc(missing, func(q netip.Prefix) bool { return q == x.prefix })
 			}
 			if x.insert {
-				d.accepted(d.mapName(x.m))
+				d.health.accepted(d.mapName(x.m))
 			}
 			changed = true
 		}
