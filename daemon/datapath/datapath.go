@@ -128,14 +128,7 @@ type Datapath struct {
 	serviceStage   ServiceStage
 	// nodeIso is node isolation's state (nodeiso.go).
 	nodeIso nodeIsoState
-	// peerBlocks mirrors cdo_peer_blocks once SetPeerBlocks has read it.
-	peerBlocks map[bpf.CoordinoIpcacheKey]uint32
-	// tunnelPeers mirrors cdo_tunnel_peers once SetTunnel has read it;
-	// tunnelCfg is what cdo_tunnel holds.
-	tunnelPeers map[bpf.CoordinoIpcacheKey]bpf.CoordinoTunnelPeer
-	tunnelCfg   bpf.CoordinoTunnelConfig
-	// hostRoutingRefused: the kernel cannot host-route, and it was said.
-	hostRoutingRefused bool
+	hr      *hostRouting
 
 	ct *conntrack
 }
@@ -216,6 +209,11 @@ func Open(cfg Config) (_ *Datapath, err error) {
 	if d.att, err = newAttacher(cfg.BPFDir, cfg.AttachMode, d.objs.CdoFromEp, d.objs.CdoToEp, d.log); err != nil {
 		return nil, err
 	}
+	if d.hr, err = newHostRouting(hostRoutingMaps{localEps: d.objs.CdoLocalEps, peerBlocks: d.objs.CdoPeerBlocks,
+		tunnelPeers: d.objs.CdoTunnelPeers, tunnel: d.objs.CdoTunnel, fibCache: d.objs.CdoFibCache, stats: d.objs.CdoHostrouteStats},
+		cfg.Features, d.health, d.log); err != nil {
+		return nil, err
+	}
 	if d.ct, err = openConntrack(d.objs.CdoConntrack, d.objs.CdoCtStats, cfg.BPFDir, cfg.purgeInterval, d.log); err != nil {
 		return nil, err
 	}
@@ -254,11 +252,6 @@ func (d *Datapath) restore() error {
 	// Keep the previous daemon's flags until startup decides (SetEmitAllowed):
 	// allowed flows it logged keep queueing in the ring meanwhile.
 	d.cfgFlags = cfg.Flags
-	// The tunnel and guard stay as the previous daemon left them until the
-	// peers and options say otherwise.
-	if err := d.objs.CdoTunnel.Lookup(uint32(0), &d.tunnelCfg); err != nil {
-		return fmt.Errorf("datapath: read tunnel map: %w", err)
-	}
 	for p, v := range m.ipcache {
 		for _, id := range []identity.ID{identity.ID(v.Identity), identity.ID(v.CidrIdentity)} {
 			if id.IsCIDR() && id == identity.ID(v.Identity) {
@@ -378,7 +371,7 @@ func (d *Datapath) AttachEndpoint(ep Endpoint) error {
 		}
 	}
 	// Last: host routing runs the policy the steps above put in place.
-	if err := d.writeLocalEp(r); err != nil {
+	if err := d.hr.writeLocalEp(r); err != nil {
 		d.log.Warn("endpoint not host-routed; its traffic takes the normal path", zap.String("endpoint", r.Key), zap.Error(err))
 	}
 	d.log.Debug("endpoint attached", zap.String("endpoint", r.Key), zap.String("interface", r.HostIfName),
@@ -397,7 +390,7 @@ func (d *Datapath) prepareAttach(r *record) error {
 	old := d.eps[r.Key]
 	if old != nil && old.HostIfIndex != r.HostIfIndex {
 		// Same key on a new interface: drop the old attachment first.
-		if err := d.deleteLocalEp(old); err != nil {
+		if err := d.hr.deleteLocalEp(old); err != nil {
 			return err
 		}
 		if err := d.att.detach(old); err != nil {
@@ -463,7 +456,7 @@ func (d *Datapath) prepareAttach(r *record) error {
 
 // forget undoes the bookkeeping of a failed attach.
 func (d *Datapath) forget(r *record) {
-	if err := d.deleteLocalEp(r); err != nil {
+	if err := d.hr.deleteLocalEp(r); err != nil {
 		d.log.Warn("host routing entries left after failed attach", zap.String("endpoint", r.Key), zap.Error(err))
 	}
 	if err := d.deleteAddrs(r, nil); err != nil {
@@ -497,7 +490,7 @@ func (d *Datapath) DetachEndpoint(ep Endpoint) error {
 	}
 	// First: host routing would otherwise deliver past the programs removed next.
 	d.mu.Lock()
-	err := d.deleteLocalEp(r)
+	err := d.hr.deleteLocalEp(r)
 	d.mu.Unlock()
 	if err != nil {
 		return err

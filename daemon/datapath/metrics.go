@@ -141,7 +141,7 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(policyEntriesDesc, prometheus.GaugeValue, float64(entries))
 	ch <- prometheus.MustNewConstMetric(revisionDesc, prometheus.GaugeValue, float64(rev))
 	m.d.ct.collect(ch)
-	m.d.collectHostRoute(ch)
+	m.d.hr.collect(ch)
 }
 
 // counter sums one verdict counter slot over all CPUs.
