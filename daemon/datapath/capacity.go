@@ -223,23 +223,6 @@ func (h *mapHealth) report(u *MapUsage, pending int) {
 	u.Refusing = true
 }
 
-// pendingIn is how many writes to the map name are pending.
-func (d *Datapath) pendingIn(name string) int {
-	switch name {
-	case bpf.CoordinoMapCdoEndpoints:
-		return len(d.dirty.eps)
-	case bpf.CoordinoMapCdoIpcache:
-		return len(d.dirty.ips)
-	case bpf.CoordinoMapCdoPolicy:
-		return len(d.dirty.keys)
-	case bpf.CoordinoMapCdoNodeiso:
-		if d.nodeIso.failed {
-			return 1
-		}
-	}
-	return 0
-}
-
 // resizedMap holds the entries of a pinned map replaced by one of another
 // capacity until they are copied into it.
 type resizedMap struct {
@@ -342,30 +325,30 @@ func restoreResized(objs *bpf.CoordinoObjects, resized []resizedMap) error {
 // installed prefix that contains a missing one is removed (and stays
 // pending), so such addresses resolve to a longer installed prefix or to
 // the world identity, which no rule names. Callers hold mu.
-func (d *Datapath) withholdPrefixes(w *wanted) {
+func (mw *mapWriter) withholdPrefixes(w *wanted) {
 	var missing []netip.Prefix
-	for p := range d.dirty.ips {
+	for p := range mw.dirty.ips {
 		if w.isOwner(p) {
 			continue // a missing pod or node address resolves to its own CIDR identity
 		}
-		if want, ok := w.ip(p); ok && d.mirror.ipcache[p] != want {
+		if want, ok := w.ip(p); ok && mw.mirror.ipcache[p] != want {
 			missing = append(missing, p)
 		}
 	}
 	for _, q := range missing {
 		for bits := q.Bits() - 1; bits >= 0; bits-- {
 			p := netip.PrefixFrom(q.Addr(), bits).Masked()
-			if _, ok := d.mirror.ipcache[p]; !ok {
+			if _, ok := mw.mirror.ipcache[p]; !ok {
 				continue
 			}
 			k := ipcacheKey(p)
-			if err := deleteKey(d.objs.CdoIpcache, &k); err != nil {
-				d.log.Error("ipcache prefix containing a missing one not withheld", zap.Stringer("prefix", p), zap.Error(err))
+			if err := deleteKey(mw.maps.ipcache, &k); err != nil {
+				mw.log.Error("ipcache prefix containing a missing one not withheld", zap.Stringer("prefix", p), zap.Error(err))
 				continue
 			}
-			d.log.Warn("ipcache prefix withheld: a prefix inside it does not fit", zap.Stringer("prefix", p), zap.Stringer("missing", q))
-			delete(d.mirror.ipcache, p)
-			d.dirty.ips[p] = struct{}{}
+			mw.log.Warn("ipcache prefix withheld: a prefix inside it does not fit", zap.Stringer("prefix", p), zap.Stringer("missing", q))
+			delete(mw.mirror.ipcache, p)
+			mw.dirty.ips[p] = struct{}{}
 		}
 	}
 }
@@ -381,16 +364,14 @@ func containsMissing(p netip.Prefix, missing []netip.Prefix) bool {
 }
 
 // mapName names one of the maps the daemon writes.
-func (d *Datapath) mapName(m *ebpf.Map) string {
+func (mw *mapWriter) mapName(m *ebpf.Map) string {
 	switch m {
-	case d.objs.CdoEndpoints:
+	case mw.maps.endpoints:
 		return bpf.CoordinoMapCdoEndpoints
-	case d.objs.CdoIpcache:
+	case mw.maps.ipcache:
 		return bpf.CoordinoMapCdoIpcache
-	case d.objs.CdoPolicy:
+	case mw.maps.policy:
 		return bpf.CoordinoMapCdoPolicy
-	case d.objs.CdoEpAddrs:
-		return bpf.CoordinoMapCdoEpAddrs
 	}
 	return "unknown"
 }
@@ -401,8 +382,8 @@ func (d *Datapath) mapName(m *ebpf.Map) string {
 func (d *Datapath) AttachCapacity() error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if n := int(d.objs.CdoEndpoints.MaxEntries()); len(d.mirror.endpoints) >= n {
-		return &MapFullError{Map: bpf.CoordinoMapCdoEndpoints, Capacity: n}
+	if u := d.mw.usage()[0]; u.Entries >= u.Capacity {
+		return &MapFullError{Map: u.Name, Capacity: u.Capacity}
 	}
 	addrs := 0
 	for _, r := range d.eps {

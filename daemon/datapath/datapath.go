@@ -108,20 +108,12 @@ type Datapath struct {
 	// podPorts are the named ports of this node's pods, by "namespace/name".
 	podPorts map[string][]policy.NamedPort
 	synced   bool
-	mirror   *mirrors
-	revision uint32
-	// cfgFlags are the CFG_* flags last written to the config map.
-	cfgFlags uint32
-	// dirty are map entries that may differ from what the engine wants.
-	dirty pending
 	// remote are other nodes' pod and node addresses (remote.go).
-	remote remoteAddrs
-	// retryTimer is set while a retry of a failed flush is scheduled.
-	retryTimer    *time.Timer
-	retryDelay    time.Duration
-	closed        bool
+	remote        remoteAddrs
 	cidrsRetained bool
 	health        *mapHealth
+	mw            *mapWriter
+	retry         *retrier
 	// serviceHookErr is why the post-DNAT hook is not attached (nil: it is);
 	// serviceStage is the one attached.
 	serviceHookErr error
@@ -170,9 +162,19 @@ func Open(cfg Config) (_ *Datapath, err error) {
 		ids:   cfg.Identities,
 		cidrs: identity.NewCIDRs(),
 		eps:   map[string]*record{}, podPorts: map[string][]policy.NamedPort{},
-		dirty: newPending(),
 	}
 	d.health = newMapHealth(d.log)
+	// A retry flushes again and re-applies node isolation if that failed.
+	d.retry = newRetrier(&d.mu, cfg.retryDelay, d.log, func() error {
+		err := d.flush()
+		if d.nodeIso.failed {
+			// Its error also names invalid policies, which no retry mends.
+			if nerr := d.applyNodeIsolation(); d.nodeIso.failed {
+				err = errors.Join(err, nerr)
+			}
+		}
+		return err
+	}, func() bool { return d.mw.settled() && !d.nodeIso.failed })
 	d.engine = policy.NewEngine(d.cidrs)
 	if err := prepareConntrack(&cfg, spec, d.log); err != nil {
 		return nil, err
@@ -239,27 +241,24 @@ func Open(cfg Config) (_ *Datapath, err error) {
 // restore rebuilds in-memory state from the pins and re-points adopted
 // attachments at the freshly loaded programs.
 func (d *Datapath) restore() error {
-	m, err := readMirrors(&d.objs)
+	var err error
+	d.mw, err = openMapWriter(writerMaps{policy: d.objs.CdoPolicy, ipcache: d.objs.CdoIpcache,
+		endpoints: d.objs.CdoEndpoints, config: d.objs.CdoConfig}, d.health, d.retry, d.log)
 	if err != nil {
 		return err
 	}
-	d.mirror = m
-	var cfg bpf.CoordinoConfig
-	if err := d.objs.CdoConfig.Lookup(uint32(0), &cfg); err != nil {
-		return fmt.Errorf("datapath: read config map: %w", err)
-	}
-	d.revision = cfg.PolicyRevision
-	// Keep the previous daemon's flags until startup decides (SetEmitAllowed):
-	// allowed flows it logged keep queueing in the ring meanwhile.
-	d.cfgFlags = cfg.Flags
-	for p, v := range m.ipcache {
+	var cidrErr error
+	d.mw.eachIpcache(func(p netip.Prefix, v bpf.CoordinoIpcacheValue) {
 		for _, id := range []identity.ID{identity.ID(v.Identity), identity.ID(v.CidrIdentity)} {
-			if id.IsCIDR() && id == identity.ID(v.Identity) {
+			if id.IsCIDR() && id == identity.ID(v.Identity) && cidrErr == nil {
 				if err := d.cidrs.Restore(p, id); err != nil {
-					return fmt.Errorf("datapath: adopt ipcache: %w", err)
+					cidrErr = fmt.Errorf("datapath: adopt ipcache: %w", err)
 				}
 			}
 		}
+	})
+	if cidrErr != nil {
+		return cidrErr
 	}
 	recs, err := loadRecords(d.state)
 	if err != nil {
@@ -287,7 +286,7 @@ func (d *Datapath) restore() error {
 	d.restoreRemote()
 	d.log.Info("datapath opened", zap.String("bpfDir", d.cfg.BPFDir), zap.Int("adoptedEndpoints", len(recs)),
 		zap.Int("restoredRemoteEndpoints", len(d.remote.unconfirmed)),
-		zap.Int("policyEntries", len(m.policy)), zap.Uint32("policyRevision", d.revision))
+		zap.Int("policyEntries", d.mw.usage()[2].Entries), zap.Uint32("policyRevision", d.mw.revision))
 	return nil
 }
 
@@ -295,10 +294,7 @@ func (d *Datapath) restore() error {
 // enforcing policy until the next Open adopts them.
 func (d *Datapath) Close() error {
 	d.mu.Lock()
-	d.closed = true
-	if d.retryTimer != nil {
-		d.retryTimer.Stop()
-	}
+	d.retry.stop()
 	d.mu.Unlock()
 	var errs []error
 	if d.ct != nil {
@@ -321,8 +317,7 @@ func (d *Datapath) SetNodeIPs(ips []netip.Addr) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	for _, ip := range slices.Concat(d.cfg.NodeIPs, ips) {
-		ip = ip.Unmap()
-		d.dirty.ips[netip.PrefixFrom(ip, ip.BitLen())] = struct{}{}
+		d.mw.markAddr(ip)
 	}
 	d.cfg.NodeIPs = slices.Clone(ips)
 	if !d.synced {
@@ -435,16 +430,16 @@ func (d *Datapath) prepareAttach(r *record) error {
 		// identity's entries go in before the old one's come out.
 		d.engine.RemoveLocal(old.Identity)
 		d.ids.Release(old.Identity)
-		d.markEndpoint(old)
+		d.mw.markEndpoint(old)
 		if err := d.deleteAddrs(old, r); err != nil {
 			d.log.Warn("stale source addresses left", zap.String("endpoint", r.Key), zap.Error(err))
 		}
 	}
 	d.eps[r.Key] = r
 	d.refreshIfKeys()
-	d.markEndpoint(r)
+	d.mw.markEndpoint(r)
 	if err := d.flush(); err != nil {
-		if d.endpointPending(r) {
+		if d.mw.endpointPending(r) {
 			d.forget(r)
 			return fmt.Errorf("endpoint %q: %w", r.Key, err)
 		}
@@ -468,7 +463,7 @@ func (d *Datapath) forget(r *record) {
 	d.engine.RemoveNamedPorts(localPortsKey(r))
 	d.engine.RemoveLocal(r.Identity)
 	d.ids.Release(r.Identity)
-	d.markEndpoint(r)
+	d.mw.markEndpoint(r)
 	if err := d.flush(); err != nil {
 		d.log.Warn("resync after failed attach", zap.String("endpoint", r.Key), zap.Error(err))
 	}
@@ -530,19 +525,29 @@ func (d *Datapath) removeDetached(r *record) error {
 	if err := deleteRecord(d.state, r.Key); err != nil {
 		return err
 	}
-	if err := d.syncEndpointsOnly(); err != nil {
-		return err
+	if !d.synced {
+		// No policy yet: only the detached endpoint's entries go.
+		if err := d.mw.syncEndpointsOnly(d.eps); err != nil {
+			return err
+		}
 	}
 	if d.synced {
-		d.markEndpoint(r)
+		d.mw.markEndpoint(r)
 		if err := d.flush(); err != nil {
-			if d.endpointPending(r) {
+			if d.mw.endpointPending(r) {
 				return err
 			}
 			d.log.Warn("policy maps not fully updated", zap.Error(err))
 		}
 	}
 	return nil
+}
+
+// flush has the map writer bring the maps in line with what the engine
+// and the other parts want; callers hold mu.
+func (d *Datapath) flush() error {
+	return d.mw.flush(desired{engine: d.engine, eps: d.eps, nodeIPs: d.cfg.NodeIPs,
+		remoteNodeIPs: d.nodeIso.remoteIPs, remote: &d.remote})
 }
 
 // Endpoints returns the keys of all attached endpoints, including those

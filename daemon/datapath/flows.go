@@ -44,36 +44,17 @@ var protoNames = map[uint8]string{1: "ICMP", 6: "TCP", 17: "UDP", 58: "ICMPv6", 
 func (d *Datapath) SetEmitAllowed(on bool) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if _, err := d.setCfgFlag(cfgEmitAllowed, on); err != nil {
+	if _, err := d.mw.setCfgFlag(cfgEmitAllowed, on); err != nil {
 		return fmt.Errorf("datapath: set flow event flags: %w", err)
 	}
 	return nil
-}
-
-// setCfgFlag sets or clears one CFG_* flag in the config map, reporting
-// whether it changed; callers hold mu.
-func (d *Datapath) setCfgFlag(flag uint32, on bool) (bool, error) {
-	flags := d.cfgFlags &^ flag
-	if on {
-		flags |= flag
-	}
-	if flags == d.cfgFlags {
-		return false, nil
-	}
-	old := d.cfgFlags
-	d.cfgFlags = flags
-	if err := d.writeConfig(); err != nil {
-		d.cfgFlags = old
-		return false, err
-	}
-	return true, nil
 }
 
 // EmitAllowed reports whether allowed new flows are being reported.
 func (d *Datapath) EmitAllowed() bool {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	return d.cfgFlags&cfgEmitAllowed != 0
+	return d.mw.cfgFlags&cfgEmitAllowed != 0
 }
 
 // refreshIfKeys publishes a new ifindex→key snapshot; callers hold mu.

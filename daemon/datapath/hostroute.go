@@ -90,7 +90,7 @@ func (d *Datapath) SetHostRouting(on bool) (bool, error) {
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	changed, err := d.setCfgFlag(cfgHostRouting, on)
+	changed, err := d.mw.setCfgFlag(cfgHostRouting, on)
 	if err != nil {
 		return false, fmt.Errorf("datapath: set host routing: %w", err)
 	}

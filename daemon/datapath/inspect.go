@@ -112,7 +112,7 @@ func (d *Datapath) PolicyRevision() (revision uint32, invalid int) {
 	d.snapMu.Unlock()
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	return d.revision, invalid
+	return d.mw.revision, invalid
 }
 
 // MapUsage is the fill of one BPF map.
@@ -136,17 +136,18 @@ func (d *Datapath) MapUsage() ([]MapUsage, error) {
 	for _, r := range d.eps {
 		addrs += len(r.IPs)
 	}
-	out := []MapUsage{
-		{Name: bpf.CoordinoMapCdoEndpoints, Entries: len(d.mirror.endpoints), Capacity: int(d.objs.CdoEndpoints.MaxEntries())},
-		{Name: bpf.CoordinoMapCdoIpcache, Entries: len(d.mirror.ipcache), Capacity: int(d.objs.CdoIpcache.MaxEntries())},
-		{Name: bpf.CoordinoMapCdoPolicy, Entries: len(d.mirror.policy), Capacity: int(d.objs.CdoPolicy.MaxEntries())},
+	out := append(d.mw.usage(), []MapUsage{
 		{Name: bpf.CoordinoMapCdoEpAddrs, Entries: addrs, Capacity: int(d.objs.CdoEpAddrs.MaxEntries())},
 		{Name: bpf.CoordinoMapCdoNodeiso, Entries: len(d.nodeIso.keys), Capacity: int(d.objs.CdoNodeiso.MaxEntries())},
 		{Name: stateMapName, Entries: len(d.eps), Capacity: maxEndpoints},
-	}
+	}...)
 	for i := range out {
 		u := &out[i]
-		d.health.report(u, d.pendingIn(u.Name))
+		pending := d.mw.pendingIn(u.Name)
+		if u.Name == bpf.CoordinoMapCdoNodeiso && d.nodeIso.failed {
+			pending = 1
+		}
+		d.health.report(u, pending)
 	}
 	d.mu.Unlock()
 	out = append(out, MapUsage{Name: ctPurgeMapName, Entries: d.ct.purger.pendingPurges(), Capacity: maxPendingPurges})

@@ -70,7 +70,6 @@ var (
 type metrics struct {
 	d             *Datapath
 	invalidPolicy prometheus.Gauge
-	syncFailures  prometheus.Counter
 	policies      prometheus.Gauge
 }
 
@@ -78,9 +77,6 @@ func newMetrics(d *Datapath) *metrics {
 	m := &metrics{d: d, invalidPolicy: prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "coordino_policy_invalid",
 		Help: "Network policies skipped by the last compilation because they are invalid.",
-	}), syncFailures: prometheus.NewCounter(prometheus.CounterOpts{
-		Name: "coordino_policy_map_update_failures_total",
-		Help: "Policy map updates that failed part-way (fail-closed; retried with backoff).",
 	}), policies: prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "coordino_policies",
 		Help: "Valid network policies in the policy engine (the last snapshot applied).",
@@ -135,7 +131,7 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(lostDesc, prometheus.CounterValue, float64(lost))
 	ch <- prometheus.MustNewConstMetric(suppressedDesc, prometheus.CounterValue, float64(suppressed))
 	m.d.mu.Lock()
-	eps, entries, rev := len(m.d.eps), len(m.d.mirror.policy), m.d.revision
+	eps, entries, rev := len(m.d.eps), m.d.mw.usage()[2].Entries, m.d.mw.revision
 	m.d.mu.Unlock()
 	ch <- prometheus.MustNewConstMetric(endpointsDesc, prometheus.GaugeValue, float64(eps))
 	ch <- prometheus.MustNewConstMetric(policyEntriesDesc, prometheus.GaugeValue, float64(entries))
@@ -160,6 +156,6 @@ func (d *Datapath) counter(dir, reason uint32) (packets, bytes uint64, err error
 // Collectors returns the datapath's Prometheus collectors: packet and byte
 // counters by direction, verdict and reason, and policy state gauges.
 func (d *Datapath) Collectors() []prometheus.Collector {
-	return []prometheus.Collector{d.metrics, d.metrics.invalidPolicy, d.metrics.syncFailures, d.metrics.policies, d.health.failures,
+	return []prometheus.Collector{d.metrics, d.metrics.invalidPolicy, d.mw.syncFailures, d.metrics.policies, d.health.failures,
 		d.ct.purger.walks, d.ct.purger.pendingEp}
 }

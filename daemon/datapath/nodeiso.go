@@ -42,8 +42,7 @@ func (d *Datapath) SetRemoteNodeIPs(ips []netip.Addr) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	for _, ip := range slices.Concat(d.nodeIso.remoteIPs, ips) {
-		ip = ip.Unmap()
-		d.dirty.ips[netip.PrefixFrom(ip, ip.BitLen())] = struct{}{}
+		d.mw.markAddr(ip)
 	}
 	d.nodeIso.remoteIPs = slices.Clone(ips)
 	if !d.synced {
@@ -99,13 +98,13 @@ func (d *Datapath) applyNodeIsolation() error {
 			d.log.Info("node isolation applied", zap.Bool("podToHost", rules.PodToHost), zap.Bool("nodeToNode", rules.NodeToNode),
 				zap.Int("entries", len(rules.Keys)), zap.Int("policies", len(d.nodeIso.policies)))
 		}
-		err = errors.Join(err, d.bumpRevision())
+		err = errors.Join(err, d.mw.bumpRevision())
 	}
 	d.nodeIso.failed = err != nil
 	if err != nil {
-		d.scheduleRetry()
+		d.retry.schedule()
 	} else {
-		d.retryDone()
+		d.retry.done()
 	}
 	if compileErr != nil {
 		err = errors.Join(err, fmt.Errorf("datapath: node isolation: %w", compileErr))

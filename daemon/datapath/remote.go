@@ -7,6 +7,7 @@ import (
 	"github.com/google/btree"
 	"go.uber.org/zap"
 
+	"github.com/coordino/coordino/bpf"
 	"github.com/coordino/coordino/daemon/identity"
 )
 
@@ -76,6 +77,13 @@ func (r *remoteAddrs) inside(p netip.Prefix, f func(netip.Addr)) {
 	})
 }
 
+// each calls f for every remote address.
+func (r *remoteAddrs) each(f func(netip.Addr)) {
+	for a := range r.pods {
+		f(a)
+	}
+}
+
 // restoreRemote takes the remote pod entries a previous run left in the
 // pinned ipcache (single addresses with a cluster identity that belong to
 // no local endpoint) as known but unconfirmed.
@@ -86,17 +94,17 @@ func (d *Datapath) restoreRemote() {
 			local[ip] = true
 		}
 	}
-	for p, v := range d.mirror.ipcache {
+	d.mw.eachIpcache(func(p netip.Prefix, v bpf.CoordinoIpcacheValue) {
 		id, a := identity.ID(v.Identity), p.Addr()
 		if !p.IsSingleIP() || local[a] || id < identity.FirstPod || id > identity.LastCluster {
-			continue
+			return
 		}
 		d.remote.set(a, id)
 		if d.remote.unconfirmed == nil {
 			d.remote.unconfirmed = map[netip.Addr]struct{}{}
 		}
 		d.remote.unconfirmed[a] = struct{}{}
-	}
+	})
 }
 
 // RemoteEndpointsSynced tells the datapath that the updates received so far
@@ -111,17 +119,10 @@ func (d *Datapath) RemoteEndpointsSynced() error {
 	n := len(d.remote.unconfirmed)
 	for a := range d.remote.unconfirmed {
 		d.remote.forget(a) // also deletes a from unconfirmed
-		d.dirty.ips[netip.PrefixFrom(a, a.BitLen())] = struct{}{}
+		d.mw.markAddr(a)
 	}
 	d.log.Info("remote endpoints restored at start and not confirmed by the cluster removed", zap.Int("addresses", n))
 	return d.remoteChanged()
-}
-
-// markRemote queues every remote address (full flush after a restart).
-func (d *Datapath) markRemote() {
-	for a := range d.remote.pods {
-		d.dirty.ips[netip.PrefixFrom(a, a.BitLen())] = struct{}{}
-	}
 }
 
 // UpdateRemoteEndpoints sets the identity of the remote pod addresses in
@@ -140,7 +141,7 @@ func (d *Datapath) UpdateRemoteEndpoints(upsert map[netip.Addr]identity.ID, remo
 	for _, a := range remove {
 		a = a.Unmap()
 		if d.remote.forget(a) {
-			d.dirty.ips[netip.PrefixFrom(a, a.BitLen())] = struct{}{}
+			d.mw.markAddr(a)
 		}
 	}
 	for a, id := range upsert {
@@ -148,7 +149,7 @@ func (d *Datapath) UpdateRemoteEndpoints(upsert map[netip.Addr]identity.ID, remo
 		delete(d.remote.unconfirmed, a)
 		if have, ok := d.remote.pods[a]; !ok || have != id {
 			d.remote.set(a, id)
-			d.dirty.ips[netip.PrefixFrom(a, a.BitLen())] = struct{}{}
+			d.mw.markAddr(a)
 		}
 	}
 	return d.remoteChanged()

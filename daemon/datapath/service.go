@@ -82,16 +82,15 @@ func (d *Datapath) setupServices() error {
 	case !d.cfg.NoServiceHook:
 		stage, hookErr = d.attachServiceStage()
 	}
-	flags := d.cfgFlags &^ (cfgServiceHook | cfgServiceMatch)
+	var flags uint32
 	switch stage {
 	case ServiceStageNetfilter:
-		flags |= cfgServiceHook
+		flags = cfgServiceHook
 	case ServiceStageNftables:
-		flags |= cfgServiceHook | cfgServiceMatch
+		flags = cfgServiceHook | cfgServiceMatch
 	}
 	d.mu.Lock()
-	d.cfgFlags = flags
-	err := d.writeConfig()
+	_, err := d.mw.setCfgFlags(cfgServiceHook|cfgServiceMatch, flags)
 	d.mu.Unlock()
 	if err != nil {
 		return fmt.Errorf("datapath: write config: %w", err)

@@ -142,7 +142,8 @@ func (d *Datapath) UpdatePolicy(s policy.Snapshot) error {
 	d.applySnapshotDelta(delta)
 	if !d.synced {
 		d.synced = true
-		d.markAll()
+		d.mw.markAll(desired{engine: d.engine, eps: d.eps, nodeIPs: d.cfg.NodeIPs,
+			remoteNodeIPs: d.nodeIso.remoteIPs, remote: &d.remote})
 	}
 	d.setNodeIsolationPolicies(s.NodeIsolation)
 	err := errors.Join(d.flush(), d.applyNodeIsolation())
