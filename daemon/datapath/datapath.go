@@ -118,9 +118,10 @@ type Datapath struct {
 	// serviceStage is the one attached.
 	serviceHookErr error
 	serviceStage   ServiceStage
-	// nodeIso is node isolation's state (nodeiso.go).
-	nodeIso nodeIsoState
-	hr      *hostRouting
+	// remoteNodeIPs are the other nodes' addresses: the remote-node identity.
+	remoteNodeIPs []netip.Addr
+	iso           *nodeIsolation
+	hr            *hostRouting
 
 	ct *conntrack
 }
@@ -167,14 +168,14 @@ func Open(cfg Config) (_ *Datapath, err error) {
 	// A retry flushes again and re-applies node isolation if that failed.
 	d.retry = newRetrier(&d.mu, cfg.retryDelay, d.log, func() error {
 		err := d.flush()
-		if d.nodeIso.failed {
+		if d.iso.pending() {
 			// Its error also names invalid policies, which no retry mends.
-			if nerr := d.applyNodeIsolation(); d.nodeIso.failed {
+			if nerr := d.iso.apply(); d.iso.pending() {
 				err = errors.Join(err, nerr)
 			}
 		}
 		return err
-	}, func() bool { return d.mw.settled() && !d.nodeIso.failed })
+	}, func() bool { return d.mw.settled() && !d.iso.pending() })
 	d.engine = policy.NewEngine(d.cidrs)
 	if err := prepareConntrack(&cfg, spec, d.log); err != nil {
 		return nil, err
@@ -247,6 +248,8 @@ func (d *Datapath) restore() error {
 	if err != nil {
 		return err
 	}
+	d.iso = &nodeIsolation{m: d.objs.CdoNodeiso, cfg: d.objs.CdoNodeisoCfg, health: d.health, retry: d.retry,
+		log: d.log, bump: d.mw.bumpRevision}
 	var cidrErr error
 	d.mw.eachIpcache(func(p netip.Prefix, v bpf.CoordinoIpcacheValue) {
 		for _, id := range []identity.ID{identity.ID(v.Identity), identity.ID(v.CidrIdentity)} {
@@ -547,7 +550,7 @@ func (d *Datapath) removeDetached(r *record) error {
 // and the other parts want; callers hold mu.
 func (d *Datapath) flush() error {
 	return d.mw.flush(desired{engine: d.engine, eps: d.eps, nodeIPs: d.cfg.NodeIPs,
-		remoteNodeIPs: d.nodeIso.remoteIPs, remote: &d.remote})
+		remoteNodeIPs: d.remoteNodeIPs, remote: &d.remote})
 }
 
 // Endpoints returns the keys of all attached endpoints, including those

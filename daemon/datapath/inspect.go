@@ -136,18 +136,17 @@ func (d *Datapath) MapUsage() ([]MapUsage, error) {
 	for _, r := range d.eps {
 		addrs += len(r.IPs)
 	}
-	out := append(d.mw.usage(), []MapUsage{
-		{Name: bpf.CoordinoMapCdoEpAddrs, Entries: addrs, Capacity: int(d.objs.CdoEpAddrs.MaxEntries())},
-		{Name: bpf.CoordinoMapCdoNodeiso, Entries: len(d.nodeIso.keys), Capacity: int(d.objs.CdoNodeiso.MaxEntries())},
-		{Name: stateMapName, Entries: len(d.eps), Capacity: maxEndpoints},
-	}...)
+	iso, isoPending := d.iso.usage()
+	out := append(d.mw.usage(),
+		MapUsage{Name: bpf.CoordinoMapCdoEpAddrs, Entries: addrs, Capacity: int(d.objs.CdoEpAddrs.MaxEntries())},
+		iso,
+		MapUsage{Name: stateMapName, Entries: len(d.eps), Capacity: maxEndpoints})
 	for i := range out {
-		u := &out[i]
-		pending := d.mw.pendingIn(u.Name)
-		if u.Name == bpf.CoordinoMapCdoNodeiso && d.nodeIso.failed {
-			pending = 1
+		pending := d.mw.pendingIn(out[i].Name)
+		if out[i].Name == iso.Name {
+			pending = isoPending
 		}
-		d.health.report(u, pending)
+		d.health.report(&out[i], pending)
 	}
 	d.mu.Unlock()
 	out = append(out, MapUsage{Name: ctPurgeMapName, Entries: d.ct.purger.pendingPurges(), Capacity: maxPendingPurges})

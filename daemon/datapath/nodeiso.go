@@ -23,9 +23,18 @@ import (
 // the policies arrive with each snapshot (UpdatePolicy); the node-to-node
 // programs sit on the node's underlay and tunnel devices (AttachNodeDevice).
 
-// nodeIsoState is what the datapath holds for node isolation; guarded by mu.
-type nodeIsoState struct {
-	remoteIPs   []netip.Addr
+// nodeIsolation is node isolation's part: the policies and tunnel ports
+// it compiles, and cdo_nodeiso and its flags, which it writes. Callers hold
+// the datapath's lock.
+type nodeIsolation struct {
+	m, cfg *ebpf.Map // cdo_nodeiso, cdo_nodeiso_cfg
+	health *mapHealth
+	retry  *retrier
+	log    *zap.Logger
+	// bump bumps the policy revision after a change: tracked pod flows
+	// towards node addresses are re-decided at their next packet.
+	bump func() error
+
 	tunnelPorts []uint16
 	policies    []*coordinov1alpha1.NodeIsolationPolicy
 	// keys mirrors cdo_nodeiso (nil until read); flags cdo_nodeiso_cfg.
@@ -35,16 +44,33 @@ type nodeIsoState struct {
 	failed bool
 }
 
+// setPolicies replaces the policies apply compiles (the snapshot's).
+func (n *nodeIsolation) setPolicies(pols []*coordinov1alpha1.NodeIsolationPolicy) { n.policies = pols }
+
+// setTunnelPorts replaces the ports nodes always accept from each other.
+func (n *nodeIsolation) setTunnelPorts(ports []uint16) { n.tunnelPorts = slices.Clone(ports) }
+
+// pending reports whether the last apply left writes undone.
+func (n *nodeIsolation) pending() bool { return n.failed }
+
+// usage reports cdo_nodeiso's fill and whether writes are pending.
+func (n *nodeIsolation) usage() (u MapUsage, pending int) {
+	if n.failed {
+		pending = 1
+	}
+	return MapUsage{Name: bpf.CoordinoMapCdoNodeiso, Entries: len(n.keys), Capacity: int(n.m.MaxEntries())}, pending
+}
+
 // SetRemoteNodeIPs replaces the addresses of the other nodes (from the peers
 // list): they take the remote-node identity, which pod -> other node and
 // node -> node isolation judge. This node's own addresses stay the host's.
 func (d *Datapath) SetRemoteNodeIPs(ips []netip.Addr) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	for _, ip := range slices.Concat(d.nodeIso.remoteIPs, ips) {
+	for _, ip := range slices.Concat(d.remoteNodeIPs, ips) {
 		d.mw.markAddr(ip)
 	}
-	d.nodeIso.remoteIPs = slices.Clone(ips)
+	d.remoteNodeIPs = slices.Clone(ips)
 	if !d.synced {
 		return nil
 	}
@@ -59,20 +85,14 @@ func (d *Datapath) SetRemoteNodeIPs(ips []netip.Addr) error {
 func (d *Datapath) SetTunnelPorts(ports []uint16) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	d.nodeIso.tunnelPorts = slices.Clone(ports)
+	d.iso.setTunnelPorts(ports)
 	if !d.synced {
 		return nil
 	}
-	return d.applyNodeIsolation()
+	return d.iso.apply()
 }
 
-// setNodeIsolationPolicies records the snapshot's policies; the caller
-// holds mu and applies them.
-func (d *Datapath) setNodeIsolationPolicies(pols []*coordinov1alpha1.NodeIsolationPolicy) {
-	d.nodeIso.policies = pols
-}
-
-// applyNodeIsolation brings cdo_nodeiso and its flags in line with the
+// apply brings cdo_nodeiso and its flags in line with the
 // policies. Fail closed: isolation bits that go away are cleared first,
 // stale allows deleted before new ones are added, new isolation bits set
 // last, so no intermediate state allows what neither the old nor the new
@@ -80,9 +100,9 @@ func (d *Datapath) setNodeIsolationPolicies(pols []*coordinov1alpha1.NodeIsolati
 // node addresses are re-decided at their next packet. A write that fails
 // stops the apply there (what is left stays as the old policies had it)
 // and is retried with the policy maps' backoff.
-func (d *Datapath) applyNodeIsolation() error {
-	rules, compileErr := nodeiso.Compile(d.nodeIso.policies, d.nodeIso.tunnelPorts)
-	if err := d.readNodeIsoMirror(); err != nil {
+func (n *nodeIsolation) apply() error {
+	rules, compileErr := nodeiso.Compile(n.policies, n.tunnelPorts)
+	if err := n.readMirror(); err != nil {
 		return err
 	}
 	var flags uint32
@@ -92,19 +112,19 @@ func (d *Datapath) applyNodeIsolation() error {
 	if rules.NodeToNode {
 		flags |= uint32(bpf.CoordinoNodeisoFlagNODEISO_NODE_TO_NODE)
 	}
-	changed, err := d.writeNodeIsolation(rules.Keys, flags)
+	changed, err := n.write(rules.Keys, flags)
 	if changed {
 		if err == nil {
-			d.log.Info("node isolation applied", zap.Bool("podToHost", rules.PodToHost), zap.Bool("nodeToNode", rules.NodeToNode),
-				zap.Int("entries", len(rules.Keys)), zap.Int("policies", len(d.nodeIso.policies)))
+			n.log.Info("node isolation applied", zap.Bool("podToHost", rules.PodToHost), zap.Bool("nodeToNode", rules.NodeToNode),
+				zap.Int("entries", len(rules.Keys)), zap.Int("policies", len(n.policies)))
 		}
-		err = errors.Join(err, d.mw.bumpRevision())
+		err = errors.Join(err, n.bump())
 	}
-	d.nodeIso.failed = err != nil
+	n.failed = err != nil
 	if err != nil {
-		d.retry.schedule()
+		n.retry.schedule()
 	} else {
-		d.retry.done()
+		n.retry.done()
 	}
 	if compileErr != nil {
 		err = errors.Join(err, fmt.Errorf("datapath: node isolation: %w", compileErr))
@@ -112,14 +132,14 @@ func (d *Datapath) applyNodeIsolation() error {
 	return err
 }
 
-// writeNodeIsolation makes cdo_nodeiso hold keys and the flags be flags, in
-// the order applyNodeIsolation gives, stopping at the first failed write.
+// write makes cdo_nodeiso hold keys and the flags be flags, in
+// the order apply gives, stopping at the first failed write.
 // Keys are added in their order (tunnel ports first: isolation must never
 // cut the pod network), so what fits of them is always the same.
-func (d *Datapath) writeNodeIsolation(keys []policy.Key, flags uint32) (changed bool, err error) {
+func (n *nodeIsolation) write(keys []policy.Key, flags uint32) (changed bool, err error) {
 	const name = bpf.CoordinoMapCdoNodeiso
-	if cleared := d.nodeIso.flags &^ flags; cleared != 0 {
-		if err := d.writeNodeIsoFlags(d.nodeIso.flags &^ cleared); err != nil {
+	if cleared := n.flags &^ flags; cleared != 0 {
+		if err := n.writeFlags(n.flags &^ cleared); err != nil {
 			return changed, err
 		}
 		changed = true
@@ -128,33 +148,33 @@ func (d *Datapath) writeNodeIsolation(keys []policy.Key, flags uint32) (changed 
 	for _, k := range keys {
 		want[k] = struct{}{}
 	}
-	for k := range d.nodeIso.keys {
+	for k := range n.keys {
 		if _, ok := want[k]; ok {
 			continue
 		}
 		bk := policyKey(k)
-		if err := deleteKey(d.objs.CdoNodeiso, &bk); err != nil {
-			return changed, fmt.Errorf("datapath: delete node isolation entry: %w", d.health.refused(d.objs.CdoNodeiso, name, err))
+		if err := deleteKey(n.m, &bk); err != nil {
+			return changed, fmt.Errorf("datapath: delete node isolation entry: %w", n.health.refused(n.m, name, err))
 		}
-		delete(d.nodeIso.keys, k)
+		delete(n.keys, k)
 		changed = true
 	}
 	for i, k := range keys {
-		if _, ok := d.nodeIso.keys[k]; ok {
+		if _, ok := n.keys[k]; ok {
 			continue
 		}
 		bk := policyKey(k)
-		if err := d.objs.CdoNodeiso.Update(&bk, &bpf.CoordinoPolicyValue{}, ebpf.UpdateAny); err != nil {
+		if err := n.m.Update(&bk, &bpf.CoordinoPolicyValue{}, ebpf.UpdateAny); err != nil {
 			// New isolation stays off: its allows are not all in.
 			return changed, fmt.Errorf("datapath: add node isolation entry %d of %d (%d held): %w",
-				i+1, len(keys), len(d.nodeIso.keys), d.health.refused(d.objs.CdoNodeiso, name, err))
+				i+1, len(keys), len(n.keys), n.health.refused(n.m, name, err))
 		}
-		d.nodeIso.keys[k] = struct{}{}
-		d.health.accepted(name)
+		n.keys[k] = struct{}{}
+		n.health.accepted(name)
 		changed = true
 	}
-	if flags != d.nodeIso.flags {
-		if err := d.writeNodeIsoFlags(flags); err != nil {
+	if flags != n.flags {
+		if err := n.writeFlags(flags); err != nil {
 			return changed, err
 		}
 		changed = true
@@ -162,17 +182,17 @@ func (d *Datapath) writeNodeIsolation(keys []policy.Key, flags uint32) (changed 
 	return changed, nil
 }
 
-func (d *Datapath) writeNodeIsoFlags(flags uint32) error {
-	if err := d.objs.CdoNodeisoCfg.Update(uint32(0), &bpf.CoordinoNodeisoConfig{Flags: flags}, ebpf.UpdateAny); err != nil {
+func (n *nodeIsolation) writeFlags(flags uint32) error {
+	if err := n.cfg.Update(uint32(0), &bpf.CoordinoNodeisoConfig{Flags: flags}, ebpf.UpdateAny); err != nil {
 		return fmt.Errorf("datapath: write node isolation flags: %w", err)
 	}
-	d.nodeIso.flags = flags
+	n.flags = flags
 	return nil
 }
 
-// readNodeIsoMirror adopts what a previous daemon left in the maps.
-func (d *Datapath) readNodeIsoMirror() error {
-	if d.nodeIso.keys != nil {
+// readMirror adopts what a previous daemon left in the maps.
+func (n *nodeIsolation) readMirror() error {
+	if n.keys != nil {
 		return nil
 	}
 	keys := map[policy.Key]struct{}{}
@@ -180,7 +200,7 @@ func (d *Datapath) readNodeIsoMirror() error {
 		k bpf.CoordinoPolicyKey
 		v bpf.CoordinoPolicyValue
 	)
-	it := d.objs.CdoNodeiso.Iterate()
+	it := n.m.Iterate()
 	for it.Next(&k, &v) {
 		keys[fromPolicyKey(k)] = struct{}{}
 	}
@@ -188,10 +208,10 @@ func (d *Datapath) readNodeIsoMirror() error {
 		return fmt.Errorf("datapath: read node isolation map: %w", err)
 	}
 	var cfg bpf.CoordinoNodeisoConfig
-	if err := d.objs.CdoNodeisoCfg.Lookup(uint32(0), &cfg); err != nil {
+	if err := n.cfg.Lookup(uint32(0), &cfg); err != nil {
 		return fmt.Errorf("datapath: read node isolation flags: %w", err)
 	}
-	d.nodeIso.keys, d.nodeIso.flags = keys, cfg.Flags
+	n.keys, n.flags = keys, cfg.Flags
 	return nil
 }
 

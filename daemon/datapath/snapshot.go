@@ -143,10 +143,10 @@ func (d *Datapath) UpdatePolicy(s policy.Snapshot) error {
 	if !d.synced {
 		d.synced = true
 		d.mw.markAll(desired{engine: d.engine, eps: d.eps, nodeIPs: d.cfg.NodeIPs,
-			remoteNodeIPs: d.nodeIso.remoteIPs, remote: &d.remote})
+			remoteNodeIPs: d.remoteNodeIPs, remote: &d.remote})
 	}
-	d.setNodeIsolationPolicies(s.NodeIsolation)
-	err := errors.Join(d.flush(), d.applyNodeIsolation())
+	d.iso.setPolicies(s.NodeIsolation)
+	err := errors.Join(d.flush(), d.iso.apply())
 	if !d.cidrsRetained && err == nil {
 		// Numbers restored from the pins that no policy uses any more.
 		keep := map[netip.Prefix]bool{}
