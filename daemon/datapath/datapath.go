@@ -114,10 +114,7 @@ type Datapath struct {
 	health        *mapHealth
 	mw            *mapWriter
 	retry         *retrier
-	// serviceHookErr is why the post-DNAT hook is not attached (nil: it is);
-	// serviceStage is the one attached.
-	serviceHookErr error
-	serviceStage   ServiceStage
+	svc           *services
 	// remoteNodeIPs are the other nodes' addresses: the remote-node identity.
 	remoteNodeIPs []netip.Addr
 	iso           *nodeIsolation
@@ -233,7 +230,15 @@ func Open(cfg Config) (_ *Datapath, err error) {
 		d.log.Warn("conntrack purge at start failed; retrying in the background", zap.Error(err))
 		d.ct.purger.wake()
 	}
-	if err := d.setupServices(); err != nil {
+	d.svc = &services{cidrs: cfg.ServiceCIDRs, disabled: cfg.NoServiceHook, features: cfg.Features,
+		links: filepath.Join(cfg.BPFDir, "links"), shared: &d.objs.CoordinoMaps, cidrMap: d.objs.CdoSvcCidrs, ct: d.ct, log: d.log}
+	setFlags := func(mask, set uint32) error {
+		d.mu.Lock()
+		defer d.mu.Unlock()
+		_, err := d.mw.setCfgFlags(mask, set)
+		return err
+	}
+	if err := d.svc.setup(setFlags); err != nil {
 		return nil, err
 	}
 	return d, nil
