@@ -382,15 +382,11 @@ func (mw *mapWriter) mapName(m *ebpf.Map) string {
 func (d *Datapath) AttachCapacity() error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if u := d.mw.usage()[0]; u.Entries >= u.Capacity {
-		return &MapFullError{Map: u.Name, Capacity: u.Capacity}
-	}
-	addrs := 0
-	for _, r := range d.eps {
-		addrs += len(r.IPs)
-	}
-	if n := int(d.objs.CdoEpAddrs.MaxEntries()); addrs >= n {
-		return &MapFullError{Map: bpf.CoordinoMapCdoEpAddrs, Capacity: n}
+	// The endpoints map, then the source addresses.
+	for _, u := range []MapUsage{d.mw.usage()[0], d.eps.usage()[0]} {
+		if u.Entries >= u.Capacity {
+			return &MapFullError{Map: u.Name, Capacity: u.Capacity}
+		}
 	}
 	return nil
 }

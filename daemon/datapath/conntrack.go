@@ -138,6 +138,23 @@ func (c *conntrack) close() error {
 	return errors.Join(errs...)
 }
 
+// queue records a removed endpoint's interface and addresses as pending
+// a purge (ctPurger.queue).
+func (c *conntrack) queue(ifindex uint32, ips []netip.Addr) error {
+	return c.purger.queue(ifindex, ips)
+}
+
+// wake starts a background walk of what is pending.
+func (c *conntrack) wake() { c.purger.wake() }
+
+// pendingPurges is how many interfaces and addresses are pending.
+func (c *conntrack) pendingPurges() int { return c.purger.pendingPurges() }
+
+// collectors are the purge's metrics.
+func (c *conntrack) collectors() []prometheus.Collector {
+	return []prometheus.Collector{c.purger.walks, c.purger.pendingEp}
+}
+
 func (c *conntrack) collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(ctCapacityDesc, prometheus.GaugeValue, float64(c.table.MaxEntries()))
 	if n, err := c.entries(); err == nil {

@@ -104,10 +104,8 @@ type Datapath struct {
 	ids    identity.Assigner
 	cidrs  *identity.CIDRs
 	engine *policy.Engine
-	eps    map[string]*record
-	// podPorts are the named ports of this node's pods, by "namespace/name".
-	podPorts map[string][]policy.NamedPort
-	synced   bool
+	eps    *endpoints
+	synced bool
 	// remote are other nodes' pod and node addresses (remote.go).
 	remote        remoteAddrs
 	cidrsRetained bool
@@ -159,7 +157,6 @@ func Open(cfg Config) (_ *Datapath, err error) {
 		log:   cfg.Logger.Named("datapath"),
 		ids:   cfg.Identities,
 		cidrs: identity.NewCIDRs(),
-		eps:   map[string]*record{}, podPorts: map[string][]policy.NamedPort{},
 	}
 	d.health = newMapHealth(d.log)
 	// A retry flushes again and re-applies node isolation if that failed.
@@ -222,13 +219,13 @@ func Open(cfg Config) (_ *Datapath, err error) {
 		return nil, err
 	}
 	live := map[uint32]bool{}
-	for _, r := range d.eps {
+	for r := range d.eps.all() {
 		live[uint32(r.HostIfIndex)] = true
 	}
 	if err := d.ct.purgeAtStart(live); err != nil {
 		// An attach reusing a pending interface or address retries it.
 		d.log.Warn("conntrack purge at start failed; retrying in the background", zap.Error(err))
-		d.ct.purger.wake()
+		d.ct.wake()
 	}
 	d.svc = &services{cidrs: cfg.ServiceCIDRs, disabled: cfg.NoServiceHook, features: cfg.Features,
 		links: filepath.Join(cfg.BPFDir, "links"), shared: &d.objs.CoordinoMaps, cidrMap: d.objs.CdoSvcCidrs, ct: d.ct, log: d.log}
@@ -268,31 +265,24 @@ func (d *Datapath) restore() error {
 	if cidrErr != nil {
 		return cidrErr
 	}
-	recs, err := loadRecords(d.state)
+	d.eps = &endpoints{byKey: map[string]*record{}, podPorts: map[string][]policy.NamedPort{}, state: d.state,
+		addrs: d.objs.CdoEpAddrs, ids: d.ids, engine: d.engine, health: d.health, log: d.log,
+		mw: d.mw, hr: d.hr, att: d.att, ct: d.ct, flush: d.flush}
+	adopted, err := d.eps.adopt()
 	if err != nil {
 		return err
 	}
-	for _, r := range recs {
-		id := identity.Identity{ID: r.Identity, Namespace: r.Namespace, Labels: r.Labels}
-		if err := d.ids.Restore(id); err != nil {
-			return fmt.Errorf("datapath: adopt endpoint %q: %w", r.Key, err)
+	// Remote pods a previous run left in the ipcache: single addresses of
+	// a cluster identity that belong to no local endpoint, known but
+	// unconfirmed.
+	local := d.eps.localAddrs()
+	d.mw.eachIpcache(func(p netip.Prefix, v bpf.CoordinoIpcacheValue) {
+		id, a := identity.ID(v.Identity), p.Addr()
+		if p.IsSingleIP() && !local[a] && id >= identity.FirstPod && id <= identity.LastCluster {
+			d.remote.adopt(a, id)
 		}
-		d.engine.AddLocal(id)
-		d.feedNamedPorts(r)
-		d.eps[r.Key] = r
-		d.refreshIfKeys()
-		// Adopted from a version without source validation, or a lost map.
-		// Failing here only leaves this pod's traffic dropped (fail closed).
-		if err := d.writeAddrs(r, nil); err != nil {
-			d.log.Warn("adopted endpoint's source addresses not written", zap.String("endpoint", r.Key), zap.Error(err))
-		}
-		if err := d.att.attach(r); err != nil {
-			// The interface may be gone; the owner's reconciliation detaches it.
-			d.log.Warn("adopted endpoint not re-attached", zap.String("endpoint", r.Key), zap.Error(err))
-		}
-	}
-	d.restoreRemote()
-	d.log.Info("datapath opened", zap.String("bpfDir", d.cfg.BPFDir), zap.Int("adoptedEndpoints", len(recs)),
+	})
+	d.log.Info("datapath opened", zap.String("bpfDir", d.cfg.BPFDir), zap.Int("adoptedEndpoints", adopted),
 		zap.Int("restoredRemoteEndpoints", len(d.remote.unconfirmed)),
 		zap.Int("policyEntries", d.mw.usage()[2].Entries), zap.Uint32("policyRevision", d.mw.revision))
 	return nil
@@ -365,17 +355,11 @@ func (d *Datapath) AttachEndpoint(ep Endpoint) error {
 	defer d.mu.Unlock()
 	if attachErr != nil {
 		_ = d.att.detach(r)
-		d.forget(r)
+		d.eps.forget(r)
 		return attachErr
 	}
-	if r.Mode != recordedMode { // tcx fell back to tc
-		if err := putRecord(d.state, r); err != nil {
-			return err
-		}
-	}
-	// Last: host routing runs the policy the steps above put in place.
-	if err := d.hr.writeLocalEp(r); err != nil {
-		d.log.Warn("endpoint not host-routed; its traffic takes the normal path", zap.String("endpoint", r.Key), zap.Error(err))
+	if err := d.eps.attached(r, recordedMode); err != nil {
+		return err
 	}
 	d.log.Debug("endpoint attached", zap.String("endpoint", r.Key), zap.String("interface", r.HostIfName),
 		zap.Uint32("identity", uint32(r.Identity)), zap.String("mode", r.Mode))
@@ -390,91 +374,7 @@ func (d *Datapath) prepareAttach(r *record) error {
 	if !d.synced {
 		return ErrPolicyNotSynced
 	}
-	old := d.eps[r.Key]
-	if old != nil && old.HostIfIndex != r.HostIfIndex {
-		// Same key on a new interface: drop the old attachment first.
-		if err := d.hr.deleteLocalEp(old); err != nil {
-			return err
-		}
-		if err := d.att.detach(old); err != nil {
-			return err
-		}
-		gone := slices.DeleteFunc(slices.Clone(old.IPs), func(ip netip.Addr) bool { return slices.Contains(r.IPs, ip) })
-		if err := d.ct.purger.queue(uint32(old.HostIfIndex), gone); err != nil {
-			d.log.Warn("flows of the replaced interface left to expire", zap.String("endpoint", r.Key), zap.Error(err))
-		}
-	}
-	id, _, err := d.ids.Acquire(r.Namespace, r.Labels)
-	if err != nil {
-		return fmt.Errorf("endpoint %q: %w", r.Key, err)
-	}
-	r.Identity = id.ID
-	// The mode is recorded with the rest, before the attach, so a crash
-	// mid-attach leaves a record that says which hooks to clear.
-	r.Mode = d.att.newMode()
-	if old != nil {
-		r.Mode = old.Mode
-		if r.PodMAC == "" && old.HostIfIndex == r.HostIfIndex {
-			r.HostMAC, r.PodMAC = old.HostMAC, old.PodMAC
-		}
-	}
-	d.adoptPodPorts(r, old)
-	// Sources first: programs attached next drop anything else it sends.
-	if err := d.writeAddrs(r, old); err != nil {
-		d.ids.Release(r.Identity)
-		return err
-	}
-	// Record first: a crash after attaching still finds the endpoint.
-	if err := putRecord(d.state, r); err != nil {
-		d.ids.Release(r.Identity)
-		_ = d.deleteAddrs(r, old) // those the old attachment still uses stay
-		return err
-	}
-	// Only the new identity's rules are expanded here, never the policy set.
-	d.engine.AddLocal(id)
-	d.feedNamedPorts(r) // replaces the old attachment's (same key)
-	if old != nil {
-		// Same key again (e.g. moving to its cluster identity): the new
-		// identity's entries go in before the old one's come out.
-		d.engine.RemoveLocal(old.Identity)
-		d.ids.Release(old.Identity)
-		d.mw.markEndpoint(old)
-		if err := d.deleteAddrs(old, r); err != nil {
-			d.log.Warn("stale source addresses left", zap.String("endpoint", r.Key), zap.Error(err))
-		}
-	}
-	d.eps[r.Key] = r
-	d.refreshIfKeys()
-	d.mw.markEndpoint(r)
-	if err := d.flush(); err != nil {
-		if d.mw.endpointPending(r) {
-			d.forget(r)
-			return fmt.Errorf("endpoint %q: %w", r.Key, err)
-		}
-		// This endpoint is fully in the maps; other entries are retried.
-		d.log.Warn("policy maps not fully updated", zap.Error(err))
-	}
-	return nil
-}
-
-// forget undoes the bookkeeping of a failed attach.
-func (d *Datapath) forget(r *record) {
-	if err := d.hr.deleteLocalEp(r); err != nil {
-		d.log.Warn("host routing entries left after failed attach", zap.String("endpoint", r.Key), zap.Error(err))
-	}
-	if err := d.deleteAddrs(r, nil); err != nil {
-		d.log.Warn("source addresses left after failed attach", zap.String("endpoint", r.Key), zap.Error(err))
-	}
-	delete(d.eps, r.Key)
-	d.refreshIfKeys()
-	_ = deleteRecord(d.state, r.Key)
-	d.engine.RemoveNamedPorts(localPortsKey(r))
-	d.engine.RemoveLocal(r.Identity)
-	d.ids.Release(r.Identity)
-	d.mw.markEndpoint(r)
-	if err := d.flush(); err != nil {
-		d.log.Warn("resync after failed attach", zap.String("endpoint", r.Key), zap.Error(err))
-	}
+	return d.eps.prepare(r)
 }
 
 // DetachEndpoint removes ep's programs, map entries and state. Unknown
@@ -485,7 +385,7 @@ func (d *Datapath) DetachEndpoint(ep Endpoint) error {
 		return errors.New("datapath: detach: endpoint key is empty")
 	}
 	d.mu.Lock()
-	r := d.eps[ep.Key]
+	r := d.eps.get(ep.Key)
 	d.mu.Unlock()
 	if r == nil {
 		// Nothing recorded; clear any pins a crash may have left.
@@ -505,8 +405,11 @@ func (d *Datapath) DetachEndpoint(ep Endpoint) error {
 	// The tracked flows are purged by a background walk (ctpurge.go); they
 	// are recorded as pending before the record goes, so a crash in
 	// between leaves one or the other for the next Open.
-	queueErr := d.ct.purger.queue(uint32(r.HostIfIndex), r.IPs)
-	if err := d.removeDetached(r); err != nil {
+	queueErr := d.ct.queue(uint32(r.HostIfIndex), r.IPs)
+	d.mu.Lock()
+	err = d.eps.remove(r, d.synced)
+	d.mu.Unlock()
+	if err != nil {
 		return err
 	}
 	if queueErr != nil {
@@ -515,39 +418,6 @@ func (d *Datapath) DetachEndpoint(ep Endpoint) error {
 		d.ct.purgeEndpoint(uint32(r.HostIfIndex), r.IPs)
 	}
 	d.log.Debug("endpoint detached", zap.String("endpoint", r.Key))
-	return nil
-}
-
-// removeDetached drops r's map entries and state once its programs are gone.
-func (d *Datapath) removeDetached(r *record) error {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	delete(d.eps, r.Key)
-	d.refreshIfKeys()
-	d.engine.RemoveNamedPorts(localPortsKey(r))
-	d.engine.RemoveLocal(r.Identity)
-	d.ids.Release(r.Identity)
-	if err := d.deleteAddrs(r, nil); err != nil {
-		return err
-	}
-	if err := deleteRecord(d.state, r.Key); err != nil {
-		return err
-	}
-	if !d.synced {
-		// No policy yet: only the detached endpoint's entries go.
-		if err := d.mw.syncEndpointsOnly(d.eps); err != nil {
-			return err
-		}
-	}
-	if d.synced {
-		d.mw.markEndpoint(r)
-		if err := d.flush(); err != nil {
-			if d.mw.endpointPending(r) {
-				return err
-			}
-			d.log.Warn("policy maps not fully updated", zap.Error(err))
-		}
-	}
 	return nil
 }
 
@@ -563,7 +433,11 @@ func (d *Datapath) flush() error {
 func (d *Datapath) Endpoints() ([]string, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	return slices.Sorted(maps.Keys(d.eps)), nil
+	var keys []string
+	for _, r := range d.eps.sorted() {
+		keys = append(keys, r.Key)
+	}
+	return keys, nil
 }
 
 func newRecord(ep Endpoint) (*record, error) {

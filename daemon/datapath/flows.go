@@ -57,14 +57,6 @@ func (d *Datapath) EmitAllowed() bool {
 	return d.mw.cfgFlags&cfgEmitAllowed != 0
 }
 
-// refreshIfKeys publishes a new ifindex→key snapshot; callers hold mu.
-func (d *Datapath) refreshIfKeys() {
-	d.att.publish(d.eps)
-	if d.remote.onLocalChange != nil {
-		d.remote.onLocalChange()
-	}
-}
-
 // cfgEmitAllowed is CFG_EMIT_ALLOWED of bpf/coordino.h (bpf2go does not
 // export macros).
 const cfgEmitAllowed = 1

@@ -33,9 +33,8 @@ type EndpointState struct {
 func (d *Datapath) EndpointStates() []EndpointState {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	out := make([]EndpointState, 0, len(d.eps))
-	for _, k := range slices.Sorted(maps.Keys(d.eps)) {
-		r := d.eps[k]
+	out := make([]EndpointState, 0, d.eps.count())
+	for _, r := range d.eps.sorted() {
 		s := EndpointState{Endpoint: Endpoint{Key: r.Key, HostIfName: r.HostIfName, HostIfIndex: r.HostIfIndex,
 			IPs: slices.Clone(r.IPs), Namespace: r.Namespace, Labels: maps.Clone(r.Labels)}, Identity: r.Identity, Mode: r.Mode}
 		var info bpf.CoordinoEndpointInfo
@@ -52,20 +51,7 @@ func (d *Datapath) EndpointStates() []EndpointState {
 func (d *Datapath) Identities() []identity.Identity {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	return d.localIdentities()
-}
-
-// localIdentities lists the identities of d.eps; callers hold mu.
-func (d *Datapath) localIdentities() []identity.Identity {
-	byID := map[identity.ID]identity.Identity{}
-	for _, r := range d.eps {
-		byID[r.Identity] = identity.Identity{ID: r.Identity, Namespace: r.Namespace, Labels: maps.Clone(r.Labels)}
-	}
-	out := make([]identity.Identity, 0, len(byID))
-	for _, id := range slices.Sorted(maps.Keys(byID)) {
-		out = append(out, byID[id])
-	}
-	return out
+	return d.eps.identities()
 }
 
 // DescribeIdentity says what id stands for, for policy explanations: a
@@ -132,15 +118,9 @@ type MapUsage struct {
 // kernel's content); conntrack, written by the programs, is walked.
 func (d *Datapath) MapUsage() ([]MapUsage, error) {
 	d.mu.Lock()
-	addrs := 0
-	for _, r := range d.eps {
-		addrs += len(r.IPs)
-	}
 	iso, isoPending := d.iso.usage()
-	out := append(d.mw.usage(),
-		MapUsage{Name: bpf.CoordinoMapCdoEpAddrs, Entries: addrs, Capacity: int(d.objs.CdoEpAddrs.MaxEntries())},
-		iso,
-		MapUsage{Name: stateMapName, Entries: len(d.eps), Capacity: maxEndpoints})
+	eps := d.eps.usage() // source addresses, state
+	out := append(d.mw.usage(), eps[0], iso, eps[1])
 	for i := range out {
 		pending := d.mw.pendingIn(out[i].Name)
 		if out[i].Name == iso.Name {
@@ -149,7 +129,7 @@ func (d *Datapath) MapUsage() ([]MapUsage, error) {
 		d.health.report(&out[i], pending)
 	}
 	d.mu.Unlock()
-	out = append(out, MapUsage{Name: ctPurgeMapName, Entries: d.ct.purger.pendingPurges(), Capacity: maxPendingPurges})
+	out = append(out, MapUsage{Name: ctPurgeMapName, Entries: d.ct.pendingPurges(), Capacity: maxPendingPurges})
 	ct, err := d.ct.entries()
 	if err != nil {
 		return nil, fmt.Errorf("datapath: count conntrack entries: %w", err)
@@ -238,7 +218,7 @@ func (d *Datapath) Provenance(dec Decision, dir policy.Direction, peer netip.Add
 	d.snapMu.Unlock()
 	slices.SortFunc(objs, func(a, b policy.Object) int { return strings.Compare(a.Key, b.Key) })
 	d.mu.Lock()
-	ids := d.localIdentities()
+	ids := d.eps.identities()
 	ports := d.engine.NamedPortPods()
 	d.mu.Unlock()
 	compile := func(o policy.Object) *policy.Result {

@@ -131,7 +131,7 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(lostDesc, prometheus.CounterValue, float64(lost))
 	ch <- prometheus.MustNewConstMetric(suppressedDesc, prometheus.CounterValue, float64(suppressed))
 	m.d.mu.Lock()
-	eps, entries, rev := len(m.d.eps), m.d.mw.usage()[2].Entries, m.d.mw.revision
+	eps, entries, rev := m.d.eps.count(), m.d.mw.usage()[2].Entries, m.d.mw.revision
 	m.d.mu.Unlock()
 	ch <- prometheus.MustNewConstMetric(endpointsDesc, prometheus.GaugeValue, float64(eps))
 	ch <- prometheus.MustNewConstMetric(policyEntriesDesc, prometheus.GaugeValue, float64(entries))
@@ -156,6 +156,6 @@ func (d *Datapath) counter(dir, reason uint32) (packets, bytes uint64, err error
 // Collectors returns the datapath's Prometheus collectors: packet and byte
 // counters by direction, verdict and reason, and policy state gauges.
 func (d *Datapath) Collectors() []prometheus.Collector {
-	return []prometheus.Collector{d.metrics, d.metrics.invalidPolicy, d.mw.syncFailures, d.metrics.policies, d.health.failures,
-		d.ct.purger.walks, d.ct.purger.pendingEp}
+	return append([]prometheus.Collector{d.metrics, d.metrics.invalidPolicy, d.mw.syncFailures, d.metrics.policies, d.health.failures},
+		d.ct.collectors()...)
 }

@@ -7,7 +7,6 @@ import (
 	"github.com/google/btree"
 	"go.uber.org/zap"
 
-	"github.com/coordino/coordino/bpf"
 	"github.com/coordino/coordino/daemon/identity"
 )
 
@@ -27,9 +26,6 @@ type remoteAddrs struct {
 	// identities, until the source's first full view (RemoteEndpointsSynced),
 	// so a restart while the API server is down cuts no cross-node flow.
 	unconfirmed map[netip.Addr]struct{}
-	// onLocalChange is told when local endpoints or their identities
-	// change (this node's NodeEndpoints publisher).
-	onLocalChange func()
 }
 
 // identity resolves a remote pod address.
@@ -84,27 +80,14 @@ func (r *remoteAddrs) each(f func(netip.Addr)) {
 	}
 }
 
-// restoreRemote takes the remote pod entries a previous run left in the
-// pinned ipcache (single addresses with a cluster identity that belong to
-// no local endpoint) as known but unconfirmed.
-func (d *Datapath) restoreRemote() {
-	local := map[netip.Addr]bool{}
-	for _, r := range d.eps {
-		for _, ip := range r.IPs {
-			local[ip] = true
-		}
+// adopt takes a as known but unconfirmed: restored at start from the
+// pinned ipcache.
+func (r *remoteAddrs) adopt(a netip.Addr, id identity.ID) {
+	r.set(a, id)
+	if r.unconfirmed == nil {
+		r.unconfirmed = map[netip.Addr]struct{}{}
 	}
-	d.mw.eachIpcache(func(p netip.Prefix, v bpf.CoordinoIpcacheValue) {
-		id, a := identity.ID(v.Identity), p.Addr()
-		if !p.IsSingleIP() || local[a] || id < identity.FirstPod || id > identity.LastCluster {
-			return
-		}
-		d.remote.set(a, id)
-		if d.remote.unconfirmed == nil {
-			d.remote.unconfirmed = map[netip.Addr]struct{}{}
-		}
-		d.remote.unconfirmed[a] = struct{}{}
-	})
+	r.unconfirmed[a] = struct{}{}
 }
 
 // RemoteEndpointsSynced tells the datapath that the updates received so far
@@ -178,7 +161,7 @@ func (d *Datapath) remoteChanged() error {
 func (d *Datapath) SetLocalChangeHook(f func()) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	d.remote.onLocalChange = f
+	d.eps.onLocalChange = f
 }
 
 // LocalIdentities returns the identity each attached endpoint holds, by
@@ -186,9 +169,9 @@ func (d *Datapath) SetLocalChangeHook(f func()) {
 func (d *Datapath) LocalIdentities() map[string]identity.ID {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	out := make(map[string]identity.ID, len(d.eps))
-	for k, r := range d.eps {
-		out[k] = r.Identity
+	out := make(map[string]identity.ID, d.eps.count())
+	for r := range d.eps.all() {
+		out[r.Key] = r.Identity
 	}
 	return out
 }

@@ -105,7 +105,7 @@ func openMapWriter(maps writerMaps, health *mapHealth, retry *retrier, log *zap.
 // addresses and the remote pods. A flush reads it and never writes it.
 type desired struct {
 	engine        *policy.Engine
-	eps           map[string]*record
+	eps           *endpoints
 	nodeIPs       []netip.Addr // the host identity
 	remoteNodeIPs []netip.Addr // the remote-node identity
 	remote        *remoteAddrs
@@ -143,7 +143,7 @@ func (mw *mapWriter) markAll(in desired) {
 	for ifindex := range mw.mirror.endpoints {
 		mw.dirty.eps[ifindex] = struct{}{}
 	}
-	for _, r := range in.eps {
+	for r := range in.eps.all() {
 		mw.markEndpoint(r)
 	}
 }
@@ -167,7 +167,7 @@ func (mw *mapWriter) wanted(in desired) *wanted {
 	for _, ip := range in.nodeIPs {
 		w.owners[ip.Unmap()] = identity.Host
 	}
-	for _, r := range in.eps {
+	for r := range in.eps.all() {
 		w.byIf[uint32(r.HostIfIndex)] = r
 		for _, ip := range r.IPs {
 			w.owners[ip] = r.Identity
@@ -233,7 +233,7 @@ func (mw *mapWriter) collectChanges(in desired) {
 		mw.dirty.keys[k] = struct{}{}
 	}
 	if len(ch.Isolation) > 0 {
-		for _, r := range in.eps {
+		for r := range in.eps.all() {
 			if _, ok := ch.Isolation[r.Identity]; ok {
 				mw.dirty.eps[uint32(r.HostIfIndex)] = struct{}{}
 			}
@@ -246,7 +246,7 @@ func (mw *mapWriter) collectChanges(in desired) {
 				mw.markAddr(ip)
 			}
 		}
-		for _, r := range in.eps {
+		for r := range in.eps.all() {
 			for _, ip := range r.IPs {
 				if p.Contains(ip) {
 					mw.markAddr(ip)
@@ -540,10 +540,10 @@ func (mw *mapWriter) endpointPending(r *record) bool {
 
 // syncEndpointsOnly removes map entries of detached endpoints without
 // recompiling; used before the first policy snapshot arrives.
-func (mw *mapWriter) syncEndpointsOnly(eps map[string]*record) error {
+func (mw *mapWriter) syncEndpointsOnly(eps *endpoints) error {
 	live := map[uint32]bool{}
 	addrs := map[netip.Prefix]bool{}
-	for _, r := range eps {
+	for r := range eps.all() {
 		live[uint32(r.HostIfIndex)] = true
 		for _, ip := range r.IPs {
 			addrs[netip.PrefixFrom(ip, ip.BitLen())] = true
