@@ -161,7 +161,7 @@ func Open(cfg Config) (_ *Datapath, err error) {
 	d.health = newMapHealth(d.log)
 	// A retry flushes again and re-applies node isolation if that failed.
 	d.retry = newRetrier(&d.mu, cfg.retryDelay, d.log, func() error {
-		err := d.flush()
+		err := d.flush("")
 		if d.iso.pending() {
 			// Its error also names invalid policies, which no retry mends.
 			if nerr := d.iso.apply(); d.iso.pending() {
@@ -267,7 +267,7 @@ func (d *Datapath) restore() error {
 	}
 	d.eps = &endpoints{byKey: map[string]*record{}, podPorts: map[string][]policy.NamedPort{}, state: d.state,
 		addrs: d.objs.CdoEpAddrs, ids: d.ids, engine: d.engine, health: d.health, log: d.log,
-		mw: d.mw, hr: d.hr, att: d.att, ct: d.ct, flush: d.flush}
+		mw: d.mw, hr: d.hr, att: d.att, ct: d.ct, flush: func() error { return d.flush("") }}
 	adopted, err := d.eps.adopt()
 	if err != nil {
 		return err
@@ -318,13 +318,7 @@ func (d *Datapath) SetNodeIPs(ips []netip.Addr) error {
 		d.mw.markAddr(ip)
 	}
 	d.cfg.NodeIPs = slices.Clone(ips)
-	if !d.synced {
-		return nil
-	}
-	if err := d.flush(); err != nil {
-		return fmt.Errorf("datapath: update node addresses: %w", err)
-	}
-	return nil
+	return d.flush("update node addresses")
 }
 
 // AttachEndpoint resolves ep's identity, writes its map entries and policy,
@@ -422,10 +416,20 @@ func (d *Datapath) DetachEndpoint(ep Endpoint) error {
 }
 
 // flush has the map writer bring the maps in line with what the engine
-// and the other parts want; callers hold mu.
-func (d *Datapath) flush() error {
-	return d.mw.flush(desired{engine: d.engine, eps: d.eps, nodeIPs: d.cfg.NodeIPs,
+// and the other parts want; callers hold mu. Before the first policy
+// snapshot it writes nothing: changes are only recorded, and that
+// snapshot's flush writes everything. what names the change in the error
+// ("" returns it as it is).
+func (d *Datapath) flush(what string) error {
+	if !d.synced {
+		return nil
+	}
+	err := d.mw.flush(desired{engine: d.engine, eps: d.eps, nodeIPs: d.cfg.NodeIPs,
 		remoteNodeIPs: d.remoteNodeIPs, remote: &d.remote})
+	if err != nil && what != "" {
+		return fmt.Errorf("datapath: %s: %w", what, err)
+	}
+	return err
 }
 
 // Endpoints returns the keys of all attached endpoints, including those

@@ -100,7 +100,9 @@ func (d *Datapath) ReadFlows(ctx context.Context, fn func(Flow)) error {
 		if !parseFlowEvent(rec.RawSample, &ev) {
 			continue
 		}
-		fn(d.decodeFlow(&ev))
+		f := decodeFlow(&ev)
+		f.Endpoint = d.att.endpointKey(ev.Ifindex)
+		fn(f)
 	}
 }
 
@@ -123,7 +125,8 @@ func parseFlowEvent(b []byte, ev *bpf.CoordinoFlowEvent) bool {
 	return true
 }
 
-func (d *Datapath) decodeFlow(ev *bpf.CoordinoFlowEvent) Flow {
+// decodeFlow turns an event into a Flow; the caller names its endpoint.
+func decodeFlow(ev *bpf.CoordinoFlowEvent) Flow {
 	f := Flow{
 		Time:           monoToWall(ev.TsNs),
 		IfIndex:        ev.Ifindex,
@@ -148,7 +151,6 @@ func (d *Datapath) decodeFlow(ev *bpf.CoordinoFlowEvent) Flow {
 	if ev.Proto == 6 || ev.Proto == 17 || ev.Proto == 132 {
 		f.SrcPort, f.DstPort = ntohs(ev.Sport), ntohs(ev.Dport)
 	}
-	f.Endpoint = d.att.endpointKey(ev.Ifindex)
 	return f
 }
 

@@ -115,7 +115,7 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 			if reasonNames[reason] == "" { // counter-only slots
 				continue
 			}
-			pkts, bytes, err := m.d.counter(dir, reason)
+			pkts, bytes, err := m.counter(dir, reason)
 			if err != nil {
 				continue
 			}
@@ -123,9 +123,9 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(packetsDesc, prometheus.CounterValue, float64(pkts), dirName, Verdict(r), ReasonName(r))
 			ch <- prometheus.MustNewConstMetric(bytesDesc, prometheus.CounterValue, float64(bytes), dirName, Verdict(r), ReasonName(r))
 		}
-		n, _, _ := m.d.counter(dir, uint32(bpf.CoordinoReasonREASON_EVENT_LOST))
+		n, _, _ := m.counter(dir, uint32(bpf.CoordinoReasonREASON_EVENT_LOST))
 		lost += n
-		n, _, _ = m.d.counter(dir, uint32(bpf.CoordinoReasonREASON_EVENT_SUPPRESSED))
+		n, _, _ = m.counter(dir, uint32(bpf.CoordinoReasonREASON_EVENT_SUPPRESSED))
 		suppressed += n
 	}
 	ch <- prometheus.MustNewConstMetric(lostDesc, prometheus.CounterValue, float64(lost))
@@ -141,9 +141,9 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 }
 
 // counter sums one verdict counter slot over all CPUs.
-func (d *Datapath) counter(dir, reason uint32) (packets, bytes uint64, err error) {
+func (m *metrics) counter(dir, reason uint32) (packets, bytes uint64, err error) {
 	var perCPU []bpf.CoordinoCounter
-	if err := d.objs.CdoVerdicts.Lookup(dir*uint32(bpf.CoordinoReasonREASON_SLOTS)+reason, &perCPU); err != nil {
+	if err := m.d.objs.CdoVerdicts.Lookup(dir*uint32(bpf.CoordinoReasonREASON_SLOTS)+reason, &perCPU); err != nil {
 		return 0, 0, err
 	}
 	for _, c := range perCPU {

@@ -1,8 +1,6 @@
 package datapath
 
 import (
-	"fmt"
-
 	"github.com/coordino/coordino/daemon/identity"
 	"github.com/coordino/coordino/daemon/policy"
 )
@@ -31,7 +29,7 @@ func (d *Datapath) SetPodNamedPorts(pod string, ports []policy.NamedPort) error 
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.eps.setPodPorts(pod, ports)
-	return d.namedPortsChanged()
+	return d.flush("apply named ports")
 }
 
 // SetPeerNamedPorts sets the named ports of a pod elsewhere holding
@@ -44,7 +42,7 @@ func (d *Datapath) SetPeerNamedPorts(key string, id identity.ID, ports []policy.
 	} else {
 		d.engine.SetNamedPorts(policy.PodPorts{Key: "peer/" + key, ID: id, Ports: ports})
 	}
-	return d.namedPortsChanged()
+	return d.flush("apply named ports")
 }
 
 // feedNamedPorts tells the engine endpoint r's ports under its identity.
@@ -54,14 +52,4 @@ func feedNamedPorts(e *policy.Engine, r *record) {
 		return
 	}
 	e.SetNamedPorts(policy.PodPorts{Key: localPortsKey(r), ID: r.Identity, Local: true, Ports: r.NamedPorts})
-}
-
-func (d *Datapath) namedPortsChanged() error {
-	if !d.synced {
-		return nil
-	}
-	if err := d.flush(); err != nil {
-		return fmt.Errorf("datapath: apply named ports: %w", err)
-	}
-	return nil
 }

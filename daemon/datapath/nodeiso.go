@@ -71,13 +71,7 @@ func (d *Datapath) SetRemoteNodeIPs(ips []netip.Addr) error {
 		d.mw.markAddr(ip)
 	}
 	d.remoteNodeIPs = slices.Clone(ips)
-	if !d.synced {
-		return nil
-	}
-	if err := d.flush(); err != nil {
-		return fmt.Errorf("datapath: update remote node addresses: %w", err)
-	}
-	return nil
+	return d.flush("update remote node addresses")
 }
 
 // SetTunnelPorts sets the UDP ports nodes always accept from each other

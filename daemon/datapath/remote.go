@@ -105,7 +105,7 @@ func (d *Datapath) RemoteEndpointsSynced() error {
 		d.mw.markAddr(a)
 	}
 	d.log.Info("remote endpoints restored at start and not confirmed by the cluster removed", zap.Int("addresses", n))
-	return d.remoteChanged()
+	return d.flush("apply remote addresses")
 }
 
 // UpdateRemoteEndpoints sets the identity of the remote pod addresses in
@@ -135,7 +135,7 @@ func (d *Datapath) UpdateRemoteEndpoints(upsert map[netip.Addr]identity.ID, remo
 			d.mw.markAddr(a)
 		}
 	}
-	return d.remoteChanged()
+	return d.flush("apply remote addresses")
 }
 
 // RemoteEndpoints returns how many remote pod addresses are known.
@@ -143,16 +143,6 @@ func (d *Datapath) RemoteEndpoints() int {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	return len(d.remote.pods)
-}
-
-func (d *Datapath) remoteChanged() error {
-	if !d.synced {
-		return nil
-	}
-	if err := d.flush(); err != nil {
-		return fmt.Errorf("datapath: apply remote addresses: %w", err)
-	}
-	return nil
 }
 
 // SetLocalChangeHook installs f, called whenever an endpoint is attached,

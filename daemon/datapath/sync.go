@@ -73,6 +73,8 @@ type mapWriter struct {
 	revision uint32
 	// cfgFlags are the CFG_* flags last written to the config map.
 	cfgFlags uint32
+	// full: the next flush compares every entry (markAll).
+	full bool
 }
 
 // writerMaps are the maps the map writer writes.
@@ -93,7 +95,7 @@ func openMapWriter(maps writerMaps, health *mapHealth, retry *retrier, log *zap.
 		return nil, fmt.Errorf("datapath: read config map: %w", err)
 	}
 	return &mapWriter{maps: maps, health: health, retry: retry, log: log, mirror: m, dirty: newPending(),
-		revision: cfg.PolicyRevision, cfgFlags: cfg.Flags,
+		revision: cfg.PolicyRevision, cfgFlags: cfg.Flags, full: true,
 		syncFailures: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "coordino_policy_map_update_failures_total",
 			Help: "Policy map updates that failed part-way (fail-closed; retried with backoff).",
@@ -127,6 +129,8 @@ func (mw *mapWriter) markEndpoint(r *record) {
 
 // markAll queues every entry the maps hold or should hold: after a restart
 // (the engine starts empty, the maps do not) the first flush is a full one.
+// The datapath flushes only once the first policy snapshot is in the
+// engine, so that flush is the snapshot's.
 func (mw *mapWriter) markAll(in desired) {
 	for k := range mw.mirror.policy {
 		mw.dirty.keys[k] = struct{}{}
@@ -263,6 +267,10 @@ func (mw *mapWriter) collectChanges(in desired) {
 // this file): classify them into a plan, apply it, then report. Failed
 // writes stay pending and a retry is scheduled.
 func (mw *mapWriter) flush(in desired) error {
+	if mw.full {
+		mw.full = false
+		mw.markAll(in)
+	}
 	mw.collectChanges(in)
 	if mw.dirty.empty() {
 		return nil
