@@ -87,38 +87,47 @@ type Endpoint struct {
 	HostMAC, PodMAC net.HardwareAddr
 }
 
-// Datapath is the loaded BPF datapath. Its methods are safe for concurrent use.
+// Datapath is the loaded BPF datapath. Its methods are safe for concurrent
+// use. It is a front: it holds the lock, the policy engine and the inputs
+// the engine does not know (node addresses, remote pods), and each part
+// below owns its own maps and state; a part reaches another only through
+// its methods. doc.go lists which part owns what.
 type Datapath struct {
 	cfg     Config
 	log     *zap.Logger
 	objs    bpf.CoordinoObjects
-	state   *ebpf.Map
+	state   *ebpf.Map // endpoint records (state.go), the endpoint table's
 	metrics *metrics
-	att     *attacher
+
+	// Parts that take no lock of the datapath.
+	att *attacher  // endpoint and device hooks, ifindex→key for flows
+	ct  *conntrack // conntrack counts, walks, purges of removed endpoints
 
 	// snapMu serialises UpdatePolicy; snap is the last applied snapshot.
 	snapMu sync.Mutex
 	snap   snapshotState
 
+	// mu guards what follows, and the parts called under it.
 	mu     sync.Mutex
 	ids    identity.Assigner
 	cidrs  *identity.CIDRs
 	engine *policy.Engine
-	eps    *endpoints
 	synced bool
-	// remote are other nodes' pod and node addresses (remote.go).
-	remote        remoteAddrs
+	// cidrsRetained: the CIDR numbers restored at start were trimmed to
+	// those the policies use.
 	cidrsRetained bool
-	health        *mapHealth
-	mw            *mapWriter
-	retry         *retrier
-	svc           *services
-	// remoteNodeIPs are the other nodes' addresses: the remote-node identity.
+	// remote are other nodes' pods (remote.go); remoteNodeIPs other nodes'
+	// addresses: the remote-node identity.
+	remote        remoteAddrs
 	remoteNodeIPs []netip.Addr
-	iso           *nodeIsolation
-	hr            *hostRouting
 
-	ct *conntrack
+	eps    *endpoints     // the endpoint table (endpoints.go)
+	mw     *mapWriter     // policy, ipcache, endpoints, config maps (sync.go)
+	health *mapHealth     // refused writes of every map (capacity.go)
+	retry  *retrier       // backoff of failed writes (retry.go)
+	iso    *nodeIsolation // node isolation (nodeiso.go)
+	hr     *hostRouting   // host routing and the eBPF tunnel (hostroute.go)
+	svc    *services      // the post-DNAT stage (service.go)
 }
 
 // Open loads the BPF objects and creates, or adopts, the pinned maps, the
@@ -283,8 +292,8 @@ func (d *Datapath) restore() error {
 		}
 	})
 	d.log.Info("datapath opened", zap.String("bpfDir", d.cfg.BPFDir), zap.Int("adoptedEndpoints", adopted),
-		zap.Int("restoredRemoteEndpoints", len(d.remote.unconfirmed)),
-		zap.Int("policyEntries", d.mw.usage()[2].Entries), zap.Uint32("policyRevision", d.mw.revision))
+		zap.Int("restoredRemoteEndpoints", d.remote.unconfirmedCount()),
+		zap.Int("policyEntries", d.mw.usage()[2].Entries), zap.Uint32("policyRevision", d.mw.policyRevision()))
 	return nil
 }
 

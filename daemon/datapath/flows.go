@@ -54,7 +54,7 @@ func (d *Datapath) SetEmitAllowed(on bool) error {
 func (d *Datapath) EmitAllowed() bool {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	return d.mw.cfgFlags&cfgEmitAllowed != 0
+	return d.mw.hasCfgFlag(cfgEmitAllowed)
 }
 
 // cfgEmitAllowed is CFG_EMIT_ALLOWED of bpf/coordino.h (bpf2go does not

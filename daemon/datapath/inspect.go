@@ -98,7 +98,7 @@ func (d *Datapath) PolicyRevision() (revision uint32, invalid int) {
 	d.snapMu.Unlock()
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	return d.mw.revision, invalid
+	return d.mw.policyRevision(), invalid
 }
 
 // MapUsage is the fill of one BPF map.

@@ -131,7 +131,7 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(lostDesc, prometheus.CounterValue, float64(lost))
 	ch <- prometheus.MustNewConstMetric(suppressedDesc, prometheus.CounterValue, float64(suppressed))
 	m.d.mu.Lock()
-	eps, entries, rev := m.d.eps.count(), m.d.mw.usage()[2].Entries, m.d.mw.revision
+	eps, entries, rev := m.d.eps.count(), m.d.mw.usage()[2].Entries, m.d.mw.policyRevision()
 	m.d.mu.Unlock()
 	ch <- prometheus.MustNewConstMetric(endpointsDesc, prometheus.GaugeValue, float64(eps))
 	ch <- prometheus.MustNewConstMetric(policyEntriesDesc, prometheus.GaugeValue, float64(entries))

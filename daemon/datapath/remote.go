@@ -80,6 +80,43 @@ func (r *remoteAddrs) each(f func(netip.Addr)) {
 	}
 }
 
+// count is the number of remote pod addresses known.
+func (r *remoteAddrs) count() int { return len(r.pods) }
+
+// unconfirmedCount is the number of addresses restored at start and not
+// confirmed yet.
+func (r *remoteAddrs) unconfirmedCount() int { return len(r.unconfirmed) }
+
+// update applies a delta of the remote source, which confirms what it
+// names; changed is told every address whose identity changed or went.
+func (r *remoteAddrs) update(upsert map[netip.Addr]identity.ID, remove []netip.Addr, changed func(netip.Addr)) {
+	for _, a := range remove {
+		a = a.Unmap()
+		if r.forget(a) {
+			changed(a)
+		}
+	}
+	for a, id := range upsert {
+		a = a.Unmap()
+		delete(r.unconfirmed, a)
+		if have, ok := r.pods[a]; !ok || have != id {
+			r.set(a, id)
+			changed(a)
+		}
+	}
+}
+
+// dropUnconfirmed forgets the addresses no remote source confirmed,
+// telling changed each, and returns how many.
+func (r *remoteAddrs) dropUnconfirmed(changed func(netip.Addr)) int {
+	n := len(r.unconfirmed)
+	for a := range r.unconfirmed {
+		r.forget(a) // also deletes a from unconfirmed
+		changed(a)
+	}
+	return n
+}
+
 // adopt takes a as known but unconfirmed: restored at start from the
 // pinned ipcache.
 func (r *remoteAddrs) adopt(a netip.Addr, id identity.ID) {
@@ -96,13 +133,9 @@ func (r *remoteAddrs) adopt(a netip.Addr, id identity.ID) {
 func (d *Datapath) RemoteEndpointsSynced() error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if len(d.remote.unconfirmed) == 0 {
+	n := d.remote.dropUnconfirmed(d.mw.markAddr)
+	if n == 0 {
 		return nil
-	}
-	n := len(d.remote.unconfirmed)
-	for a := range d.remote.unconfirmed {
-		d.remote.forget(a) // also deletes a from unconfirmed
-		d.mw.markAddr(a)
 	}
 	d.log.Info("remote endpoints restored at start and not confirmed by the cluster removed", zap.Int("addresses", n))
 	return d.flush("apply remote addresses")
@@ -121,20 +154,7 @@ func (d *Datapath) UpdateRemoteEndpoints(upsert map[netip.Addr]identity.ID, remo
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	for _, a := range remove {
-		a = a.Unmap()
-		if d.remote.forget(a) {
-			d.mw.markAddr(a)
-		}
-	}
-	for a, id := range upsert {
-		a = a.Unmap()
-		delete(d.remote.unconfirmed, a)
-		if have, ok := d.remote.pods[a]; !ok || have != id {
-			d.remote.set(a, id)
-			d.mw.markAddr(a)
-		}
-	}
+	d.remote.update(upsert, remove, d.mw.markAddr)
 	return d.flush("apply remote addresses")
 }
 
@@ -142,7 +162,7 @@ func (d *Datapath) UpdateRemoteEndpoints(upsert map[netip.Addr]identity.ID, remo
 func (d *Datapath) RemoteEndpoints() int {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	return len(d.remote.pods)
+	return d.remote.count()
 }
 
 // SetLocalChangeHook installs f, called whenever an endpoint is attached,

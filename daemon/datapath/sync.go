@@ -452,6 +452,12 @@ func firstErrors(errs []error, n int) []error {
 	return errs
 }
 
+// policyRevision is the revision last written to the config map.
+func (mw *mapWriter) policyRevision() uint32 { return mw.revision }
+
+// hasCfgFlag reports whether flag is set in the config map.
+func (mw *mapWriter) hasCfgFlag(flag uint32) bool { return mw.cfgFlags&flag != 0 }
+
 // settled reports whether no write is pending.
 func (mw *mapWriter) settled() bool { return mw.dirty.empty() }
 
