@@ -6,7 +6,7 @@ BIN := bin
 BINARIES := coordino coordino-daemon coordino-install coordino-controller coordinoctl coordino-wireguard
 REF_PLUGINS := bridge host-local ptp portmap macvlan
 
-.PHONY: all build ref-plugins deps generate generate-proto generate-bpf generate-api check-generated test e2e-runtime testbed-up testbed-down test-unit test-e2e demo bench bench-controller fuzz lint clean
+.PHONY: all build ref-plugins deps generate generate-proto generate-bpf generate-api check-generated test e2e-runtime testbed-up testbed-down test-unit test-e2e test-kernels demo bench bench-controller fuzz lint clean
 
 all: build
 
@@ -62,6 +62,21 @@ test: deps build ref-plugins lint check-generated
 	test/testbed/deps.sh
 	test/testbed/build.sh cri
 	COORDINO_RUNTIME_E2E=cri $(GO) test -count=1 -timeout 15m -run '^TestCRI' ./test/runtime/
+	@# The host ran every package above: the matrix adds the guest kernels.
+	$(MAKE) --no-print-directory test-kernels KERNELS="$(GUEST_KERNELS)" HOST_NOTE="go test ./... above ran every package on this host's kernel"
+
+# The kernel matrix (docs/kernels.md): the suites of test/kernels on this
+# host's kernel and, in qemu guests, on Debian's newest 6.1 and 6.12 (kept in
+# /var/cache/coordino-kernels). Narrow it with KERNELS="6.1", SUITES=datapath
+# (a regexp of suite names) and RUN='^TestVerdicts$$' (replaces the suites'
+# -test.run); V=1 shows the guests' consoles, NO_CONNTRACK=1 leaves
+# nf_conntrack to be loaded on demand instead of before the suites.
+GUEST_KERNELS := 6.1 6.12
+KERNELS ?= host $(GUEST_KERNELS)
+test-kernels: deps build ref-plugins
+	hack/kernels-deps.sh
+	$(GO) build -o $(BIN)/kernels/kernels ./test/kernels/cmd/kernels
+	$(BIN)/kernels/kernels -kernels "$(KERNELS)" -suites "$(SUITES)" -run "$(RUN)" -host-note "$(HOST_NOTE)" $(if $(V),-v) $(if $(NO_CONNTRACK),-no-conntrack)
 
 # Everything of the runtime e2e: crictl, kubelet, restarts, latency.
 e2e-runtime: deps build ref-plugins

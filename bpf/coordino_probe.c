@@ -23,7 +23,7 @@ int probe_ct_lookup(struct __sk_buff *skb)
 {
 	struct bpf_sock_tuple t = {};
 	struct bpf_ct_opts opts = {.netns_id = -1, .l4proto = IPPROTO_TCP};
-	struct nf_conn *ct = bpf_skb_ct_lookup(skb, &t, sizeof(t.ipv4), &opts, sizeof(opts));
+	struct nf_conn *ct = bpf_skb_ct_lookup(skb, &t, sizeof(t.ipv4), &opts, BPF_CT_OPTS_SZ);
 	if (ct)
 		bpf_ct_release(ct);
 	return 0;

@@ -100,19 +100,24 @@ func Run(ctx context.Context, o *config.Options, log *zap.Logger) error {
 			}
 		}
 	}
-	mgr := endpoint.New(endpoint.Config{
+	epConfig := endpoint.Config{
 		PinDir:     filepath.Join(o.RunDir, "netns"),
 		DefaultMTU: netsetup.DefaultMTU() - mtuOverhead,
 		Pool:       pool,
 		Store:      st,
-		Datapath:   dp,
+		Network:    endpoint.Host{},
 		Log:        log,
 
 		DeleteQueueDir: filepath.Join(o.RunDir, wire.DeleteQueueDir),
-	})
-	if kube != nil {
-		mgr.PodLabels = kube
 	}
+	// Set only when there is one: a nil pointer in an interface is not a nil interface.
+	if dp != nil {
+		epConfig.Datapath = dp
+	}
+	if kube != nil {
+		epConfig.PodLabels = kube
+	}
+	mgr := endpoint.New(epConfig)
 	if err := m.Register(mgr.Collectors()...); err != nil {
 		return err
 	}
@@ -132,12 +137,12 @@ func Run(ctx context.Context, o *config.Options, log *zap.Logger) error {
 		return err
 	}
 	queueDir := filepath.Join(o.RunDir, wire.DeleteQueueDir)
-	if n, err := mgr.DrainDeleteQueue(queueDir); err != nil {
+	if n, err := mgr.DrainDeleteQueue(ctx, queueDir); err != nil {
 		log.Error("some queued DELs could not be applied; they stay queued", zap.Error(err))
 	} else if n > 0 {
 		log.Info("applied queued DELs", zap.Int("count", n))
 	}
-	if err := mgr.ReclaimOrphans(); err != nil {
+	if err := mgr.ReclaimOrphans(ctx); err != nil {
 		log.Error("reclaiming orphans", zap.Error(err))
 	}
 	if err := mgr.ReconcileDatapath(); err != nil {
@@ -187,7 +192,7 @@ func Run(ctx context.Context, o *config.Options, log *zap.Logger) error {
 			}
 			return nil
 		case <-tick.C:
-			if _, err := mgr.DrainDeleteQueue(queueDir); err != nil {
+			if _, err := mgr.DrainDeleteQueue(ctx, queueDir); err != nil {
 				log.Error("delete queue", zap.Error(err))
 			}
 		}

@@ -118,7 +118,7 @@ func startPolicySource(ctx context.Context, dir, stateDir string, dp *datapath.D
 // hub (gRPC FollowFlows clients) and, when path is set, appending JSON lines
 // to it ("-" is stdout). Drops are always reported; allowed flows only while
 // the log is configured or a FollowFlows client wants them, since reporting
-// each one costs every new connection (docs/policy-benchmarks.md).
+// each one costs every new connection (docs/benchmarks.md, "How we got here").
 func startFlows(ctx context.Context, path string, dp *datapath.Datapath, hub *flows.Hub, log *zap.Logger) error {
 	publish := hub.Publish
 	if path == "" {

@@ -38,7 +38,11 @@ var errUnreachable = errors.New("coordino daemon unreachable")
 // ConnectTimeout; without, the first failure to reach it is returned as
 // errUnreachable. A runDir that fails the trust checks is never retried.
 func call(conf *Config, method string, req *wire.Request, retry bool) ([]byte, error) {
-	body := wire.AppendRequest(nil, req)
+	body, err := wire.AppendRequest(nil, req)
+	if err != nil {
+		// The daemon's protobuf runtime would refuse it as malformed.
+		return nil, types.NewError(types.ErrInvalidEnvironmentVariables, "invalid CNI invocation: "+err.Error(), "")
+	}
 	deadline := time.Now().Add(ConnectTimeout)
 	delay := 20 * time.Millisecond
 	for {

@@ -51,6 +51,8 @@ func TestDispatchRefusesBeforeCallingTheDaemon(t *testing.T) {
 		{"CHECK before 0.4.0", with("CHECK"), conf("0.3.1"), types.ErrIncompatibleCNIVersion, "config version does not allow CHECK"},
 		{"GC before 1.1.0", with("GC"), conf("1.0.0"), types.ErrIncompatibleCNIVersion, "config version does not allow GC"},
 		{"STATUS before 1.1.0", with("STATUS"), conf("1.0.0"), types.ErrIncompatibleCNIVersion, "config version does not allow STATUS"},
+		{"netns not UTF-8", func() map[string]string { e := with("ADD"); e["CNI_NETNS"] = "/run/netns/\xff"; return e }(), conf("1.1.0"), types.ErrInvalidEnvironmentVariables, "CNIRequest.netns: not valid UTF-8"},
+		{"DEL with args not UTF-8", func() map[string]string { e := with("DEL"); e["CNI_ARGS"] = "K8S_POD_NAME=\xfe"; return e }(), conf("1.1.0"), types.ErrInvalidEnvironmentVariables, "CNIRequest.args: not valid UTF-8"},
 		{"untrusted runDir", with("ADD"), `{"cniVersion":"1.1.0","name":"n","runDir":"/etc/coordino"}`, types.ErrInvalidNetworkConfig, "runDir"},
 	}
 	for _, c := range cases {
@@ -87,7 +89,7 @@ func TestDispatchVersionAndAbout(t *testing.T) {
 // The plugin process is started for every verb of every pod: what it links
 // is paid at each start (package initialisation, pages touched). These are
 // the packages measured to cost it and that it does without (see
-// docs/benchmarks.md, "The plugin process").
+// docs/benchmarks.md, "Plugin binary and CPU").
 func TestPluginLinksNothingHeavy(t *testing.T) {
 	out, err := exec.Command("go", "list", "-deps", "github.com/coordino/coordino/plugin/cmd/coordino").CombinedOutput()
 	if err != nil {

@@ -211,7 +211,7 @@ static __always_inline int hr_host_tracked(struct __sk_buff *skb, const struct h
 		tsize = sizeof(t.ipv6);
 	}
 	struct bpf_ct_opts opts = {.netns_id = -1, .l4proto = h->proto};
-	struct nf_conn *ct = bpf_skb_ct_lookup(skb, &t, tsize, &opts, sizeof(opts));
+	struct nf_conn *ct = bpf_skb_ct_lookup(skb, &t, tsize, &opts, BPF_CT_OPTS_SZ);
 	if (ct) {
 		bpf_ct_release(ct);
 		hr_count(HR_STAT_HOST_TRACKED);

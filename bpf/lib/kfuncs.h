@@ -21,6 +21,10 @@ struct bpf_ct_opts {
 	__u8 ct_zone_dir;
 	__u8 reserved[3];
 };
+/* The options' size passed: their first 12 bytes, without the zone fields
+ * 6.6 added. 6.1 refuses any other size (every lookup then fails with
+ * -EINVAL, which the guard reads as "tracked"); later kernels take both. */
+#define BPF_CT_OPTS_SZ 12
 extern struct nf_conn *bpf_skb_ct_lookup(struct __sk_buff *skb, struct bpf_sock_tuple *tuple,
 					 __u32 tuple__sz, struct bpf_ct_opts *opts,
 					 __u32 opts__sz) __ksym __weak;

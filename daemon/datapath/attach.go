@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -34,6 +33,9 @@ const (
 type attacher struct {
 	links string // <BPFDir>/links
 	mode  AttachMode
+	// tcx: the kernel has tcx links; device hooks fall back to cls_bpf
+	// filters where it has not.
+	tcx bool
 	// fromEp and toEp are the endpoint programs.
 	fromEp, toEp *ebpf.Program
 	// tc is one rtnetlink socket, in the namespace Open ran in, for the
@@ -47,8 +49,8 @@ type attacher struct {
 	ifKeys atomic.Pointer[map[uint32]string]
 }
 
-func newAttacher(bpfDir string, mode AttachMode, fromEp, toEp *ebpf.Program, log *zap.Logger) (*attacher, error) {
-	a := &attacher{links: filepath.Join(bpfDir, "links"), mode: mode, fromEp: fromEp, toEp: toEp, log: log}
+func newAttacher(bpfDir string, mode AttachMode, tcx bool, fromEp, toEp *ebpf.Program, log *zap.Logger) (*attacher, error) {
+	a := &attacher{links: filepath.Join(bpfDir, "links"), mode: mode, tcx: tcx, fromEp: fromEp, toEp: toEp, log: log}
 	var err error
 	if a.tc, err = netlink.NewHandle(unix.NETLINK_ROUTE); err != nil {
 		return nil, fmt.Errorf("datapath: rtnetlink socket: %w", err)
@@ -279,71 +281,4 @@ func (a *attacher) unpinLinks(key string) error {
 func gone(err error) bool {
 	return errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ENODEV) || errors.Is(err, unix.EINVAL) ||
 		errors.As(err, new(netlink.LinkNotFoundError))
-}
-
-// attachDeviceHook attaches prog to a node device's hook at, pinned at
-// <links>/<dir>/<name>; a pinned link already on the interface is re-pointed
-// instead.
-func (a *attacher) attachDeviceHook(dir, name string, ifindex int, prog *ebpf.Program, at ebpf.AttachType) error {
-	pin := filepath.Join(a.links, dir, name)
-	if err := os.MkdirAll(filepath.Dir(pin), 0o700); err != nil {
-		return fmt.Errorf("datapath: device hooks %s: %w", dir, err)
-	}
-	return attachPinned(pin, ifindex, prog, at)
-}
-
-func attachPinned(pin string, ifindex int, prog *ebpf.Program, at ebpf.AttachType) error {
-	if l, err := link.LoadPinnedLink(pin, nil); err == nil {
-		info, ierr := l.Info()
-		same := ierr == nil && info.TCX() != nil && int(info.TCX().Ifindex) == ifindex
-		if same {
-			if pi, err := prog.Info(); err == nil {
-				if id, ok := pi.ID(); ok && id == info.Program {
-					l.Close()
-					return nil // already this program: the periodic check is free
-				}
-			}
-			if l.Update(prog) == nil {
-				l.Close()
-				return nil
-			}
-		}
-		_ = l.Unpin()
-		l.Close()
-	}
-	l, err := link.AttachTCX(link.TCXOptions{Interface: ifindex, Program: prog, Attach: at, Anchor: link.Head()})
-	if err != nil {
-		return fmt.Errorf("datapath: attach node isolation to ifindex %d: %w", ifindex, err)
-	}
-	defer l.Close()
-	if err := l.Pin(pin); err != nil {
-		return fmt.Errorf("datapath: pin node isolation link: %w", err)
-	}
-	return nil
-}
-
-// pruneDeviceHooks is PruneDeviceHooks.
-func (a *attacher) pruneDeviceHooks(keepTunnel string) error {
-	dir := a.links
-	entries, err := os.ReadDir(dir)
-	if err != nil {
-		return fmt.Errorf("datapath: list device hooks: %w", err)
-	}
-	var errs []error
-	for _, e := range entries {
-		name := e.Name()
-		tunnel := strings.HasPrefix(name, "tunnel-")
-		if !e.IsDir() || !tunnel && !strings.HasPrefix(name, "node-") {
-			continue
-		}
-		hooks := filepath.Join(dir, name)
-		if tunnel && name != "tunnel-"+keepTunnel || !hooksAttached(hooks) {
-			if err := removeHooks(hooks); err != nil {
-				errs = append(errs, fmt.Errorf("datapath: remove device hooks %s: %w", name, err))
-			} else {
-				a.log.Info("device hooks removed", zap.String("hooks", name))
-			}
-		}
-	}
-	return errors.Join(errs...)
 }

@@ -113,6 +113,10 @@ func (e *MapFullError) Error() string {
 	return fmt.Sprintf("BPF map %s is full (capacity %d)", e.Map, e.Capacity)
 }
 
+// DatapathFull marks the error as a dpapi.FullError: the endpoint manager
+// answers it with "try again later".
+func (e *MapFullError) DatapathFull() {}
+
 // Refusal reasons (label reason of coordino_bpf_map_update_failures_total).
 const (
 	refusedFull   = "full"      // at capacity (hash: E2BIG, LPM trie: ENOSPC)

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"net"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -15,6 +14,7 @@ import (
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/rlimit"
 	"github.com/coordino/coordino/bpf"
+	"github.com/coordino/coordino/daemon/datapath/dpapi"
 	"github.com/coordino/coordino/daemon/identity"
 	"github.com/coordino/coordino/daemon/kernel"
 	"github.com/coordino/coordino/daemon/policy"
@@ -66,26 +66,9 @@ type Config struct {
 	testCapacities map[string]uint32
 }
 
-// Endpoint is a pod interface to enforce policy on.
-type Endpoint struct {
-	// Key is the stable attachment key "network/containerID/ifname".
-	Key string
-	// HostIfName and HostIfIndex name the host-side interface (veth peer).
-	HostIfName  string
-	HostIfIndex int
-	// IPs are the pod's addresses on this interface.
-	IPs []netip.Addr
-	// Namespace and Labels determine the endpoint's identity.
-	Namespace string
-	Labels    map[string]string
-	// Pod is "namespace/name" when known: SetPodNamedPorts names it.
-	Pod string
-	// HostMAC and PodMAC are the MACs of the host and pod ends of a veth
-	// pair Coordino created (primary mode); with both set, host routing
-	// delivers other nodes' pod traffic straight into the pod. Re-attaching
-	// the same interface without them keeps the recorded ones.
-	HostMAC, PodMAC net.HardwareAddr
-}
+// Endpoint is a pod interface to enforce policy on. The type is shared with
+// the endpoint manager (and any other datapath) through dpapi.
+type Endpoint = dpapi.Endpoint
 
 // Datapath is the loaded BPF datapath. Its methods are safe for concurrent
 // use. It is a front: it holds the lock, the policy engine and the inputs
@@ -212,7 +195,7 @@ func Open(cfg Config) (_ *Datapath, err error) {
 	if d.state, err = openStateMap(cfg.BPFDir); err != nil {
 		return nil, err
 	}
-	if d.att, err = newAttacher(cfg.BPFDir, cfg.AttachMode, d.objs.CdoFromEp, d.objs.CdoToEp, d.log); err != nil {
+	if d.att, err = newAttacher(cfg.BPFDir, cfg.AttachMode, cfg.Features.Has(kernel.TCX), d.objs.CdoFromEp, d.objs.CdoToEp, d.log); err != nil {
 		return nil, err
 	}
 	if d.hr, err = newHostRouting(hostRoutingMaps{localEps: d.objs.CdoLocalEps, peerBlocks: d.objs.CdoPeerBlocks,

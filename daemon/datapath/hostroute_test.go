@@ -13,8 +13,10 @@ import (
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
 	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
 
 	"github.com/coordino/coordino/bpf"
+	"github.com/coordino/coordino/daemon/kernel"
 )
 
 // localEps reads cdo_local_eps as address -> entry.
@@ -162,8 +164,21 @@ func TestSetPeerBlocks(t *testing.T) {
 
 // Device hooks whose interface is gone lose their pins, and a tunnel hook
 // is detached once no tunnel is kept (host routing off, or no VXLAN).
+// Kernels without tcx (before 6.6) get cls_bpf filters instead, pruned
+// the same way.
 func TestPruneDeviceHooks(t *testing.T) {
-	c := newClusterWith(t, Config{AttachMode: AttachTC}, false)
+	all := kernel.Probe()
+	t.Run("tcx", func(t *testing.T) {
+		if !all.Has(kernel.TCX) {
+			t.Skip("the kernel has no tcx (docs/kernels.md)")
+		}
+		testPruneDeviceHooks(t, all)
+	})
+	t.Run("tc", func(t *testing.T) { testPruneDeviceHooks(t, all.Without(kernel.TCX)) })
+}
+
+func testPruneDeviceHooks(t *testing.T, features *kernel.Features) {
+	c := newClusterWith(t, Config{AttachMode: AttachTC, Features: features}, false)
 	links := filepath.Join(c.cfg.BPFDir, "links")
 	present := func(dir string) bool {
 		_, err := os.Stat(filepath.Join(links, dir))
@@ -184,6 +199,17 @@ func TestPruneDeviceHooks(t *testing.T) {
 	}
 	tunnelProgs := func(ifindex int) int {
 		t.Helper()
+		if !features.Has(kernel.TCX) {
+			l, err := netlink.LinkByIndex(ifindex)
+			if err != nil {
+				t.Fatal(err)
+			}
+			filters, err := netlink.FilterList(l, netlink.HANDLE_MIN_INGRESS)
+			if err != nil && !errors.Is(err, unix.EINVAL) {
+				t.Fatal(err)
+			}
+			return len(filters)
+		}
 		res, err := link.QueryPrograms(link.QueryOptions{Target: ifindex, Attach: ebpf.AttachTCXIngress})
 		if err != nil {
 			t.Fatal(err)

@@ -4,12 +4,9 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
-	"os"
-	"path/filepath"
 	"slices"
 
 	"github.com/cilium/ebpf"
-	"github.com/cilium/ebpf/link"
 	"go.uber.org/zap"
 
 	coordinov1alpha1 "github.com/coordino/coordino/api/coordino/v1alpha1"
@@ -232,46 +229,4 @@ func (d *Datapath) AttachNodeDevice(ifname string, ifindex int, l3 bool) error {
 // no longer VXLAN). Their pins would otherwise stay in the BPF directory.
 func (d *Datapath) PruneDeviceHooks(keepTunnel string) error {
 	return d.att.pruneDeviceHooks(keepTunnel)
-}
-
-// removeHooks detaches and unpins the links pinned in dir, then removes
-// it. Detached explicitly: the last reference going away releases a link
-// only later, from a kernel work queue.
-func removeHooks(dir string) error {
-	pins, err := os.ReadDir(dir)
-	if err != nil {
-		return err
-	}
-	for _, p := range pins {
-		pin := filepath.Join(dir, p.Name())
-		if l, err := link.LoadPinnedLink(pin, nil); err == nil {
-			_ = l.Detach() // best effort: the unpin below releases it anyway, later
-			l.Close()
-		}
-		if err := os.Remove(pin); err != nil && !errors.Is(err, os.ErrNotExist) {
-			return err
-		}
-	}
-	return os.Remove(dir)
-}
-
-// hooksAttached reports whether every tcx link pinned in dir is still
-// attached to an interface.
-func hooksAttached(dir string) bool {
-	pins, err := os.ReadDir(dir)
-	if err != nil {
-		return true // unreadable: leave it to the next pass
-	}
-	for _, p := range pins {
-		l, err := link.LoadPinnedLink(filepath.Join(dir, p.Name()), nil)
-		if err != nil {
-			return false
-		}
-		info, err := l.Info()
-		l.Close()
-		if err != nil || info.TCX() == nil || info.TCX().Ifindex == 0 {
-			return false
-		}
-	}
-	return true
 }

@@ -548,3 +548,24 @@ func TestServiceStageFallsBack(t *testing.T) {
 	c.policies(clientEgressTo(`{podSelector: {matchLabels: {app: server}}}`))
 	c.expectService(false, "a", "tcp")
 }
+
+// TestServiceIPBlockExceptAfterDNAT: an ipBlock's except holds through
+// DNAT: the pods' range minus the backend denies the Service, minus another
+// address allows it; the Service CIDR itself allows nothing.
+func TestServiceIPBlockExceptAfterDNAT(t *testing.T) {
+	serviceStages(t, testServiceIPBlockExceptAfterDNAT)
+}
+
+func testServiceIPBlockExceptAfterDNAT(t *testing.T, cfg Config) {
+	c := newClusterWith(t, cfg, false)
+	dnatToServer(t)
+	c.policies(clientEgressTo(`{ipBlock: {cidr: 198.51.100.0/24, except: [198.51.100.11/32]}}`))
+	c.expectService(false, "a", "tcp")
+	c.expectService(false, "a", "udp")
+	c.expect(false, "a>b tcp/80")
+	c.policies(clientEgressTo(`{ipBlock: {cidr: 198.51.100.0/24, except: [198.51.100.12/32]}}`))
+	c.expectService(true, "a", "tcp")
+	c.expectService(true, "a", "udp")
+	c.policies(clientEgressTo(`{ipBlock: {cidr: 10.96.0.0/16, except: [10.96.0.10/32]}}`))
+	c.expectService(false, "a", "tcp")
+}

@@ -1,7 +1,8 @@
 package endpoint
 
 import (
-	"github.com/coordino/coordino/daemon/request"
+	"context"
+
 	"github.com/coordino/coordino/daemon/store"
 	"github.com/coordino/coordino/daemon/tracing"
 )
@@ -16,11 +17,11 @@ type pendingCommit struct {
 
 // commitInBackground starts writing ep. ep belongs to the commit until wait
 // returns: the commit assigns its generation.
-func (m *Manager) commitInBackground(inv *request.Invocation, ep *store.Endpoint) *pendingCommit {
+func (m *Manager) commitInBackground(ctx context.Context, ep *store.Endpoint) *pendingCommit {
 	c := &pendingCommit{done: make(chan struct{})}
 	go func() {
-		_, span := tracing.Start(inv.Ctx, "store.commit")
-		c.err = m.Store.Put(ep)
+		_, span := tracing.Start(ctx, "store.commit")
+		c.err = m.cfg.Store.Put(ep)
 		tracing.End(span, c.err)
 		close(c.done)
 	}()

@@ -1,6 +1,7 @@
 package endpoint
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"path/filepath"
@@ -8,20 +9,18 @@ import (
 	"github.com/containernetworking/cni/pkg/types"
 	"go.uber.org/zap"
 
-	"github.com/coordino/coordino/daemon/netns"
-	"github.com/coordino/coordino/daemon/netsetup"
 	"github.com/coordino/coordino/daemon/request"
 	"github.com/coordino/coordino/daemon/store"
 )
 
 // GC reclaims, for inv's network only, every attachment not in valid, then
 // every host veth and netns pin no record claims.
-func (m *Manager) GC(inv *request.Invocation, valid []types.GCAttachment) error {
+func (m *Manager) GC(ctx context.Context, inv *request.Invocation, valid []types.GCAttachment) error {
 	keep := make(map[types.GCAttachment]bool, len(valid))
 	for _, a := range valid {
 		keep[a] = true
 	}
-	eps, err := m.Store.List(inv.Key.Network)
+	eps, err := m.cfg.Store.List(inv.Key.Network)
 	if err != nil {
 		return internalError("%v", err)
 	}
@@ -30,12 +29,12 @@ func (m *Manager) GC(inv *request.Invocation, valid []types.GCAttachment) error 
 		if keep[types.GCAttachment{ContainerID: ep.ContainerID, IfName: ep.IfName}] {
 			continue
 		}
-		m.Log.Info("GC: reclaiming stale attachment", zap.String("endpoint", ep.Key.String()), zap.String("containerID", ep.ContainerID))
-		if err := m.del(ep.Key, &ep.Generation); err != nil {
+		m.log(ctx).Info("GC: reclaiming stale attachment", zap.String("endpoint", ep.Key.String()), zap.String("containerID", ep.ContainerID))
+		if err := m.del(ctx, ep.Key, &ep.Generation); err != nil {
 			errs = append(errs, err)
 		}
 	}
-	if err := m.ReclaimOrphans(); err != nil {
+	if err := m.ReclaimOrphans(ctx); err != nil {
 		errs = append(errs, err)
 	}
 	if len(errs) > 0 {
@@ -52,12 +51,12 @@ func (m *Manager) GC(inv *request.Invocation, valid []types.GCAttachment) error 
 // durable (the record commits alongside the kernel work), and a DEL and ADD
 // of that attachment (a container restart) between the first read and the
 // removal made it live again.
-func (m *Manager) ReclaimOrphans() error {
-	links, err := netsetup.ListHostIfaces()
+func (m *Manager) ReclaimOrphans(ctx context.Context) error {
+	links, err := m.cfg.Network.ListHostVeths()
 	if err != nil {
 		return fmt.Errorf("list host veths: %w", err)
 	}
-	pins, err := netns.ListPins(m.PinDir)
+	pins, err := m.cfg.Network.ListPins(m.cfg.PinDir)
 	if err != nil {
 		return fmt.Errorf("list netns pins: %w", err)
 	}
@@ -80,7 +79,7 @@ func (m *Manager) ReclaimOrphans() error {
 	testHook(sweepOrphansFound)
 	var errs []error
 	for _, o := range candidates {
-		if err := m.reclaimOrphan(o); err != nil {
+		if err := m.reclaimOrphan(ctx, o); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -112,7 +111,7 @@ func testHook(s sweepStage) {
 	}
 }
 
-func (m *Manager) reclaimOrphan(o orphan) error {
+func (m *Manager) reclaimOrphan(ctx context.Context, o orphan) error {
 	unlock := m.locks.lockName(o.name)
 	defer unlock()
 	claimed, err := m.claimedNames()
@@ -120,12 +119,12 @@ func (m *Manager) reclaimOrphan(o orphan) error {
 		return err
 	}
 	if o.link && !claimed["link:"+o.name] {
-		m.Log.Info("removing orphan host veth", zap.String("link", o.name))
-		return netsetup.TeardownPod(o.name)
+		m.log(ctx).Info("removing orphan host veth", zap.String("link", o.name))
+		return m.cfg.Network.TeardownPod(o.name)
 	}
 	if o.pin != "" && !claimed["pin:"+o.pin] {
-		m.Log.Info("removing orphan netns pin", zap.String("pin", o.pin))
-		return unpin(o.pin)
+		m.log(ctx).Info("removing orphan netns pin", zap.String("pin", o.pin))
+		return m.unpin(o.pin)
 	}
 	return nil
 }
@@ -133,7 +132,7 @@ func (m *Manager) reclaimOrphan(o orphan) error {
 // claimedNames returns the host veths ("link:<name>") and pins ("pin:<path>")
 // that stored primary-mode endpoints name.
 func (m *Manager) claimedNames() (map[string]bool, error) {
-	eps, err := m.Store.List("")
+	eps, err := m.cfg.Store.List("")
 	if err != nil {
 		return nil, err
 	}
@@ -152,16 +151,16 @@ func (m *Manager) claimedNames() (map[string]bool, error) {
 // the whole node's network not ready. Full blocks do not: they are transient
 // (the controller tops the node up), and ADD answers them itself with a
 // retryable "try again later" while other pods keep being served.
-func (m *Manager) Status() error {
-	if m.Datapath != nil {
-		if err := m.Datapath.AttachCapacity(); err != nil {
+func (m *Manager) Status(ctx context.Context) error {
+	if m.cfg.Datapath != nil {
+		if err := m.cfg.Datapath.AttachCapacity(); err != nil {
 			return types.NewError(types.ErrPluginNotAvailable, "coordino cannot attach pods: "+err.Error(), "")
 		}
 	}
-	if m.Pool.Empty() {
+	if m.cfg.Pool.Empty() {
 		return nil // chained-only node: nothing to allocate, always ready
 	}
-	if ok, why := m.Pool.CanServe(); !ok {
+	if ok, why := m.cfg.Pool.CanServe(); !ok {
 		return types.NewError(types.ErrPluginNotAvailable, "coordino cannot attach pods: "+why, "")
 	}
 	return nil

@@ -1,6 +1,7 @@
 package endpoint
 
 import (
+	"context"
 	"net/netip"
 	"path/filepath"
 	"testing"
@@ -46,7 +47,7 @@ func newTestManager(t *testing.T, cidr string) *Manager {
 			_ = nsfile.Unpin(p)
 		}
 	})
-	return New(Config{PinDir: pinDir, Pool: pool, Store: st, DefaultMTU: 1500})
+	return New(Config{PinDir: pinDir, Pool: pool, Store: st, Network: Host{}, DefaultMTU: 1500})
 }
 
 func addInvocation(key store.Key, netnsPath string) *request.Invocation {
@@ -67,27 +68,27 @@ func TestOrphanSweepSparesAttachmentRecreatedMeanwhile(t *testing.T) {
 	key := store.Key{Network: "net", ContainerID: "restarted", IfName: "eth0"}
 
 	err := node.Do(func(ns.NetNS) error {
-		if _, err := m.Add(addInvocation(key, oldPod.Path())); err != nil {
+		if _, err := m.Add(context.Background(), addInvocation(key, oldPod.Path())); err != nil {
 			return err
 		}
 		testHookSweep = func(s sweepStage) {
 			switch s {
 			case sweepKernelListed:
-				if err := m.Del(&request.Invocation{Verb: request.Del, Key: key}); err != nil {
+				if err := m.Del(context.Background(), &request.Invocation{Verb: request.Del, Key: key}); err != nil {
 					t.Errorf("DEL inside the sweep: %v", err)
 				}
 			case sweepOrphansFound:
-				if _, err := m.Add(addInvocation(key, newPod.Path())); err != nil {
+				if _, err := m.Add(context.Background(), addInvocation(key, newPod.Path())); err != nil {
 					t.Errorf("ADD inside the sweep: %v", err)
 				}
 			}
 		}
 		defer func() { testHookSweep = nil }()
-		if err := m.ReclaimOrphans(); err != nil {
+		if err := m.ReclaimOrphans(context.Background()); err != nil {
 			t.Errorf("sweep: %v", err)
 		}
 		testHookSweep = nil
-		ep, err := m.Store.Get(key)
+		ep, err := m.cfg.Store.Get(key)
 		if err != nil {
 			t.Fatalf("record of the new attachment: %v", err)
 		}
@@ -97,7 +98,7 @@ func TestOrphanSweepSparesAttachmentRecreatedMeanwhile(t *testing.T) {
 		if err := nsfile.Verify(ep.PinPath); err != nil {
 			t.Errorf("the sweep removed the new attachment's netns pin: %v", err)
 		}
-		return m.Check(&request.Invocation{Verb: request.Check, Key: key, Netns: newPod.Path(), Conf: &request.NetConf{}})
+		return m.Check(context.Background(), &request.Invocation{Verb: request.Check, Key: key, Netns: newPod.Path(), Conf: &request.NetConf{}})
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -6,7 +6,6 @@ import (
 	"maps"
 
 	"github.com/containernetworking/cni/pkg/types"
-	"github.com/vishvananda/netlink"
 	"go.uber.org/zap"
 
 	"github.com/coordino/coordino/daemon/request"
@@ -31,14 +30,14 @@ type AttachObserver interface {
 // name there is nothing to look up; a pod the labeler cannot vouch for gets
 // "try again later": attaching it with fewer labels than it has could leave
 // it outside a policy meant to isolate it.
-func (m *Manager) resolveLabels(inv *request.Invocation) error {
-	if m.PodLabels == nil {
+func (m *Manager) resolveLabels(ctx context.Context, inv *request.Invocation) error {
+	if m.cfg.PodLabels == nil {
 		return nil
 	}
 	if inv.PodName == "" {
 		return types.NewError(types.ErrInvalidEnvironmentVariables, "CNI_ARGS: K8S_POD_NAME is required in Kubernetes mode (the pod's labels decide its policy)", "")
 	}
-	labels, err := m.PodLabels.PodLabels(context.Background(), inv.PodNamespace, inv.PodName, inv.PodUID)
+	labels, err := m.cfg.PodLabels.PodLabels(ctx, inv.PodNamespace, inv.PodName, inv.PodUID)
 	if err != nil {
 		return types.NewError(types.ErrTryAgainLater, fmt.Sprintf("labels of pod %s/%s: %v", inv.PodNamespace, inv.PodName, err), "")
 	}
@@ -53,13 +52,13 @@ func (m *Manager) resolveLabels(inv *request.Invocation) error {
 // its conntrack entries are keyed by addresses and ports, not identities, so
 // established connections carry on if the new identity's policy allows them.
 func (m *Manager) RefreshEndpoints(update func(ep *store.Endpoint) bool) error {
-	eps, err := m.Store.List("")
+	eps, err := m.cfg.Store.List("")
 	if err != nil {
 		return err
 	}
 	for _, listed := range eps {
 		if err := m.refreshEndpoint(listed.Key, update); err != nil {
-			m.Log.Error("refreshing endpoint", zap.String("endpoint", listed.Key.String()), zap.Error(err))
+			m.cfg.Log.Error("refreshing endpoint", zap.String("endpoint", listed.Key.String()), zap.Error(err))
 		}
 	}
 	return nil
@@ -68,7 +67,7 @@ func (m *Manager) RefreshEndpoints(update func(ep *store.Endpoint) bool) error {
 func (m *Manager) refreshEndpoint(k store.Key, update func(ep *store.Endpoint) bool) error {
 	unlock := m.lockKey(k)
 	defer unlock()
-	ep, err := m.Store.Get(k)
+	ep, err := m.cfg.Store.Get(k)
 	if err != nil {
 		return nil // deleted meanwhile
 	}
@@ -77,16 +76,16 @@ func (m *Manager) refreshEndpoint(k store.Key, update func(ep *store.Endpoint) b
 		return nil
 	}
 	if !maps.Equal(before, ep.Labels) {
-		if err := m.Store.Put(ep); err != nil {
+		if err := m.cfg.Store.Put(ep); err != nil {
 			return err
 		}
 	}
-	if m.Datapath == nil {
+	if m.cfg.Datapath == nil {
 		return nil
 	}
-	link, err := netlink.LinkByName(ep.HostIfName)
+	index, _, err := m.cfg.Network.HostInterface(ep.HostIfName)
 	if err != nil {
 		return fmt.Errorf("host interface %s: %w", ep.HostIfName, err)
 	}
-	return m.Datapath.AttachEndpoint(datapathEndpoint(ep, link.Attrs().Index))
+	return m.cfg.Datapath.AttachEndpoint(datapathEndpoint(ep, index))
 }

@@ -2,6 +2,7 @@ package endpoint
 
 import (
 	"bytes"
+	"context"
 	"encoding/binary"
 	"fmt"
 	"io/fs"
@@ -87,9 +88,9 @@ func TestAddLooksUpOnlyItsOwnQueuedDels(t *testing.T) {
 		dirOf[int32(wd)] = d
 	}
 
-	m := New(Config{Store: st, DeleteQueueDir: queue})
+	m := New(Config{Store: st, Network: newFakeNode(), DeleteQueueDir: queue})
 	unlock := m.lockKey(mine)
-	err = m.applyQueuedDels(mine)
+	err = m.applyQueuedDels(context.Background(), mine)
 	unlock()
 	if err != nil {
 		t.Fatal(err)

@@ -1,6 +1,7 @@
 package endpoint
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net/netip"
@@ -57,7 +58,7 @@ func (u *unrestored) count() int {
 // the daemon: it is logged and counted (coordino_endpoints_unrestorable),
 // keeps running as it is, and its DEL or GC removes it.
 func (m *Manager) Restore() error {
-	eps, err := m.Store.List("")
+	eps, err := m.cfg.Store.List("")
 	if err != nil {
 		return err
 	}
@@ -66,14 +67,14 @@ func (m *Manager) Restore() error {
 		if ep.Mode != store.ModePrimary {
 			continue
 		}
-		if rejected, err := m.Pool.Reserve(ep.IPs); err != nil {
+		if rejected, err := m.cfg.Pool.Reserve(ep.IPs); err != nil {
 			bad++
 			m.unrestored.set(ep.Key, rejected)
-			m.Log.Error("stored endpoint holds addresses the node's blocks cannot reserve; it keeps running, DEL or GC removes it",
+			m.cfg.Log.Error("stored endpoint holds addresses the node's blocks cannot reserve; it keeps running, DEL or GC removes it",
 				zap.String("endpoint", ep.Key.String()), zap.String("pod", ep.PodNamespace+"/"+ep.PodName), zap.Error(err))
 		}
 	}
-	m.Log.Info("restored endpoints", zap.Int("count", len(eps)), zap.Int("unrestorable", bad))
+	m.cfg.Log.Info("restored endpoints", zap.Int("count", len(eps)), zap.Int("unrestorable", bad))
 	return nil
 }
 
@@ -85,7 +86,7 @@ func (m *Manager) Restore() error {
 // releaseAddresses frees ep's addresses, except those it never reserved.
 func (m *Manager) releaseAddresses(ep *store.Endpoint) {
 	skip := m.unrestored.take(ep.Key)
-	m.Pool.Release(slices.DeleteFunc(slices.Clone(ep.IPs), func(p netip.Prefix) bool { return slices.Contains(skip, p) }))
+	m.cfg.Pool.Release(slices.DeleteFunc(slices.Clone(ep.IPs), func(p netip.Prefix) bool { return slices.Contains(skip, p) }))
 }
 
 // Collectors returns the manager's Prometheus collectors.
@@ -97,7 +98,7 @@ func (m *Manager) Collectors() []prometheus.Collector {
 }
 
 // DrainDeleteQueue replays the DELs the plugin queued while the daemon was away.
-func (m *Manager) DrainDeleteQueue(dir string) (int, error) {
+func (m *Manager) DrainDeleteQueue(ctx context.Context, dir string) (int, error) {
 	n, errs := deletequeue.Drain(dir, func(e deletequeue.Entry) error {
 		inv, err := request.Parse(request.Del, queuedRequest(e.Request))
 		if err != nil {
@@ -108,14 +109,14 @@ func (m *Manager) DrainDeleteQueue(dir string) (int, error) {
 		if _, err := os.Lstat(e.Path); errors.Is(err, os.ErrNotExist) {
 			return nil // an ADD of the key applied it meanwhile
 		}
-		m.Log.Info("replaying queued DEL", zap.String("endpoint", inv.Key.String()), zap.Time("queuedAt", e.QueuedAt))
-		if err := m.delLocked(inv.Key, nil); err != nil {
+		m.log(ctx).Info("replaying queued DEL", zap.String("endpoint", inv.Key.String()), zap.Time("queuedAt", e.QueuedAt))
+		if err := m.delLocked(ctx, inv.Key, nil); err != nil {
 			return err
 		}
 		return e.Remove()
 	})
 	for _, err := range errs {
-		m.Log.Error("delete queue", zap.Error(err))
+		m.log(ctx).Error("delete queue", zap.Error(err))
 	}
 	if len(errs) > 0 {
 		return n, fmt.Errorf("delete queue: %d entries failed, first: %w", len(errs), errs[0])
@@ -124,11 +125,11 @@ func (m *Manager) DrainDeleteQueue(dir string) (int, error) {
 }
 
 // applyQueuedDels applies and removes the queued DELs of k. The caller holds k's lock.
-func (m *Manager) applyQueuedDels(k store.Key) error {
-	if m.DeleteQueueDir == "" {
+func (m *Manager) applyQueuedDels(ctx context.Context, k store.Key) error {
+	if m.cfg.DeleteQueueDir == "" {
 		return nil
 	}
-	entries, err := deletequeue.ForKey(m.DeleteQueueDir, k.Network, k.ContainerID, k.IfName)
+	entries, err := deletequeue.ForKey(m.cfg.DeleteQueueDir, k.Network, k.ContainerID, k.IfName)
 	if err != nil {
 		return err
 	}
@@ -137,8 +138,8 @@ func (m *Manager) applyQueuedDels(k store.Key) error {
 		if err != nil || inv.Key != k {
 			continue // not this key's; an unusable entry is the drain's to set aside
 		}
-		m.Log.Info("applying queued DEL before ADD", zap.String("endpoint", k.String()), zap.Time("queuedAt", e.QueuedAt))
-		if err := m.delLocked(k, nil); err != nil {
+		m.log(ctx).Info("applying queued DEL before ADD", zap.String("endpoint", k.String()), zap.Time("queuedAt", e.QueuedAt))
+		if err := m.delLocked(ctx, k, nil); err != nil {
 			return err
 		}
 		if err := e.Remove(); err != nil {

@@ -1,6 +1,7 @@
 package endpoint
 
 import (
+	"context"
 	"net/netip"
 	"path/filepath"
 	"strings"
@@ -49,7 +50,7 @@ func TestRestoreSurvivesAddressesTheNewBlockCannotReserve(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := New(Config{Pool: pool, Store: st})
+	m := New(Config{Pool: pool, Store: st, Network: newFakeNode()})
 	if err := m.Restore(); err != nil {
 		t.Fatalf("Restore failed, the daemon would crash-loop: %v", err)
 	}
@@ -63,7 +64,7 @@ func TestRestoreSurvivesAddressesTheNewBlockCannotReserve(t *testing.T) {
 	if err := deletequeue.Write(queue, &wire.Request{ContainerID: network.ContainerID, IfName: "eth0", Stdin: []byte(conf)}); err != nil {
 		t.Fatal(err)
 	}
-	if n, err := m.DrainDeleteQueue(queue); err != nil || n != 1 {
+	if n, err := m.DrainDeleteQueue(context.Background(), queue); err != nil || n != 1 {
 		t.Fatalf("DrainDeleteQueue = %d, %v", n, err)
 	}
 	if _, err := st.Get(network.Key); err == nil {
@@ -71,7 +72,7 @@ func TestRestoreSurvivesAddressesTheNewBlockCannotReserve(t *testing.T) {
 	}
 
 	// DEL of the duplicate must not free the address its holder uses.
-	if err := m.del(dup.Key, nil); err != nil {
+	if err := m.del(context.Background(), dup.Key, nil); err != nil {
 		t.Fatal(err)
 	}
 	if !pool.InUse(netip.MustParseAddr("10.6.0.5")) {
@@ -80,7 +81,7 @@ func TestRestoreSurvivesAddressesTheNewBlockCannotReserve(t *testing.T) {
 	if got := testutil.ToFloat64(m.Collectors()[0]); got != 0 {
 		t.Fatalf("coordino_endpoints_unrestorable = %v after DELs, want 0", got)
 	}
-	if err := m.del(holder.Key, nil); err != nil {
+	if err := m.del(context.Background(), holder.Key, nil); err != nil {
 		t.Fatal(err)
 	}
 	if pool.InUse(netip.MustParseAddr("10.6.0.5")) {

@@ -1,6 +1,7 @@
 package endpoint
 
 import (
+	"context"
 	"errors"
 	"strings"
 	"testing"
@@ -21,15 +22,15 @@ func TestStatusOKWhileBlocksFullAddTryAgain(t *testing.T) {
 	privileged.Require(t)
 	m := newTestManager(t, "10.98.0.0/30") // two assignable addresses
 	for range 2 {
-		if _, err := m.Pool.Allocate(); err != nil {
+		if _, err := m.cfg.Pool.Allocate(); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if err := m.Status(); err != nil {
+	if err := m.Status(context.Background()); err != nil {
 		t.Fatalf("STATUS with full blocks = %v, want success", err)
 	}
 	pod := newTestNS(t)
-	_, err := m.Add(addInvocation(store.Key{Network: "net", ContainerID: "full", IfName: "eth0"}, pod.Path()))
+	_, err := m.Add(context.Background(), addInvocation(store.Key{Network: "net", ContainerID: "full", IfName: "eth0"}, pod.Path()))
 	var cniErr *types.Error
 	if !errors.As(err, &cniErr) || cniErr.Code != types.ErrTryAgainLater {
 		t.Fatalf("ADD on a full node = %#v, want CNI code %d", err, types.ErrTryAgainLater)
@@ -39,10 +40,10 @@ func TestStatusOKWhileBlocksFullAddTryAgain(t *testing.T) {
 	}
 
 	// A family with no serving block left is not transient: STATUS fails.
-	if err := m.Pool.SetBlocks([]ipam.BlockSpec{{Prefix: m.Pool.Usage()[0].Prefix, Releasing: true}}); err != nil {
+	if err := m.cfg.Pool.SetBlocks([]ipam.BlockSpec{{Prefix: m.cfg.Pool.Usage()[0].Prefix, Releasing: true}}); err != nil {
 		t.Fatal(err)
 	}
-	if err := m.Status(); !errors.As(err, &cniErr) || cniErr.Code != types.ErrPluginNotAvailable || !strings.Contains(cniErr.Msg, "being released") {
+	if err := m.Status(context.Background()); !errors.As(err, &cniErr) || cniErr.Code != types.ErrPluginNotAvailable || !strings.Contains(cniErr.Msg, "being released") {
 		t.Fatalf("STATUS with every block releasing = %v, want code %d", err, types.ErrPluginNotAvailable)
 	}
 }

@@ -1,7 +1,6 @@
 package request
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"strings"
@@ -63,8 +62,6 @@ type Invocation struct {
 	PodName      string
 	PodUID       string
 	Labels       map[string]string
-	// Ctx is the request's context (deadline, trace); set by the server.
-	Ctx context.Context
 }
 
 // Parse validates req for verb.

@@ -46,18 +46,45 @@ func Listen(socketPath string) (net.Listener, error) {
 	if err := os.Chmod(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("restrict socket dir %s: %w", dir, err)
 	}
-	if err := os.Remove(socketPath); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return nil, fmt.Errorf("remove stale socket %s: %w", socketPath, err)
+	// Bound under a temporary name and renamed into place once 0600: the
+	// plugin refuses a socket with any other mode, and a bind creates it
+	// with the umask's.
+	tmp := socketPath + ".new"
+	if err := os.Remove(tmp); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("remove stale socket %s: %w", tmp, err)
 	}
-	l, err := net.Listen("unix", socketPath)
+	l, err := net.Listen("unix", tmp)
 	if err != nil {
 		return nil, fmt.Errorf("listen on %s: %w", socketPath, err)
 	}
-	if err := os.Chmod(socketPath, 0o600); err != nil {
+	ul := l.(*net.UnixListener)
+	ul.SetUnlinkOnClose(false)
+	if err := os.Chmod(tmp, 0o600); err != nil {
 		l.Close()
+		os.Remove(tmp)
 		return nil, fmt.Errorf("restrict socket %s: %w", socketPath, err)
 	}
-	return l, nil
+	if err := os.Rename(tmp, socketPath); err != nil {
+		l.Close()
+		os.Remove(tmp)
+		return nil, fmt.Errorf("place socket %s: %w", socketPath, err)
+	}
+	return &socketListener{UnixListener: ul, path: socketPath}, nil
+}
+
+// socketListener removes its socket when closed, as a listener that bound
+// the path itself would.
+type socketListener struct {
+	*net.UnixListener
+	path string
+}
+
+func (l *socketListener) Close() error {
+	err := l.UnixListener.Close()
+	if rerr := os.Remove(l.path); rerr != nil && !errors.Is(rerr, os.ErrNotExist) && err == nil {
+		err = rerr
+	}
+	return err
 }
 
 // GRPCServer returns a gRPC server with s registered, admitting root and the
@@ -85,21 +112,24 @@ func (s *Server) Check(ctx context.Context, req *cniv1.CNIRequest) (*cniv1.CNIRe
 
 // GC implements the GC verb.
 func (s *Server) GC(ctx context.Context, req *cniv1.CNIRequest) (*cniv1.CNIResponse, error) {
-	return s.serve(ctx, request.GC, req, noResult(func(inv *request.Invocation) error {
-		return s.mgr.GC(inv, inv.Conf.ValidAttachments)
+	return s.serve(ctx, request.GC, req, noResult(func(ctx context.Context, inv *request.Invocation) error {
+		return s.mgr.GC(ctx, inv, inv.Conf.ValidAttachments)
 	}))
 }
 
 // Status implements the STATUS verb.
 func (s *Server) Status(ctx context.Context, req *cniv1.CNIRequest) (*cniv1.CNIResponse, error) {
-	return s.serve(ctx, request.Status, req, noResult(func(*request.Invocation) error { return s.mgr.Status() }))
+	return s.serve(ctx, request.Status, req, noResult(func(ctx context.Context, _ *request.Invocation) error { return s.mgr.Status(ctx) }))
 }
 
-func noResult(f func(*request.Invocation) error) func(*request.Invocation) ([]byte, error) {
-	return func(inv *request.Invocation) ([]byte, error) { return nil, f(inv) }
+// verbFunc carries out one verb; ctx holds the request's deadline, trace and logger.
+type verbFunc func(ctx context.Context, inv *request.Invocation) ([]byte, error)
+
+func noResult(f func(context.Context, *request.Invocation) error) verbFunc {
+	return func(ctx context.Context, inv *request.Invocation) ([]byte, error) { return nil, f(ctx, inv) }
 }
 
-func (s *Server) serve(ctx context.Context, verb request.Verb, req *cniv1.CNIRequest, do func(*request.Invocation) ([]byte, error)) (*cniv1.CNIResponse, error) {
+func (s *Server) serve(ctx context.Context, verb request.Verb, req *cniv1.CNIRequest, do verbFunc) (*cniv1.CNIResponse, error) {
 	start := time.Now()
 	ctx, span := tracing.StartServer(ctx, "cni."+string(verb))
 	defer span.End()
@@ -113,11 +143,12 @@ func (s *Server) serve(ctx context.Context, verb request.Verb, req *cniv1.CNIReq
 		if err != nil {
 			return nil, err
 		}
-		inv.Ctx = ctx
 		if span.IsRecording() {
 			span.SetAttributes(tracing.NetworkKey.String(inv.Key.Network), tracing.PodKey.String(inv.PodName), tracing.NamespaceKey.String(inv.PodNamespace))
 		}
-		return do(inv)
+		// Lazy: most requests log nothing, and they then pay nothing for it.
+		log := s.log.WithLazy(zap.String("verb", string(verb)), zap.String("containerID", req.ContainerId), zap.String("ifname", req.Ifname))
+		return do(request.WithLogger(ctx, log), inv)
 	}()
 	elapsed := time.Since(start)
 	cniErr := asCNIError(err)

@@ -50,8 +50,10 @@ type Header struct{ Name, Value string }
 const (
 	frameData         = 0x0
 	frameHeaders      = 0x1
+	framePriority     = 0x2
 	frameRSTStream    = 0x3
 	frameSettings     = 0x4
+	framePushPromise  = 0x5
 	framePing         = 0x6
 	frameGoAway       = 0x7
 	frameWindowUpdate = 0x8
@@ -63,16 +65,78 @@ const (
 	flagPadded     = 0x8
 	flagPriority   = 0x20
 
+	settingEnablePush        = 0x2
 	settingInitialWindowSize = 0x4
 	settingMaxFrameSize      = 0x5
+	settingMaxHeaderListSize = 0x6
+	settingConnectProtocol   = 0x8 // RFC 8441
+	settingNoRFC7540Priority = 0x9 // RFC 9218
 
 	defaultWindow       = 65535
-	defaultMaxFrameSize = 16384
+	maxWindow           = 1<<31 - 1
+	defaultMaxFrameSize = 16384 // also the largest frame the client accepts: it advertises no other
+	maxFrameSizeLimit   = 1<<24 - 1
 	maxMessage          = 64 << 20
-	streamID            = 1
+	// maxHeaderBlock bounds a response header block, CONTINUATIONs included,
+	// and is advertised as SETTINGS_MAX_HEADER_LIST_SIZE: a server that
+	// keeps to it sends less (the limit counts each field's name, value and
+	// 32 bytes, more than its encoding takes), so only a broken or hostile
+	// one reaches it.
+	maxHeaderBlock = 1 << 20
+	streamID       = 1
 )
 
+// HTTP/2 error codes (RFC 9113 §7) the client sends or acts on.
+const (
+	errCodeProtocol           = 0x1
+	errCodeFlowControl        = 0x3
+	errCodeFrameSize          = 0x6
+	errCodeRefused            = 0x7
+	errCodeCancel             = 0x8
+	errCodeCompression        = 0x9
+	errCodeEnhanceCalm        = 0xb
+	errCodeInadequateSecurity = 0xc
+)
+
+// errCodeNames is indexed by error code (an array: nothing to build at
+// the plugin's start).
+var errCodeNames = [...]string{"NO_ERROR", "PROTOCOL_ERROR", "INTERNAL_ERROR", "FLOW_CONTROL_ERROR", "SETTINGS_TIMEOUT",
+	"STREAM_CLOSED", "FRAME_SIZE_ERROR", "REFUSED_STREAM", "CANCEL", "COMPRESSION_ERROR", "CONNECT_ERROR",
+	"ENHANCE_YOUR_CALM", "INADEQUATE_SECURITY", "HTTP_1_1_REQUIRED"}
+
+func errCodeName(code uint32) string {
+	if code < uint32(len(errCodeNames)) {
+		return errCodeNames[code]
+	}
+	return fmt.Sprintf("error code 0x%x", code)
+}
+
+// protocolError is a connection error (RFC 9113 §5.4.1): the server broke
+// the protocol, so the connection is unusable. The call ends at once, tells
+// the server why in a GOAWAY, and reports it as Unavailable, as gRPC
+// clients report a connection that failed.
+type protocolError struct {
+	code uint32
+	msg  string
+}
+
+func (e *protocolError) Error() string {
+	return "HTTP/2 " + errCodeName(e.code) + " from the server: " + e.msg
+}
+
+func protoErr(code uint32, format string, args ...any) error {
+	return &protocolError{code: code, msg: fmt.Sprintf(format, args...)}
+}
+
+var frameNames = [...]string{"DATA", "HEADERS", "PRIORITY", "RST_STREAM", "SETTINGS", "PUSH_PROMISE", "PING", "GOAWAY", "WINDOW_UPDATE", "CONTINUATION"}
+
 const preface = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+
+// clientSettings is the client's SETTINGS: no server push, and the header
+// block limit.
+var clientSettings = binary.BigEndian.AppendUint32([]byte{
+	0, settingEnablePush, 0, 0, 0, 0,
+	0, settingMaxHeaderListSize}, maxHeaderBlock)
 
 // Call sends req to method (e.g. "/coordino.cni.v1.CNI/Add") on conn, which
 // it owns for the call's duration (the caller closes it), and returns the
@@ -85,7 +149,8 @@ func Call(ctx context.Context, conn io.ReadWriter, method string, md []Header, r
 			_ = d.SetDeadline(deadline)
 		}
 	}
-	c := &call{conn: conn, r: bufio.NewReaderSize(conn, 16<<10), sendWindow: defaultWindow, connWindow: defaultWindow, maxFrame: defaultMaxFrameSize}
+	c := &call{conn: conn, r: bufio.NewReaderSize(conn, 16<<10), sendWindow: defaultWindow, connWindow: defaultWindow,
+		initialWindow: defaultWindow, maxFrame: defaultMaxFrameSize}
 	resp, err := c.run(ctx, method, md, req)
 	if err == nil {
 		return resp, nil
@@ -94,7 +159,14 @@ func Call(ctx context.Context, conn io.ReadWriter, method string, md []Header, r
 	if errors.As(err, &st) {
 		return nil, st
 	}
-	if ctx.Err() != nil || errors.Is(err, os.ErrDeadlineExceeded) || errors.Is(err, syscall.EAGAIN) {
+	var pe *protocolError
+	if errors.As(err, &pe) {
+		// Best effort: the server learns why the client hangs up.
+		c.out = c.out[:0]
+		c.frame(frameGoAway, 0, 0, binary.BigEndian.AppendUint32([]byte{0, 0, 0, 0}, pe.code))
+		_ = c.flush()
+	}
+	if ctx.Err() != nil || timedOut(err) {
 		if errors.Is(ctx.Err(), context.Canceled) {
 			return nil, &Status{Code: CodeCanceled, Message: err.Error()}
 		}
@@ -106,11 +178,16 @@ func Call(ctx context.Context, conn io.ReadWriter, method string, md []Header, r
 type call struct {
 	conn io.ReadWriter
 	r    *bufio.Reader
-	// Send windows: the stream's and the connection's (RFC 9113 §6.9).
-	sendWindow, connWindow int64
-	maxFrame               int
-	hdr                    [9]byte
-	out                    []byte
+	// Send windows: the stream's and the connection's (RFC 9113 §6.9), and
+	// the server's SETTINGS_INITIAL_WINDOW_SIZE the stream's started from.
+	sendWindow, connWindow, initialWindow int64
+	maxFrame                              int
+	sawSettings                           bool // the server's preface
+	hdr                                   [9]byte
+	buf                                   []byte // the frame being read
+	out                                   []byte
+	// writeErr is the first failed write; the call writes nothing after it.
+	writeErr error
 }
 
 func (c *call) frame(typ, flags byte, stream uint32, payload []byte) {
@@ -120,10 +197,37 @@ func (c *call) frame(typ, flags byte, stream uint32, payload []byte) {
 	c.out = append(c.out, payload...)
 }
 
+// flush writes the queued frames. A failed write does not end the call: a
+// server may answer and close at once (a grpc-go server stopped right after
+// a call's trailers does), and then its whole answer is in the socket while
+// every write of the client's SETTINGS ACK or WINDOW_UPDATE fails. The call
+// goes on reading to the end of the stream, and the write error counts only
+// if the stream does not complete (failed). A write that timed out is the
+// exception: the call's time is up, and it ends with that error.
 func (c *call) flush() error {
-	_, err := c.conn.Write(c.out)
+	if c.writeErr == nil && len(c.out) > 0 {
+		if _, err := c.conn.Write(c.out); err != nil {
+			c.writeErr = fmt.Errorf("write: %w", err)
+			if timedOut(err) {
+				return c.writeErr
+			}
+		}
+	}
 	c.out = c.out[:0]
-	return err
+	return nil
+}
+
+func timedOut(err error) bool {
+	return errors.Is(err, os.ErrDeadlineExceeded) || errors.Is(err, syscall.EAGAIN)
+}
+
+// failed is the call's error when reading the stream failed with err.
+func (c *call) failed(err error) error {
+	var pe *protocolError
+	if c.writeErr == nil || errors.As(err, &pe) {
+		return err
+	}
+	return fmt.Errorf("%w, after %v", err, c.writeErr)
 }
 
 func timeoutHeader(ctx context.Context) (string, bool) {
@@ -146,7 +250,7 @@ func (c *call) run(ctx context.Context, method string, md []Header, req []byte) 
 		return nil, &Status{Code: CodeResourceExhausted, Message: fmt.Sprintf("request of %d bytes exceeds %d", len(req), maxMessage)}
 	}
 	c.out = append(c.out, preface...)
-	c.frame(frameSettings, 0, 0, []byte{0, 0x2, 0, 0, 0, 0}) // SETTINGS_ENABLE_PUSH = 0
+	c.frame(frameSettings, 0, 0, clientSettings)
 
 	var block []byte
 	headers := []Header{
@@ -168,7 +272,9 @@ func (c *call) run(ctx context.Context, method string, md []Header, req []byte) 
 	binary.BigEndian.PutUint32(body[1:], uint32(len(req)))
 	body = append(body, req...)
 	resp := response{dec: newHpackDecoder()}
-	for sent := 0; sent < len(body); {
+	// Once a write failed the request cannot be finished, but the server
+	// may have answered already (an error, say): read what it sent.
+	for sent := 0; sent < len(body) && c.writeErr == nil; {
 		n := min(int64(len(body)-sent), c.sendWindow, c.connWindow, int64(c.maxFrame))
 		if n <= 0 {
 			// Out of window: read until the server grants more.
@@ -176,7 +282,7 @@ func (c *call) run(ctx context.Context, method string, md []Header, req []byte) 
 				return nil, err
 			}
 			if err := c.readFrame(&resp); err != nil {
-				return nil, err
+				return nil, c.failed(err)
 			}
 			if resp.done {
 				return resp.result()
@@ -197,7 +303,7 @@ func (c *call) run(ctx context.Context, method string, md []Header, req []byte) 
 	}
 	for !resp.done {
 		if err := c.readFrame(&resp); err != nil {
-			return nil, err
+			return nil, c.failed(err)
 		}
 	}
 	return resp.result()
@@ -217,6 +323,9 @@ type response struct {
 	done        bool
 }
 
+// readFrame reads and acts on one frame. Every violation of RFC 9113 it
+// can see is a connection error: the call has one stream, so nothing is
+// saved by keeping the connection.
 func (c *call) readFrame(resp *response) error {
 	if _, err := io.ReadFull(c.r, c.hdr[:]); err != nil {
 		return fmt.Errorf("read frame: %w", err)
@@ -224,61 +333,115 @@ func (c *call) readFrame(resp *response) error {
 	length := int(c.hdr[0])<<16 | int(c.hdr[1])<<8 | int(c.hdr[2])
 	typ, flags := c.hdr[3], c.hdr[4]
 	stream := binary.BigEndian.Uint32(c.hdr[5:]) & 0x7fffffff
-	if length > 1<<24-1 || length > maxMessage {
-		return errors.New("frame too large")
+	name := "unknown frame" // named only in errors
+	if int(typ) < len(frameNames) {
+		name = frameNames[typ]
 	}
-	payload := make([]byte, length)
+	if length > defaultMaxFrameSize {
+		return protoErr(errCodeFrameSize, "%s (type 0x%x) of %d bytes exceeds the maximum frame size of %d", name, typ, length, defaultMaxFrameSize)
+	}
+	if cap(c.buf) < length {
+		c.buf = make([]byte, length, max(length, 512))
+	}
+	payload := c.buf[:length]
 	if _, err := io.ReadFull(c.r, payload); err != nil {
 		return fmt.Errorf("read frame: %w", err)
 	}
-	if resp.block != nil && typ != frameContinuation {
-		return errors.New("protocol error: header block interrupted")
+	if !c.sawSettings {
+		if typ != frameSettings || flags&flagAck != 0 {
+			return protoErr(errCodeProtocol, "%s as its first frame, not SETTINGS", name)
+		}
+		c.sawSettings = true
+	}
+	if resp.block != nil && (typ != frameContinuation || stream != streamID) {
+		return protoErr(errCodeProtocol, "%s on stream %d inside the header block of stream %d", name, stream, streamID)
+	}
+	// Where each frame may be: connection frames on stream 0, stream frames
+	// on the call's stream only (every other stream is idle: the client
+	// opens one and refuses push). PRIORITY may name any stream; unknown
+	// types are ignored (§5.5).
+	switch typ {
+	case frameSettings, framePing, frameGoAway:
+		if stream != 0 {
+			return protoErr(errCodeProtocol, "%s on stream %d", name, stream)
+		}
+	case framePriority:
+		if stream == 0 {
+			return protoErr(errCodeProtocol, "PRIORITY on stream 0")
+		}
+		if length != 5 {
+			return protoErr(errCodeFrameSize, "PRIORITY of %d bytes", length)
+		}
+		return nil
+	case framePushPromise:
+		return protoErr(errCodeProtocol, "PUSH_PROMISE on stream %d, though the client disabled push", stream)
+	case frameData, frameHeaders, frameRSTStream, frameContinuation, frameWindowUpdate:
+		if stream == 0 && typ != frameWindowUpdate {
+			return protoErr(errCodeProtocol, "%s on stream 0", name)
+		}
+		if stream != 0 && stream != streamID {
+			return protoErr(errCodeProtocol, "%s on stream %d, which the client never opened", name, stream)
+		}
+	default:
+		return nil
 	}
 	switch typ {
 	case frameSettings:
 		if flags&flagAck != 0 {
+			if length != 0 {
+				return protoErr(errCodeFrameSize, "SETTINGS ACK with %d bytes of payload", length)
+			}
 			return nil
 		}
-		if len(payload)%6 != 0 {
-			return errors.New("protocol error: bad SETTINGS")
+		if length%6 != 0 {
+			return protoErr(errCodeFrameSize, "SETTINGS of %d bytes, not a multiple of 6", length)
 		}
 		for p := payload; len(p) >= 6; p = p[6:] {
-			v := int64(binary.BigEndian.Uint32(p[2:]))
-			switch binary.BigEndian.Uint16(p) {
-			case settingInitialWindowSize:
-				c.sendWindow += v - defaultWindow // only our stream exists
-			case settingMaxFrameSize:
-				c.maxFrame = int(v)
+			if err := c.setting(binary.BigEndian.Uint16(p), int64(binary.BigEndian.Uint32(p[2:]))); err != nil {
+				return err
 			}
 		}
 		c.frame(frameSettings, flagAck, 0, nil)
 		return c.flush()
 	case framePing:
+		if length != 8 {
+			return protoErr(errCodeFrameSize, "PING of %d bytes", length)
+		}
 		if flags&flagAck == 0 {
 			c.frame(framePing, flagAck, 0, payload)
 			return c.flush()
 		}
 	case frameWindowUpdate:
-		if len(payload) != 4 {
-			return errors.New("protocol error: bad WINDOW_UPDATE")
+		if length != 4 {
+			return protoErr(errCodeFrameSize, "WINDOW_UPDATE of %d bytes", length)
 		}
 		inc := int64(binary.BigEndian.Uint32(payload) & 0x7fffffff)
-		if stream == 0 {
-			c.connWindow += inc
-		} else if stream == streamID {
-			c.sendWindow += inc
+		if inc == 0 {
+			return protoErr(errCodeProtocol, "WINDOW_UPDATE of 0 on stream %d", stream)
 		}
+		w := &c.sendWindow
+		if stream == 0 {
+			w = &c.connWindow
+		}
+		if *w+inc > maxWindow {
+			return protoErr(errCodeFlowControl, "WINDOW_UPDATE of %d on stream %d takes the window past 2^31-1", inc, stream)
+		}
+		*w += inc
 	case frameGoAway:
-		if len(payload) >= 8 && binary.BigEndian.Uint32(payload)&0x7fffffff < streamID {
-			return errors.New("server sent GOAWAY before serving the call")
+		if length < 8 {
+			return protoErr(errCodeFrameSize, "GOAWAY of %d bytes", length)
+		}
+		if binary.BigEndian.Uint32(payload)&0x7fffffff < streamID {
+			return fmt.Errorf("server sent GOAWAY (%s, %q) before serving the call", errCodeName(binary.BigEndian.Uint32(payload[4:])), payload[8:])
 		}
 	case frameRSTStream:
-		if stream == streamID && len(payload) == 4 {
-			return rstStatus(binary.BigEndian.Uint32(payload))
+		if length != 4 {
+			return protoErr(errCodeFrameSize, "RST_STREAM of %d bytes", length)
 		}
+		return rstStatus(binary.BigEndian.Uint32(payload))
 	case frameData:
-		if stream != streamID {
-			return nil
+		if !resp.sawHeaders {
+			return protoErr(errCodeProtocol, "DATA before the response headers")
 		}
 		data, err := unpad(flags, payload)
 		if err != nil {
@@ -303,28 +466,28 @@ func (c *call) readFrame(resp *response) error {
 			resp.done = true
 		}
 	case frameHeaders:
-		if stream != streamID {
-			return nil
-		}
 		block, err := unpad(flags, payload)
 		if err != nil {
 			return err
 		}
 		if flags&flagPriority != 0 {
 			if len(block) < 5 {
-				return errors.New("protocol error: short HEADERS")
+				return protoErr(errCodeFrameSize, "HEADERS too short for its priority")
 			}
 			block = block[5:]
 		}
 		resp.blockEnd = flags&flagEndStream != 0
 		if flags&flagEndHeaders == 0 {
-			resp.block = append([]byte{}, block...)
+			resp.block = append(make([]byte, 0, 2*len(block)), block...)
 			return nil
 		}
 		return resp.headers(block)
 	case frameContinuation:
-		if resp.block == nil || stream != streamID {
-			return errors.New("protocol error: unexpected CONTINUATION")
+		if resp.block == nil {
+			return protoErr(errCodeProtocol, "CONTINUATION without HEADERS")
+		}
+		if len(resp.block)+len(payload) > maxHeaderBlock {
+			return protoErr(errCodeProtocol, "header block exceeds %d bytes", maxHeaderBlock)
 		}
 		resp.block = append(resp.block, payload...)
 		if flags&flagEndHeaders != 0 {
@@ -336,12 +499,47 @@ func (c *call) readFrame(resp *response) error {
 	return nil
 }
 
+// setting applies one of the server's settings (RFC 9113 §6.5.2); a value
+// out of its range is a connection error.
+func (c *call) setting(id uint16, v int64) error {
+	switch id {
+	case settingEnablePush:
+		if v != 0 { // a server may not enable push
+			return protoErr(errCodeProtocol, "SETTINGS_ENABLE_PUSH %d", v)
+		}
+	case settingConnectProtocol, settingNoRFC7540Priority:
+		if v > 1 {
+			return protoErr(errCodeProtocol, "setting 0x%x of %d, not 0 or 1", id, v)
+		}
+	case settingInitialWindowSize:
+		if v > maxWindow {
+			return protoErr(errCodeFlowControl, "SETTINGS_INITIAL_WINDOW_SIZE %d exceeds 2^31-1", v)
+		}
+		// The open stream's window moves by the change (§6.9.2); it may
+		// go negative.
+		c.sendWindow += v - c.initialWindow
+		c.initialWindow = v
+		if c.sendWindow > maxWindow {
+			return protoErr(errCodeFlowControl, "SETTINGS_INITIAL_WINDOW_SIZE %d takes the stream window past 2^31-1", v)
+		}
+	case settingMaxFrameSize:
+		if v < defaultMaxFrameSize || v > maxFrameSizeLimit {
+			return protoErr(errCodeProtocol, "SETTINGS_MAX_FRAME_SIZE %d outside %d..%d", v, defaultMaxFrameSize, maxFrameSizeLimit)
+		}
+		c.maxFrame = int(v)
+	}
+	return nil
+}
+
 func unpad(flags byte, p []byte) ([]byte, error) {
 	if flags&flagPadded == 0 {
 		return p, nil
 	}
-	if len(p) < 1 || int(p[0]) > len(p)-1 {
-		return nil, errors.New("protocol error: bad padding")
+	if len(p) < 1 {
+		return nil, protoErr(errCodeProtocol, "padded frame without its pad length")
+	}
+	if int(p[0]) > len(p)-1 {
+		return nil, protoErr(errCodeProtocol, "padding of %d bytes in a frame of %d", p[0], len(p))
 	}
 	return p[1 : len(p)-int(p[0])], nil
 }
@@ -362,7 +560,7 @@ func (r *response) headers(block []byte) error {
 		}
 	})
 	if err != nil {
-		return fmt.Errorf("decode headers: %w", err)
+		return protoErr(errCodeCompression, "header block: %v", err)
 	}
 	r.sawHeaders = true
 	if r.blockEnd {
@@ -425,15 +623,15 @@ func httpStatusCode(s string) int {
 
 // rstStatus maps an HTTP/2 error code that reset the stream (gRPC's table).
 func rstStatus(code uint32) *Status {
-	msg := fmt.Sprintf("stream reset by server, HTTP/2 error code %d", code)
+	msg := "stream reset by server with " + errCodeName(code)
 	switch code {
-	case 0x7: // REFUSED_STREAM
+	case errCodeRefused:
 		return &Status{Code: CodeUnavailable, Message: msg}
-	case 0x8: // CANCEL: this client never cancels, so the server's deadline (grpc-timeout) expired
+	case errCodeCancel: // this client never cancels, so the server's deadline (grpc-timeout) expired
 		return &Status{Code: CodeDeadlineExceeded, Message: msg}
-	case 0xb: // ENHANCE_YOUR_CALM
+	case errCodeEnhanceCalm:
 		return &Status{Code: CodeResourceExhausted, Message: msg}
-	case 0xc: // INADEQUATE_SECURITY
+	case errCodeInadequateSecurity:
 		return &Status{Code: CodePermissionDenied, Message: msg}
 	}
 	return &Status{Code: CodeInternal, Message: msg}

@@ -41,7 +41,7 @@ func (s *server) Add(ctx context.Context, req *cniv1.CNIRequest) (*cniv1.CNIResp
 	return &cniv1.CNIResponse{Result: append(append([]byte{}, req.Stdin...), req.Stdin...)}, nil
 }
 
-func serve(t *testing.T) (dial func() net.Conn, s *server) {
+func serve(t testing.TB) (dial func() net.Conn, s *server) {
 	t.Helper()
 	sock := filepath.Join(t.TempDir(), "s.sock")
 	l, err := net.Listen("unix", sock)
@@ -65,7 +65,11 @@ func serve(t *testing.T) (dial func() net.Conn, s *server) {
 
 func add(t *testing.T, ctx context.Context, conn net.Conn, md []Header, req *wire.Request) ([]byte, error) {
 	t.Helper()
-	resp, err := Call(ctx, conn, "/coordino.cni.v1.CNI/Add", md, wire.AppendRequest(nil, req))
+	body, err := wire.AppendRequest(nil, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := Call(ctx, conn, "/coordino.cni.v1.CNI/Add", md, body)
 	if err != nil {
 		return nil, err
 	}

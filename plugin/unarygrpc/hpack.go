@@ -43,7 +43,12 @@ func appendHpackInt(dst []byte, n uint, first byte, i uint64) []byte {
 // which the call leaves at its default.
 const headerTableSize = 4096
 
-var errHpack = errors.New("malformed header block")
+var (
+	errHpack = errors.New("malformed header block")
+	// errLateSizeUpdate: dynamic table size updates may only start a
+	// block, and there are at most two (RFC 7541 §4.2).
+	errLateSizeUpdate = errors.New("dynamic table size update after a header field, or a third one")
+)
 
 type headerField struct{ name, value string }
 
@@ -58,6 +63,7 @@ func newHpackDecoder() *hpackDecoder { return &hpackDecoder{capacity: headerTabl
 
 // decode calls emit for each field of one complete header block.
 func (d *hpackDecoder) decode(block []byte, emit func(name, value string)) error {
+	updates := 0 // size updates at the start of the block; -1 after a field
 	for p := block; len(p) > 0; {
 		b := p[0]
 		switch {
@@ -71,8 +77,12 @@ func (d *hpackDecoder) decode(block []byte, emit func(name, value string)) error
 				return err
 			}
 			emit(f.name, f.value)
-			p = rest
+			p, updates = rest, -1
 		case b&0xe0 == 0x20: // dynamic table size update (§6.3)
+			if updates < 0 || updates == 2 {
+				return errLateSizeUpdate
+			}
+			updates++
 			size, rest, err := hpackInt(p, 5)
 			if err != nil {
 				return err
@@ -112,7 +122,7 @@ func (d *hpackDecoder) decode(block []byte, emit func(name, value string)) error
 			if indexed {
 				d.add(f)
 			}
-			p = rest
+			p, updates = rest, -1
 		}
 	}
 	return nil
@@ -162,8 +172,11 @@ func hpackInt(p []byte, n uint) (uint64, []byte, error) {
 	if i < limit {
 		return i, p, nil
 	}
+	// Up to 63 bits: what golang.org/x/net/http2/hpack takes, so that
+	// the two agree on every block (FuzzHpackDecode); a value past what
+	// its use allows (an index, a length, a table size) fails there.
 	for shift := uint(0); ; shift += 7 {
-		if len(p) == 0 || shift > 28 { // past any length a 16 MiB frame can hold
+		if len(p) == 0 || shift >= 63 {
 			return 0, nil, errHpack
 		}
 		b := p[0]

@@ -2,6 +2,7 @@ package unarygrpc
 
 import (
 	"bytes"
+	"errors"
 	"math/rand/v2"
 	"strings"
 	"testing"
@@ -112,29 +113,75 @@ func TestEncodedRequestHeadersDecode(t *testing.T) {
 	}
 }
 
+// FuzzHpackDecode decodes two blocks in a row (the dynamic table carries
+// over) with this decoder and with golang.org/x/net/http2/hpack: both accept
+// the same blocks and emit the same fields. Two differences are allowed,
+// both RFC 7541 §4.2's: a dynamic table size update after a field is an
+// error here, which x/net lets pass while its table is empty; two updates
+// may start a block, where x/net takes one while its table has entries.
 func FuzzHpackDecode(f *testing.F) {
 	var buf bytes.Buffer
 	enc := hpack.NewEncoder(&buf)
 	_ = enc.WriteField(hpack.HeaderField{Name: ":status", Value: "200"})
 	_ = enc.WriteField(hpack.HeaderField{Name: "content-type", Value: "application/grpc"})
+	first := append([]byte(nil), buf.Bytes()...)
+	buf.Reset()
+	_ = enc.WriteField(hpack.HeaderField{Name: "grpc-status", Value: "0"})
 	_ = enc.WriteField(hpack.HeaderField{Name: "grpc-message", Value: "bad mtu: 100%25"})
-	f.Add(buf.Bytes())
-	f.Add([]byte{0x3f, 0xe1, 0x1f}) // table size update past the limit
-	f.Add([]byte{0xff, 0xff, 0xff, 0xff, 0xff, 0x0f})
-	f.Fuzz(func(t *testing.T, block []byte) {
+	_ = enc.WriteField(hpack.HeaderField{Name: "content-type", Value: "application/grpc"})
+	f.Add(first, buf.Bytes())
+	f.Add([]byte{0x3f, 0xe1, 0x1f}, []byte{0x88})                  // table size update past the limit
+	f.Add([]byte{0xff, 0xff, 0xff, 0xff, 0xff, 0x0f}, []byte(nil)) // index past 2^28
+	f.Add([]byte{0x40, 0x01, 'a', 0x01, 'b', 0x20}, []byte{0xbe})  // size update after a field
+	f.Add([]byte{0x88, 0x20}, []byte{0x88})                        // the same with an empty table
+	f.Fuzz(func(t *testing.T, a, b []byte) {
 		ours := newHpackDecoder()
-		var got []hpack.HeaderField
-		err := ours.decode(block, func(n, v string) { got = append(got, hpack.HeaderField{Name: n, Value: v}) })
-		want, refErr := hpack.NewDecoder(headerTableSize, nil).DecodeFull(block)
-		if err == nil && refErr == nil {
-			if len(got) != len(want) {
-				t.Fatalf("%d fields, reference %d", len(got), len(want))
+		ref := hpack.NewDecoder(headerTableSize, nil)
+		for i, block := range [][]byte{a, b} {
+			var got []hpack.HeaderField
+			err := ours.decode(block, func(n, v string) { got = append(got, hpack.HeaderField{Name: n, Value: v}) })
+			want, refErr := ref.DecodeFull(block)
+			switch {
+			case err != nil && refErr != nil:
+				return // the connection ends at the first bad block
+			case errors.Is(err, errLateSizeUpdate):
+				return
+			case err == nil && twoSizeUpdates(block):
+				return
+			case err != nil || refErr != nil:
+				t.Fatalf("block %d %x: this decoder: %v, x/net: %v", i, block, err, refErr)
 			}
-			for i := range want {
-				if got[i].Name != want[i].Name || got[i].Value != want[i].Value {
-					t.Fatalf("field %d differs from the reference decoder", i)
+			if len(got) != len(want) {
+				t.Fatalf("block %d: %d fields, x/net %d", i, len(got), len(want))
+			}
+			for j := range want {
+				if got[j].Name != want[j].Name || got[j].Value != want[j].Value {
+					t.Fatalf("block %d field %d: %q: %q, x/net %q: %q", i, j, got[j].Name, got[j].Value, want[j].Name, want[j].Value)
 				}
 			}
 		}
 	})
+}
+
+func twoSizeUpdates(block []byte) bool {
+	if len(block) == 0 || block[0]&0xe0 != 0x20 {
+		return false
+	}
+	_, rest, err := hpackInt(block, 5)
+	return err == nil && len(rest) > 0 && rest[0]&0xe0 == 0x20
+}
+
+// Size updates may start a block, up to two, but not follow a field
+// (RFC 7541 §4.2).
+func TestDecoderRefusesSizeUpdateAfterAField(t *testing.T) {
+	d := newHpackDecoder()
+	if err := d.decode([]byte{0x20, 0x3f, 0xe1, 0x1f, 0x88}, func(string, string) {}); err != nil {
+		t.Fatalf("two updates at the start: %v", err)
+	}
+	if err := d.decode([]byte{0x20, 0x20, 0x20, 0x88}, func(string, string) {}); !errors.Is(err, errLateSizeUpdate) {
+		t.Fatalf("three updates: %v", err)
+	}
+	if err := d.decode([]byte{0x88, 0x20}, func(string, string) {}); !errors.Is(err, errLateSizeUpdate) {
+		t.Fatalf("update after a field: %v", err)
+	}
 }

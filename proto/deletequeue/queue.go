@@ -56,7 +56,10 @@ func networkName(stdin []byte) string {
 func Write(dir string, req *wire.Request) error {
 	keyDir := filepath.Join(dir, KeyDir(networkName(req.Stdin), req.ContainerID, req.IfName))
 	now := time.Now()
-	data := wire.AppendQueuedDelete(nil, req, now.UnixNano())
+	data, err := wire.AppendQueuedDelete(nil, req, now.UnixNano())
+	if err != nil {
+		return fmt.Errorf("encode queue entry: %w", err)
+	}
 	var tmp *os.File
 	// The daemon removes a key directory it emptied; one removed between
 	// our MkdirAll and CreateTemp is created again.

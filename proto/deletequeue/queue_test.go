@@ -77,7 +77,10 @@ func TestKeyDirectories(t *testing.T) {
 		return []byte(`{"cniVersion":"1.1.0","name":"` + name + `","type":"coordino"}`)
 	}
 	// An entry an older plugin wrote at the top, queued first.
-	legacy := wire.AppendQueuedDelete(nil, &wire.Request{ContainerID: "old", IfName: "eth0", Stdin: conf("n1")}, 1)
+	legacy, err := wire.AppendQueuedDelete(nil, &wire.Request{ContainerID: "old", IfName: "eth0", Stdin: conf("n1")}, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
 	if err := os.WriteFile(filepath.Join(dir, "00000000000000000001-x.del"), legacy, 0o600); err != nil {
 		t.Fatal(err)
 	}

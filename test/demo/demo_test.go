@@ -17,7 +17,7 @@ func TestDemo(t *testing.T) {
 	if err := harness.RequireBinaries(); err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), privileged.Slowdown(2*time.Minute))
 	defer cancel()
 	var out bytes.Buffer
 	err := run(ctx, options{out: &out})

@@ -28,10 +28,13 @@ func TestQueuedDelNeverRemovesANewerAttachment(t *testing.T) {
 	if err := os.MkdirAll(keyDir, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	data := wire.AppendQueuedDelete(nil, &wire.Request{
+	data, err := wire.AppendQueuedDelete(nil, &wire.Request{
 		ContainerID: rt.ContainerID, Netns: p.NS.Path(), IfName: rt.IfName,
 		Stdin: pluginConf(n.RunDir, nil),
 	}, time.Now().Add(time.Hour).UnixNano())
+	if err != nil {
+		t.Fatal(err)
+	}
 	if err := os.WriteFile(filepath.Join(keyDir, "99999999999999999999-x.del"), data, 0o600); err != nil {
 		t.Fatal(err)
 	}

@@ -22,6 +22,8 @@ import (
 	"github.com/containernetworking/plugins/pkg/testutils"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
+
+	"github.com/coordino/coordino/test/privileged"
 )
 
 // Node is a simulated Kubernetes node: a network namespace with an
@@ -175,7 +177,7 @@ func (n *Node) StartDaemon() error {
 	if err := n.startDaemonProcess(); err != nil {
 		return err
 	}
-	return n.waitServing(15 * time.Second)
+	return n.waitServing(privileged.Slowdown(15 * time.Second))
 }
 
 func (n *Node) startDaemonProcess() error {

@@ -39,7 +39,7 @@ type Params struct {
 	Progress io.Writer `json:"-"`
 }
 
-// DefaultParams is the full run recorded in docs/policy-benchmarks.md.
+// DefaultParams is the full run recorded in docs/benchmarks.md.
 func DefaultParams() Params {
 	return Params{Sizes: []int{10, 1000, 10000}, Rounds: 5, IperfSeconds: 2, ConnDuration: 1500 * time.Millisecond,
 		ConnWorkers: 2, NftSets: true}

@@ -370,7 +370,7 @@ func Echo(c net.Conn) error {
 	return nil
 }
 
-// Probe reports whether a TCP or UDP exchange from the pod to dst:port works.
+// Probe reports whether a TCP, UDP or SCTP exchange from the pod to dst:port works.
 func (p *Pod) Probe(proto string, dst netip.Addr, port int) error {
 	return p.Do(func() error { return probe(proto, dst, port) })
 }
@@ -381,6 +381,9 @@ func ProbeFromNode(proto string, dst netip.Addr, port int) error {
 }
 
 func probe(proto string, dst netip.Addr, port int) error {
+	if proto == "sctp" {
+		return probeSCTP(dst.As4(), port)
+	}
 	c, err := net.DialTimeout(proto+"4", netip.AddrPortFrom(dst, uint16(port)).String(), Timeout)
 	if err != nil {
 		return err

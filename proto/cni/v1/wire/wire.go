@@ -3,6 +3,7 @@ package wire
 import (
 	"errors"
 	"fmt"
+	"unicode/utf8"
 )
 
 // Request is a CNIRequest: one CNI invocation.
@@ -35,14 +36,25 @@ const TypeURLCNIError = "type.googleapis.com/coordino.cni.v1.CNIError"
 
 // Wire types.
 const (
-	typeVarint = 0
-	typeI64    = 1
-	typeBytes  = 2
-	typeI32    = 5
+	typeVarint     = 0
+	typeI64        = 1
+	typeBytes      = 2
+	typeStartGroup = 3
+	typeEndGroup   = 4
+	typeI32        = 5
 )
 
 // ErrMalformed marks input that is not a valid encoding of the message.
 var ErrMalformed = errors.New("malformed protobuf message")
+
+// ErrInvalidUTF8 marks a string field that is not valid UTF-8, which proto3
+// forbids: the encoders refuse to write one and the decoders to read one,
+// as the daemon's protobuf runtime does.
+var ErrInvalidUTF8 = errors.New("not valid UTF-8")
+
+// groupDepth is how deep unknown groups may nest, as protobuf's skipper
+// allows (protowire.DefaultRecursionLimit).
+const groupDepth = 10000
 
 func appendVarint(b []byte, v uint64) []byte {
 	for v >= 0x80 {
@@ -70,26 +82,40 @@ func appendStringField(b []byte, num int, v string) []byte {
 	return append(b, v...)
 }
 
-// AppendRequest appends r's encoding to b.
-func AppendRequest(b []byte, r *Request) []byte {
-	b = appendStringField(b, 1, r.ContainerID)
-	b = appendStringField(b, 2, r.Netns)
-	b = appendStringField(b, 3, r.IfName)
-	b = appendStringField(b, 4, r.Args)
-	b = appendStringField(b, 5, r.Path)
-	return appendBytesField(b, 6, r.Stdin)
+// requestStrings are CNIRequest's string fields, by field number.
+func requestStrings(r *Request) [5]*string {
+	return [5]*string{&r.ContainerID, &r.Netns, &r.IfName, &r.Args, &r.Path}
 }
 
-// AppendQueuedDelete appends the encoding of a QueuedDelete of r queued at unixNano.
-func AppendQueuedDelete(b []byte, r *Request, unixNano int64) []byte {
+var requestFieldNames = [5]string{"container_id", "netns", "ifname", "args", "path"}
+
+// AppendRequest appends r's encoding to b. A string field that is not
+// valid UTF-8 is an error naming it (ErrInvalidUTF8).
+func AppendRequest(b []byte, r *Request) ([]byte, error) {
+	for i, s := range requestStrings(r) {
+		if !utf8.ValidString(*s) {
+			return b, fmt.Errorf("CNIRequest.%s: %w", requestFieldNames[i], ErrInvalidUTF8)
+		}
+		b = appendStringField(b, i+1, *s)
+	}
+	return appendBytesField(b, 6, r.Stdin), nil
+}
+
+// AppendQueuedDelete appends the encoding of a QueuedDelete of r queued at
+// unixNano; errors are AppendRequest's.
+func AppendQueuedDelete(b []byte, r *Request, unixNano int64) ([]byte, error) {
+	req, err := AppendRequest(nil, r)
+	if err != nil {
+		return b, fmt.Errorf("QueuedDelete.request: %w", err)
+	}
 	b = appendVarint(b, 1<<3|typeBytes)
-	b = appendVarint(b, uint64(len(AppendRequest(nil, r))))
-	b = AppendRequest(b, r)
+	b = appendVarint(b, uint64(len(req)))
+	b = append(b, req...)
 	if unixNano != 0 {
 		b = appendVarint(b, 2<<3|typeVarint)
 		b = appendVarint(b, uint64(unixNano))
 	}
-	return b
+	return b, nil
 }
 
 // field is one decoded field: a varint value or a length-delimited payload.
@@ -115,7 +141,10 @@ func consumeVarint(b []byte) (uint64, int, error) {
 	return 0, 0, ErrMalformed
 }
 
-// fields walks b's fields, calling f for each; unknown fields are f's to skip.
+// fields walks b's fields, calling f for each. As in protobuf, a field f
+// does not know, or whose wire type is not the one its number has in the
+// schema, is skipped as unknown (f ignores it), groups included; the
+// skipped bytes must still be well formed.
 func fields(b []byte, f func(field) error) error {
 	for len(b) > 0 {
 		tag, n, err := consumeVarint(b)
@@ -124,30 +153,11 @@ func fields(b []byte, f func(field) error) error {
 		}
 		b = b[n:]
 		fl := field{num: int(tag >> 3), typ: int(tag & 7)}
-		if fl.num < 1 || fl.num > 1<<29-1 {
+		if tag>>3 < 1 || tag>>3 > 1<<29-1 {
 			return ErrMalformed
 		}
-		switch fl.typ {
-		case typeVarint:
-			if fl.varint, n, err = consumeVarint(b); err != nil {
-				return err
-			}
-		case typeI64:
-			n = 8
-		case typeI32:
-			n = 4
-		case typeBytes:
-			l, m, err := consumeVarint(b)
-			if err != nil || l > uint64(len(b)-m) {
-				return ErrMalformed
-			}
-			fl.bytes = b[m : m+int(l)]
-			n = m + int(l)
-		default:
-			return ErrMalformed
-		}
-		if n > len(b) {
-			return ErrMalformed
+		if n, err = fl.consume(b, groupDepth); err != nil {
+			return err
 		}
 		b = b[n:]
 		if err := f(fl); err != nil {
@@ -157,58 +167,111 @@ func fields(b []byte, f func(field) error) error {
 	return nil
 }
 
-// want checks a known field's wire type.
-func (f field) want(typ int) error {
-	if f.typ != typ {
-		return fmt.Errorf("%w: field %d has wire type %d, want %d", ErrMalformed, f.num, f.typ, typ)
+// consume reads fl's value from b and returns its length.
+func (fl *field) consume(b []byte, depth int) (int, error) {
+	n := 0
+	switch fl.typ {
+	case typeVarint:
+		v, m, err := consumeVarint(b)
+		if err != nil {
+			return 0, err
+		}
+		fl.varint, n = v, m
+	case typeI64:
+		n = 8
+	case typeI32:
+		n = 4
+	case typeBytes:
+		l, m, err := consumeVarint(b)
+		if err != nil || l > uint64(len(b)-m) {
+			return 0, ErrMalformed
+		}
+		fl.bytes = b[m : m+int(l)]
+		n = m + int(l)
+	case typeStartGroup:
+		return skipGroup(fl.num, b, depth)
+	default: // an end group without its start, or a reserved wire type
+		return 0, ErrMalformed
 	}
-	return nil
+	if n > len(b) {
+		return 0, ErrMalformed
+	}
+	return n, nil
+}
+
+// skipGroup returns the length of the group num's contents and its end.
+// Field numbers inside are checked as protobuf's skipper checks them
+// (positive, at most 2^31-1).
+func skipGroup(num int, b []byte, depth int) (int, error) {
+	if depth < 0 {
+		return 0, fmt.Errorf("%w: groups nested deeper than %d", ErrMalformed, groupDepth)
+	}
+	start := len(b)
+	for {
+		tag, n, err := consumeVarint(b)
+		if err != nil {
+			return 0, err
+		}
+		b = b[n:]
+		if tag>>3 < 1 || tag>>3 > 1<<31-1 {
+			return 0, ErrMalformed
+		}
+		inner := field{num: int(tag >> 3), typ: int(tag & 7)}
+		if inner.typ == typeEndGroup {
+			if inner.num != num {
+				return 0, ErrMalformed
+			}
+			return start - len(b), nil
+		}
+		if n, err = inner.consume(b, depth-1); err != nil {
+			return 0, err
+		}
+		b = b[n:]
+	}
+}
+
+// str is a string field's value; msg.name names it in the error.
+func (f field) str(msg, name string) (string, error) {
+	if !utf8.Valid(f.bytes) {
+		return "", fmt.Errorf("%w: %s.%s: %w", ErrMalformed, msg, name, ErrInvalidUTF8)
+	}
+	return string(f.bytes), nil
 }
 
 // DecodeRequest decodes a CNIRequest.
 func DecodeRequest(b []byte) (*Request, error) {
 	r := &Request{}
-	err := fields(b, func(f field) error {
-		if f.num < 1 || f.num > 6 {
+	return r, decodeRequestInto(r, b)
+}
+
+// decodeRequestInto decodes b into r, over what r holds: a message field
+// that occurs more than once is merged, as protobuf merges it.
+func decodeRequestInto(r *Request, b []byte) error {
+	strs := requestStrings(r)
+	return fields(b, func(f field) error {
+		if f.num < 1 || f.num > 6 || f.typ != typeBytes {
 			return nil
 		}
-		if err := f.want(typeBytes); err != nil {
-			return err
-		}
-		switch f.num {
-		case 1:
-			r.ContainerID = string(f.bytes)
-		case 2:
-			r.Netns = string(f.bytes)
-		case 3:
-			r.IfName = string(f.bytes)
-		case 4:
-			r.Args = string(f.bytes)
-		case 5:
-			r.Path = string(f.bytes)
-		case 6:
+		if f.num == 6 {
 			r.Stdin = append([]byte(nil), f.bytes...)
+			return nil
 		}
-		return nil
+		s, err := f.str("CNIRequest", requestFieldNames[f.num-1])
+		*strs[f.num-1] = s
+		return err
 	})
-	return r, err
 }
 
 // DecodeQueuedDelete decodes a QueuedDelete; the request is nil when absent.
 func DecodeQueuedDelete(b []byte) (req *Request, unixNano int64, err error) {
 	err = fields(b, func(f field) error {
-		switch f.num {
-		case 1:
-			if err := f.want(typeBytes); err != nil {
-				return err
+		switch {
+		case f.num == 1 && f.typ == typeBytes:
+			if req == nil {
+				req = &Request{}
 			}
-			r, err := DecodeRequest(f.bytes)
-			req = r
-			return err
-		case 2:
-			if err := f.want(typeVarint); err != nil {
-				return err
-			}
+			return decodeRequestInto(req, f.bytes)
+		case f.num == 2 && f.typ == typeVarint:
 			unixNano = int64(f.varint)
 		}
 		return nil
@@ -220,42 +283,33 @@ func DecodeQueuedDelete(b []byte) (req *Request, unixNano int64, err error) {
 func DecodeResponse(b []byte) ([]byte, error) {
 	var result []byte
 	err := fields(b, func(f field) error {
-		if f.num != 1 {
-			return nil
+		if f.num == 1 && f.typ == typeBytes {
+			result = f.bytes
 		}
-		if err := f.want(typeBytes); err != nil {
-			return err
-		}
-		result = f.bytes
 		return nil
 	})
 	return result, err
 }
 
-// DecodeStatus decodes a google.rpc.Status and the first CNIError among its details.
+// DecodeStatus decodes a google.rpc.Status and the first CNIError among its
+// details. Every detail must be a well-formed google.protobuf.Any, as for
+// protobuf; only the CNIError's value is decoded.
 func DecodeStatus(b []byte) (*Status, error) {
 	st := &Status{}
 	err := fields(b, func(f field) error {
-		switch f.num {
-		case 1:
-			if err := f.want(typeVarint); err != nil {
-				return err
-			}
+		switch {
+		case f.num == 1 && f.typ == typeVarint:
 			st.Code = int32(f.varint)
-		case 2:
-			if err := f.want(typeBytes); err != nil {
+		case f.num == 2 && f.typ == typeBytes:
+			var err error
+			st.Message, err = f.str("google.rpc.Status", "message")
+			return err
+		case f.num == 3 && f.typ == typeBytes:
+			typeURL, value, err := decodeAny(f.bytes)
+			if err != nil || typeURL != TypeURLCNIError || st.CNIError != nil {
 				return err
 			}
-			st.Message = string(f.bytes)
-		case 3:
-			if err := f.want(typeBytes); err != nil {
-				return err
-			}
-			if st.CNIError != nil {
-				return nil
-			}
-			ce, err := decodeAnyCNIError(f.bytes)
-			st.CNIError = ce
+			st.CNIError, err = decodeCNIError(value)
 			return err
 		}
 		return nil
@@ -263,48 +317,35 @@ func DecodeStatus(b []byte) (*Status, error) {
 	return st, err
 }
 
-// decodeAnyCNIError decodes a google.protobuf.Any; it is nil unless it packs a CNIError.
-func decodeAnyCNIError(b []byte) (*CNIError, error) {
-	var typeURL string
-	var value []byte
-	if err := fields(b, func(f field) error {
-		if f.num != 1 && f.num != 2 {
-			return nil
-		}
-		if err := f.want(typeBytes); err != nil {
+// decodeAny decodes a google.protobuf.Any.
+func decodeAny(b []byte) (typeURL string, value []byte, err error) {
+	err = fields(b, func(f field) error {
+		switch {
+		case f.num == 1 && f.typ == typeBytes:
+			var err error
+			typeURL, err = f.str("google.protobuf.Any", "type_url")
 			return err
-		}
-		if f.num == 1 {
-			typeURL = string(f.bytes)
-		} else {
+		case f.num == 2 && f.typ == typeBytes:
 			value = f.bytes
 		}
 		return nil
-	}); err != nil {
-		return nil, err
-	}
-	if typeURL != TypeURLCNIError {
-		return nil, nil
-	}
+	})
+	return typeURL, value, err
+}
+
+func decodeCNIError(b []byte) (*CNIError, error) {
 	ce := &CNIError{}
-	err := fields(value, func(f field) error {
-		switch f.num {
-		case 1:
-			if err := f.want(typeVarint); err != nil {
-				return err
-			}
+	err := fields(b, func(f field) error {
+		var err error
+		switch {
+		case f.num == 1 && f.typ == typeVarint:
 			ce.Code = uint32(f.varint)
-		case 2, 3:
-			if err := f.want(typeBytes); err != nil {
-				return err
-			}
-			if f.num == 2 {
-				ce.Msg = string(f.bytes)
-			} else {
-				ce.Details = string(f.bytes)
-			}
+		case f.num == 2 && f.typ == typeBytes:
+			ce.Msg, err = f.str("CNIError", "msg")
+		case f.num == 3 && f.typ == typeBytes:
+			ce.Details, err = f.str("CNIError", "details")
 		}
-		return nil
+		return err
 	})
 	return ce, err
 }
