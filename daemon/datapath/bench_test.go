@@ -11,6 +11,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/coordino/coordino/daemon/datapath/internal/testnet"
+	"github.com/coordino/coordino/daemon/kernel"
 )
 
 // BenchmarkVerdict times the endpoint programs per packet in the kernel
@@ -64,18 +65,23 @@ func BenchmarkServiceConnect(b *testing.B) {
 		b.Fatalf("enable BPF run statistics: %v", err)
 	}
 	defer stats.Close()
+	all := kernel.Probe()
+	nftStage := all.Without(kernel.NetfilterLink)
 	for _, bc := range []struct {
-		name  string
-		cidrs []netip.Prefix
-		svc   bool
+		name     string
+		cidrs    []netip.Prefix
+		svc      bool
+		features *kernel.Features
 	}{
-		{"direct/no-hook", nil, false},
-		{"direct/hook", []netip.Prefix{svcCIDR}, false},
-		{"service/judged-on-clusterip", nil, true},
-		{"service/post-dnat-hook", []netip.Prefix{svcCIDR}, true},
+		{"direct/no-hook", nil, false, all},
+		{"direct/hook", []netip.Prefix{svcCIDR}, false, all},
+		{"direct/nftables-stage", []netip.Prefix{svcCIDR}, false, nftStage},
+		{"service/judged-on-clusterip", nil, true, all},
+		{"service/post-dnat-hook", []netip.Prefix{svcCIDR}, true, all},
+		{"service/nftables-stage", []netip.Prefix{svcCIDR}, true, nftStage},
 	} {
 		b.Run(bc.name, func(b *testing.B) {
-			c := newClusterWith(b, Config{AttachMode: AttachTC, ServiceCIDRs: bc.cidrs}, false)
+			c := newClusterWith(b, Config{AttachMode: AttachTC, ServiceCIDRs: bc.cidrs, Features: bc.features}, false)
 			nftDNAT(b, "ip", svcIP.String(), podIPs["b"].String(), 80)
 			// The ipBlock rule is what the Service path needs without the hook.
 			c.policies(`
@@ -93,7 +99,11 @@ spec:
 				dst, port = svcIP, 8080
 			}
 			progs := map[string]*ebpf.Program{"tc": c.dp.objs.CdoFromEp}
-			if bc.cidrs != nil {
+			switch {
+			case bc.cidrs == nil:
+			case bc.features == nftStage:
+				progs["nf"] = programNamed(b, "cdo_svc_match")
+			default:
 				progs["nf"] = pinnedServiceProgram(b, c)
 			}
 			before := progStats(b, progs)
@@ -142,6 +152,31 @@ func pinnedServiceProgram(b *testing.B, c *cluster) *ebpf.Program {
 	}
 	b.Cleanup(func() { p.Close() })
 	return p
+}
+
+// programNamed opens the newest loaded program called name: the nftables
+// stage's match program, which no pin names.
+func programNamed(b *testing.B, name string) *ebpf.Program {
+	var newest *ebpf.Program
+	for id, err := ebpf.ProgramGetNextID(0); err == nil; id, err = ebpf.ProgramGetNextID(id) {
+		p, err := ebpf.NewProgramFromID(id)
+		if err != nil {
+			continue
+		}
+		if info, err := p.Info(); err == nil && info.Name == name {
+			if newest != nil {
+				newest.Close()
+			}
+			newest = p
+			continue
+		}
+		p.Close()
+	}
+	if newest == nil {
+		b.Fatalf("no program %s loaded", name)
+	}
+	b.Cleanup(func() { newest.Close() })
+	return newest
 }
 
 func progStats(b *testing.B, progs map[string]*ebpf.Program) map[string]ebpf.ProgramStats {
