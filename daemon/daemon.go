@@ -15,6 +15,7 @@ import (
 	"github.com/coordino/coordino/daemon/flows"
 	"github.com/coordino/coordino/daemon/inspect"
 	"github.com/coordino/coordino/daemon/ipam"
+	"github.com/coordino/coordino/daemon/k8s"
 	"github.com/coordino/coordino/daemon/kernel"
 	"github.com/coordino/coordino/daemon/metrics"
 	"github.com/coordino/coordino/daemon/netsetup"
@@ -88,7 +89,7 @@ func Run(ctx context.Context, o *config.Options, log *zap.Logger) error {
 	if dp != nil {
 		defer dp.Close() // releases FDs; pins keep pods enforced while the daemon is away
 	} else if kube != nil {
-		if err := runSource(ctx, kube, discardPolicy{}, log); err != nil {
+		if err := runSource[k8s.Sink](ctx, kube, k8s.Discard{}, log); err != nil {
 			return err
 		}
 	}
