@@ -196,7 +196,7 @@ func (c *Controller) syncPoolBlocks(ctx context.Context, node *corev1.Node, nc *
 	blocks = keep
 
 	lacking := false
-	for fam := 0; fam < 2; fam++ {
+	for _, fam := range families {
 		pools := c.poolsFor(node, fam)
 		if len(pools) == 0 {
 			continue
@@ -249,7 +249,7 @@ func (c *Controller) syncPoolBlocks(ctx context.Context, node *corev1.Node, nc *
 // surplusBlock picks an empty block the node can give back while keeping
 // twice the minimum free (hysteresis against add/release flapping), once it
 // has been empty for ReleaseEmptyAfter.
-func (c *Controller) surplusBlock(node string, blocks []*nodeBlock, fam, free int) *nodeBlock {
+func (c *Controller) surplusBlock(node string, blocks []*nodeBlock, fam Family, free int) *nodeBlock {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	now := time.Now()
@@ -290,7 +290,7 @@ func blockCapacity(p netip.Prefix) int {
 
 // poolsFor returns the enabled pools that select node and have ranges of
 // the family, by name.
-func (c *Controller) poolsFor(node *corev1.Node, fam int) []*coordinov1alpha1.IPPool {
+func (c *Controller) poolsFor(node *corev1.Node, fam Family) []*coordinov1alpha1.IPPool {
 	var out []*coordinov1alpha1.IPPool
 	for _, o := range c.IPPools.List() {
 		p := o.(*coordinov1alpha1.IPPool)
@@ -315,7 +315,7 @@ func (c *Controller) poolsFor(node *corev1.Node, fam int) []*coordinov1alpha1.IP
 // AlreadyExists means another controller (or an index lagging behind the
 // API) holds it: record the real holder and try the next one. An empty
 // prefix with no error means every pool is exhausted (Event + condition).
-func (c *Controller) claimBlock(ctx context.Context, node *corev1.Node, pools []*coordinov1alpha1.IPPool, fam int) (netip.Prefix, string, error) {
+func (c *Controller) claimBlock(ctx context.Context, node *corev1.Node, pools []*coordinov1alpha1.IPPool, fam Family) (netip.Prefix, string, error) {
 	for _, pool := range pools {
 		for {
 			p, ok := c.blocks.reserve(pool.Name, fam, node.Name)
@@ -346,19 +346,12 @@ func (c *Controller) claimBlock(ctx context.Context, node *corev1.Node, pools []
 		}
 	}
 	for _, pool := range pools {
-		c.recorder.Eventf(pool, corev1.EventTypeWarning, "PoolExhausted", "no free block left for node %s (%s)", node.Name, familyName(fam))
+		c.recorder.Eventf(pool, corev1.EventTypeWarning, "PoolExhausted", "no free block left for node %s (%s)", node.Name, fam)
 		c.setWaiting(pool.Name, node.Name)
 	}
-	c.recorder.Eventf(node, corev1.EventTypeWarning, "PoolExhausted", "no IPPool has a free %s block for this node", familyName(fam))
+	c.recorder.Eventf(node, corev1.EventTypeWarning, "PoolExhausted", "no IPPool has a free %s block for this node", fam)
 	poolExhaustion.Inc()
 	return netip.Prefix{}, "", nil
-}
-
-func familyName(fam int) string {
-	if fam == 1 {
-		return "IPv6"
-	}
-	return "IPv4"
 }
 
 // learnClaim reads the IPBlock of p from the API into the index.
@@ -525,11 +518,11 @@ func (c *Controller) syncPoolStatus(ctx context.Context, name string) error {
 	alloc, total := c.blocks.allocatedIn(name), c.blocks.totalIn(name)
 	st.Families = nil
 	var sumA, sumT uint64
-	for fam := 0; fam < 2; fam++ {
+	for _, fam := range families {
 		if total[fam] == 0 {
 			continue
 		}
-		st.Families = append(st.Families, coordinov1alpha1.PoolFamilyStatus{Family: familyName(fam),
+		st.Families = append(st.Families, coordinov1alpha1.PoolFamilyStatus{Family: fam.String(),
 			TotalBlocks: sat32(total[fam]), AllocatedBlocks: sat32(uint64(alloc[fam]))})
 		sumA += uint64(alloc[fam])
 		sumT = satAdd(sumT, total[fam])
