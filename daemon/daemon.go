@@ -22,6 +22,7 @@ import (
 	"github.com/coordino/coordino/daemon/netsetup"
 	"github.com/coordino/coordino/daemon/server"
 	"github.com/coordino/coordino/daemon/store"
+	"github.com/coordino/coordino/internal/process"
 	"github.com/coordino/coordino/proto/cni/v1/wire"
 	flowv1 "github.com/coordino/coordino/proto/flow/v1"
 )
@@ -213,10 +214,10 @@ func (p *parts) serveMetrics(ctx context.Context) error {
 	if err := os.MkdirAll(p.o.RunDir, 0o700); err != nil {
 		return fmt.Errorf("create run dir %s: %w", p.o.RunDir, err)
 	}
-	if err := os.WriteFile(filepath.Join(p.o.RunDir, MetricsAddrFile), []byte(metrics.AddrString(addr)+"\n"), 0o600); err != nil {
+	if err := os.WriteFile(filepath.Join(p.o.RunDir, MetricsAddrFile), []byte(process.AddrString(addr)+"\n"), 0o600); err != nil {
 		return fmt.Errorf("write metrics address: %w", err)
 	}
-	p.log.Info("metrics listening", zap.String("addr", metrics.AddrString(addr)))
+	p.log.Info("metrics listening", zap.String("addr", process.AddrString(addr)))
 	return nil
 }
 
