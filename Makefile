@@ -156,8 +156,9 @@ bench-k8s: deps build ref-plugins
 # cluster-up returns with the cluster running (it prints KUBECONFIG);
 # cluster-down removes everything. e2e-cluster runs the upstream e2e.test
 # suites (E2E_SUITE=netpol|conformance|all, see test/cluster/e2e.sh) and
-# leaves the cluster up for inspection. First builds are long (hours cold on
-# 2 cores): test/testbed/build.sh caches them by version.
+# leaves the cluster up for inspection. First builds are long (measured in
+# docs/cluster.md, "Components and build times"): test/testbed/build.sh caches
+# them by version.
 WORKERS ?= 2
 .PHONY: cluster-up cluster-down e2e-cluster e2e-cluster-smoke
 cluster-up: image
@@ -170,7 +171,11 @@ cluster-down:
 	$(GO) build -o $(BIN)/coordino-cluster ./test/cluster/cmd/cluster
 	$(BIN)/coordino-cluster down
 
-e2e-cluster: cluster-up
+# A bed already up (make cluster-up) is used as it is: its Coordino is the
+# image it came up with (make cluster-down first for a fresh one).
+e2e-cluster:
+	$(GO) build -o $(BIN)/coordino-cluster ./test/cluster/cmd/cluster
+	@if $(BIN)/coordino-cluster status; then echo "e2e-cluster: using that bed as it is (make cluster-down first for one with this tree's image)"; else $(MAKE) cluster-up; fi
 	TESTBED_NICE=$${TESTBED_NICE:-10} test/testbed/build.sh e2e.test
 	test/cluster/e2e.sh
 

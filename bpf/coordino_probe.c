@@ -11,6 +11,7 @@
 #include <bpf/bpf_helpers.h>
 
 #include "lib/kfuncs.h"
+#include "lib/adjroom.h"
 
 char __license[] SEC("license") = "Dual BSD/GPL";
 
@@ -38,4 +39,13 @@ int probe_dynptr_from_skb(struct __sk_buff *skb)
 	struct bpf_dynptr ptr;
 	bpf_dynptr_from_skb(skb, 0, &ptr);
 	return 0;
+}
+
+/* probe_decap_flags: whether bpf_skb_adjust_room takes the decapsulation
+ * flags (6.3), run on a test frame: 1 when it does. */
+SEC("tc")
+int probe_decap_flags(struct __sk_buff *skb)
+{
+	return bpf_skb_adjust_room(skb, -8, BPF_ADJ_ROOM_MAC,
+				   BPF_F_ADJ_ROOM_FIXED_GSO | TUNNEL_DECAP_L3_IPV4) == 0;
 }

@@ -17,6 +17,7 @@ import (
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
 	CoordinoProbeProgProbeCtLookup      = "probe_ct_lookup"
+	CoordinoProbeProgProbeDecapFlags    = "probe_decap_flags"
 	CoordinoProbeProgProbeDynptrFromSkb = "probe_dynptr_from_skb"
 )
 
@@ -63,6 +64,7 @@ type CoordinoProbeSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type CoordinoProbeProgramSpecs struct {
 	ProbeCtLookup      *ebpf.ProgramSpec `ebpf:"probe_ct_lookup"`
+	ProbeDecapFlags    *ebpf.ProgramSpec `ebpf:"probe_decap_flags"`
 	ProbeDynptrFromSkb *ebpf.ProgramSpec `ebpf:"probe_dynptr_from_skb"`
 }
 
@@ -115,12 +117,14 @@ type CoordinoProbeVariables struct {
 // It can be passed to LoadCoordinoProbeObjects or ebpf.CollectionSpec.LoadAndAssign.
 type CoordinoProbePrograms struct {
 	ProbeCtLookup      *ebpf.Program `ebpf:"probe_ct_lookup"`
+	ProbeDecapFlags    *ebpf.Program `ebpf:"probe_decap_flags"`
 	ProbeDynptrFromSkb *ebpf.Program `ebpf:"probe_dynptr_from_skb"`
 }
 
 func (p *CoordinoProbePrograms) Close() error {
 	return _CoordinoProbeClose(
 		p.ProbeCtLookup,
+		p.ProbeDecapFlags,
 		p.ProbeDynptrFromSkb,
 	)
 }

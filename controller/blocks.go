@@ -577,6 +577,7 @@ func (c *Controller) syncPoolStatus(ctx context.Context, name string) error {
 			continue
 		}
 		st.Families = append(st.Families, coordinov1alpha1.PoolFamilyStatus{Family: fam.String(),
+			BlockSize:   int32(pool.Spec.BlockSize(fam == IPv6)),
 			TotalBlocks: sat32(total[fam]), AllocatedBlocks: sat32(uint64(alloc[fam]))})
 		sumA += uint64(alloc[fam])
 		sumT = satAdd(sumT, total[fam])

@@ -3,6 +3,7 @@ package controller
 import (
 	"fmt"
 	"net/netip"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -54,6 +55,12 @@ func TestBlocks(t *testing.T) {
 			}
 			if p.Status.AllocatedBlocks != 100 || p.Status.TotalBlocks != 1024+1024 {
 				return fmt.Errorf("status %+v", p.Status)
+			}
+			// Per family, with its block size (kubectl get's Block4/Block6).
+			want := []coordinov1alpha1.PoolFamilyStatus{{Family: "IPv4", BlockSize: 26, TotalBlocks: 1024, AllocatedBlocks: 50},
+				{Family: "IPv6", BlockSize: 122, TotalBlocks: 1024, AllocatedBlocks: 50}}
+			if !slices.Equal(p.Status.Families, want) {
+				return fmt.Errorf("families %+v, want %+v", p.Status.Families, want)
 			}
 			return nil
 		})

@@ -35,6 +35,7 @@
 #include <bpf/bpf_endian.h>
 
 #include "../coordino.h"
+#include "adjroom.h"
 #include "parse.h"
 #include "policy.h"
 #include "clock.h"
@@ -75,11 +76,6 @@ struct tunnel_hdr {
 #define TUNNEL_SPORT_MIN 32768
 #define TUNNEL_SPORT_SPAN (61000 - TUNNEL_SPORT_MIN)
 
-/* BPF_F_ADJ_ROOM_DECAP_L3_IPV4/6 (Linux 6.3; newer than the uapi headers
- * the programs build against): the decapsulated packet's family becomes
- * skb->protocol. Older kernels refuse the flags and the device decaps. */
-#define TUNNEL_DECAP_L3_IPV4 (1ULL << 7)
-#define TUNNEL_DECAP_L3_IPV6 (1ULL << 8)
 
 /* TCP GSO packets grow by the tunnel headers; the pod MTU already left
  * room for them, so the segment size stays. */

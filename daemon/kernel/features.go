@@ -19,6 +19,7 @@ const (
 	MapSumElemCount Name = "kfunc bpf_map_sum_elem_count"
 	RedirectPeer    Name = "helper bpf_redirect_peer"
 	RedirectNeigh   Name = "helper bpf_redirect_neigh"
+	DecapFlags      Name = "bpf_skb_adjust_room decap flags"
 	XTBPFMatch      Name = "nftables xt_bpf match"
 	Netkit          Name = "netkit"
 	WireGuard       Name = "wireguard"
@@ -119,6 +120,7 @@ var effects = map[Name]string{
 	MapSumElemCount: "the conntrack table's entry count is read by walking it",
 	RedirectPeer:    "eBPF host routing stays off (--host-routing=legacy)",
 	RedirectNeigh:   "eBPF host routing stays off (--host-routing=legacy)",
+	DecapFlags:      "in vxlan routing the VXLAN device decapsulates other nodes' pod packets (the host's path) instead of eBPF host routing",
 	XTBPFMatch:      "without bpf-netfilter-link too, new flows of egress-isolated pods to Service CIDRs are dropped (fail closed)",
 	Netkit:          "none: pods use veth pairs",
 	WireGuard:       "--encryption=wireguard runs the userspace coordino-wireguard process",

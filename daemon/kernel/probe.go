@@ -41,6 +41,7 @@ func Probe() *Features {
 		probeMapSum(),
 		fromErr(RedirectPeer, features.HaveProgramHelper(ebpf.SchedCLS, asm.FnRedirectPeer), "tc programs (5.10+)"),
 		fromErr(RedirectNeigh, features.HaveProgramHelper(ebpf.SchedCLS, asm.FnRedirectNeigh), "tc programs (5.10+)"),
+		probeDecapFlags(),
 		m.all(XTBPFMatch, "nf_tables", "nft_compat", "xt_bpf"),
 		probeAttach(Netkit, func(p *ebpf.Program) error {
 			_, err := link.AttachNetkit(link.NetkitOptions{Interface: absentIfindex, Program: p, Attach: ebpf.AttachNetkitPrimary})
@@ -139,6 +140,34 @@ func kfuncHome(n Name) string {
 		return "in module nf_conntrack (loaded)"
 	}
 	return "in a module"
+}
+
+// probeDecapFlags runs bpf/coordino_probe.c's probe_decap_flags on a test
+// frame: IPv4 in Ethernet, long enough to lose 8 bytes after the MAC
+// header.
+func probeDecapFlags() Feature {
+	spec, err := bpf.LoadCoordinoProbe()
+	if err != nil {
+		return row(DecapFlags, false, fmt.Sprintf("probe object: %v", err))
+	}
+	p, err := ebpf.NewProgram(spec.Programs["probe_decap_flags"])
+	if err != nil {
+		return row(DecapFlags, false, fmt.Sprintf("probe program: %v", err))
+	}
+	defer p.Close()
+	frame := make([]byte, 14+20+8+20)
+	frame[12], frame[13] = 0x08, 0x00 // IPv4
+	frame[14] = 0x45
+	frame[14+3] = byte(len(frame) - 14)
+	frame[14+8], frame[14+9] = 64, 17 // TTL, UDP
+	ret, err := p.Run(&ebpf.RunOptions{Data: frame})
+	switch {
+	case err != nil:
+		return row(DecapFlags, false, fmt.Sprintf("test run: %v", err))
+	case ret != 1:
+		return row(DecapFlags, false, "refused (6.3+)")
+	}
+	return row(DecapFlags, true, "tc programs (6.3+)")
 }
 
 // probeMapSum loads the map-count iterator (bpf/coordino_count.c), the

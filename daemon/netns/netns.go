@@ -181,22 +181,31 @@ func pinnedNS(pinPath string) (*unix.Stat_t, error) {
 	return &st, nil
 }
 
-// maxStackedMounts bounds Unpin's unmount loop; a pin path carries one mount,
+// maxStackedMounts bounds Detach's unmount loop; a path carries one mount,
 // more only if something else mounted over it.
 const maxStackedMounts = 16
 
-// Unpin detaches every mount on pinPath and removes the file. It returns nil
-// if pinPath does not exist or is not mounted.
-func Unpin(pinPath string) error {
+// Detach lazily unmounts every mount stacked on path. It returns nil if path
+// does not exist or is not (any more) a mount point.
+func Detach(path string) error {
 	for range maxStackedMounts {
-		err := unix.Unmount(pinPath, unix.MNT_DETACH|unix.UMOUNT_NOFOLLOW)
+		err := unix.Unmount(path, unix.MNT_DETACH|unix.UMOUNT_NOFOLLOW)
 		if err == nil {
 			continue
 		}
 		if errors.Is(err, unix.EINVAL) || errors.Is(err, unix.ENOENT) {
-			break // not (or no longer) a mount point, or already gone
+			return nil // not (or no longer) a mount point, or already gone
 		}
-		return fmt.Errorf("unpin %q: unmount: %w", pinPath, err)
+		return fmt.Errorf("unmount %q: %w", path, err)
+	}
+	return fmt.Errorf("unmount %q: still mounted after %d unmounts", path, maxStackedMounts)
+}
+
+// Unpin detaches every mount on pinPath and removes the file. It returns nil
+// if pinPath does not exist or is not mounted.
+func Unpin(pinPath string) error {
+	if err := Detach(pinPath); err != nil {
+		return fmt.Errorf("unpin: %w", err)
 	}
 	if err := os.Remove(pinPath); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("unpin %q: remove: %w", pinPath, err)

@@ -2,6 +2,7 @@ package apiserver
 
 import (
 	"context"
+	"encoding/json"
 	"strings"
 	"testing"
 	"time"
@@ -160,5 +161,74 @@ func TestAPIServerRestart(t *testing.T) {
 	}
 	if _, err := cs.IPPools().Get(ctx, "kept", metav1.GetOptions{}); err != nil {
 		t.Fatalf("after restart: %v", err)
+	}
+}
+
+// TestIPPoolPrinterColumns asks the real API server for kubectl get's table
+// of IPPools: a pool shows the block size of the families its CIDRs have
+// and no other, though both spec block sizes are defaulted in every pool.
+func TestIPPoolPrinterColumns(t *testing.T) {
+	s := Start(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cs := versioned.NewForConfigOrDie(s.Config).CoordinoV1alpha1()
+	// The status the controller writes (syncPoolStatus): one entry per
+	// family the pool's CIDRs have, with its block size.
+	for name, tc := range map[string]struct {
+		cidrs    []string
+		families []coordinov1alpha1.PoolFamilyStatus
+	}{
+		"v4-only": {[]string{"10.250.0.0/16"}, []coordinov1alpha1.PoolFamilyStatus{{Family: "IPv4", BlockSize: 26, TotalBlocks: 1024}}},
+		"v6-only": {[]string{"fd00:250::/112"}, []coordinov1alpha1.PoolFamilyStatus{{Family: "IPv6", BlockSize: 122, TotalBlocks: 1024}}},
+		"dual": {[]string{"10.251.0.0/16", "fd00:251::/112"}, []coordinov1alpha1.PoolFamilyStatus{
+			{Family: "IPv4", BlockSize: 26, TotalBlocks: 1024}, {Family: "IPv6", BlockSize: 122, TotalBlocks: 1024}}},
+	} {
+		p, err := cs.IPPools().Create(ctx, &coordinov1alpha1.IPPool{ObjectMeta: metav1.ObjectMeta{Name: name},
+			Spec: coordinov1alpha1.IPPoolSpec{CIDRs: tc.cidrs}}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		p.Status.Families = tc.families
+		if _, err := cs.IPPools().UpdateStatus(ctx, p, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	raw, err := cs.RESTClient().Get().AbsPath("/apis/coordino.io/v1alpha1/ippools").
+		SetHeader("Accept", "application/json;as=Table;v=v1;g=meta.k8s.io").DoRaw(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var table metav1.Table
+	if err := json.Unmarshal(raw, &table); err != nil {
+		t.Fatalf("table %s: %v", raw, err)
+	}
+	col := map[string]int{}
+	for i, c := range table.ColumnDefinitions {
+		col[c.Name] = i
+	}
+	for _, c := range []string{"Name", "Block4", "Block6"} {
+		if _, ok := col[c]; !ok {
+			t.Fatalf("no %s column in %+v", c, table.ColumnDefinitions)
+		}
+	}
+	want := map[string][2]any{ // Block4, Block6 as the table carries them (JSON numbers, nil = <none>)
+		"v4-only": {float64(26), nil},
+		"v6-only": {nil, float64(122)},
+		"dual":    {float64(26), float64(122)},
+	}
+	for _, row := range table.Rows {
+		name, _ := row.Cells[col["Name"]].(string)
+		w, ok := want[name]
+		if !ok {
+			continue
+		}
+		delete(want, name)
+		if got := [2]any{row.Cells[col["Block4"]], row.Cells[col["Block6"]]}; got != w {
+			t.Errorf("%s: Block4, Block6 = %v, want %v", name, got, w)
+		}
+	}
+	for name := range want {
+		t.Errorf("no row for pool %s", name)
 	}
 }

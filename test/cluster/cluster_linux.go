@@ -125,7 +125,7 @@ func findBinaries(cache string) (binaries, error) {
 
 func (o *Options) defaults() error {
 	if o.Dir == "" {
-		o.Dir = testbed.EnvOr("COORDINO_CLUSTER_DIR", "/run/coordino-cluster")
+		o.Dir = testbed.EnvOr("COORDINO_CLUSTER_DIR", DefaultDir)
 	}
 	if o.Workers == 0 {
 		o.Workers = 2
@@ -194,6 +194,38 @@ func (c *Cluster) createMountPoint(dst string) error {
 	return os.MkdirAll(dst, 0o755)
 }
 
+// DefaultDir is the root of make cluster-up's bed (COORDINO_CLUSTER_DIR
+// moves it).
+const DefaultDir = "/run/coordino-cluster"
+
+// Running reports whether a cluster rooted at dir is up: its state is
+// there and a machine holder it recorded still runs.
+func Running(dir string) bool {
+	if _, err := os.Stat(filepath.Join(dir, "state.json")); err != nil {
+		return false
+	}
+	holders, _ := filepath.Glob(filepath.Join(dir, "pids", "*-holder.pid"))
+	for _, h := range holders {
+		if testbed.RecordedAlive(h) {
+			return true
+		}
+	}
+	return false
+}
+
+// bedInTheWay explains Up's refusal to start when the address plan is
+// taken: one cluster per machine, and the usual holder is make cluster-up's
+// bed, which the suites can use as it is.
+func bedInTheWay(cidrErr error, dirs ...string) error {
+	for _, d := range dirs {
+		if Running(d) {
+			return fmt.Errorf("%w: the cluster bed in %s is up (make cluster-up); run the suites against it "+
+				"(test/cluster/e2e.sh, make e2e-cluster uses it) or remove it first with make cluster-down", cidrErr, d)
+		}
+	}
+	return cidrErr
+}
+
 // Up builds a cluster: it removes whatever a previous cluster left in
 // opts.Dir, creates the namespaces and the underlay, starts the control
 // plane and the workers, and installs Coordino, CoreDNS and the test images.
@@ -211,7 +243,7 @@ func Up(ctx context.Context, opts Options) (_ *Cluster, err error) {
 		return nil, errors.New("nsenter not found (util-linux)")
 	}
 	if err := testbed.CheckCIDRsFree(UnderlayCIDR, PodCIDR); err != nil {
-		return nil, err
+		return nil, bedInTheWay(err, opts.Dir, DefaultDir)
 	}
 	if err := Teardown(opts.Dir, opts.Logf); err != nil {
 		return nil, fmt.Errorf("pre-run cleanup of %s: %w", opts.Dir, err)
@@ -224,8 +256,11 @@ func Up(ctx context.Context, opts Options) (_ *Cluster, err error) {
 	}
 	defer func() {
 		if err != nil {
-			c.Logf("cluster: %v; tearing down (logs were in %s)", err, c.path("logs"))
-			_ = c.saveLogs()
+			if serr := c.saveLogs(); serr != nil {
+				c.Logf("cluster: %v; tearing down, which removes the logs in %s (keeping them failed: %v)", err, c.path("logs"), serr)
+			} else {
+				c.Logf("cluster: %v; tearing down (logs kept in %s until make cluster-down)", err, SavedLogsDir(c.Dir))
+			}
 			_ = c.Down()
 		}
 	}()
@@ -349,11 +384,17 @@ func (c *Cluster) Down() error {
 	return Teardown(c.Dir, c.Logf)
 }
 
-// saveLogs keeps the component logs of a failed start next to the cluster
-// directory (which Down removes).
+// SavedLogsDir is where a failed Up keeps the component logs of the
+// cluster rooted at dir: beside dir, which its tear-down removes. The next
+// failed Up replaces them; `cluster down` removes them.
+func SavedLogsDir(dir string) string { return dir + "-logs" }
+
+// saveLogs moves the component logs of a failed start to SavedLogsDir.
 func (c *Cluster) saveLogs() error {
-	dst := c.Dir + "-logs"
-	_ = os.RemoveAll(dst)
+	dst := SavedLogsDir(c.Dir)
+	if err := os.RemoveAll(dst); err != nil {
+		return err
+	}
 	return os.Rename(c.path("logs"), dst)
 }
 

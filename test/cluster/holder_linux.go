@@ -17,6 +17,7 @@ import (
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 
+	cdonetns "github.com/coordino/coordino/daemon/netns"
 	"github.com/coordino/coordino/test/testbed"
 )
 
@@ -69,6 +70,14 @@ func runHolder(specJSON string) error {
 		shared = append(shared, dst)
 	}
 	if spec.BPFFS {
+		// A host that mounts bpffs itself (systemd does) hands the machine
+		// a copy of it, now a slave; stacked under the machine's own, it
+		// would still be what containerd's mount lookup finds first for
+		// /sys/fs/bpf, and containerd refuses a Bidirectional mount of a
+		// path whose mount is not shared.
+		if err := cdonetns.Detach("/sys/fs/bpf"); err != nil {
+			return fmt.Errorf("detach the inherited bpffs: %w", err)
+		}
 		if err := unix.Mount("bpf", "/sys/fs/bpf", "bpf", 0, "mode=0700"); err != nil {
 			return fmt.Errorf("mount bpffs: %w", err)
 		}

@@ -42,7 +42,16 @@ func (c *Cluster) Install(ctx context.Context) error {
 		return err
 	}
 	if err := c.WaitNodesReady(ctx, 5*time.Minute); err != nil {
-		return err
+		// A node stays NotReady while Coordino's daemon is not serving;
+		// why it is not is in its pods' status, not in the node's.
+		// (Asked even when ctx ended the wait.)
+		lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer cancel()
+		pods, lerr := c.Client.CoreV1().Pods("coordino-system").List(lctx, metav1.ListOptions{LabelSelector: daemonSetSelector})
+		if lerr != nil {
+			return fmt.Errorf("%w (listing the coordino DaemonSet's pods: %v)", err, lerr)
+		}
+		return fmt.Errorf("%w; coordino DaemonSet pods: %s", err, podProblems(pods.Items))
 	}
 	for _, r := range []string{"coordino-system/daemonset/coordino", "coordino-system/deployment/coordino-controller", "kube-system/deployment/coredns"} {
 		ns, obj, _ := strings.Cut(r, "/")
@@ -51,6 +60,45 @@ func (c *Cluster) Install(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// daemonSetSelector selects the pods of install/kubernetes/base's DaemonSet.
+const daemonSetSelector = "app.kubernetes.io/name=coordino,app.kubernetes.io/component=node"
+
+// podProblems says, per pod, why it is not running: its phase, the
+// conditions that are false, and every init or regular container that is
+// waiting or has terminated with its reason and message (such as
+// CreateContainerError and the runtime's words).
+func podProblems(pods []corev1.Pod) string {
+	if len(pods) == 0 {
+		return "none (is the DaemonSet scheduled?)"
+	}
+	var out []string
+	for _, p := range pods {
+		var why []string
+		for _, cond := range p.Status.Conditions {
+			if cond.Status == corev1.ConditionFalse && cond.Reason != "" {
+				why = append(why, fmt.Sprintf("%s=False %s %s", cond.Type, cond.Reason, cond.Message))
+			}
+		}
+		statuses := append(append([]corev1.ContainerStatus{}, p.Status.InitContainerStatuses...), p.Status.ContainerStatuses...)
+		for _, cs := range statuses {
+			switch st := cs.State; {
+			case st.Waiting != nil && st.Waiting.Reason != "":
+				why = append(why, fmt.Sprintf("container %s waiting: %s: %s", cs.Name, st.Waiting.Reason, st.Waiting.Message))
+			case st.Terminated != nil && st.Terminated.ExitCode != 0:
+				why = append(why, fmt.Sprintf("container %s terminated: %s (exit %d): %s", cs.Name, st.Terminated.Reason, st.Terminated.ExitCode, st.Terminated.Message))
+			}
+			if lt := cs.LastTerminationState.Terminated; lt != nil && lt.ExitCode != 0 {
+				why = append(why, fmt.Sprintf("container %s last exit: %s (exit %d, %d restarts): %s", cs.Name, lt.Reason, lt.ExitCode, cs.RestartCount, lt.Message))
+			}
+		}
+		if len(why) == 0 {
+			why = append(why, "no reason reported")
+		}
+		out = append(out, fmt.Sprintf("%s on %s (%s): %s", p.Name, p.Spec.NodeName, p.Status.Phase, strings.Join(why, "; ")))
+	}
+	return strings.Join(out, " | ")
 }
 
 // ipPools is one IPPool per worker (a /24 each, selected by hostname), so

@@ -65,6 +65,6 @@ var Suites = []Suite{
 		Name: "policy", Package: "./daemon/datapath",
 		Run:     `^(TestServiceDecidedOnBackend|TestServiceIPBlockExceptAfterDNAT|TestServiceFailsClosedWithoutHook|TestSCTPPolicy)$`,
 		Modules: append([]string{"nf_nat", "nft_chain_nat", "nft_compat", "xt_bpf", "sctp"}, tc...),
-		Timeout: 3 * time.Minute,
+		Timeout: 6 * time.Minute,
 	},
 }

@@ -31,7 +31,7 @@ func TestCRIBridgeBaseline(t *testing.T) {
 	checkProbe(t, b, testbed.HandlerBridge, dir, testbed.BridgeCIDR4)
 	d := churn(t, b, testbed.HandlerBridge, dir, 10, testbed.BridgeCIDR4)
 	t.Logf("bridge+host-local RunPodSandbox %s", d)
-	assertNoRuntimeLeaks(t, b, testbed.NetBridge)
+	assertNoRuntimeLeaks(t, b, testbed.NetBridge, false)
 }
 
 // TestCRIPrimary: containerd runs Coordino as the only CNI plugin. Every
@@ -50,7 +50,7 @@ func TestCRIPrimary(t *testing.T) {
 	checkProbe(t, b, testbed.HandlerPrimary, dir, testbed.CoordinoCIDR4)
 	dur := churn(t, b, testbed.HandlerPrimary, dir, churnPods, testbed.CoordinoCIDR4, daemonHolds(d, base, true))
 	t.Logf("coordino primary RunPodSandbox %s", dur)
-	assertNoRuntimeLeaks(t, b, testbed.NetPrimary)
+	assertNoRuntimeLeaks(t, b, testbed.NetPrimary, false)
 	assertNoDaemonLeaks(t, d, testbed.NetPrimary, base)
 }
 
@@ -71,7 +71,7 @@ func TestCRIChained(t *testing.T) {
 	checkProbe(t, b, testbed.HandlerChained, dir, testbed.ChainedCIDR4)
 	dur := churn(t, b, testbed.HandlerChained, dir, churnPods, testbed.ChainedCIDR4, daemonHolds(d, base, false))
 	t.Logf("bridge+host-local+coordino RunPodSandbox %s", dur)
-	assertNoRuntimeLeaks(t, b, testbed.NetChained)
+	assertNoRuntimeLeaks(t, b, testbed.NetChained, false)
 	assertNoDaemonLeaks(t, d, testbed.NetChained, base)
 	assertNoIPAMLeaks(t, filepath.Join(b.Dir, "cni", "ipam-chained"))
 }
@@ -167,8 +167,11 @@ func churn(t *testing.T, b *testbed.Bed, handler, dir string, n int, cidr string
 // assertNoRuntimeLeaks checks containerd and libcni's view after a churn.
 // Under kubelet, stopped sandboxes legitimately stay until kubelet's garbage
 // collection removes them (their network is gone at StopPodSandbox), so only
-// ready ones count there.
-func assertNoRuntimeLeaks(t *testing.T, b *testbed.Bed, network string) {
+// ready ones count there. A netns left behind is reported with whose it is
+// (testbed.NetnsLeft). After containerd was SIGKILLed (containerdKilled),
+// a netns only containerd ever had is its own crash window, not Coordino's
+// leak: it is logged, not failed (docs/runtime-e2e.md).
+func assertNoRuntimeLeaks(t *testing.T, b *testbed.Bed, network string, containerdKilled bool) {
 	t.Helper()
 	args := []string{"pods", "-q"}
 	if b.Kubelet != nil {
@@ -177,9 +180,16 @@ func assertNoRuntimeLeaks(t *testing.T, b *testbed.Bed, network string) {
 	if out, err := b.Crictl(args...); err != nil || out != "" {
 		t.Errorf("sandboxes left: %q %v", out, err)
 	}
-	netns, _ := filepath.Glob(filepath.Join(b.Dir, "containerd", "state", "io.containerd.grpc.v1.cri", "netns", "*"))
-	if len(netns) > 0 {
-		t.Errorf("containerd netns left: %v", netns)
+	left, err := b.LeftNetns()
+	if err != nil {
+		t.Errorf("containerd netns left, not explained: %v", err)
+	}
+	for _, n := range left {
+		if containerdKilled && n.ContainerdOrphan() {
+			t.Logf("containerd netns left (not a failure after a containerd SIGKILL): %s", n)
+			continue
+		}
+		t.Errorf("containerd netns left: %s", n)
 	}
 	results, _ := filepath.Glob(filepath.Join("/var/lib/cni/results", network+"-*"))
 	if len(results) > 0 {

@@ -59,6 +59,6 @@ func TestCRIDualStack(t *testing.T) {
 		t.Errorf("daemon netns pins %v, want 1", p)
 	}
 	stopRemove(t, b, id)
-	assertNoRuntimeLeaks(t, b, testbed.NetPrimary)
+	assertNoRuntimeLeaks(t, b, testbed.NetPrimary, false)
 	assertNoDaemonLeaks(t, d, testbed.NetPrimary, base)
 }

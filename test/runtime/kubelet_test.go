@@ -122,7 +122,7 @@ func TestKubelet(t *testing.T) {
 		names := e.createPods(t, ctx, "again", testbed.HandlerPrimary, 3)
 		e.waitRunning(t, ctx, names, testbed.CoordinoCIDR4, 90*time.Second)
 		e.deletePods(t, ctx, names, 60*time.Second)
-		assertNoRuntimeLeaks(t, e.b, testbed.NetPrimary)
+		assertNoRuntimeLeaks(t, e.b, testbed.NetPrimary, false)
 		assertNoDaemonLeaks(t, e.d, testbed.NetPrimary, e.base)
 		if err := e.b.RestartDaemon(ctx, e.d); err != nil {
 			t.Fatal(err)
@@ -145,7 +145,7 @@ func TestKubeletChained(t *testing.T) {
 		t.Error(err)
 	}
 	e.deletePods(t, ctx, names, 60*time.Second)
-	assertNoRuntimeLeaks(t, e.b, testbed.NetChained)
+	assertNoRuntimeLeaks(t, e.b, testbed.NetChained, false)
 	assertNoDaemonLeaks(t, e.d, testbed.NetChained, e.base)
 	assertNoIPAMLeaks(t, e.b.Dir+"/cni/ipam-chained")
 }
@@ -191,7 +191,7 @@ func TestKubeletRuntimeRestarts(t *testing.T) {
 		}
 	}
 	e.deletePods(t, ctx, rest, 120*time.Second)
-	assertNoRuntimeLeaks(t, e.b, testbed.NetPrimary)
+	assertNoRuntimeLeaks(t, e.b, testbed.NetPrimary, true)
 	assertNoDaemonLeaks(t, e.d, testbed.NetPrimary, e.base)
 }
 

@@ -66,6 +66,9 @@ type Bed struct {
 	ContainerdSock                       string
 
 	procs []*Proc
+	// daemons are the Coordino daemons started on the bed (their pins say
+	// whose a leftover netns is).
+	daemons []*Daemon
 }
 
 func (o *Options) defaults() error {

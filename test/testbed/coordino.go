@@ -38,6 +38,7 @@ func (b *Bed) StartDaemon(ctx context.Context, bin, base, bpfDir, node string, c
 		args = append(args, "--pod-cidr", c)
 	}
 	d.Proc = &Proc{Name: "coordino-daemon", Path: bin, Args: args}
+	b.daemons = append(b.daemons, d)
 	return d, b.startDaemon(ctx, d)
 }
 

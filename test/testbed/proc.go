@@ -132,20 +132,37 @@ func startTime(pid int) (uint64, error) {
 	return strconv.ParseUint(f[19], 10, 64)
 }
 
-// killRecorded kills the process described by a pid file when it is still the
-// same process (PID and start time match), then removes the file.
-func killRecorded(pidFile string) error {
+// recorded reads a pid file (PID, start time, executable) and reports
+// whether that process is still the one running under its PID.
+func recorded(pidFile string) (pid int, alive bool, err error) {
 	b, err := os.ReadFile(pidFile)
 	if err != nil {
-		return err
+		return 0, false, err
 	}
-	var pid int
 	var st uint64
 	var exe string
 	if _, err := fmt.Sscanf(string(b), "%d %d %s", &pid, &st, &exe); err != nil {
-		return fmt.Errorf("%s: %w", pidFile, err)
+		return 0, false, fmt.Errorf("%s: %w", pidFile, err)
 	}
-	if cur, err := startTime(pid); err == nil && cur == st {
+	cur, err := startTime(pid)
+	return pid, err == nil && cur == st, nil
+}
+
+// RecordedAlive reports whether the process a pid file describes still runs
+// (PID and start time match).
+func RecordedAlive(pidFile string) bool {
+	_, alive, err := recorded(pidFile)
+	return err == nil && alive
+}
+
+// killRecorded kills the process described by a pid file when it is still the
+// same process (PID and start time match), then removes the file.
+func killRecorded(pidFile string) error {
+	pid, alive, err := recorded(pidFile)
+	if err != nil {
+		return err
+	}
+	if alive {
 		killAndWait(pid)
 	}
 	return os.Remove(pidFile)

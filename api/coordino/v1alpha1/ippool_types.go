@@ -22,8 +22,8 @@ const ConditionExhausted = "Exhausted"
 // +kubebuilder:resource:scope=Cluster,shortName=ipp,categories=coordino
 // +kubebuilder:subresource:status
 // +kubebuilder:printcolumn:name="CIDRs",type=string,JSONPath=`.spec.cidrs`
-// +kubebuilder:printcolumn:name="Block4",type=integer,JSONPath=`.spec.blockSizeIPv4`
-// +kubebuilder:printcolumn:name="Block6",type=integer,JSONPath=`.spec.blockSizeIPv6`
+// +kubebuilder:printcolumn:name="Block4",type=integer,JSONPath=`.status.families[?(@.family=="IPv4")].blockSize`
+// +kubebuilder:printcolumn:name="Block6",type=integer,JSONPath=`.status.families[?(@.family=="IPv6")].blockSize`
 // +kubebuilder:printcolumn:name="Allocated",type=integer,JSONPath=`.status.allocatedBlocks`
 // +kubebuilder:printcolumn:name="Total",type=integer,JSONPath=`.status.totalBlocks`
 // +kubebuilder:printcolumn:name="Exhausted",type=string,JSONPath=`.status.conditions[?(@.type=="Exhausted")].status`
@@ -105,6 +105,12 @@ type PoolFamilyStatus struct {
 	// Family is "IPv4" or "IPv6".
 	// +kubebuilder:validation:Enum=IPv4;IPv6
 	Family string `json:"family"`
+	// BlockSize is the prefix length of the family's blocks. Only the
+	// families the pool's CIDRs have are listed, so the Block4 and Block6
+	// columns of kubectl get show only the sizes the pool uses (spec
+	// defaults both block sizes, whatever the CIDRs).
+	// +optional
+	BlockSize int32 `json:"blockSize,omitempty"`
 	// TotalBlocks saturates at 2^31-1.
 	TotalBlocks     int32 `json:"totalBlocks"`
 	AllocatedBlocks int32 `json:"allocatedBlocks"`

@@ -19,20 +19,26 @@ func main() {
 	workers := flag.Int("workers", 2, "worker nodes")
 	noInstall := flag.Bool("no-install", false, "leave Coordino out (nodes stay NotReady until a CNI is installed)")
 	flag.Usage = func() {
-		fmt.Fprintln(os.Stderr, "usage: cluster [-workers N] [-no-install] up|down")
+		fmt.Fprintln(os.Stderr, "usage: cluster [-workers N] [-no-install] up|down|status (status: exit 0 when a bed is up)")
 		flag.PrintDefaults()
 	}
 	flag.Parse()
 	dir := os.Getenv("COORDINO_CLUSTER_DIR")
 	if dir == "" {
-		dir = "/run/coordino-cluster"
+		dir = cluster.DefaultDir
 	}
 	var err error
 	switch flag.Arg(0) {
 	case "up":
 		err = up(*workers, *noInstall, dir)
 	case "down":
-		err = cluster.Teardown(dir, log.Printf)
+		err = down(dir)
+	case "status":
+		if !cluster.Running(dir) {
+			fmt.Printf("no cluster bed is up in %s\n", dir)
+			os.Exit(1)
+		}
+		fmt.Printf("cluster bed up in %s (KUBECONFIG=%s/pki/admin.kubeconfig)\n", dir, dir)
 	default:
 		flag.Usage()
 		os.Exit(2)
@@ -40,6 +46,14 @@ func main() {
 	if err != nil {
 		log.Fatal(err)
 	}
+}
+
+// down removes the cluster and the logs a failed up kept.
+func down(dir string) error {
+	if err := cluster.Teardown(dir, log.Printf); err != nil {
+		return err
+	}
+	return os.RemoveAll(cluster.SavedLogsDir(dir))
 }
 
 func up(workers int, noInstall bool, dir string) error {
