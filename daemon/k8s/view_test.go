@@ -4,6 +4,7 @@ import (
 	"reflect"
 	"testing"
 
+	"go.uber.org/zap"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	corelisters "k8s.io/client-go/listers/core/v1"
@@ -11,6 +12,9 @@ import (
 
 	coordinolisters "github.com/coordino/coordino/api/client/listers/coordino/v1alpha1"
 	coordinov1alpha1 "github.com/coordino/coordino/api/coordino/v1alpha1"
+	"github.com/coordino/coordino/daemon/identity"
+	"github.com/coordino/coordino/daemon/ipam"
+	"github.com/coordino/coordino/daemon/policy"
 )
 
 // testLiveView is a liveView over listers filled with objs.
@@ -133,5 +137,94 @@ func TestNoLastKnown(t *testing.T) {
 	live.known = &lastKnown{Blocks: []coordinov1alpha1.NodeBlock{{CIDR: "10.1.0.0/26"}}, Generation: 5}
 	if st := live.state(); st.Generation != 5 || len(st.Blocks) != 1 {
 		t.Errorf("saved %+v, want the blocks started from", st)
+	}
+}
+
+// viewSink keeps what the source fed it; the rest of Sink is Discard's.
+type viewSink struct {
+	Discard
+	snaps []policy.Snapshot
+	ids   map[identity.ID]bool
+	ports map[string][]policy.NamedPort
+}
+
+func (v *viewSink) UpdatePolicy(s policy.Snapshot) error { v.snaps = append(v.snaps, s); return nil }
+func (v *viewSink) UpsertIdentity(id identity.Identity) error {
+	v.ids[id.ID] = true
+	return nil
+}
+func (v *viewSink) DeleteIdentity(id identity.ID) error { delete(v.ids, id); return nil }
+func (v *viewSink) SetPodNamedPorts(pod string, ports []policy.NamedPort) error {
+	if ports == nil {
+		delete(v.ports, pod)
+	} else {
+		v.ports[pod] = ports
+	}
+	return nil
+}
+
+// TestApplyFollowsTheView: the source applies the last-known state until it
+// goes live, then converges on the informers' view: identities, named
+// ports, policy and blocks that are gone from it are withdrawn.
+func TestApplyFollowsTheView(t *testing.T) {
+	pool, err := ipam.NewPool(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	known := &lastKnown{
+		Blocks: []coordinov1alpha1.NodeBlock{{CIDR: "10.9.0.0/26"}}, Generation: 2,
+		Namespaces: map[string]map[string]string{"ns": {}},
+		Pods: map[string]knownPod{"ns/old": {UID: "u0", Labels: map[string]string{"app": "old"},
+			NamedPorts: []policy.NamedPort{{Name: "http", Protocol: policy.ProtoTCP, Port: 80}}}},
+		Identities: map[string]coordinov1alpha1.IdentitySpec{"400": {Namespace: "ns", Labels: map[string]string{"app": "old"}}},
+		PolicyIRs:  []*coordinov1alpha1.PolicyIR{{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "old"}}},
+	}
+	live := testLiveView(t, "n1",
+		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "ns"}},
+		&coordinov1alpha1.NodeConfig{ObjectMeta: metav1.ObjectMeta{Name: "n1", Generation: 3},
+			Spec: coordinov1alpha1.NodeConfigSpec{Blocks: []coordinov1alpha1.NodeBlock{{CIDR: "10.9.1.0/26"}}}},
+		&coordinov1alpha1.Identity{ObjectMeta: metav1.ObjectMeta{Name: "401"},
+			Spec: coordinov1alpha1.IdentitySpec{Namespace: "ns", Labels: map[string]string{"app": "new"}}},
+		&coordinov1alpha1.PolicyIR{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "new"}},
+	)
+	live.known = known
+	s := &Source{cfg: Config{NodeName: "n1", Pool: pool, ExcludedLabels: coordinov1alpha1.DefaultExcludedLabels},
+		log: zap.NewNop(), remote: newRemoteEndpoints("n1", zap.NewNop()), inf: &informerSet{live: live},
+		announced: map[identity.ID]identity.Identity{}, fedPorts: map[string][]policy.NamedPort{},
+		kick: make(chan struct{}, 1), publishKick: make(chan struct{}, 1)}
+	s.ids = NewIdentities(func(name string) (map[string]string, bool) { return s.view().namespaceLabels(name) })
+	s.setView(known)
+	sink := &viewSink{ids: map[identity.ID]bool{}, ports: map[string][]policy.NamedPort{}}
+	check := func(step string, block string, gen int64, id identity.ID, pods []string, ir string) {
+		t.Helper()
+		s.markDirty(func(d *dirtyBits) { *d = everything })
+		s.apply(sink)
+		if u := pool.Usage(); len(u) != 1 || u[0].Prefix.String() != block || s.applied.Load() != gen {
+			t.Errorf("%s: pool %v at generation %d, want %s at %d", step, u, s.applied.Load(), block, gen)
+		}
+		if len(sink.ids) != 1 || !sink.ids[id] {
+			t.Errorf("%s: sink's identities %v, want only %d", step, sink.ids, id)
+		}
+		if len(sink.ports) != len(pods) {
+			t.Errorf("%s: sink's named ports %v, want those of %v", step, sink.ports, pods)
+		}
+		for _, p := range pods {
+			if _, ok := sink.ports[p]; !ok {
+				t.Errorf("%s: sink has no named ports of %s", step, p)
+			}
+		}
+		last := sink.snaps[len(sink.snaps)-1]
+		if len(last.PolicyIRs) != 1 || last.PolicyIRs[0].Name != ir {
+			t.Errorf("%s: policy %v, want PolicyIR %s", step, last.PolicyIRs, ir)
+		}
+	}
+	check("last known", "10.9.0.0/26", 2, 400, []string{"ns/old"}, "old")
+	if _, ok := s.podLabelsNow("ns", "old", "u0"); !ok {
+		t.Error("last known: the saved pod's labels are not served")
+	}
+	s.goLive()
+	check("live", "10.9.1.0/26", 3, 401, nil, "new")
+	if _, ok := s.podLabelsNow("ns", "old", "u0"); ok {
+		t.Error("live: a pod gone from the cluster still has labels")
 	}
 }
