@@ -46,10 +46,14 @@ generate-api:
 check-generated: generate
 	@git diff --exit-code --stat -- proto bpf api && [ -z "$$(git ls-files --others --exclude-standard -- api)" ] || { echo "generated code is stale: run make generate and commit"; exit 1; }
 
+# gofmt, go vet, and golangci-lint with the checks of .golangci.yml
+# (errcheck, staticcheck, ineffassign, misspell, unused) at the version
+# pinned in hack/tools/go.mod.
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed: $$out"; exit 1; fi
 	$(GO) vet ./...
 	$(GO) vet -tags 'clustere2e benchmultinode' ./test/cluster/ ./test/multinode/
+	$(GO) tool -modfile=hack/tools/go.mod golangci-lint run ./...
 
 # The one test command: unit, fuzz-seed and privileged node e2e tests, then
 # the containerd CRI part of the runtime e2e (its binaries are built once and

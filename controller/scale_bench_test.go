@@ -153,7 +153,6 @@ func runScale(b *testing.B, nodes, perNode, namespaces int) {
 	}
 	identities, identitiesCPU := time.Since(start), cpuTime()-cpu0
 	identityWrites := total(c.Writes()) - writesBefore
-	pods = nil
 
 	// New pods of known label sets: no API write at all.
 	const extra = 10000

@@ -29,7 +29,7 @@ const bpffsRoot = "/sys/fs/bpf"
 // source; it returns once the first policy snapshot is in the maps, so no
 // pod attached afterwards is ever unprotected. It returns nil with
 // --no-datapath.
-func startDatapath(ctx context.Context, o *config.Options, features *kernel.Features, m *metrics.Metrics, hub *flows.Hub, log *zap.Logger, kube *k8s.Source) (*datapath.Datapath, error) {
+func startDatapath(ctx context.Context, o *config.Options, features *kernel.Features, m *metrics.Metrics, hub *flows.Hub, log *zap.Logger, kube *k8s.Source) (_ *datapath.Datapath, err error) {
 	if o.NoDatapath {
 		log.Warn("eBPF datapath disabled (--no-datapath): NetworkPolicy is NOT enforced")
 		return nil, nil
@@ -52,35 +52,36 @@ func startDatapath(ctx context.Context, o *config.Options, features *kernel.Feat
 	if err != nil {
 		return nil, err
 	}
+	// One cleanup for every failure below: the pins stay, so a later start
+	// adopts what this one wrote.
+	defer func() {
+		if err != nil {
+			dp.Close()
+		}
+	}()
 	if err := m.Register(dp.Collectors()...); err != nil {
-		dp.Close()
 		return nil, err
 	}
 	if kube == nil {
 		// No remote source will confirm what a Kubernetes-mode run left.
 		if err := dp.RemoteEndpointsSynced(); err != nil {
-			dp.Close()
 			return nil, err
 		}
 	}
 	if kube != nil {
 		if err := runSource[k8s.Sink](ctx, kube, dp, log); err != nil {
-			dp.Close()
 			return nil, err
 		}
 	} else if o.PolicyDir == "" {
 		if err := dp.UpdatePolicy(policy.Snapshot{}); err != nil {
-			dp.Close()
 			return nil, err
 		}
 	} else if err := startPolicySource(ctx, o.PolicyDir, o.StateDir, dp, m, log); err != nil {
-		dp.Close()
 		return nil, err
 	}
 	// A chained primary's bridge gateway, for one, appears only at its
 	// first ADD, and traffic from it (kubelet probes) must stay allowed.
 	if err := nodeaddrs.Watch(ctx, netns.None(), nodeIPs, dp.SetNodeIPs, log); err != nil {
-		dp.Close()
 		return nil, err
 	}
 	// Host routing's programs remember the FIB's answers per flow: a change
@@ -91,11 +92,9 @@ func startDatapath(ctx context.Context, o *config.Options, features *kernel.Feat
 		}
 	}
 	if err := routewatch.Watch(ctx, netns.None(), forget, log); err != nil {
-		dp.Close()
 		return nil, err
 	}
 	if err := startFlows(ctx, o.FlowLog, dp, hub, log); err != nil {
-		dp.Close()
 		return nil, err
 	}
 	return dp, nil

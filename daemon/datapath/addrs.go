@@ -34,29 +34,29 @@ func packetAddr(ip netip.Addr) (family uint8, b [16]byte) {
 
 // writeAddrs allows r's addresses as sources on its host interface; on
 // failure none of those it wrote stays, but the ones old (the key's
-// previous attachment, or nil) still uses. Callers hold mu.
-func (d *Datapath) writeAddrs(r, old *record) error {
+// previous attachment, or nil) still uses.
+func (e *endpoints) writeAddrs(r, old *record) error {
 	for i, ip := range r.IPs {
 		k := epAddrKey(r.HostIfIndex, ip)
-		if err := d.objs.CdoEpAddrs.Update(&k, uint32(0), ebpf.UpdateAny); err != nil {
-			err = d.refused(d.objs.CdoEpAddrs, bpf.CoordinoMapCdoEpAddrs, err)
+		if err := e.addrs.Update(&k, uint32(0), ebpf.UpdateAny); err != nil {
+			err = e.health.refused(e.addrs, bpf.CoordinoMapCdoEpAddrs, err)
 			written := *r
 			written.IPs = r.IPs[:i]
-			if derr := d.deleteAddrs(&written, old); derr != nil {
-				d.log.Warn("source addresses left after a refused write", zap.String("endpoint", r.Key), zap.Error(derr))
+			if derr := e.deleteAddrs(&written, old); derr != nil {
+				e.log.Warn("source addresses left after a refused write", zap.String("endpoint", r.Key), zap.Error(derr))
 			}
 			return fmt.Errorf("endpoint %q: allow source %s: %w", r.Key, ip, err)
 		}
 	}
 	if len(r.IPs) > 0 {
-		d.accepted(bpf.CoordinoMapCdoEpAddrs)
+		e.health.accepted(bpf.CoordinoMapCdoEpAddrs)
 	}
 	return nil
 }
 
 // deleteAddrs removes the addresses of old that keep stays without; keep
 // may be nil (the endpoint is gone).
-func (d *Datapath) deleteAddrs(old, keep *record) error {
+func (e *endpoints) deleteAddrs(old, keep *record) error {
 	kept := map[bpf.CoordinoEpAddrKey]bool{}
 	if keep != nil {
 		for _, ip := range keep.IPs {
@@ -69,7 +69,7 @@ func (d *Datapath) deleteAddrs(old, keep *record) error {
 		if kept[k] {
 			continue
 		}
-		if err := deleteKey(d.objs.CdoEpAddrs, &k); err != nil {
+		if err := deleteKey(e.addrs, &k); err != nil {
 			errs = append(errs, fmt.Errorf("endpoint %q: remove source %s: %w", old.Key, ip, err))
 		}
 	}

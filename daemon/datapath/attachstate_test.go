@@ -25,7 +25,7 @@ func TestKilledMidAttachRecordNamesTheMode(t *testing.T) {
 	if err := c.dp.prepareAttach(r); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.dp.attach(r); err != nil {
+	if err := c.dp.att.attach(r); err != nil {
 		t.Fatal(err)
 	}
 	if err := c.dp.Close(); err != nil {

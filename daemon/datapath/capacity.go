@@ -10,6 +10,7 @@ import (
 
 	"github.com/cilium/ebpf"
 	"github.com/coordino/coordino/bpf"
+	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
 )
@@ -148,17 +149,38 @@ type mapEpisode struct {
 	failures uint64 // refused writes since start
 }
 
+// mapHealth is every map's record of refused writes: the parts that write
+// maps report each refusal and each accepted insert, and it counts them,
+// logs an episode's first refusal and says which maps refuse still.
+// Callers hold the datapath's lock.
+type mapHealth struct {
+	log      *zap.Logger
+	episodes map[string]*mapEpisode
+	// failures is coordino_bpf_map_update_failures_total.
+	failures *prometheus.CounterVec
+}
+
+func newMapHealth(log *zap.Logger) *mapHealth {
+	h := &mapHealth{log: log, episodes: map[string]*mapEpisode{}, failures: prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "coordino_bpf_map_update_failures_total",
+		Help: "Writes a BPF map refused, by map and reason (full: at capacity; no-memory; error). Every one fails closed, but those of host routing's maps (cdo_local_eps, cdo_peer_blocks, cdo_tunnel_peers), whose traffic takes the host's forwarding path instead.",
+	}, []string{"map", "reason"})}
+	for _, name := range slices.Concat(refusedMaps, hostPathMaps) {
+		h.failures.WithLabelValues(name, refusedFull)
+	}
+	return h
+}
+
 // refused counts a write m refused and returns err, as a *MapFullError when
 // the map is full. The first refusal of an episode is logged: as failing
-// closed, or for hostPathMaps as the fallback to the host's path it is;
-// callers hold mu.
-func (d *Datapath) refused(m *ebpf.Map, name string, err error) error {
+// closed, or for hostPathMaps as the fallback to the host's path it is.
+func (h *mapHealth) refused(m *ebpf.Map, name string, err error) error {
 	reason := refusalReason(err)
-	d.metrics.mapFailures.WithLabelValues(name, reason).Inc()
-	ep := d.episodes[name]
+	h.failures.WithLabelValues(name, reason).Inc()
+	ep := h.episodes[name]
 	if ep == nil {
 		ep = &mapEpisode{}
-		d.episodes[name] = ep
+		h.episodes[name] = ep
 	}
 	ep.failures++
 	if reason == refusedFull {
@@ -170,50 +192,39 @@ func (d *Datapath) refused(m *ebpf.Map, name string, err error) error {
 	ep.open = true
 	fields := []zap.Field{zap.String("map", name), zap.String("reason", reason), zap.Uint32("capacity", m.MaxEntries())}
 	if slices.Contains(hostPathMaps, name) {
-		d.log.Warn("BPF map refused an update: what does not fit takes the host's forwarding path", append(fields, zap.Error(err))...)
+		h.log.Warn("BPF map refused an update: what does not fit takes the host's forwarding path", append(fields, zap.Error(err))...)
 	} else {
-		d.log.Error("BPF map refused an update: failing closed until it takes entries again",
+		h.log.Error("BPF map refused an update: failing closed until it takes entries again",
 			append(fields, zap.String("raise", "--"+MapSizeFlag(name)), zap.Error(err))...)
 	}
 	return err
 }
 
-// accepted ends name's episode after a successful insert; callers hold mu.
-func (d *Datapath) accepted(name string) {
-	if ep := d.episodes[name]; ep != nil && ep.open {
+// accepted ends name's episode after a successful insert.
+func (h *mapHealth) accepted(name string) {
+	if ep := h.episodes[name]; ep != nil && ep.open {
 		ep.open = false
-		d.log.Info("BPF map takes entries again", zap.String("map", name))
+		h.log.Info("BPF map takes entries again", zap.String("map", name))
 	}
 }
 
-// refusing reports whether name refused a write and has not taken one
-// since, while it is still full or has writes pending; callers hold mu.
-func (d *Datapath) refusing(name string, entries, capacity int) bool {
-	ep := d.episodes[name]
-	if ep == nil || !ep.open {
-		return false
+// report fills u's refusals: a map refuses while it refused a write and
+// has not taken one since, and is still full or has writes pending (of
+// which pending says how many).
+func (h *mapHealth) report(u *MapUsage, pending int) {
+	ep := h.episodes[u.Name]
+	if ep == nil {
+		return
 	}
-	if entries < capacity && d.pendingIn(name) == 0 {
-		d.accepted(name)
-		return false
+	u.UpdateFailures = ep.failures
+	if !ep.open {
+		return
 	}
-	return true
-}
-
-func (d *Datapath) pendingIn(name string) int {
-	switch name {
-	case bpf.CoordinoMapCdoEndpoints:
-		return len(d.dirty.eps)
-	case bpf.CoordinoMapCdoIpcache:
-		return len(d.dirty.ips)
-	case bpf.CoordinoMapCdoPolicy:
-		return len(d.dirty.keys)
-	case bpf.CoordinoMapCdoNodeiso:
-		if d.nodeIso.failed {
-			return 1
-		}
+	if u.Entries < u.Capacity && pending == 0 {
+		h.accepted(u.Name)
+		return
 	}
-	return 0
+	u.Refusing = true
 }
 
 // resizedMap holds the entries of a pinned map replaced by one of another
@@ -318,30 +329,30 @@ func restoreResized(objs *bpf.CoordinoObjects, resized []resizedMap) error {
 // installed prefix that contains a missing one is removed (and stays
 // pending), so such addresses resolve to a longer installed prefix or to
 // the world identity, which no rule names. Callers hold mu.
-func (d *Datapath) withholdPrefixes(w *wanted) {
+func (mw *mapWriter) withholdPrefixes(w *wanted) {
 	var missing []netip.Prefix
-	for p := range d.dirty.ips {
+	for p := range mw.dirty.ips {
 		if w.isOwner(p) {
 			continue // a missing pod or node address resolves to its own CIDR identity
 		}
-		if want, ok := w.ip(p); ok && d.mirror.ipcache[p] != want {
+		if want, ok := w.ip(p); ok && mw.mirror.ipcache[p] != want {
 			missing = append(missing, p)
 		}
 	}
 	for _, q := range missing {
 		for bits := q.Bits() - 1; bits >= 0; bits-- {
 			p := netip.PrefixFrom(q.Addr(), bits).Masked()
-			if _, ok := d.mirror.ipcache[p]; !ok {
+			if _, ok := mw.mirror.ipcache[p]; !ok {
 				continue
 			}
 			k := ipcacheKey(p)
-			if err := deleteKey(d.objs.CdoIpcache, &k); err != nil {
-				d.log.Error("ipcache prefix containing a missing one not withheld", zap.Stringer("prefix", p), zap.Error(err))
+			if err := deleteKey(mw.maps.ipcache, &k); err != nil {
+				mw.log.Error("ipcache prefix containing a missing one not withheld", zap.Stringer("prefix", p), zap.Error(err))
 				continue
 			}
-			d.log.Warn("ipcache prefix withheld: a prefix inside it does not fit", zap.Stringer("prefix", p), zap.Stringer("missing", q))
-			delete(d.mirror.ipcache, p)
-			d.dirty.ips[p] = struct{}{}
+			mw.log.Warn("ipcache prefix withheld: a prefix inside it does not fit", zap.Stringer("prefix", p), zap.Stringer("missing", q))
+			delete(mw.mirror.ipcache, p)
+			mw.dirty.ips[p] = struct{}{}
 		}
 	}
 }
@@ -357,16 +368,14 @@ func containsMissing(p netip.Prefix, missing []netip.Prefix) bool {
 }
 
 // mapName names one of the maps the daemon writes.
-func (d *Datapath) mapName(m *ebpf.Map) string {
+func (mw *mapWriter) mapName(m *ebpf.Map) string {
 	switch m {
-	case d.objs.CdoEndpoints:
+	case mw.maps.endpoints:
 		return bpf.CoordinoMapCdoEndpoints
-	case d.objs.CdoIpcache:
+	case mw.maps.ipcache:
 		return bpf.CoordinoMapCdoIpcache
-	case d.objs.CdoPolicy:
+	case mw.maps.policy:
 		return bpf.CoordinoMapCdoPolicy
-	case d.objs.CdoEpAddrs:
-		return bpf.CoordinoMapCdoEpAddrs
 	}
 	return "unknown"
 }
@@ -377,15 +386,11 @@ func (d *Datapath) mapName(m *ebpf.Map) string {
 func (d *Datapath) AttachCapacity() error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if n := int(d.objs.CdoEndpoints.MaxEntries()); len(d.mirror.endpoints) >= n {
-		return &MapFullError{Map: bpf.CoordinoMapCdoEndpoints, Capacity: n}
-	}
-	addrs := 0
-	for _, r := range d.eps {
-		addrs += len(r.IPs)
-	}
-	if n := int(d.objs.CdoEpAddrs.MaxEntries()); addrs >= n {
-		return &MapFullError{Map: bpf.CoordinoMapCdoEpAddrs, Capacity: n}
+	// The endpoints map, then the source addresses.
+	for _, u := range []MapUsage{d.mw.usage()[0], d.eps.usage()[0]} {
+		if u.Entries >= u.Capacity {
+			return &MapFullError{Map: u.Name, Capacity: u.Capacity}
+		}
 	}
 	return nil
 }

@@ -32,7 +32,7 @@ func (c *cluster) attachNew(name string, ips ...netip.Addr) (Endpoint, error) {
 }
 
 func (c *cluster) refusals(name string) float64 {
-	return testutil.ToFloat64(c.dp.metrics.mapFailures.WithLabelValues(name, refusedFull))
+	return testutil.ToFloat64(c.dp.health.failures.WithLabelValues(name, refusedFull))
 }
 
 func (c *cluster) usage(name string) MapUsage {

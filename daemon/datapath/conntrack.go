@@ -3,9 +3,12 @@ package datapath
 import (
 	"errors"
 	"fmt"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
+	"time"
 
 	"github.com/cilium/ebpf"
 	"github.com/coordino/coordino/bpf"
@@ -92,13 +95,73 @@ func describeConntrack(ch chan<- *prometheus.Desc) {
 	ch <- ctEventsDesc
 }
 
-func (d *Datapath) collectConntrack(ch chan<- prometheus.Metric) {
-	ch <- prometheus.MustNewConstMetric(ctCapacityDesc, prometheus.GaugeValue, float64(d.objs.CdoConntrack.MaxEntries()))
-	if n, err := d.conntrackEntries(); err == nil {
+// conntrack is the conntrack table's part: it counts, reads and purges the
+// table (the programs write it). Its methods are safe for concurrent use;
+// purges of removed endpoints run in its background walker (ctpurge.go).
+type conntrack struct {
+	table, stats *ebpf.Map
+	log          *zap.Logger
+	// walks counts full reads of the table.
+	walks atomic.Uint64
+	// counter counts the table's entries without reading it; nil where the
+	// kernel cannot (mapcount.go).
+	counter *mapCounter
+	// purger holds the removed endpoints whose entries are still to purge.
+	purger *ctPurger
+}
+
+// openConntrack opens the pinned purge set in dir and starts the
+// background walker; close stops it.
+func openConntrack(table, stats *ebpf.Map, dir string, interval time.Duration, log *zap.Logger) (*conntrack, error) {
+	pm, err := openPurgeMap(dir)
+	if err != nil {
+		return nil, err
+	}
+	p, err := newPurger(pm, interval)
+	if err != nil {
+		pm.Close()
+		return nil, err
+	}
+	c := &conntrack{table: table, stats: stats, log: log, counter: openMapCounter(table, log), purger: p}
+	go c.runPurger()
+	return c, nil
+}
+
+// close stops the walker after the walk under way (it reads the table,
+// closed by the caller afterwards) and releases the part's descriptors.
+func (c *conntrack) close() error {
+	c.purger.stopPurger()
+	errs := []error{c.purger.m.Close()}
+	if c.counter != nil {
+		errs = append(errs, c.counter.Close())
+	}
+	return errors.Join(errs...)
+}
+
+// queue records a removed endpoint's interface and addresses as pending
+// a purge (ctPurger.queue).
+func (c *conntrack) queue(ifindex uint32, ips []netip.Addr) error {
+	return c.purger.queue(ifindex, ips)
+}
+
+// wake starts a background walk of what is pending.
+func (c *conntrack) wake() { c.purger.wake() }
+
+// pendingPurges is how many interfaces and addresses are pending.
+func (c *conntrack) pendingPurges() int { return c.purger.pendingPurges() }
+
+// collectors are the purge's metrics.
+func (c *conntrack) collectors() []prometheus.Collector {
+	return []prometheus.Collector{c.purger.walks, c.purger.pendingEp}
+}
+
+func (c *conntrack) collect(ch chan<- prometheus.Metric) {
+	ch <- prometheus.MustNewConstMetric(ctCapacityDesc, prometheus.GaugeValue, float64(c.table.MaxEntries()))
+	if n, err := c.entries(); err == nil {
 		ch <- prometheus.MustNewConstMetric(ctEntriesDesc, prometheus.GaugeValue, float64(n))
 	}
 	for slot, name := range ctStatNames {
-		v, err := d.ctStat(slot)
+		v, err := c.stat(slot)
 		if err != nil {
 			continue
 		}
@@ -107,9 +170,9 @@ func (d *Datapath) collectConntrack(ch chan<- prometheus.Metric) {
 }
 
 // ctStat sums one conntrack statistic over all CPUs.
-func (d *Datapath) ctStat(slot bpf.CoordinoCtStat) (uint64, error) {
+func (c *conntrack) stat(slot bpf.CoordinoCtStat) (uint64, error) {
 	var perCPU []uint64
-	if err := d.objs.CdoCtStats.Lookup(uint32(slot), &perCPU); err != nil {
+	if err := c.stats.Lookup(uint32(slot), &perCPU); err != nil {
 		return 0, err
 	}
 	var sum uint64
@@ -119,21 +182,21 @@ func (d *Datapath) ctStat(slot bpf.CoordinoCtStat) (uint64, error) {
 	return sum, nil
 }
 
-// conntrackEntries counts the table's entries: from the kernel's count
+// entries counts the table's entries: from the kernel's count
 // where it has one, else by reading the table.
-func (d *Datapath) conntrackEntries() (int, error) {
-	if d.ctCounter != nil {
-		if n, err := d.ctCounter.count(); err == nil {
+func (c *conntrack) entries() (int, error) {
+	if c.counter != nil {
+		if n, err := c.counter.count(); err == nil {
 			return n, nil
 		}
 	}
-	return d.conntrackEntriesRead()
+	return c.entriesRead()
 }
 
-// conntrackEntriesRead counts the table's entries by reading all of them.
-func (d *Datapath) conntrackEntriesRead() (int, error) {
+// entriesRead counts the table's entries by reading all of them.
+func (c *conntrack) entriesRead() (int, error) {
 	n := 0
-	err := d.walkConntrack(func(*bpf.CoordinoCtKey, *bpf.CoordinoCtEntry) { n++ })
+	err := c.walk(func(*bpf.CoordinoCtKey, *bpf.CoordinoCtEntry) { n++ })
 	return n, err
 }
 
@@ -150,18 +213,18 @@ type ctBatchBuf struct {
 // table, and a fresh buffer each time was most of what it allocated.
 var ctBatchBufs = sync.Pool{New: func() any { return new(ctBatchBuf) }}
 
-// walkConntrack calls fn for every key of the conntrack table, read in
+// walk calls fn for every key of the conntrack table, read in
 // batches of ctBatch (two syscalls per entry with an iterator), falling
 // back to the iterator on kernels without batch operations. fn's pointers
 // are valid only during the call.
-func (d *Datapath) walkConntrack(fn func(*bpf.CoordinoCtKey, *bpf.CoordinoCtEntry)) error {
-	d.ctWalks.Add(1)
+func (c *conntrack) walk(fn func(*bpf.CoordinoCtKey, *bpf.CoordinoCtEntry)) error {
+	c.walks.Add(1)
 	buf := ctBatchBufs.Get().(*ctBatchBuf)
 	defer ctBatchBufs.Put(buf)
 	var cursor ebpf.MapBatchCursor
 	keys, vals := buf.keys[:], buf.vals[:]
 	for first := true; ; first = false {
-		n, err := d.objs.CdoConntrack.BatchLookup(&cursor, keys, vals, nil)
+		n, err := c.table.BatchLookup(&cursor, keys, vals, nil)
 		for i := range n {
 			fn(&keys[i], &vals[i])
 		}
@@ -169,31 +232,31 @@ func (d *Datapath) walkConntrack(fn func(*bpf.CoordinoCtKey, *bpf.CoordinoCtEntr
 		case errors.Is(err, ebpf.ErrKeyNotExist):
 			return nil
 		case first && errors.Is(err, ebpf.ErrNotSupported):
-			return d.iterateConntrack(fn)
+			return c.iterate(fn)
 		case err != nil:
 			return err
 		}
 	}
 }
 
-func (d *Datapath) iterateConntrack(fn func(*bpf.CoordinoCtKey, *bpf.CoordinoCtEntry)) error {
+func (c *conntrack) iterate(fn func(*bpf.CoordinoCtKey, *bpf.CoordinoCtEntry)) error {
 	var (
 		k bpf.CoordinoCtKey
 		v bpf.CoordinoCtEntry
 	)
-	it := d.objs.CdoConntrack.Iterate()
+	it := c.table.Iterate()
 	for it.Next(&k, &v) {
 		fn(&k, &v)
 	}
 	return it.Err()
 }
 
-// deleteConntrack deletes keys in batches; entries gone meanwhile (expired,
+// delete deletes keys in batches; entries gone meanwhile (expired,
 // evicted) are not errors.
-func (d *Datapath) deleteConntrack(keys []bpf.CoordinoCtKey) {
+func (c *conntrack) delete(keys []bpf.CoordinoCtKey) {
 	for len(keys) > 0 {
 		chunk := keys[:min(len(keys), ctBatch)]
-		n, err := d.objs.CdoConntrack.BatchDelete(chunk, nil)
+		n, err := c.table.BatchDelete(chunk, nil)
 		switch {
 		case err == nil:
 			keys = keys[len(chunk):]
@@ -201,9 +264,43 @@ func (d *Datapath) deleteConntrack(keys []bpf.CoordinoCtKey) {
 			keys = keys[n+1:] // the batch stopped at a key gone meanwhile
 		default:
 			for i := n; i < len(chunk); i++ {
-				_ = deleteKey(d.objs.CdoConntrack, &chunk[i])
+				_ = deleteKey(c.table, &chunk[i])
 			}
 			keys = keys[len(chunk):]
 		}
 	}
+}
+
+// purgeEndpoint drops the tracked flows of one removed endpoint now: those
+// seen on its interface, so a future interface reusing the index starts
+// clean, and those other endpoints track with one of its addresses, so a pod
+// that is given the address next never inherits a flow of the deleted one.
+// DEL queues this for the background walk (ctpurge.go) and calls it only
+// when it cannot. The table is read and the dead entries deleted in batches
+// (conntrack.go).
+func (c *conntrack) purgeEndpoint(ifindex uint32, ips []netip.Addr) {
+	gone := map[[16]byte]bool{}
+	for _, ip := range ips {
+		_, b := packetAddr(ip)
+		gone[b] = true
+	}
+	err := c.purgeWhere(func(k *bpf.CoordinoCtKey, _ *bpf.CoordinoCtEntry) bool {
+		return k.Ifindex == ifindex || gone[k.Src] || gone[k.Dst]
+	})
+	if err != nil {
+		c.log.Warn("conntrack purge incomplete: entries of the removed endpoint expire on their own", zap.Error(err))
+	}
+}
+
+// purgeWhere deletes the conntrack entries drop selects; entries it
+// could not read are left to expire, and the read error is returned.
+func (c *conntrack) purgeWhere(drop func(*bpf.CoordinoCtKey, *bpf.CoordinoCtEntry) bool) error {
+	var dead []bpf.CoordinoCtKey
+	err := c.walk(func(k *bpf.CoordinoCtKey, v *bpf.CoordinoCtEntry) {
+		if drop(k, v) {
+			dead = append(dead, *k)
+		}
+	})
+	c.delete(dead)
+	return err
 }

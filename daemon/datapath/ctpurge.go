@@ -187,8 +187,8 @@ func (p *ctPurger) isPending(ifindex uint32, ips []netip.Addr) bool {
 // purgePending walks the table once and deletes the entries of everything
 // pending when the walk began, and those extra selects (nil: none). What
 // was queued meanwhile stays pending; on a read error everything does.
-func (d *Datapath) purgePending(trigger string, extra func(*bpf.CoordinoCtKey) bool) error {
-	p := d.purger
+func (c *conntrack) purgePending(trigger string, extra func(*bpf.CoordinoCtKey) bool) error {
+	p := c.purger
 	p.walkMu.Lock()
 	defer p.walkMu.Unlock()
 	p.mu.Lock()
@@ -209,7 +209,7 @@ func (d *Datapath) purgePending(trigger string, extra func(*bpf.CoordinoCtKey) b
 	p.lastWalk = time.Now()
 	p.mu.Unlock()
 	p.walks.WithLabelValues(trigger).Inc()
-	err := d.purgeConntrackWhere(func(k *bpf.CoordinoCtKey, _ *bpf.CoordinoCtEntry) bool {
+	err := c.purgeWhere(func(k *bpf.CoordinoCtKey, _ *bpf.CoordinoCtEntry) bool {
 		return ifs[k.Ifindex] || addrs[k.Src] || addrs[k.Dst] || (extra != nil && extra(k))
 	})
 	if err != nil {
@@ -234,19 +234,20 @@ func (d *Datapath) purgePending(trigger string, extra func(*bpf.CoordinoCtKey) b
 	return nil
 }
 
-// settlePurge makes sure no entry of a removed endpoint is left on ifindex
+// settle makes sure no entry of a removed endpoint is left on ifindex
 // or naming one of ips before a new endpoint uses them: it walks the table
 // now if one is still pending (waiting first for a walk under way).
-func (d *Datapath) settlePurge(ifindex uint32, ips []netip.Addr) error {
-	if !d.purger.isPending(ifindex, ips) {
+func (c *conntrack) settle(ifindex uint32, ips []netip.Addr) error {
+	if !c.purger.isPending(ifindex, ips) {
 		return nil
 	}
-	d.purger.walkMu.Lock()
-	d.purger.walkMu.Unlock() // a walk under way may have served it
-	if !d.purger.isPending(ifindex, ips) {
+	// Waits for a walk under way, which may have served it.
+	c.purger.walkMu.Lock()
+	c.purger.walkMu.Unlock() //nolint:staticcheck // SA2001: the empty section is the wait
+	if !c.purger.isPending(ifindex, ips) {
 		return nil
 	}
-	if err := d.purgePending(purgeAttach, nil); err != nil {
+	if err := c.purgePending(purgeAttach, nil); err != nil {
 		return fmt.Errorf("flows of a removed endpoint with this interface or address not purged: %w", err)
 	}
 	return nil
@@ -255,15 +256,10 @@ func (d *Datapath) settlePurge(ifindex uint32, ips []netip.Addr) error {
 // purgeAtStart purges what a previous daemon left pending and every entry
 // on an interface no endpoint has: the pending set is persisted, and this
 // also catches entries of an endpoint removed by a version that did not.
-// Node flows (ifindex 0) are not an endpoint's.
-func (d *Datapath) purgeAtStart() error {
-	d.mu.Lock()
-	live := map[uint32]bool{}
-	for _, r := range d.eps {
-		live[uint32(r.HostIfIndex)] = true
-	}
-	d.mu.Unlock()
-	return d.purgePending(purgeStart, func(k *bpf.CoordinoCtKey) bool {
+// Node flows (ifindex 0) are not an endpoint's; live are the endpoints'
+// interfaces.
+func (c *conntrack) purgeAtStart(live map[uint32]bool) error {
+	return c.purgePending(purgeStart, func(k *bpf.CoordinoCtKey) bool {
 		return k.Ifindex != 0 && !live[k.Ifindex]
 	})
 }
@@ -272,8 +268,8 @@ func (d *Datapath) purgeAtStart() error {
 // out the interval since the last walk unless purgeBatch endpoints are
 // pending, and walks once for all of them. Close stops it after the walk
 // under way; what is left stays pinned for the next Open.
-func (d *Datapath) runPurger() {
-	p := d.purger
+func (c *conntrack) runPurger() {
+	p := c.purger
 	defer close(p.stopped)
 	retry := (*time.Timer)(nil)
 	for {
@@ -299,8 +295,8 @@ func (d *Datapath) runPurger() {
 				return
 			}
 		}
-		if err := d.purgePending(purgeBackground, nil); err != nil {
-			d.log.Warn("background conntrack purge failed; retrying", zap.Error(err))
+		if err := c.purgePending(purgeBackground, nil); err != nil {
+			c.log.Warn("background conntrack purge failed; retrying", zap.Error(err))
 			if retry != nil {
 				retry.Stop()
 			}
@@ -324,4 +320,11 @@ func (p *ctPurger) stopPurger() {
 		close(p.stop)
 	}
 	<-p.stopped
+}
+
+// pendingPurges is how many interfaces and addresses are pending.
+func (p *ctPurger) pendingPurges() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.pending)
 }

@@ -75,7 +75,7 @@ func pinnedPurges(t *testing.T, d *Datapath) int {
 	n := 0
 	var k purgeKey
 	var v uint8
-	it := d.purger.m.Iterate()
+	it := d.ct.purger.m.Iterate()
 	for it.Next(&k, &v) {
 		n++
 	}
@@ -89,9 +89,9 @@ func pinnedPurges(t *testing.T, d *Datapath) int {
 func waitPurged(t *testing.T, d *Datapath) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
-	for d.purger.pendingEndpoints() > 0 {
+	for d.ct.purger.pendingEndpoints() > 0 {
 		if time.Now().After(deadline) {
-			t.Fatalf("%d removed endpoints still pending a conntrack purge after 10s", d.purger.pendingEndpoints())
+			t.Fatalf("%d removed endpoints still pending a conntrack purge after 10s", d.ct.purger.pendingEndpoints())
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
@@ -102,14 +102,14 @@ func waitPurged(t *testing.T, d *Datapath) {
 func TestDetachDoesNotWalkConntrack(t *testing.T) {
 	c := newClusterWith(t, Config{AttachMode: AttachTC, purgeInterval: time.Hour}, false)
 	gone, _ := plantFlows(t, c.dp, c.eps["b"], c.eps["a"])
-	walks := c.dp.ctWalks.Load()
+	walks := c.dp.ct.walks.Load()
 	if err := c.dp.DetachEndpoint(c.eps["b"]); err != nil {
 		t.Fatal(err)
 	}
-	if n := c.dp.ctWalks.Load() - walks; n != 0 {
+	if n := c.dp.ct.walks.Load() - walks; n != 0 {
 		t.Fatalf("DEL read the whole conntrack table %d times", n)
 	}
-	if !c.dp.purger.isPending(uint32(c.eps["b"].HostIfIndex), c.eps["b"].IPs) {
+	if !c.dp.ct.purger.isPending(uint32(c.eps["b"].HostIfIndex), c.eps["b"].IPs) {
 		t.Fatal("the removed endpoint's flows are not pending a purge")
 	}
 	if n := pinnedPurges(t, c.dp); n != 2 {
@@ -159,7 +159,7 @@ func TestAttachReusingPendingPurgesFirst(t *testing.T) {
 			if len(present(t, c.dp, kept)) != 1 {
 				t.Fatal("a flow naming neither the interface nor the address was purged")
 			}
-			if c.dp.purger.pendingEndpoints() != 0 || pinnedPurges(t, c.dp) != 0 {
+			if c.dp.ct.purger.pendingEndpoints() != 0 || pinnedPurges(t, c.dp) != 0 {
 				t.Fatal("purge done but still pending")
 			}
 		})
@@ -172,7 +172,7 @@ func TestPendingPurgeCompletes(t *testing.T) {
 	c := newClusterWith(t, Config{AttachMode: AttachTC, purgeInterval: 300 * time.Millisecond}, false)
 	goneB, kept := plantFlows(t, c.dp, c.eps["b"], c.eps["a"])
 	goneC, _ := plantFlows(t, c.dp, c.eps["c"], c.eps["a"])
-	walks := c.dp.ctWalks.Load()
+	walks := c.dp.ct.walks.Load()
 	for _, name := range []string{"b", "c"} {
 		if err := c.dp.DetachEndpoint(c.eps[name]); err != nil {
 			t.Fatal(err)
@@ -188,7 +188,7 @@ func TestPendingPurgeCompletes(t *testing.T) {
 	if n := pinnedPurges(t, c.dp); n != 0 {
 		t.Fatalf("%d pending purges still pinned", n)
 	}
-	if n := c.dp.ctWalks.Load() - walks; n > 2 {
+	if n := c.dp.ct.walks.Load() - walks; n > 2 {
 		t.Errorf("%d walks for two DELs a moment apart, want them coalesced", n)
 	}
 }
@@ -220,7 +220,7 @@ func TestPendingPurgeSurvivesRestart(t *testing.T) {
 	if len(present(t, c.dp, kept, node)) != 2 {
 		t.Fatal("restart purged a flow of a live endpoint or of the node")
 	}
-	if c.dp.purger.pendingEndpoints() != 0 || pinnedPurges(t, c.dp) != 0 {
+	if c.dp.ct.purger.pendingEndpoints() != 0 || pinnedPurges(t, c.dp) != 0 {
 		t.Fatal("purged at start but still pending")
 	}
 }
@@ -234,7 +234,7 @@ func TestDetachPurgesNowWhenPendingMapFull(t *testing.T) {
 	for i := range keys {
 		keys[i] = purgeKey{Addr: [16]byte{0xfd, 0, byte(i >> 16), byte(i >> 8), byte(i)}}
 	}
-	if _, err := c.dp.purger.m.BatchUpdate(keys, make([]uint8, len(keys)), nil); err != nil {
+	if _, err := c.dp.ct.purger.m.BatchUpdate(keys, make([]uint8, len(keys)), nil); err != nil {
 		t.Fatal(err)
 	}
 	if err := c.dp.DetachEndpoint(c.eps["b"]); err != nil {

@@ -9,7 +9,6 @@ import (
 	"path/filepath"
 	"slices"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/cilium/ebpf"
@@ -19,9 +18,7 @@ import (
 	"github.com/coordino/coordino/daemon/identity"
 	"github.com/coordino/coordino/daemon/kernel"
 	"github.com/coordino/coordino/daemon/policy"
-	"github.com/vishvananda/netlink"
 	"go.uber.org/zap"
-	"golang.org/x/sys/unix"
 )
 
 // DefaultNamespace is the namespace of endpoints that name none.
@@ -73,78 +70,54 @@ type Config struct {
 // the endpoint manager (and any other datapath) through dpapi.
 type Endpoint = dpapi.Endpoint
 
-// Datapath is the loaded BPF datapath. Its methods are safe for concurrent use.
+// Datapath is the loaded BPF datapath. Its methods are safe for concurrent
+// use. It is a front: it holds the lock, the policy engine and the inputs
+// the engine does not know (node addresses, remote pods), and each part
+// below owns its own maps and state; a part reaches another only through
+// its methods. doc.go lists which part owns what.
 type Datapath struct {
 	cfg     Config
 	log     *zap.Logger
 	objs    bpf.CoordinoObjects
-	state   *ebpf.Map
+	state   *ebpf.Map // endpoint records (state.go), the endpoint table's
 	metrics *metrics
-	// tc is one rtnetlink socket, in the namespace Open ran in, for the
-	// qdisc and filter requests of every attach and detach: opening a
-	// socket per request cost more than the request itself.
-	tc *netlink.Handle
-	// ifKeys maps host ifindex to endpoint key for the flow reader: a
-	// snapshot replaced on every endpoint change, so decoding an event
-	// never takes mu.
-	ifKeys atomic.Pointer[map[uint32]string]
+
+	// Parts that take no lock of the datapath.
+	att *attacher  // endpoint and device hooks, ifindex→key for flows
+	ct  *conntrack // conntrack counts, walks, purges of removed endpoints
 
 	// snapMu serialises UpdatePolicy; snap is the last applied snapshot.
 	snapMu sync.Mutex
 	snap   snapshotState
 
+	// mu guards what follows, and the parts called under it.
 	mu     sync.Mutex
 	ids    identity.Assigner
 	cidrs  *identity.CIDRs
 	engine *policy.Engine
-	eps    map[string]*record
-	// podPorts are the named ports of this node's pods, by "namespace/name".
-	podPorts map[string][]policy.NamedPort
-	synced   bool
-	mirror   *mirrors
-	revision uint32
-	// cfgFlags are the CFG_* flags last written to the config map.
-	cfgFlags uint32
-	// dirty are map entries that may differ from what the engine wants.
-	dirty pending
-	// remote are other nodes' pod and node addresses (remote.go).
-	remote remoteAddrs
-	// retryTimer is set while a retry of a failed flush is scheduled.
-	retryTimer    *time.Timer
-	retryDelay    time.Duration
-	closed        bool
+	synced bool
+	// cidrsRetained: the CIDR numbers restored at start were trimmed to
+	// those the policies use.
 	cidrsRetained bool
-	// episodes are the maps' refused writes, by map name (capacity.go).
-	episodes map[string]*mapEpisode
-	// serviceHookErr is why the post-DNAT hook is not attached (nil: it is);
-	// serviceStage is the one attached.
-	serviceHookErr error
-	serviceStage   ServiceStage
-	// nodeIso is node isolation's state (nodeiso.go).
-	nodeIso nodeIsoState
-	// peerBlocks mirrors cdo_peer_blocks once SetPeerBlocks has read it.
-	peerBlocks map[bpf.CoordinoIpcacheKey]uint32
-	// tunnelPeers mirrors cdo_tunnel_peers once SetTunnel has read it;
-	// tunnelCfg is what cdo_tunnel holds.
-	tunnelPeers map[bpf.CoordinoIpcacheKey]bpf.CoordinoTunnelPeer
-	tunnelCfg   bpf.CoordinoTunnelConfig
-	// hostRoutingRefused: the kernel cannot host-route, and it was said.
-	hostRoutingRefused bool
+	// remote are other nodes' pods (remote.go); remoteNodeIPs other nodes'
+	// addresses: the remote-node identity.
+	remote        remoteAddrs
+	remoteNodeIPs []netip.Addr
 
-	// purger purges removed endpoints' conntrack entries (ctpurge.go).
-	purger *ctPurger
-	// ctWalks counts full reads of the conntrack table.
-	ctWalks atomic.Uint64
-	// ctCounter counts the conntrack table's entries without reading it;
-	// nil where the kernel cannot (mapcount.go).
-	ctCounter *mapCounter
+	eps    *endpoints     // the endpoint table (endpoints.go)
+	mw     *mapWriter     // policy, ipcache, endpoints, config maps (sync.go)
+	health *mapHealth     // refused writes of every map (capacity.go)
+	retry  *retrier       // backoff of failed writes (retry.go)
+	iso    *nodeIsolation // node isolation (nodeiso.go)
+	hr     *hostRouting   // host routing and the eBPF tunnel (hostroute.go)
+	svc    *services      // the post-DNAT stage (service.go)
 }
 
 // Open loads the BPF objects and creates, or adopts, the pinned maps, the
 // endpoint records and their links; adopted links switch to the programs
 // just loaded without detaching. Policy already in the maps stays enforced
 // until the first UpdatePolicy replaces it.
-func Open(cfg Config) (*Datapath, error) {
+func Open(cfg Config) (_ *Datapath, err error) {
 	if cfg.Logger == nil {
 		cfg.Logger = zap.NewNop()
 	}
@@ -176,10 +149,19 @@ func Open(cfg Config) (*Datapath, error) {
 		log:   cfg.Logger.Named("datapath"),
 		ids:   cfg.Identities,
 		cidrs: identity.NewCIDRs(),
-		eps:   map[string]*record{}, podPorts: map[string][]policy.NamedPort{},
-		dirty: newPending(),
 	}
-	d.episodes = map[string]*mapEpisode{}
+	d.health = newMapHealth(d.log)
+	// A retry flushes again and re-applies node isolation if that failed.
+	d.retry = newRetrier(&d.mu, cfg.retryDelay, d.log, func() error {
+		err := d.flush("")
+		if d.iso.pending() {
+			// Its error also names invalid policies, which no retry mends.
+			if nerr := d.iso.apply(); d.iso.pending() {
+				err = errors.Join(err, nerr)
+			}
+		}
+		return err
+	}, func() bool { return d.mw.settled() && !d.iso.pending() })
 	d.engine = policy.NewEngine(d.cidrs)
 	if err := prepareConntrack(&cfg, spec, d.log); err != nil {
 		return nil, err
@@ -200,47 +182,52 @@ func Open(cfg Config) (*Datapath, error) {
 		}
 		return nil, fmt.Errorf("datapath: load BPF objects: %w", err)
 	}
+	// From here on one cleanup undoes a failed Open: Close releases what
+	// is set and skips what is not. The pins stay for the next Open.
+	defer func() {
+		if err != nil {
+			d.Close()
+		}
+	}()
 	if err := restoreResized(&d.objs, resized); err != nil {
-		d.objs.Close()
 		return nil, err
 	}
 	if d.state, err = openStateMap(cfg.BPFDir); err != nil {
-		d.objs.Close()
 		return nil, err
 	}
-	pm, err := openPurgeMap(cfg.BPFDir)
-	if err != nil {
-		d.state.Close()
-		d.objs.Close()
+	if d.att, err = newAttacher(cfg.BPFDir, cfg.AttachMode, cfg.Features.Has(kernel.TCX), d.objs.CdoFromEp, d.objs.CdoToEp, d.log); err != nil {
 		return nil, err
 	}
-	if d.purger, err = newPurger(pm, cfg.purgeInterval); err != nil {
-		pm.Close()
-		d.state.Close()
-		d.objs.Close()
+	if d.hr, err = newHostRouting(hostRoutingMaps{localEps: d.objs.CdoLocalEps, peerBlocks: d.objs.CdoPeerBlocks,
+		tunnelPeers: d.objs.CdoTunnelPeers, tunnel: d.objs.CdoTunnel, fibCache: d.objs.CdoFibCache, stats: d.objs.CdoHostrouteStats},
+		cfg.Features, d.health, d.log); err != nil {
 		return nil, err
 	}
-	if d.tc, err = netlink.NewHandle(unix.NETLINK_ROUTE); err != nil {
-		pm.Close()
-		d.state.Close()
-		d.objs.Close()
-		return nil, fmt.Errorf("datapath: rtnetlink socket: %w", err)
+	if d.ct, err = openConntrack(d.objs.CdoConntrack, d.objs.CdoCtStats, cfg.BPFDir, cfg.purgeInterval, d.log); err != nil {
+		return nil, err
 	}
-	d.ctCounter = openMapCounter(d.objs.CdoConntrack, d.log)
-	go d.runPurger()
 	d.metrics = newMetrics(d)
-	d.ifKeys.Store(&map[uint32]string{})
 	if err := d.restore(); err != nil {
-		d.Close()
 		return nil, err
 	}
-	if err := d.purgeAtStart(); err != nil {
+	live := map[uint32]bool{}
+	for r := range d.eps.all() {
+		live[uint32(r.HostIfIndex)] = true
+	}
+	if err := d.ct.purgeAtStart(live); err != nil {
 		// An attach reusing a pending interface or address retries it.
 		d.log.Warn("conntrack purge at start failed; retrying in the background", zap.Error(err))
-		d.purger.wake()
+		d.ct.wake()
 	}
-	if err := d.setupServices(); err != nil {
-		d.Close()
+	d.svc = &services{cidrs: cfg.ServiceCIDRs, disabled: cfg.NoServiceHook, features: cfg.Features,
+		links: filepath.Join(cfg.BPFDir, "links"), shared: &d.objs.CoordinoMaps, cidrMap: d.objs.CdoSvcCidrs, ct: d.ct, log: d.log}
+	setFlags := func(mask, set uint32) error {
+		d.mu.Lock()
+		defer d.mu.Unlock()
+		_, err := d.mw.setCfgFlags(mask, set)
+		return err
+	}
+	if err := d.svc.setup(setFlags); err != nil {
 		return nil, err
 	}
 	return d, nil
@@ -249,60 +236,47 @@ func Open(cfg Config) (*Datapath, error) {
 // restore rebuilds in-memory state from the pins and re-points adopted
 // attachments at the freshly loaded programs.
 func (d *Datapath) restore() error {
-	m, err := readMirrors(&d.objs)
+	var err error
+	d.mw, err = openMapWriter(writerMaps{policy: d.objs.CdoPolicy, ipcache: d.objs.CdoIpcache,
+		endpoints: d.objs.CdoEndpoints, config: d.objs.CdoConfig}, d.health, d.retry, d.log)
 	if err != nil {
 		return err
 	}
-	d.mirror = m
-	var cfg bpf.CoordinoConfig
-	if err := d.objs.CdoConfig.Lookup(uint32(0), &cfg); err != nil {
-		return fmt.Errorf("datapath: read config map: %w", err)
-	}
-	d.revision = cfg.PolicyRevision
-	// Keep the previous daemon's flags until startup decides (SetEmitAllowed):
-	// allowed flows it logged keep queueing in the ring meanwhile.
-	d.cfgFlags = cfg.Flags
-	// The tunnel and guard stay as the previous daemon left them until the
-	// peers and options say otherwise.
-	if err := d.objs.CdoTunnel.Lookup(uint32(0), &d.tunnelCfg); err != nil {
-		return fmt.Errorf("datapath: read tunnel map: %w", err)
-	}
-	for p, v := range m.ipcache {
+	d.iso = &nodeIsolation{m: d.objs.CdoNodeiso, cfg: d.objs.CdoNodeisoCfg, health: d.health, retry: d.retry,
+		log: d.log, bump: d.mw.bumpRevision}
+	var cidrErr error
+	d.mw.eachIpcache(func(p netip.Prefix, v bpf.CoordinoIpcacheValue) {
 		for _, id := range []identity.ID{identity.ID(v.Identity), identity.ID(v.CidrIdentity)} {
-			if id.IsCIDR() && id == identity.ID(v.Identity) {
+			if id.IsCIDR() && id == identity.ID(v.Identity) && cidrErr == nil {
 				if err := d.cidrs.Restore(p, id); err != nil {
-					return fmt.Errorf("datapath: adopt ipcache: %w", err)
+					cidrErr = fmt.Errorf("datapath: adopt ipcache: %w", err)
 				}
 			}
 		}
+	})
+	if cidrErr != nil {
+		return cidrErr
 	}
-	recs, err := loadRecords(d.state)
+	d.eps = &endpoints{byKey: map[string]*record{}, podPorts: map[string][]policy.NamedPort{}, state: d.state,
+		addrs: d.objs.CdoEpAddrs, ids: d.ids, engine: d.engine, health: d.health, log: d.log,
+		mw: d.mw, hr: d.hr, att: d.att, ct: d.ct, flush: func() error { return d.flush("") }}
+	adopted, err := d.eps.adopt()
 	if err != nil {
 		return err
 	}
-	for _, r := range recs {
-		id := identity.Identity{ID: r.Identity, Namespace: r.Namespace, Labels: r.Labels}
-		if err := d.ids.Restore(id); err != nil {
-			return fmt.Errorf("datapath: adopt endpoint %q: %w", r.Key, err)
+	// Remote pods a previous run left in the ipcache: single addresses of
+	// a cluster identity that belong to no local endpoint, known but
+	// unconfirmed.
+	local := d.eps.localAddrs()
+	d.mw.eachIpcache(func(p netip.Prefix, v bpf.CoordinoIpcacheValue) {
+		id, a := identity.ID(v.Identity), p.Addr()
+		if p.IsSingleIP() && !local[a] && id >= identity.FirstPod && id <= identity.LastCluster {
+			d.remote.adopt(a, id)
 		}
-		d.engine.AddLocal(id)
-		d.feedNamedPorts(r)
-		d.eps[r.Key] = r
-		d.refreshIfKeys()
-		// Adopted from a version without source validation, or a lost map.
-		// Failing here only leaves this pod's traffic dropped (fail closed).
-		if err := d.writeAddrs(r, nil); err != nil {
-			d.log.Warn("adopted endpoint's source addresses not written", zap.String("endpoint", r.Key), zap.Error(err))
-		}
-		if err := d.attach(r); err != nil {
-			// The interface may be gone; the owner's reconciliation detaches it.
-			d.log.Warn("adopted endpoint not re-attached", zap.String("endpoint", r.Key), zap.Error(err))
-		}
-	}
-	d.restoreRemote()
-	d.log.Info("datapath opened", zap.String("bpfDir", d.cfg.BPFDir), zap.Int("adoptedEndpoints", len(recs)),
-		zap.Int("restoredRemoteEndpoints", len(d.remote.unconfirmed)),
-		zap.Int("policyEntries", len(m.policy)), zap.Uint32("policyRevision", d.revision))
+	})
+	d.log.Info("datapath opened", zap.String("bpfDir", d.cfg.BPFDir), zap.Int("adoptedEndpoints", adopted),
+		zap.Int("restoredRemoteEndpoints", d.remote.unconfirmedCount()),
+		zap.Int("policyEntries", d.mw.usage()[2].Entries), zap.Uint32("policyRevision", d.mw.policyRevision()))
 	return nil
 }
 
@@ -310,25 +284,20 @@ func (d *Datapath) restore() error {
 // enforcing policy until the next Open adopts them.
 func (d *Datapath) Close() error {
 	d.mu.Lock()
-	d.closed = true
-	if d.retryTimer != nil {
-		d.retryTimer.Stop()
-	}
+	d.retry.stop()
 	d.mu.Unlock()
 	var errs []error
-	if d.purger != nil {
+	if d.ct != nil {
 		// After the walk under way: it reads maps closed below.
-		d.purger.stopPurger()
-		errs = append(errs, d.purger.m.Close())
+		errs = append(errs, d.ct.close())
 	}
 	if d.state != nil {
 		errs = append(errs, d.state.Close())
 	}
-	if d.ctCounter != nil {
-		errs = append(errs, d.ctCounter.Close())
-	}
 	errs = append(errs, d.objs.Close())
-	d.tc.Close()
+	if d.att != nil {
+		d.att.close()
+	}
 	return errors.Join(errs...)
 }
 
@@ -338,17 +307,10 @@ func (d *Datapath) SetNodeIPs(ips []netip.Addr) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	for _, ip := range slices.Concat(d.cfg.NodeIPs, ips) {
-		ip = ip.Unmap()
-		d.dirty.ips[netip.PrefixFrom(ip, ip.BitLen())] = struct{}{}
+		d.mw.markAddr(ip)
 	}
 	d.cfg.NodeIPs = slices.Clone(ips)
-	if !d.synced {
-		return nil
-	}
-	if err := d.flush(); err != nil {
-		return fmt.Errorf("datapath: update node addresses: %w", err)
-	}
-	return nil
+	return d.flush("update node addresses")
 }
 
 // AttachEndpoint resolves ep's identity, writes its map entries and policy,
@@ -367,29 +329,23 @@ func (d *Datapath) AttachEndpoint(ep Endpoint) error {
 	}
 	// Before anything is written: the programs attached below must find no
 	// flow of a removed endpoint that had this interface or an address.
-	if err := d.settlePurge(uint32(r.HostIfIndex), r.IPs); err != nil {
+	if err := d.ct.settle(uint32(r.HostIfIndex), r.IPs); err != nil {
 		return fmt.Errorf("endpoint %q: %w", r.Key, err)
 	}
 	if err := d.prepareAttach(r); err != nil {
 		return err
 	}
 	recordedMode := r.Mode
-	attachErr := d.attach(r)
+	attachErr := d.att.attach(r)
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if attachErr != nil {
-		_ = d.detach(r)
-		d.forget(r)
+		_ = d.att.detach(r)
+		d.eps.forget(r)
 		return attachErr
 	}
-	if r.Mode != recordedMode { // tcx fell back to tc
-		if err := putRecord(d.state, r); err != nil {
-			return err
-		}
-	}
-	// Last: host routing runs the policy the steps above put in place.
-	if err := d.writeLocalEp(r); err != nil {
-		d.log.Warn("endpoint not host-routed; its traffic takes the normal path", zap.String("endpoint", r.Key), zap.Error(err))
+	if err := d.eps.attached(r, recordedMode); err != nil {
+		return err
 	}
 	d.log.Debug("endpoint attached", zap.String("endpoint", r.Key), zap.String("interface", r.HostIfName),
 		zap.Uint32("identity", uint32(r.Identity)), zap.String("mode", r.Mode))
@@ -404,91 +360,7 @@ func (d *Datapath) prepareAttach(r *record) error {
 	if !d.synced {
 		return ErrPolicyNotSynced
 	}
-	old := d.eps[r.Key]
-	if old != nil && old.HostIfIndex != r.HostIfIndex {
-		// Same key on a new interface: drop the old attachment first.
-		if err := d.deleteLocalEp(old); err != nil {
-			return err
-		}
-		if err := d.detach(old); err != nil {
-			return err
-		}
-		gone := slices.DeleteFunc(slices.Clone(old.IPs), func(ip netip.Addr) bool { return slices.Contains(r.IPs, ip) })
-		if err := d.purger.queue(uint32(old.HostIfIndex), gone); err != nil {
-			d.log.Warn("flows of the replaced interface left to expire", zap.String("endpoint", r.Key), zap.Error(err))
-		}
-	}
-	id, _, err := d.ids.Acquire(r.Namespace, r.Labels)
-	if err != nil {
-		return fmt.Errorf("endpoint %q: %w", r.Key, err)
-	}
-	r.Identity = id.ID
-	// The mode is recorded with the rest, before the attach, so a crash
-	// mid-attach leaves a record that says which hooks to clear.
-	r.Mode = d.newMode()
-	if old != nil {
-		r.Mode = old.Mode
-		if r.PodMAC == "" && old.HostIfIndex == r.HostIfIndex {
-			r.HostMAC, r.PodMAC = old.HostMAC, old.PodMAC
-		}
-	}
-	d.adoptPodPorts(r, old)
-	// Sources first: programs attached next drop anything else it sends.
-	if err := d.writeAddrs(r, old); err != nil {
-		d.ids.Release(r.Identity)
-		return err
-	}
-	// Record first: a crash after attaching still finds the endpoint.
-	if err := putRecord(d.state, r); err != nil {
-		d.ids.Release(r.Identity)
-		_ = d.deleteAddrs(r, old) // those the old attachment still uses stay
-		return err
-	}
-	// Only the new identity's rules are expanded here, never the policy set.
-	d.engine.AddLocal(id)
-	d.feedNamedPorts(r) // replaces the old attachment's (same key)
-	if old != nil {
-		// Same key again (e.g. moving to its cluster identity): the new
-		// identity's entries go in before the old one's come out.
-		d.engine.RemoveLocal(old.Identity)
-		d.ids.Release(old.Identity)
-		d.markEndpoint(old)
-		if err := d.deleteAddrs(old, r); err != nil {
-			d.log.Warn("stale source addresses left", zap.String("endpoint", r.Key), zap.Error(err))
-		}
-	}
-	d.eps[r.Key] = r
-	d.refreshIfKeys()
-	d.markEndpoint(r)
-	if err := d.flush(); err != nil {
-		if d.endpointPending(r) {
-			d.forget(r)
-			return fmt.Errorf("endpoint %q: %w", r.Key, err)
-		}
-		// This endpoint is fully in the maps; other entries are retried.
-		d.log.Warn("policy maps not fully updated", zap.Error(err))
-	}
-	return nil
-}
-
-// forget undoes the bookkeeping of a failed attach.
-func (d *Datapath) forget(r *record) {
-	if err := d.deleteLocalEp(r); err != nil {
-		d.log.Warn("host routing entries left after failed attach", zap.String("endpoint", r.Key), zap.Error(err))
-	}
-	if err := d.deleteAddrs(r, nil); err != nil {
-		d.log.Warn("source addresses left after failed attach", zap.String("endpoint", r.Key), zap.Error(err))
-	}
-	delete(d.eps, r.Key)
-	d.refreshIfKeys()
-	_ = deleteRecord(d.state, r.Key)
-	d.engine.RemoveNamedPorts(localPortsKey(r))
-	d.engine.RemoveLocal(r.Identity)
-	d.ids.Release(r.Identity)
-	d.markEndpoint(r)
-	if err := d.flush(); err != nil {
-		d.log.Warn("resync after failed attach", zap.String("endpoint", r.Key), zap.Error(err))
-	}
+	return d.eps.prepare(r)
 }
 
 // DetachEndpoint removes ep's programs, map entries and state. Unknown
@@ -499,67 +371,57 @@ func (d *Datapath) DetachEndpoint(ep Endpoint) error {
 		return errors.New("datapath: detach: endpoint key is empty")
 	}
 	d.mu.Lock()
-	r := d.eps[ep.Key]
+	r := d.eps.get(ep.Key)
 	d.mu.Unlock()
 	if r == nil {
 		// Nothing recorded; clear any pins a crash may have left.
-		return d.unpinLinks(ep.Key)
+		return d.att.unpinLinks(ep.Key)
 	}
 	// First: host routing would otherwise deliver past the programs removed next.
 	d.mu.Lock()
-	err := d.deleteLocalEp(r)
+	err := d.hr.deleteLocalEp(r)
 	d.mu.Unlock()
 	if err != nil {
 		return err
 	}
 	// Outside the lock: releasing a live tcx link waits for RCU.
-	if err := d.detach(r); err != nil {
+	if err := d.att.detach(r); err != nil {
 		return err
 	}
 	// The tracked flows are purged by a background walk (ctpurge.go); they
 	// are recorded as pending before the record goes, so a crash in
 	// between leaves one or the other for the next Open.
-	queueErr := d.purger.queue(uint32(r.HostIfIndex), r.IPs)
-	if err := d.removeDetached(r); err != nil {
+	queueErr := d.ct.queue(uint32(r.HostIfIndex), r.IPs)
+	d.mu.Lock()
+	err = d.eps.remove(r, d.synced)
+	d.mu.Unlock()
+	if err != nil {
 		return err
 	}
 	if queueErr != nil {
 		// Not recorded (pending map full): purge now, as nothing else will.
 		d.log.Warn("conntrack purge not queued; purging now", zap.Error(queueErr))
-		d.purgeConntrack(uint32(r.HostIfIndex), r.IPs)
+		d.ct.purgeEndpoint(uint32(r.HostIfIndex), r.IPs)
 	}
 	d.log.Debug("endpoint detached", zap.String("endpoint", r.Key))
 	return nil
 }
 
-// removeDetached drops r's map entries and state once its programs are gone.
-func (d *Datapath) removeDetached(r *record) error {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	delete(d.eps, r.Key)
-	d.refreshIfKeys()
-	d.engine.RemoveNamedPorts(localPortsKey(r))
-	d.engine.RemoveLocal(r.Identity)
-	d.ids.Release(r.Identity)
-	if err := d.deleteAddrs(r, nil); err != nil {
-		return err
+// flush has the map writer bring the maps in line with what the engine
+// and the other parts want; callers hold mu. Before the first policy
+// snapshot it writes nothing: changes are only recorded, and that
+// snapshot's flush writes everything. what names the change in the error
+// ("" returns it as it is).
+func (d *Datapath) flush(what string) error {
+	if !d.synced {
+		return nil
 	}
-	if err := deleteRecord(d.state, r.Key); err != nil {
-		return err
+	err := d.mw.flush(desired{engine: d.engine, eps: d.eps, nodeIPs: d.cfg.NodeIPs,
+		remoteNodeIPs: d.remoteNodeIPs, remote: &d.remote})
+	if err != nil && what != "" {
+		return fmt.Errorf("datapath: %s: %w", what, err)
 	}
-	if err := d.syncEndpointsOnly(); err != nil {
-		return err
-	}
-	if d.synced {
-		d.markEndpoint(r)
-		if err := d.flush(); err != nil {
-			if d.endpointPending(r) {
-				return err
-			}
-			d.log.Warn("policy maps not fully updated", zap.Error(err))
-		}
-	}
-	return nil
+	return err
 }
 
 // Endpoints returns the keys of all attached endpoints, including those
@@ -567,7 +429,11 @@ func (d *Datapath) removeDetached(r *record) error {
 func (d *Datapath) Endpoints() ([]string, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	return slices.Sorted(maps.Keys(d.eps)), nil
+	var keys []string
+	for _, r := range d.eps.sorted() {
+		keys = append(keys, r.Key)
+	}
+	return keys, nil
 }
 
 func newRecord(ep Endpoint) (*record, error) {

@@ -36,13 +36,12 @@ var modes = []struct {
 // namespace default, "c" (app=client) in namespace other, and "ext", an
 // unattached host standing in for the world.
 type cluster struct {
-	t       testing.TB
-	dual    bool // pods also get their podIPs6 address
-	cfg     Config
-	dp      *Datapath
-	pods    map[string]*testnet.Pod
-	eps     map[string]Endpoint
-	ipIndex int
+	t    testing.TB
+	dual bool // pods also get their podIPs6 address
+	cfg  Config
+	dp   *Datapath
+	pods map[string]*testnet.Pod
+	eps  map[string]Endpoint
 }
 
 var podIPs = map[string]netip.Addr{
@@ -307,7 +306,7 @@ func TestRestartAdoption(t *testing.T) {
 				t.Fatal(err)
 			}
 			before, _ := c.dp.Endpoints()
-			idBefore := c.dp.eps[c.eps["b"].Key].Identity
+			idBefore := c.dp.eps.get(c.eps["b"].Key).Identity
 
 			// Daemon gone: pinned links keep enforcing.
 			if err := c.dp.Close(); err != nil {
@@ -325,7 +324,7 @@ func TestRestartAdoption(t *testing.T) {
 			if strings.Join(before, ",") != strings.Join(after, ",") {
 				t.Fatalf("endpoints after restart %v, want %v", after, before)
 			}
-			if id := c.dp.eps[c.eps["b"].Key].Identity; id != idBefore {
+			if id := c.dp.eps.get(c.eps["b"].Key).Identity; id != idBefore {
 				t.Fatalf("identity changed across restart: %d -> %d", idBefore, id)
 			}
 			if err := testnet.Echo(conn); err != nil {
@@ -413,7 +412,7 @@ func TestDetachRemovesAttachmentAndEntries(t *testing.T) {
 					t.Fatalf("source address %s left behind", ip)
 				}
 			}
-			if _, err := os.Stat(c.dp.linkDir(ep.Key)); !os.IsNotExist(err) {
+			if _, err := os.Stat(c.dp.att.linkDir(ep.Key)); !os.IsNotExist(err) {
 				t.Fatalf("link pins left behind: %v", err)
 			}
 			if n := hookPrograms(t, ep.HostIfIndex); n != 0 {

@@ -44,48 +44,17 @@ var protoNames = map[uint8]string{1: "ICMP", 6: "TCP", 17: "UDP", 58: "ICMPv6", 
 func (d *Datapath) SetEmitAllowed(on bool) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if _, err := d.setCfgFlag(cfgEmitAllowed, on); err != nil {
+	if _, err := d.mw.setCfgFlag(cfgEmitAllowed, on); err != nil {
 		return fmt.Errorf("datapath: set flow event flags: %w", err)
 	}
 	return nil
-}
-
-// setCfgFlag sets or clears one CFG_* flag in the config map, reporting
-// whether it changed; callers hold mu.
-func (d *Datapath) setCfgFlag(flag uint32, on bool) (bool, error) {
-	flags := d.cfgFlags &^ flag
-	if on {
-		flags |= flag
-	}
-	if flags == d.cfgFlags {
-		return false, nil
-	}
-	old := d.cfgFlags
-	d.cfgFlags = flags
-	if err := d.writeConfig(); err != nil {
-		d.cfgFlags = old
-		return false, err
-	}
-	return true, nil
 }
 
 // EmitAllowed reports whether allowed new flows are being reported.
 func (d *Datapath) EmitAllowed() bool {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	return d.cfgFlags&cfgEmitAllowed != 0
-}
-
-// refreshIfKeys publishes a new ifindex→key snapshot; callers hold mu.
-func (d *Datapath) refreshIfKeys() {
-	m := make(map[uint32]string, len(d.eps))
-	for _, r := range d.eps {
-		m[uint32(r.HostIfIndex)] = r.Key
-	}
-	d.ifKeys.Store(&m)
-	if d.remote.onLocalChange != nil {
-		d.remote.onLocalChange()
-	}
+	return d.mw.hasCfgFlag(cfgEmitAllowed)
 }
 
 // cfgEmitAllowed is CFG_EMIT_ALLOWED of bpf/coordino.h (bpf2go does not
@@ -131,7 +100,9 @@ func (d *Datapath) ReadFlows(ctx context.Context, fn func(Flow)) error {
 		if !parseFlowEvent(rec.RawSample, &ev) {
 			continue
 		}
-		fn(d.decodeFlow(&ev))
+		f := decodeFlow(&ev)
+		f.Endpoint = d.att.endpointKey(ev.Ifindex)
+		fn(f)
 	}
 }
 
@@ -154,7 +125,8 @@ func parseFlowEvent(b []byte, ev *bpf.CoordinoFlowEvent) bool {
 	return true
 }
 
-func (d *Datapath) decodeFlow(ev *bpf.CoordinoFlowEvent) Flow {
+// decodeFlow turns an event into a Flow; the caller names its endpoint.
+func decodeFlow(ev *bpf.CoordinoFlowEvent) Flow {
 	f := Flow{
 		Time:           monoToWall(ev.TsNs),
 		IfIndex:        ev.Ifindex,
@@ -178,9 +150,6 @@ func (d *Datapath) decodeFlow(ev *bpf.CoordinoFlowEvent) Flow {
 	}
 	if ev.Proto == 6 || ev.Proto == 17 || ev.Proto == 132 {
 		f.SrcPort, f.DstPort = ntohs(ev.Sport), ntohs(ev.Dport)
-	}
-	if m := d.ifKeys.Load(); m != nil {
-		f.Endpoint = (*m)[ev.Ifindex]
 	}
 	return f
 }

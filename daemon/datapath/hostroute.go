@@ -7,8 +7,6 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
-	"os"
-	"path/filepath"
 	"slices"
 
 	"github.com/cilium/ebpf"
@@ -26,6 +24,42 @@ import (
 // enforce its policy, removed before they go), the other nodes' blocks
 // (cdo_peer_blocks, SetPeerBlocks) and the on/off flag (SetHostRouting);
 // and it empties the programs' cache of FIB answers (ForgetNextHops).
+
+// hostRouting is host routing's part: the maps the programs' host routing
+// and eBPF tunnel read (local endpoints, peer blocks, tunnel peers and
+// config, the FIB cache) and what the daemon last wrote to them. The on/off
+// flag lives in the config map, written by the map writer. Callers hold
+// the datapath's lock.
+type hostRouting struct {
+	maps     hostRoutingMaps
+	features *kernel.Features
+	health   *mapHealth
+	log      *zap.Logger
+	// peerBlocks mirrors cdo_peer_blocks once setPeerBlocks has read it.
+	peerBlocks map[bpf.CoordinoIpcacheKey]uint32
+	// tunnelPeers mirrors cdo_tunnel_peers once setTunnel has read it;
+	// tunnelCfg is what cdo_tunnel holds.
+	tunnelPeers map[bpf.CoordinoIpcacheKey]bpf.CoordinoTunnelPeer
+	tunnelCfg   bpf.CoordinoTunnelConfig
+	// unsupportedSaid: the kernel cannot host-route, and it was said.
+	unsupportedSaid bool
+}
+
+// hostRoutingMaps are the maps of host routing and the eBPF tunnel.
+type hostRoutingMaps struct {
+	localEps, peerBlocks, tunnelPeers, tunnel, fibCache, stats *ebpf.Map
+}
+
+// newHostRouting adopts the tunnel config a previous daemon left: the
+// tunnel and guard stay as they were until the peers and options say
+// otherwise.
+func newHostRouting(maps hostRoutingMaps, features *kernel.Features, health *mapHealth, log *zap.Logger) (*hostRouting, error) {
+	h := &hostRouting{maps: maps, features: features, health: health, log: log}
+	if err := maps.tunnel.Lookup(uint32(0), &h.tunnelCfg); err != nil {
+		return nil, fmt.Errorf("datapath: read tunnel map: %w", err)
+	}
+	return h, nil
+}
 
 // cfgHostRouting is CFG_HOST_ROUTING of bpf/coordino.h.
 const cfgHostRouting = 4
@@ -50,19 +84,18 @@ type HostRouteStats struct {
 // on. On a kernel without nf_conntrack's BPF lookup it stays off (the
 // programs would not redirect anyway): the result says which took effect.
 func (d *Datapath) SetHostRouting(on bool) (bool, error) {
-	unsupported := on && !d.hostRoutingSupported()
+	unsupported := on && !d.hr.supported()
 	if unsupported {
 		on = false
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	changed, err := d.setCfgFlag(cfgHostRouting, on)
+	changed, err := d.mw.setCfgFlag(cfgHostRouting, on)
 	if err != nil {
 		return false, fmt.Errorf("datapath: set host routing: %w", err)
 	}
-	if unsupported && !d.hostRoutingRefused {
-		d.hostRoutingRefused = true // every peer change asks again: say it once
-		d.log.Warn("host routing: the kernel lacks bpf_skb_ct_lookup (nf_conntrack's BPF lookup; load nf_conntrack before the daemon) or the redirect helpers, so flows the host translates could not be told apart; using the host's forwarding path")
+	if unsupported {
+		d.hr.sayUnsupported()
 	}
 	if changed {
 		d.log.Info("host routing", zap.Bool("bpf", on))
@@ -70,12 +103,22 @@ func (d *Datapath) SetHostRouting(on bool) (bool, error) {
 	return on, nil
 }
 
-// hostRoutingSupported reports whether the kernel has what host routing
+// sayUnsupported logs, once, that the kernel cannot host-route: every peer
+// change asks again.
+func (h *hostRouting) sayUnsupported() {
+	if h.unsupportedSaid {
+		return
+	}
+	h.unsupportedSaid = true
+	h.log.Warn("host routing: the kernel lacks bpf_skb_ct_lookup (nf_conntrack's BPF lookup; load nf_conntrack before the daemon) or the redirect helpers, so flows the host translates could not be told apart; using the host's forwarding path")
+}
+
+// supported reports whether the kernel has what host routing
 // needs: the redirect helpers, and the conntrack lookup its guard asks
 // (built in, or nf_conntrack's module loaded when the programs were: they
 // call it only where the probe found it, bpf/lib/hostroute.h).
-func (d *Datapath) hostRoutingSupported() bool {
-	f := d.cfg.Features
+func (h *hostRouting) supported() bool {
+	f := h.features
 	return f.Has(kernel.CTLookup) && f.Has(kernel.RedirectPeer) && f.Has(kernel.RedirectNeigh)
 }
 
@@ -86,7 +129,11 @@ func (d *Datapath) hostRoutingSupported() bool {
 func (d *Datapath) ForgetNextHops() error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	m := d.objs.CdoFibCache
+	return d.hr.forgetNextHops()
+}
+
+func (h *hostRouting) forgetNextHops() error {
+	m := h.maps.fibCache
 	slots := make([]uint32, m.MaxEntries())
 	for i := range slots {
 		slots[i] = uint32(i)
@@ -103,11 +150,15 @@ func (d *Datapath) ForgetNextHops() error {
 func (d *Datapath) SetPeerBlocks(blocks []netip.Prefix) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	return d.hr.setPeerBlocks(blocks)
+}
+
+func (h *hostRouting) setPeerBlocks(blocks []netip.Prefix) error {
 	want := make(map[bpf.CoordinoIpcacheKey]uint32, len(blocks))
 	for _, b := range blocks {
 		want[ipcacheKey(b)] = 0
 	}
-	if err := syncBlocks(d, d.objs.CdoPeerBlocks, bpf.CoordinoMapCdoPeerBlocks, &d.peerBlocks, want); err != nil {
+	if err := syncBlocks(h.health, h.maps.peerBlocks, bpf.CoordinoMapCdoPeerBlocks, &h.peerBlocks, want); err != nil {
 		return fmt.Errorf("datapath: peer blocks: %w", err)
 	}
 	return nil
@@ -127,7 +178,7 @@ func blockOrder(a, b bpf.CoordinoIpcacheKey) int {
 // refuses is counted and left out (its blocks take the host's path), so a
 // full map takes the first blocks of want that it lacks, and the error says
 // how many are missing. Callers hold mu.
-func syncBlocks[V comparable](d *Datapath, m *ebpf.Map, name string, mirror *map[bpf.CoordinoIpcacheKey]V, want map[bpf.CoordinoIpcacheKey]V) error {
+func syncBlocks[V comparable](health *mapHealth, m *ebpf.Map, name string, mirror *map[bpf.CoordinoIpcacheKey]V, want map[bpf.CoordinoIpcacheKey]V) error {
 	if *mirror == nil {
 		have := map[bpf.CoordinoIpcacheKey]V{}
 		var (
@@ -149,7 +200,7 @@ func syncBlocks[V comparable](d *Datapath, m *ebpf.Map, name string, mirror *map
 			continue
 		}
 		if err := deleteKey(m, &k); err != nil {
-			errs = append(errs, fmt.Errorf("delete: %w", d.refused(m, name, err)))
+			errs = append(errs, fmt.Errorf("delete: %w", health.refused(m, name, err)))
 			continue
 		}
 		delete(*mirror, k)
@@ -166,7 +217,7 @@ func syncBlocks[V comparable](d *Datapath, m *ebpf.Map, name string, mirror *map
 	for _, k := range writes {
 		v := want[k]
 		if err := m.Update(&k, &v, ebpf.UpdateAny); err != nil {
-			errs = append(errs, fmt.Errorf("update: %w", d.refused(m, name, err)))
+			errs = append(errs, fmt.Errorf("update: %w", health.refused(m, name, err)))
 			continue
 		}
 		(*mirror)[k] = v
@@ -175,13 +226,17 @@ func syncBlocks[V comparable](d *Datapath, m *ebpf.Map, name string, mirror *map
 		return fmt.Errorf("%d of %d entries not in place: %w", len(errs), len(want), errors.Join(firstErrors(errs, 3)...))
 	}
 	if len(want) > 0 {
-		d.accepted(name) // every block in place
+		health.accepted(name) // every block in place
 	}
 	return nil
 }
 
 // HostRouteStats reads host routing's counters.
 func (d *Datapath) HostRouteStats() (HostRouteStats, error) {
+	return d.hr.stats()
+}
+
+func (h *hostRouting) stats() (HostRouteStats, error) {
 	var s HostRouteStats
 	for slot, dst := range map[bpf.CoordinoHostrouteStat]*uint64{
 		bpf.CoordinoHostrouteStatHR_STAT_IN_REDIRECTED:  &s.InRedirected,
@@ -192,7 +247,7 @@ func (d *Datapath) HostRouteStats() (HostRouteStats, error) {
 		bpf.CoordinoHostrouteStatHR_STAT_DECAPSULATED:   &s.Decapsulated,
 	} {
 		var perCPU []uint64
-		if err := d.objs.CdoHostrouteStats.Lookup(uint32(slot), &perCPU); err != nil {
+		if err := h.maps.stats.Lookup(uint32(slot), &perCPU); err != nil {
 			return s, fmt.Errorf("datapath: read host routing counters: %w", err)
 		}
 		for _, n := range perCPU {
@@ -206,8 +261,8 @@ var hostRouteDesc = prometheus.NewDesc("coordino_host_routing_packets_total",
 	"Packets of eBPF host routing by outcome: redirected into a local pod (in) or to another node (out), of those decapsulated or encapsulated by the eBPF VXLAN tunnel (decapsulated, encapsulated), or left to the normal path because the host's conntrack tracks their flow (host-tracked) or the FIB gave no next hop (no-route).",
 	[]string{"outcome"}, nil)
 
-func (d *Datapath) collectHostRoute(ch chan<- prometheus.Metric) {
-	s, err := d.HostRouteStats()
+func (h *hostRouting) collect(ch chan<- prometheus.Metric) {
+	s, err := h.stats()
 	if err != nil {
 		return
 	}
@@ -221,11 +276,7 @@ func (d *Datapath) collectHostRoute(ch chan<- prometheus.Metric) {
 // local pods are delivered from there. The tcx link is pinned like the node
 // devices' and re-attached the same way when the device is re-created.
 func (d *Datapath) AttachTunnelDevice(ifname string, ifindex int) error {
-	dir := filepath.Join(d.cfg.BPFDir, "links", "tunnel-"+ifname)
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return fmt.Errorf("datapath: tunnel device %s: %w", ifname, err)
-	}
-	return d.attachNodeHook(filepath.Join(dir, "ingress"), ifindex, d.objs.CdoFromTunnel, ebpf.AttachTCXIngress)
+	return d.att.attachDeviceHook("tunnel-"+ifname, "ingress", ifindex, d.objs.CdoFromTunnel, ebpf.AttachTCXIngress)
 }
 
 // localEpKey is cdo_local_eps' key of ip.
@@ -238,7 +289,7 @@ func localEpKey(ip netip.Addr) bpf.CoordinoLocalEpKey {
 // writeLocalEp makes r reachable through host routing: only endpoints whose
 // interface Coordino created (primary mode: both MACs known). Callers hold
 // mu, after r's policy entries and programs are in place.
-func (d *Datapath) writeLocalEp(r *record) error {
+func (h *hostRouting) writeLocalEp(r *record) error {
 	pod, podErr := net.ParseMAC(r.PodMAC)
 	host, hostErr := net.ParseMAC(r.HostMAC)
 	if podErr != nil || hostErr != nil || len(pod) != 6 || len(host) != 6 {
@@ -249,24 +300,24 @@ func (d *Datapath) writeLocalEp(r *record) error {
 	copy(v.HostMac[:], host)
 	for _, ip := range r.IPs {
 		k := localEpKey(ip)
-		if err := d.objs.CdoLocalEps.Update(&k, &v, ebpf.UpdateAny); err != nil {
-			err = d.refused(d.objs.CdoLocalEps, bpf.CoordinoMapCdoLocalEps, err)
+		if err := h.maps.localEps.Update(&k, &v, ebpf.UpdateAny); err != nil {
+			err = h.health.refused(h.maps.localEps, bpf.CoordinoMapCdoLocalEps, err)
 			return fmt.Errorf("endpoint %q: host routing entry for %s: %w", r.Key, ip, err)
 		}
 	}
-	d.accepted(bpf.CoordinoMapCdoLocalEps)
+	h.health.accepted(bpf.CoordinoMapCdoLocalEps)
 	return nil
 }
 
 // deleteLocalEp removes r's host routing entries that still point at r's
 // interface (an address reused by a newer endpoint keeps its entry).
 // Callers hold mu.
-func (d *Datapath) deleteLocalEp(r *record) error {
+func (h *hostRouting) deleteLocalEp(r *record) error {
 	var errs []error
 	for _, ip := range r.IPs {
 		k := localEpKey(ip)
 		var v bpf.CoordinoLocalEp
-		if err := d.objs.CdoLocalEps.Lookup(&k, &v); err != nil {
+		if err := h.maps.localEps.Lookup(&k, &v); err != nil {
 			if !errors.Is(err, ebpf.ErrKeyNotExist) {
 				errs = append(errs, err)
 			}
@@ -275,7 +326,7 @@ func (d *Datapath) deleteLocalEp(r *record) error {
 		if v.Ifindex != uint32(r.HostIfIndex) {
 			continue
 		}
-		if err := deleteKey(d.objs.CdoLocalEps, &k); err != nil {
+		if err := deleteKey(h.maps.localEps, &k); err != nil {
 			errs = append(errs, fmt.Errorf("endpoint %q: remove host routing entry for %s: %w", r.Key, ip, err))
 		}
 	}

@@ -25,7 +25,7 @@ func (d *Datapath) UpsertIdentity(id identity.Identity) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.engine.UpsertIdentity(id)
-	return d.identitiesChanged()
+	return d.flush("apply identity change")
 }
 
 // DeleteIdentity forgets an identity announced by UpsertIdentity. Local
@@ -34,15 +34,5 @@ func (d *Datapath) DeleteIdentity(id identity.ID) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.engine.DeleteIdentity(id)
-	return d.identitiesChanged()
-}
-
-func (d *Datapath) identitiesChanged() error {
-	if !d.synced {
-		return nil
-	}
-	if err := d.flush(); err != nil {
-		return fmt.Errorf("datapath: apply identity change: %w", err)
-	}
-	return nil
+	return d.flush("apply identity change")
 }

@@ -17,7 +17,7 @@ func TestAnnouncedIdentityIsPolicyPeer(t *testing.T) {
 	hasPeer := func() bool {
 		c.dp.mu.Lock()
 		defer c.dp.mu.Unlock()
-		for k := range c.dp.mirror.policy {
+		for k := range c.dp.mw.mirror.policy {
 			if k.Remote == remote.ID && k.Dir == policy.Ingress {
 				return true
 			}

@@ -33,9 +33,8 @@ type EndpointState struct {
 func (d *Datapath) EndpointStates() []EndpointState {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	out := make([]EndpointState, 0, len(d.eps))
-	for _, k := range slices.Sorted(maps.Keys(d.eps)) {
-		r := d.eps[k]
+	out := make([]EndpointState, 0, d.eps.count())
+	for _, r := range d.eps.sorted() {
 		s := EndpointState{Endpoint: Endpoint{Key: r.Key, HostIfName: r.HostIfName, HostIfIndex: r.HostIfIndex,
 			IPs: slices.Clone(r.IPs), Namespace: r.Namespace, Labels: maps.Clone(r.Labels)}, Identity: r.Identity, Mode: r.Mode}
 		var info bpf.CoordinoEndpointInfo
@@ -52,20 +51,7 @@ func (d *Datapath) EndpointStates() []EndpointState {
 func (d *Datapath) Identities() []identity.Identity {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	return d.localIdentities()
-}
-
-// localIdentities lists the identities of d.eps; callers hold mu.
-func (d *Datapath) localIdentities() []identity.Identity {
-	byID := map[identity.ID]identity.Identity{}
-	for _, r := range d.eps {
-		byID[r.Identity] = identity.Identity{ID: r.Identity, Namespace: r.Namespace, Labels: maps.Clone(r.Labels)}
-	}
-	out := make([]identity.Identity, 0, len(byID))
-	for _, id := range slices.Sorted(maps.Keys(byID)) {
-		out = append(out, byID[id])
-	}
-	return out
+	return d.eps.identities()
 }
 
 // DescribeIdentity says what id stands for, for policy explanations: a
@@ -112,7 +98,7 @@ func (d *Datapath) PolicyRevision() (revision uint32, invalid int) {
 	d.snapMu.Unlock()
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	return d.revision, invalid
+	return d.mw.policyRevision(), invalid
 }
 
 // MapUsage is the fill of one BPF map.
@@ -132,30 +118,19 @@ type MapUsage struct {
 // kernel's content); conntrack, written by the programs, is walked.
 func (d *Datapath) MapUsage() ([]MapUsage, error) {
 	d.mu.Lock()
-	addrs := 0
-	for _, r := range d.eps {
-		addrs += len(r.IPs)
-	}
-	out := []MapUsage{
-		{Name: bpf.CoordinoMapCdoEndpoints, Entries: len(d.mirror.endpoints), Capacity: int(d.objs.CdoEndpoints.MaxEntries())},
-		{Name: bpf.CoordinoMapCdoIpcache, Entries: len(d.mirror.ipcache), Capacity: int(d.objs.CdoIpcache.MaxEntries())},
-		{Name: bpf.CoordinoMapCdoPolicy, Entries: len(d.mirror.policy), Capacity: int(d.objs.CdoPolicy.MaxEntries())},
-		{Name: bpf.CoordinoMapCdoEpAddrs, Entries: addrs, Capacity: int(d.objs.CdoEpAddrs.MaxEntries())},
-		{Name: bpf.CoordinoMapCdoNodeiso, Entries: len(d.nodeIso.keys), Capacity: int(d.objs.CdoNodeiso.MaxEntries())},
-		{Name: stateMapName, Entries: len(d.eps), Capacity: maxEndpoints},
-	}
+	iso, isoPending := d.iso.usage()
+	eps := d.eps.usage() // source addresses, state
+	out := append(d.mw.usage(), eps[0], iso, eps[1])
 	for i := range out {
-		u := &out[i]
-		if ep := d.episodes[u.Name]; ep != nil {
-			u.UpdateFailures = ep.failures
-			u.Refusing = d.refusing(u.Name, u.Entries, u.Capacity)
+		pending := d.mw.pendingIn(out[i].Name)
+		if out[i].Name == iso.Name {
+			pending = isoPending
 		}
+		d.health.report(&out[i], pending)
 	}
 	d.mu.Unlock()
-	d.purger.mu.Lock()
-	out = append(out, MapUsage{Name: ctPurgeMapName, Entries: len(d.purger.pending), Capacity: maxPendingPurges})
-	d.purger.mu.Unlock()
-	ct, err := d.conntrackEntries()
+	out = append(out, MapUsage{Name: ctPurgeMapName, Entries: d.ct.pendingPurges(), Capacity: maxPendingPurges})
+	ct, err := d.ct.entries()
 	if err != nil {
 		return nil, fmt.Errorf("datapath: count conntrack entries: %w", err)
 	}
@@ -243,7 +218,7 @@ func (d *Datapath) Provenance(dec Decision, dir policy.Direction, peer netip.Add
 	d.snapMu.Unlock()
 	slices.SortFunc(objs, func(a, b policy.Object) int { return strings.Compare(a.Key, b.Key) })
 	d.mu.Lock()
-	ids := d.localIdentities()
+	ids := d.eps.identities()
 	ports := d.engine.NamedPortPods()
 	d.mu.Unlock()
 	compile := func(o policy.Object) *policy.Result {

@@ -14,20 +14,20 @@ import (
 func TestConntrackCountWithoutReading(t *testing.T) {
 	const capacity = 1 << 12
 	d := openBare(t, capacity)
-	if d.ctCounter == nil {
+	if d.ct.counter == nil {
 		t.Fatal("no map entry counter: this kernel lacks the bpf_map iterator or bpf_map_sum_elem_count (6.6+)")
 	}
 	check := func(stage string) int {
 		t.Helper()
-		walks := d.ctWalks.Load()
-		n, err := d.conntrackEntries()
+		walks := d.ct.walks.Load()
+		n, err := d.ct.entries()
 		if err != nil {
 			t.Fatalf("%s: count: %v", stage, err)
 		}
-		if w := d.ctWalks.Load() - walks; w != 0 {
+		if w := d.ct.walks.Load() - walks; w != 0 {
 			t.Errorf("%s: counting read the table %d times", stage, w)
 		}
-		walked, err := d.conntrackEntriesRead()
+		walked, err := d.ct.entriesRead()
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -43,7 +43,7 @@ func TestConntrackCountWithoutReading(t *testing.T) {
 	if n := check("filled"); n != len(gone)+len(kept) {
 		t.Errorf("filled: %d entries, want %d", n, len(gone)+len(kept))
 	}
-	d.purgeConntrack(purgedIf, nil)
+	d.ct.purgeEndpoint(purgedIf, nil)
 	check("purged")
 	// Past capacity the kernel evicts the least recently used entries.
 	k := bpf.CoordinoCtKey{Ifindex: 7, Proto: 17, Family: 4}
@@ -62,7 +62,7 @@ func TestConntrackCountWithoutReading(t *testing.T) {
 // of the default size: the kernel's count against reading the table.
 func BenchmarkConntrackCount(b *testing.B) {
 	d := openBare(b, 1<<18)
-	if d.ctCounter == nil {
+	if d.ct.counter == nil {
 		b.Fatal("no map entry counter on this kernel")
 	}
 	fillConntrack(b, d, 1<<18-1000, 500)
@@ -70,8 +70,8 @@ func BenchmarkConntrackCount(b *testing.B) {
 		name  string
 		count func() (int, error)
 	}{
-		{"kernel-count", d.ctCounter.count},
-		{"walk", d.conntrackEntriesRead},
+		{"kernel-count", d.ct.counter.count},
+		{"walk", d.ct.entriesRead},
 	} {
 		b.Run(bc.name, func(b *testing.B) {
 			for b.Loop() {

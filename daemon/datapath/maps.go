@@ -76,7 +76,7 @@ type mirrors struct {
 	endpoints map[uint32]bpf.CoordinoEndpointInfo
 }
 
-func readMirrors(objs *bpf.CoordinoObjects) (*mirrors, error) {
+func readMirrors(maps writerMaps) (*mirrors, error) {
 	m := &mirrors{
 		policy:    map[policy.Key]struct{}{},
 		ipcache:   map[netip.Prefix]bpf.CoordinoIpcacheValue{},
@@ -86,7 +86,7 @@ func readMirrors(objs *bpf.CoordinoObjects) (*mirrors, error) {
 		pk bpf.CoordinoPolicyKey
 		pv bpf.CoordinoPolicyValue
 	)
-	it := objs.CdoPolicy.Iterate()
+	it := maps.policy.Iterate()
 	for it.Next(&pk, &pv) {
 		m.policy[fromPolicyKey(pk)] = struct{}{}
 	}
@@ -97,7 +97,7 @@ func readMirrors(objs *bpf.CoordinoObjects) (*mirrors, error) {
 		ik bpf.CoordinoIpcacheKey
 		iv bpf.CoordinoIpcacheValue
 	)
-	it = objs.CdoIpcache.Iterate()
+	it = maps.ipcache.Iterate()
 	for it.Next(&ik, &iv) {
 		p, err := prefixOf(ik)
 		if err != nil {
@@ -112,7 +112,7 @@ func readMirrors(objs *bpf.CoordinoObjects) (*mirrors, error) {
 		ek uint32
 		ev bpf.CoordinoEndpointInfo
 	)
-	it = objs.CdoEndpoints.Iterate()
+	it = maps.endpoints.Iterate()
 	for it.Next(&ek, &ev) {
 		m.endpoints[ek] = ev
 	}

@@ -1,8 +1,6 @@
 package datapath
 
 import (
-	"slices"
-
 	"github.com/coordino/coordino/bpf"
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -72,28 +70,17 @@ var (
 type metrics struct {
 	d             *Datapath
 	invalidPolicy prometheus.Gauge
-	syncFailures  prometheus.Counter
 	policies      prometheus.Gauge
-	mapFailures   *prometheus.CounterVec
 }
 
 func newMetrics(d *Datapath) *metrics {
 	m := &metrics{d: d, invalidPolicy: prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "coordino_policy_invalid",
 		Help: "Network policies skipped by the last compilation because they are invalid.",
-	}), syncFailures: prometheus.NewCounter(prometheus.CounterOpts{
-		Name: "coordino_policy_map_update_failures_total",
-		Help: "Policy map updates that failed part-way (fail-closed; retried with backoff).",
 	}), policies: prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "coordino_policies",
 		Help: "Valid network policies in the policy engine (the last snapshot applied).",
-	}), mapFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "coordino_bpf_map_update_failures_total",
-		Help: "Writes a BPF map refused, by map and reason (full: at capacity; no-memory; error). Every one fails closed, but those of host routing's maps (cdo_local_eps, cdo_peer_blocks, cdo_tunnel_peers), whose traffic takes the host's forwarding path instead.",
-	}, []string{"map", "reason"})}
-	for _, name := range slices.Concat(refusedMaps, hostPathMaps) {
-		m.mapFailures.WithLabelValues(name, refusedFull)
-	}
+	})}
 	return m
 }
 
@@ -128,7 +115,7 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 			if reasonNames[reason] == "" { // counter-only slots
 				continue
 			}
-			pkts, bytes, err := m.d.counter(dir, reason)
+			pkts, bytes, err := m.counter(dir, reason)
 			if err != nil {
 				continue
 			}
@@ -136,27 +123,27 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(packetsDesc, prometheus.CounterValue, float64(pkts), dirName, Verdict(r), ReasonName(r))
 			ch <- prometheus.MustNewConstMetric(bytesDesc, prometheus.CounterValue, float64(bytes), dirName, Verdict(r), ReasonName(r))
 		}
-		n, _, _ := m.d.counter(dir, uint32(bpf.CoordinoReasonREASON_EVENT_LOST))
+		n, _, _ := m.counter(dir, uint32(bpf.CoordinoReasonREASON_EVENT_LOST))
 		lost += n
-		n, _, _ = m.d.counter(dir, uint32(bpf.CoordinoReasonREASON_EVENT_SUPPRESSED))
+		n, _, _ = m.counter(dir, uint32(bpf.CoordinoReasonREASON_EVENT_SUPPRESSED))
 		suppressed += n
 	}
 	ch <- prometheus.MustNewConstMetric(lostDesc, prometheus.CounterValue, float64(lost))
 	ch <- prometheus.MustNewConstMetric(suppressedDesc, prometheus.CounterValue, float64(suppressed))
 	m.d.mu.Lock()
-	eps, entries, rev := len(m.d.eps), len(m.d.mirror.policy), m.d.revision
+	eps, entries, rev := m.d.eps.count(), m.d.mw.usage()[2].Entries, m.d.mw.policyRevision()
 	m.d.mu.Unlock()
 	ch <- prometheus.MustNewConstMetric(endpointsDesc, prometheus.GaugeValue, float64(eps))
 	ch <- prometheus.MustNewConstMetric(policyEntriesDesc, prometheus.GaugeValue, float64(entries))
 	ch <- prometheus.MustNewConstMetric(revisionDesc, prometheus.GaugeValue, float64(rev))
-	m.d.collectConntrack(ch)
-	m.d.collectHostRoute(ch)
+	m.d.ct.collect(ch)
+	m.d.hr.collect(ch)
 }
 
 // counter sums one verdict counter slot over all CPUs.
-func (d *Datapath) counter(dir, reason uint32) (packets, bytes uint64, err error) {
+func (m *metrics) counter(dir, reason uint32) (packets, bytes uint64, err error) {
 	var perCPU []bpf.CoordinoCounter
-	if err := d.objs.CdoVerdicts.Lookup(dir*uint32(bpf.CoordinoReasonREASON_SLOTS)+reason, &perCPU); err != nil {
+	if err := m.d.objs.CdoVerdicts.Lookup(dir*uint32(bpf.CoordinoReasonREASON_SLOTS)+reason, &perCPU); err != nil {
 		return 0, 0, err
 	}
 	for _, c := range perCPU {
@@ -169,6 +156,6 @@ func (d *Datapath) counter(dir, reason uint32) (packets, bytes uint64, err error
 // Collectors returns the datapath's Prometheus collectors: packet and byte
 // counters by direction, verdict and reason, and policy state gauges.
 func (d *Datapath) Collectors() []prometheus.Collector {
-	return []prometheus.Collector{d.metrics, d.metrics.invalidPolicy, d.metrics.syncFailures, d.metrics.policies, d.metrics.mapFailures,
-		d.purger.walks, d.purger.pendingEp}
+	return append([]prometheus.Collector{d.metrics, d.metrics.invalidPolicy, d.mw.syncFailures, d.metrics.policies, d.health.failures},
+		d.ct.collectors()...)
 }

@@ -1,12 +1,8 @@
 package datapath
 
 import (
-	"fmt"
-	"slices"
-
 	"github.com/coordino/coordino/daemon/identity"
 	"github.com/coordino/coordino/daemon/policy"
-	"go.uber.org/zap"
 )
 
 // Named-port seam. Rules naming container ports resolve from the ports the
@@ -32,22 +28,8 @@ func localPortsKey(r *record) string { return "local/" + r.Key }
 func (d *Datapath) SetPodNamedPorts(pod string, ports []policy.NamedPort) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if len(ports) == 0 {
-		delete(d.podPorts, pod)
-	} else {
-		d.podPorts[pod] = slices.Clone(ports)
-	}
-	for _, r := range d.eps {
-		if r.Pod != pod || slices.Equal(r.NamedPorts, ports) {
-			continue
-		}
-		r.NamedPorts = slices.Clone(ports)
-		d.feedNamedPorts(r)
-		if err := putRecord(d.state, r); err != nil {
-			d.log.Warn("named ports not saved in the endpoint's state", zap.String("endpoint", r.Key), zap.Error(err))
-		}
-	}
-	return d.namedPortsChanged()
+	d.eps.setPodPorts(pod, ports)
+	return d.flush("apply named ports")
 }
 
 // SetPeerNamedPorts sets the named ports of a pod elsewhere holding
@@ -60,38 +42,14 @@ func (d *Datapath) SetPeerNamedPorts(key string, id identity.ID, ports []policy.
 	} else {
 		d.engine.SetNamedPorts(policy.PodPorts{Key: "peer/" + key, ID: id, Ports: ports})
 	}
-	return d.namedPortsChanged()
+	return d.flush("apply named ports")
 }
 
 // feedNamedPorts tells the engine endpoint r's ports under its identity.
-func (d *Datapath) feedNamedPorts(r *record) {
+func feedNamedPorts(e *policy.Engine, r *record) {
 	if len(r.NamedPorts) == 0 {
-		d.engine.RemoveNamedPorts(localPortsKey(r))
+		e.RemoveNamedPorts(localPortsKey(r))
 		return
 	}
-	d.engine.SetNamedPorts(policy.PodPorts{Key: localPortsKey(r), ID: r.Identity, Local: true, Ports: r.NamedPorts})
-}
-
-// adoptPodPorts gives a new endpoint record its pod's ports: those last
-// set, else those of the attachment it replaces (a daemon restarted
-// re-attaches before its source has fed the ports again).
-func (d *Datapath) adoptPodPorts(r, old *record) {
-	if r.Pod == "" {
-		return
-	}
-	if ports, ok := d.podPorts[r.Pod]; ok {
-		r.NamedPorts = slices.Clone(ports)
-	} else if old != nil && old.Pod == r.Pod {
-		r.NamedPorts = slices.Clone(old.NamedPorts)
-	}
-}
-
-func (d *Datapath) namedPortsChanged() error {
-	if !d.synced {
-		return nil
-	}
-	if err := d.flush(); err != nil {
-		return fmt.Errorf("datapath: apply named ports: %w", err)
-	}
-	return nil
+	e.SetNamedPorts(policy.PodPorts{Key: localPortsKey(r), ID: r.Identity, Local: true, Ports: r.NamedPorts})
 }

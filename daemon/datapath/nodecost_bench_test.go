@@ -143,13 +143,13 @@ func measureNodeCost(b *testing.B, policies int) nodeCost {
 	c.attach = time.Since(start)
 
 	// Read back from the kernel's maps, not the daemon's mirror of them.
-	inKernel, err := readMirrors(&dp.objs)
+	inKernel, err := readMirrors(dp.mw.maps)
 	if err != nil {
 		b.Fatal(err)
 	}
 	c.policyEntries, c.ipcacheEntries = len(inKernel.policy), len(inKernel.ipcache)
-	if c.policyEntries != len(dp.mirror.policy) {
-		b.Fatalf("policy map holds %d entries, the mirror %d", c.policyEntries, len(dp.mirror.policy))
+	if c.policyEntries != len(dp.mw.mirror.policy) {
+		b.Fatalf("policy map holds %d entries, the mirror %d", c.policyEntries, len(dp.mw.mirror.policy))
 	}
 	heap1, rss1 := settledMemory()
 	runtime.KeepAlive(snap) // the informer cache holds the objects

@@ -4,21 +4,13 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
-	"os"
-	"path/filepath"
 	"slices"
-	"strconv"
-	"strings"
 
 	"github.com/cilium/ebpf"
-	"github.com/cilium/ebpf/link"
-	"github.com/vishvananda/netlink"
 	"go.uber.org/zap"
-	"golang.org/x/sys/unix"
 
 	coordinov1alpha1 "github.com/coordino/coordino/api/coordino/v1alpha1"
 	"github.com/coordino/coordino/bpf"
-	"github.com/coordino/coordino/daemon/kernel"
 	"github.com/coordino/coordino/daemon/nodeiso"
 	"github.com/coordino/coordino/daemon/policy"
 )
@@ -28,9 +20,18 @@ import (
 // the policies arrive with each snapshot (UpdatePolicy); the node-to-node
 // programs sit on the node's underlay and tunnel devices (AttachNodeDevice).
 
-// nodeIsoState is what the datapath holds for node isolation; guarded by mu.
-type nodeIsoState struct {
-	remoteIPs   []netip.Addr
+// nodeIsolation is node isolation's part: the policies and tunnel ports
+// it compiles, and cdo_nodeiso and its flags, which it writes. Callers hold
+// the datapath's lock.
+type nodeIsolation struct {
+	m, cfg *ebpf.Map // cdo_nodeiso, cdo_nodeiso_cfg
+	health *mapHealth
+	retry  *retrier
+	log    *zap.Logger
+	// bump bumps the policy revision after a change: tracked pod flows
+	// towards node addresses are re-decided at their next packet.
+	bump func() error
+
 	tunnelPorts []uint16
 	policies    []*coordinov1alpha1.NodeIsolationPolicy
 	// keys mirrors cdo_nodeiso (nil until read); flags cdo_nodeiso_cfg.
@@ -40,24 +41,34 @@ type nodeIsoState struct {
 	failed bool
 }
 
+// setPolicies replaces the policies apply compiles (the snapshot's).
+func (n *nodeIsolation) setPolicies(pols []*coordinov1alpha1.NodeIsolationPolicy) { n.policies = pols }
+
+// setTunnelPorts replaces the ports nodes always accept from each other.
+func (n *nodeIsolation) setTunnelPorts(ports []uint16) { n.tunnelPorts = slices.Clone(ports) }
+
+// pending reports whether the last apply left writes undone.
+func (n *nodeIsolation) pending() bool { return n.failed }
+
+// usage reports cdo_nodeiso's fill and whether writes are pending.
+func (n *nodeIsolation) usage() (u MapUsage, pending int) {
+	if n.failed {
+		pending = 1
+	}
+	return MapUsage{Name: bpf.CoordinoMapCdoNodeiso, Entries: len(n.keys), Capacity: int(n.m.MaxEntries())}, pending
+}
+
 // SetRemoteNodeIPs replaces the addresses of the other nodes (from the peers
 // list): they take the remote-node identity, which pod -> other node and
 // node -> node isolation judge. This node's own addresses stay the host's.
 func (d *Datapath) SetRemoteNodeIPs(ips []netip.Addr) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	for _, ip := range slices.Concat(d.nodeIso.remoteIPs, ips) {
-		ip = ip.Unmap()
-		d.dirty.ips[netip.PrefixFrom(ip, ip.BitLen())] = struct{}{}
+	for _, ip := range slices.Concat(d.remoteNodeIPs, ips) {
+		d.mw.markAddr(ip)
 	}
-	d.nodeIso.remoteIPs = slices.Clone(ips)
-	if !d.synced {
-		return nil
-	}
-	if err := d.flush(); err != nil {
-		return fmt.Errorf("datapath: update remote node addresses: %w", err)
-	}
-	return nil
+	d.remoteNodeIPs = slices.Clone(ips)
+	return d.flush("update remote node addresses")
 }
 
 // SetTunnelPorts sets the UDP ports nodes always accept from each other
@@ -65,20 +76,14 @@ func (d *Datapath) SetRemoteNodeIPs(ips []netip.Addr) error {
 func (d *Datapath) SetTunnelPorts(ports []uint16) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	d.nodeIso.tunnelPorts = slices.Clone(ports)
+	d.iso.setTunnelPorts(ports)
 	if !d.synced {
 		return nil
 	}
-	return d.applyNodeIsolation()
+	return d.iso.apply()
 }
 
-// setNodeIsolationPolicies records the snapshot's policies; the caller
-// holds mu and applies them.
-func (d *Datapath) setNodeIsolationPolicies(pols []*coordinov1alpha1.NodeIsolationPolicy) {
-	d.nodeIso.policies = pols
-}
-
-// applyNodeIsolation brings cdo_nodeiso and its flags in line with the
+// apply brings cdo_nodeiso and its flags in line with the
 // policies. Fail closed: isolation bits that go away are cleared first,
 // stale allows deleted before new ones are added, new isolation bits set
 // last, so no intermediate state allows what neither the old nor the new
@@ -86,9 +91,9 @@ func (d *Datapath) setNodeIsolationPolicies(pols []*coordinov1alpha1.NodeIsolati
 // node addresses are re-decided at their next packet. A write that fails
 // stops the apply there (what is left stays as the old policies had it)
 // and is retried with the policy maps' backoff.
-func (d *Datapath) applyNodeIsolation() error {
-	rules, compileErr := nodeiso.Compile(d.nodeIso.policies, d.nodeIso.tunnelPorts)
-	if err := d.readNodeIsoMirror(); err != nil {
+func (n *nodeIsolation) apply() error {
+	rules, compileErr := nodeiso.Compile(n.policies, n.tunnelPorts)
+	if err := n.readMirror(); err != nil {
 		return err
 	}
 	var flags uint32
@@ -98,19 +103,19 @@ func (d *Datapath) applyNodeIsolation() error {
 	if rules.NodeToNode {
 		flags |= uint32(bpf.CoordinoNodeisoFlagNODEISO_NODE_TO_NODE)
 	}
-	changed, err := d.writeNodeIsolation(rules.Keys, flags)
+	changed, err := n.write(rules.Keys, flags)
 	if changed {
 		if err == nil {
-			d.log.Info("node isolation applied", zap.Bool("podToHost", rules.PodToHost), zap.Bool("nodeToNode", rules.NodeToNode),
-				zap.Int("entries", len(rules.Keys)), zap.Int("policies", len(d.nodeIso.policies)))
+			n.log.Info("node isolation applied", zap.Bool("podToHost", rules.PodToHost), zap.Bool("nodeToNode", rules.NodeToNode),
+				zap.Int("entries", len(rules.Keys)), zap.Int("policies", len(n.policies)))
 		}
-		err = errors.Join(err, d.bumpRevision())
+		err = errors.Join(err, n.bump())
 	}
-	d.nodeIso.failed = err != nil
+	n.failed = err != nil
 	if err != nil {
-		d.scheduleRetry()
+		n.retry.schedule()
 	} else {
-		d.retryDone()
+		n.retry.done()
 	}
 	if compileErr != nil {
 		err = errors.Join(err, fmt.Errorf("datapath: node isolation: %w", compileErr))
@@ -118,14 +123,14 @@ func (d *Datapath) applyNodeIsolation() error {
 	return err
 }
 
-// writeNodeIsolation makes cdo_nodeiso hold keys and the flags be flags, in
-// the order applyNodeIsolation gives, stopping at the first failed write.
+// write makes cdo_nodeiso hold keys and the flags be flags, in
+// the order apply gives, stopping at the first failed write.
 // Keys are added in their order (tunnel ports first: isolation must never
 // cut the pod network), so what fits of them is always the same.
-func (d *Datapath) writeNodeIsolation(keys []policy.Key, flags uint32) (changed bool, err error) {
+func (n *nodeIsolation) write(keys []policy.Key, flags uint32) (changed bool, err error) {
 	const name = bpf.CoordinoMapCdoNodeiso
-	if cleared := d.nodeIso.flags &^ flags; cleared != 0 {
-		if err := d.writeNodeIsoFlags(d.nodeIso.flags &^ cleared); err != nil {
+	if cleared := n.flags &^ flags; cleared != 0 {
+		if err := n.writeFlags(n.flags &^ cleared); err != nil {
 			return changed, err
 		}
 		changed = true
@@ -134,33 +139,33 @@ func (d *Datapath) writeNodeIsolation(keys []policy.Key, flags uint32) (changed 
 	for _, k := range keys {
 		want[k] = struct{}{}
 	}
-	for k := range d.nodeIso.keys {
+	for k := range n.keys {
 		if _, ok := want[k]; ok {
 			continue
 		}
 		bk := policyKey(k)
-		if err := deleteKey(d.objs.CdoNodeiso, &bk); err != nil {
-			return changed, fmt.Errorf("datapath: delete node isolation entry: %w", d.refused(d.objs.CdoNodeiso, name, err))
+		if err := deleteKey(n.m, &bk); err != nil {
+			return changed, fmt.Errorf("datapath: delete node isolation entry: %w", n.health.refused(n.m, name, err))
 		}
-		delete(d.nodeIso.keys, k)
+		delete(n.keys, k)
 		changed = true
 	}
 	for i, k := range keys {
-		if _, ok := d.nodeIso.keys[k]; ok {
+		if _, ok := n.keys[k]; ok {
 			continue
 		}
 		bk := policyKey(k)
-		if err := d.objs.CdoNodeiso.Update(&bk, &bpf.CoordinoPolicyValue{}, ebpf.UpdateAny); err != nil {
+		if err := n.m.Update(&bk, &bpf.CoordinoPolicyValue{}, ebpf.UpdateAny); err != nil {
 			// New isolation stays off: its allows are not all in.
 			return changed, fmt.Errorf("datapath: add node isolation entry %d of %d (%d held): %w",
-				i+1, len(keys), len(d.nodeIso.keys), d.refused(d.objs.CdoNodeiso, name, err))
+				i+1, len(keys), len(n.keys), n.health.refused(n.m, name, err))
 		}
-		d.nodeIso.keys[k] = struct{}{}
-		d.accepted(name)
+		n.keys[k] = struct{}{}
+		n.health.accepted(name)
 		changed = true
 	}
-	if flags != d.nodeIso.flags {
-		if err := d.writeNodeIsoFlags(flags); err != nil {
+	if flags != n.flags {
+		if err := n.writeFlags(flags); err != nil {
 			return changed, err
 		}
 		changed = true
@@ -168,17 +173,17 @@ func (d *Datapath) writeNodeIsolation(keys []policy.Key, flags uint32) (changed 
 	return changed, nil
 }
 
-func (d *Datapath) writeNodeIsoFlags(flags uint32) error {
-	if err := d.objs.CdoNodeisoCfg.Update(uint32(0), &bpf.CoordinoNodeisoConfig{Flags: flags}, ebpf.UpdateAny); err != nil {
+func (n *nodeIsolation) writeFlags(flags uint32) error {
+	if err := n.cfg.Update(uint32(0), &bpf.CoordinoNodeisoConfig{Flags: flags}, ebpf.UpdateAny); err != nil {
 		return fmt.Errorf("datapath: write node isolation flags: %w", err)
 	}
-	d.nodeIso.flags = flags
+	n.flags = flags
 	return nil
 }
 
-// readNodeIsoMirror adopts what a previous daemon left in the maps.
-func (d *Datapath) readNodeIsoMirror() error {
-	if d.nodeIso.keys != nil {
+// readMirror adopts what a previous daemon left in the maps.
+func (n *nodeIsolation) readMirror() error {
+	if n.keys != nil {
 		return nil
 	}
 	keys := map[policy.Key]struct{}{}
@@ -186,7 +191,7 @@ func (d *Datapath) readNodeIsoMirror() error {
 		k bpf.CoordinoPolicyKey
 		v bpf.CoordinoPolicyValue
 	)
-	it := d.objs.CdoNodeiso.Iterate()
+	it := n.m.Iterate()
 	for it.Next(&k, &v) {
 		keys[fromPolicyKey(k)] = struct{}{}
 	}
@@ -194,10 +199,10 @@ func (d *Datapath) readNodeIsoMirror() error {
 		return fmt.Errorf("datapath: read node isolation map: %w", err)
 	}
 	var cfg bpf.CoordinoNodeisoConfig
-	if err := d.objs.CdoNodeisoCfg.Lookup(uint32(0), &cfg); err != nil {
+	if err := n.cfg.Lookup(uint32(0), &cfg); err != nil {
 		return fmt.Errorf("datapath: read node isolation flags: %w", err)
 	}
-	d.nodeIso.keys, d.nodeIso.flags = keys, cfg.Flags
+	n.keys, n.flags = keys, cfg.Flags
 	return nil
 }
 
@@ -211,118 +216,10 @@ func (d *Datapath) AttachNodeDevice(ifname string, ifindex int, l3 bool) error {
 	if l3 {
 		in, out = d.objs.CdoFromNodeL3, d.objs.CdoToNodeL3
 	}
-	dir := filepath.Join(d.cfg.BPFDir, "links", "node-"+ifname)
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return fmt.Errorf("datapath: node device %s: %w", ifname, err)
-	}
+	dir := "node-" + ifname
 	return errors.Join(
-		d.attachNodeHook(filepath.Join(dir, "ingress"), ifindex, in, ebpf.AttachTCXIngress),
-		d.attachNodeHook(filepath.Join(dir, "egress"), ifindex, out, ebpf.AttachTCXEgress))
-}
-
-func (d *Datapath) attachNodeHook(pin string, ifindex int, prog *ebpf.Program, at ebpf.AttachType) error {
-	if !d.cfg.Features.Has(kernel.TCX) {
-		return d.attachNodeHookTC(pin, ifindex, prog, at)
-	}
-	if l, err := link.LoadPinnedLink(pin, nil); err == nil {
-		info, ierr := l.Info()
-		same := ierr == nil && info.TCX() != nil && int(info.TCX().Ifindex) == ifindex
-		if same {
-			if pi, err := prog.Info(); err == nil {
-				if id, ok := pi.ID(); ok && id == info.Program {
-					l.Close()
-					return nil // already this program: the periodic check is free
-				}
-			}
-			if l.Update(prog) == nil {
-				l.Close()
-				return nil
-			}
-		}
-		_ = l.Unpin()
-		l.Close()
-	}
-	l, err := link.AttachTCX(link.TCXOptions{Interface: ifindex, Program: prog, Attach: at, Anchor: link.Head()})
-	if err != nil {
-		return fmt.Errorf("datapath: attach node isolation to ifindex %d: %w", ifindex, err)
-	}
-	defer l.Close()
-	if err := l.Pin(pin); err != nil {
-		return fmt.Errorf("datapath: pin node isolation link: %w", err)
-	}
-	return nil
-}
-
-// Kernels without tcx (before 6.6) get the device hooks as cls_bpf
-// filters, first on their clsact hook (priority 1). Each leaves a marker
-// where its link would be pinned, "<hook>-tc-<ifindex>" (bpffs holds only
-// BPF objects and no dots: the marker is its program, pinned), so pruning finds and
-// removes them as it does links.
-const (
-	nodeTCHandle = 0xc0d2
-	tcMarker     = "-tc-"
-)
-
-// attachNodeHookTC attaches prog as a cls_bpf filter; a replace swaps the
-// program atomically, so re-attaching after a restart has no gap.
-func (d *Datapath) attachNodeHookTC(pin string, ifindex int, prog *ebpf.Program, at ebpf.AttachType) error {
-	qdisc := &netlink.GenericQdisc{QdiscAttrs: netlink.QdiscAttrs{LinkIndex: ifindex,
-		Handle: netlink.MakeHandle(0xffff, 0), Parent: netlink.HANDLE_CLSACT}, QdiscType: "clsact"}
-	if err := d.tc.QdiscAdd(qdisc); err != nil && !errors.Is(err, unix.EEXIST) {
-		return fmt.Errorf("datapath: add clsact qdisc to ifindex %d: %w", ifindex, err)
-	}
-	info, err := prog.Info()
-	if err != nil {
-		return fmt.Errorf("datapath: device hook program: %w", err)
-	}
-	f := nodeFilter(ifindex, at)
-	f.Fd, f.Name, f.DirectAction = prog.FD(), info.Name, true
-	if err := d.tc.FilterReplace(f); err != nil {
-		return fmt.Errorf("datapath: attach cls_bpf %s to ifindex %d: %w", info.Name, ifindex, err)
-	}
-	return pinMarker(pin+tcMarker+strconv.Itoa(ifindex), info)
-}
-
-// pinMarker pins the program info describes at path (a second reference
-// to it, so the loader's own pins stay as they are).
-func pinMarker(path string, info *ebpf.ProgramInfo) error {
-	if _, err := os.Stat(path); err == nil {
-		return nil
-	}
-	id, ok := info.ID()
-	if !ok {
-		return fmt.Errorf("datapath: record device hook %s: program has no ID", path)
-	}
-	p, err := ebpf.NewProgramFromID(id)
-	if err != nil {
-		return fmt.Errorf("datapath: record device hook %s: %w", path, err)
-	}
-	defer p.Close()
-	if err := p.Pin(path); err != nil {
-		return fmt.Errorf("datapath: record device hook %s: %w", path, err)
-	}
-	return nil
-}
-
-// nodeFilter is the cls_bpf filter of a device hook on ifindex.
-func nodeFilter(ifindex int, at ebpf.AttachType) *netlink.BpfFilter {
-	parent := uint32(netlink.HANDLE_MIN_INGRESS)
-	if at == ebpf.AttachTCXEgress {
-		parent = netlink.HANDLE_MIN_EGRESS
-	}
-	return &netlink.BpfFilter{FilterAttrs: netlink.FilterAttrs{LinkIndex: ifindex, Parent: parent,
-		Handle: nodeTCHandle, Protocol: unix.ETH_P_ALL, Priority: legacyPriority}}
-}
-
-// tcMarker splits a cls_bpf hook's marker name into hook and interface
-// index; ok is false for any other name.
-func parseTCMarker(name string) (hook string, ifindex int, ok bool) {
-	hook, idx, ok := strings.Cut(name, tcMarker)
-	if !ok {
-		return "", 0, false
-	}
-	ifindex, err := strconv.Atoi(idx)
-	return hook, ifindex, err == nil
+		d.att.attachDeviceHook(dir, "ingress", ifindex, in, ebpf.AttachTCXIngress),
+		d.att.attachDeviceHook(dir, "egress", ifindex, out, ebpf.AttachTCXEgress))
 }
 
 // PruneDeviceHooks unpins the node and tunnel device hooks whose interface
@@ -331,85 +228,5 @@ func parseTCMarker(name string) (hook string, ifindex int, ok bool) {
 // tunnel hook but keepTunnel's (host routing turned off, or the routing is
 // no longer VXLAN). Their pins would otherwise stay in the BPF directory.
 func (d *Datapath) PruneDeviceHooks(keepTunnel string) error {
-	dir := filepath.Join(d.cfg.BPFDir, "links")
-	entries, err := os.ReadDir(dir)
-	if err != nil {
-		return fmt.Errorf("datapath: list device hooks: %w", err)
-	}
-	var errs []error
-	for _, e := range entries {
-		name := e.Name()
-		tunnel := strings.HasPrefix(name, "tunnel-")
-		if !e.IsDir() || !tunnel && !strings.HasPrefix(name, "node-") {
-			continue
-		}
-		hooks := filepath.Join(dir, name)
-		if tunnel && name != "tunnel-"+keepTunnel || !hooksAttached(hooks) {
-			if err := d.removeHooks(hooks); err != nil {
-				errs = append(errs, fmt.Errorf("datapath: remove device hooks %s: %w", name, err))
-			} else {
-				d.log.Info("device hooks removed", zap.String("hooks", name))
-			}
-		}
-	}
-	return errors.Join(errs...)
-}
-
-// removeHooks detaches and unpins the links pinned in dir (and deletes
-// the cls_bpf filters its markers name), then removes it. Detached
-// explicitly: the last reference going away releases a link only later,
-// from a kernel work queue.
-func (d *Datapath) removeHooks(dir string) error {
-	pins, err := os.ReadDir(dir)
-	if err != nil {
-		return err
-	}
-	for _, p := range pins {
-		pin := filepath.Join(dir, p.Name())
-		if hook, ifindex, ok := parseTCMarker(p.Name()); ok {
-			at := ebpf.AttachTCXIngress
-			if hook == "egress" {
-				at = ebpf.AttachTCXEgress
-			}
-			if err := d.tc.FilterDel(nodeFilter(ifindex, at)); err != nil && !gone(err) {
-				return err
-			}
-		} else if l, err := link.LoadPinnedLink(pin, nil); err == nil {
-			_ = l.Detach() // best effort: the unpin below releases it anyway, later
-			l.Close()
-		}
-		if err := os.Remove(pin); err != nil && !errors.Is(err, os.ErrNotExist) {
-			return err
-		}
-	}
-	return os.Remove(dir)
-}
-
-// hooksAttached reports whether every tcx link pinned in dir is still
-// attached to an interface.
-func hooksAttached(dir string) bool {
-	pins, err := os.ReadDir(dir)
-	if err != nil {
-		return true // unreadable: leave it to the next pass
-	}
-	for _, p := range pins {
-		if _, ifindex, ok := parseTCMarker(p.Name()); ok {
-			// A filter goes with its interface; a new one of the same
-			// name has another index.
-			if _, err := netlink.LinkByIndex(ifindex); err != nil {
-				return false
-			}
-			continue
-		}
-		l, err := link.LoadPinnedLink(filepath.Join(dir, p.Name()), nil)
-		if err != nil {
-			return false
-		}
-		info, err := l.Info()
-		l.Close()
-		if err != nil || info.TCX() == nil || info.TCX().Ifindex == 0 {
-			return false
-		}
-	}
-	return true
+	return d.att.pruneDeviceHooks(keepTunnel)
 }

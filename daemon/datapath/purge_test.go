@@ -80,7 +80,7 @@ func fillConntrack(t testing.TB, d *Datapath, n, own int) (gone, kept []bpf.Coor
 func TestPurgeConntrackComplete(t *testing.T) {
 	d := openBare(t, 1<<16)
 	gone, kept := fillConntrack(t, d, 30000, 3000)
-	d.purgeConntrack(purgedIf, []netip.Addr{purgedAddr})
+	d.ct.purgeEndpoint(purgedIf, []netip.Addr{purgedAddr})
 	var v bpf.CoordinoCtEntry
 	left := 0
 	for i := range gone {
@@ -91,7 +91,7 @@ func TestPurgeConntrackComplete(t *testing.T) {
 	if left > 0 {
 		t.Errorf("%d of %d entries of the removed endpoint left", left, len(gone))
 	}
-	if n, err := d.conntrackEntries(); err != nil || n != len(kept) {
+	if n, err := d.ct.entries(); err != nil || n != len(kept) {
 		t.Errorf("%d entries remain (%v), want the %d of other endpoints", n, err, len(kept))
 	}
 }
@@ -104,7 +104,7 @@ func purgeByIterator(d *Datapath, ifindex uint32, ips []netip.Addr) {
 		gone[b] = true
 	}
 	var dead []bpf.CoordinoCtKey
-	_ = d.iterateConntrack(func(k *bpf.CoordinoCtKey, _ *bpf.CoordinoCtEntry) {
+	_ = d.ct.iterate(func(k *bpf.CoordinoCtKey, _ *bpf.CoordinoCtEntry) {
 		if k.Ifindex == ifindex || gone[k.Src] || gone[k.Dst] {
 			dead = append(dead, *k)
 		}
@@ -122,7 +122,7 @@ func BenchmarkPurgeConntrack(b *testing.B) {
 	for _, bc := range []struct {
 		name  string
 		purge func(*Datapath, uint32, []netip.Addr)
-	}{{"batch", (*Datapath).purgeConntrack}, {"iterator-reference", purgeByIterator}} {
+	}{{"batch", func(d *Datapath, ifindex uint32, ips []netip.Addr) { d.ct.purgeEndpoint(ifindex, ips) }}, {"iterator-reference", purgeByIterator}} {
 		b.Run(bc.name, func(b *testing.B) {
 			for range b.N {
 				b.StopTimer()
@@ -171,7 +171,7 @@ func BenchmarkDetachConntrack(b *testing.B) {
 					b.Fatal(err)
 				}
 				if bc.walk {
-					d.purgeConntrack(uint32(ep.HostIfIndex), ep.IPs)
+					d.ct.purgeEndpoint(uint32(ep.HostIfIndex), ep.IPs)
 				}
 				timed += time.Since(start)
 			}

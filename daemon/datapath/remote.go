@@ -26,9 +26,6 @@ type remoteAddrs struct {
 	// identities, until the source's first full view (RemoteEndpointsSynced),
 	// so a restart while the API server is down cuts no cross-node flow.
 	unconfirmed map[netip.Addr]struct{}
-	// onLocalChange is told when local endpoints or their identities
-	// change (this node's NodeEndpoints publisher).
-	onLocalChange func()
 }
 
 // identity resolves a remote pod address.
@@ -76,27 +73,58 @@ func (r *remoteAddrs) inside(p netip.Prefix, f func(netip.Addr)) {
 	})
 }
 
-// restoreRemote takes the remote pod entries a previous run left in the
-// pinned ipcache (single addresses with a cluster identity that belong to
-// no local endpoint) as known but unconfirmed.
-func (d *Datapath) restoreRemote() {
-	local := map[netip.Addr]bool{}
-	for _, r := range d.eps {
-		for _, ip := range r.IPs {
-			local[ip] = true
+// each calls f for every remote address.
+func (r *remoteAddrs) each(f func(netip.Addr)) {
+	for a := range r.pods {
+		f(a)
+	}
+}
+
+// count is the number of remote pod addresses known.
+func (r *remoteAddrs) count() int { return len(r.pods) }
+
+// unconfirmedCount is the number of addresses restored at start and not
+// confirmed yet.
+func (r *remoteAddrs) unconfirmedCount() int { return len(r.unconfirmed) }
+
+// update applies a delta of the remote source, which confirms what it
+// names; changed is told every address whose identity changed or went.
+func (r *remoteAddrs) update(upsert map[netip.Addr]identity.ID, remove []netip.Addr, changed func(netip.Addr)) {
+	for _, a := range remove {
+		a = a.Unmap()
+		if r.forget(a) {
+			changed(a)
 		}
 	}
-	for p, v := range d.mirror.ipcache {
-		id, a := identity.ID(v.Identity), p.Addr()
-		if !p.IsSingleIP() || local[a] || id < identity.FirstPod || id > identity.LastCluster {
-			continue
+	for a, id := range upsert {
+		a = a.Unmap()
+		delete(r.unconfirmed, a)
+		if have, ok := r.pods[a]; !ok || have != id {
+			r.set(a, id)
+			changed(a)
 		}
-		d.remote.set(a, id)
-		if d.remote.unconfirmed == nil {
-			d.remote.unconfirmed = map[netip.Addr]struct{}{}
-		}
-		d.remote.unconfirmed[a] = struct{}{}
 	}
+}
+
+// dropUnconfirmed forgets the addresses no remote source confirmed,
+// telling changed each, and returns how many.
+func (r *remoteAddrs) dropUnconfirmed(changed func(netip.Addr)) int {
+	n := len(r.unconfirmed)
+	for a := range r.unconfirmed {
+		r.forget(a) // also deletes a from unconfirmed
+		changed(a)
+	}
+	return n
+}
+
+// adopt takes a as known but unconfirmed: restored at start from the
+// pinned ipcache.
+func (r *remoteAddrs) adopt(a netip.Addr, id identity.ID) {
+	r.set(a, id)
+	if r.unconfirmed == nil {
+		r.unconfirmed = map[netip.Addr]struct{}{}
+	}
+	r.unconfirmed[a] = struct{}{}
 }
 
 // RemoteEndpointsSynced tells the datapath that the updates received so far
@@ -105,23 +133,12 @@ func (d *Datapath) restoreRemote() {
 func (d *Datapath) RemoteEndpointsSynced() error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if len(d.remote.unconfirmed) == 0 {
+	n := d.remote.dropUnconfirmed(d.mw.markAddr)
+	if n == 0 {
 		return nil
 	}
-	n := len(d.remote.unconfirmed)
-	for a := range d.remote.unconfirmed {
-		d.remote.forget(a) // also deletes a from unconfirmed
-		d.dirty.ips[netip.PrefixFrom(a, a.BitLen())] = struct{}{}
-	}
 	d.log.Info("remote endpoints restored at start and not confirmed by the cluster removed", zap.Int("addresses", n))
-	return d.remoteChanged()
-}
-
-// markRemote queues every remote address (full flush after a restart).
-func (d *Datapath) markRemote() {
-	for a := range d.remote.pods {
-		d.dirty.ips[netip.PrefixFrom(a, a.BitLen())] = struct{}{}
-	}
+	return d.flush("apply remote addresses")
 }
 
 // UpdateRemoteEndpoints sets the identity of the remote pod addresses in
@@ -137,38 +154,15 @@ func (d *Datapath) UpdateRemoteEndpoints(upsert map[netip.Addr]identity.ID, remo
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	for _, a := range remove {
-		a = a.Unmap()
-		if d.remote.forget(a) {
-			d.dirty.ips[netip.PrefixFrom(a, a.BitLen())] = struct{}{}
-		}
-	}
-	for a, id := range upsert {
-		a = a.Unmap()
-		delete(d.remote.unconfirmed, a)
-		if have, ok := d.remote.pods[a]; !ok || have != id {
-			d.remote.set(a, id)
-			d.dirty.ips[netip.PrefixFrom(a, a.BitLen())] = struct{}{}
-		}
-	}
-	return d.remoteChanged()
+	d.remote.update(upsert, remove, d.mw.markAddr)
+	return d.flush("apply remote addresses")
 }
 
 // RemoteEndpoints returns how many remote pod addresses are known.
 func (d *Datapath) RemoteEndpoints() int {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	return len(d.remote.pods)
-}
-
-func (d *Datapath) remoteChanged() error {
-	if !d.synced {
-		return nil
-	}
-	if err := d.flush(); err != nil {
-		return fmt.Errorf("datapath: apply remote addresses: %w", err)
-	}
-	return nil
+	return d.remote.count()
 }
 
 // SetLocalChangeHook installs f, called whenever an endpoint is attached,
@@ -177,7 +171,7 @@ func (d *Datapath) remoteChanged() error {
 func (d *Datapath) SetLocalChangeHook(f func()) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	d.remote.onLocalChange = f
+	d.eps.onLocalChange = f
 }
 
 // LocalIdentities returns the identity each attached endpoint holds, by
@@ -185,9 +179,9 @@ func (d *Datapath) SetLocalChangeHook(f func()) {
 func (d *Datapath) LocalIdentities() map[string]identity.ID {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	out := make(map[string]identity.ID, len(d.eps))
-	for k, r := range d.eps {
-		out[k] = r.Identity
+	out := make(map[string]identity.ID, d.eps.count())
+	for r := range d.eps.all() {
+		out[r.Key] = r.Identity
 	}
 	return out
 }

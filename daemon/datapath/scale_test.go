@@ -67,7 +67,7 @@ func TestTenThousandPoliciesChurn(t *testing.T) {
 		c.expect(false, "a>b tcp/80")
 	}
 	c.dp.mu.Lock()
-	entries := len(c.dp.mirror.policy)
+	entries := len(c.dp.mw.mirror.policy)
 	c.dp.mu.Unlock()
 	// b's one allow (from a's label set if it matches) and a's: at most a
 	// few entries, not one per policy.

@@ -64,69 +64,86 @@ var ErrServiceHookDisabled = errors.New("post-DNAT hook disabled by configuratio
 
 var errNoServiceCIDRs = errors.New("no Service CIDRs configured (--service-cidrs)")
 
-// setupServices writes the Service CIDRs and attaches the post-DNAT stage
+// services is the post-DNAT stage's part: the Service CIDRs (cdo_svc_cidrs),
+// the stage attached (BPF netfilter program or nftables chain) and its pins.
+// The config flags that tell the tc programs to defer to the stage are the
+// map writer's; setup is given the function that writes them.
+type services struct {
+	cidrs    []netip.Prefix
+	disabled bool // Config.NoServiceHook
+	features *kernel.Features
+	links    string // <BPFDir>/links
+	// shared are the tc object's maps, which the stage's programs use too.
+	shared  *bpf.CoordinoMaps
+	cidrMap *ebpf.Map
+	ct      *conntrack
+	log     *zap.Logger
+
+	// hookErr is why the post-DNAT stage is not attached (nil: it is);
+	// stage is the one attached.
+	hookErr error
+	stage   ServiceStage
+}
+
+// setup writes the Service CIDRs and attaches the post-DNAT stage
 // the kernel offers (Config.Features): the BPF netfilter program
 // (bpf/coordino_svc.c), else the nftables chain running the xtables BPF
 // match (bpf/coordino_svcmatch.c). Where neither can be had, the tc
 // programs drop Service traffic of egress-isolated pods instead (fail
 // closed); the error says why. Only an error writing the maps fails Open.
-func (d *Datapath) setupServices() error {
-	if err := d.writeServiceCIDRs(d.cfg.ServiceCIDRs); err != nil {
+func (sv *services) setup(setFlags func(mask, set uint32) error) error {
+	if err := sv.writeServiceCIDRs(sv.cidrs); err != nil {
 		return err
 	}
 	stage, hookErr := ServiceStageNone, ErrServiceHookDisabled
 	switch {
-	case len(d.cfg.ServiceCIDRs) == 0:
+	case len(sv.cidrs) == 0:
 		// Nothing is deferred: spare every packet of isolated pods the hook.
 		hookErr = errNoServiceCIDRs
-	case !d.cfg.NoServiceHook:
-		stage, hookErr = d.attachServiceStage()
+	case !sv.disabled:
+		stage, hookErr = sv.attachServiceStage()
 	}
-	flags := d.cfgFlags &^ (cfgServiceHook | cfgServiceMatch)
+	var flags uint32
 	switch stage {
 	case ServiceStageNetfilter:
-		flags |= cfgServiceHook
+		flags = cfgServiceHook
 	case ServiceStageNftables:
-		flags |= cfgServiceHook | cfgServiceMatch
+		flags = cfgServiceHook | cfgServiceMatch
 	}
-	d.mu.Lock()
-	d.cfgFlags = flags
-	err := d.writeConfig()
-	d.mu.Unlock()
-	if err != nil {
+	if err := setFlags(cfgServiceHook|cfgServiceMatch, flags); err != nil {
 		return fmt.Errorf("datapath: write config: %w", err)
 	}
 	// Only now that the tc programs defer to this stage (or no longer
 	// defer): a previous daemon's other stage goes, so what runs matches
 	// this kernel and configuration.
 	if stage != ServiceStageNetfilter {
-		d.unpinServiceHook()
+		sv.unpinServiceHook()
 	}
 	if stage != ServiceStageNftables {
 		if err := postdnat.Remove(); err != nil {
-			d.log.Warn("stale nftables post-DNAT stage not removed", zap.Error(err))
+			sv.log.Warn("stale nftables post-DNAT stage not removed", zap.Error(err))
 		}
 	}
-	d.serviceHookErr, d.serviceStage = hookErr, stage
+	sv.hookErr, sv.stage = hookErr, stage
 	switch {
 	case hookErr == nil:
-		d.log.Info("Service traffic is decided after kube-proxy's DNAT",
-			zap.String("stage", string(stage)), zap.Stringers("serviceCIDRs", d.cfg.ServiceCIDRs))
-	case len(d.cfg.ServiceCIDRs) > 0:
-		d.log.Error("post-DNAT stage unavailable: new flows from egress-isolated pods to Service CIDRs are DROPPED (fail closed); needs BPF netfilter links (kernel >= 6.4) or nftables with the xtables BPF match (nf_tables, nft_compat, xt_bpf)",
-			zap.Stringers("serviceCIDRs", d.cfg.ServiceCIDRs), zap.Error(hookErr))
+		sv.log.Info("Service traffic is decided after kube-proxy's DNAT",
+			zap.String("stage", string(stage)), zap.Stringers("serviceCIDRs", sv.cidrs))
+	case len(sv.cidrs) > 0:
+		sv.log.Error("post-DNAT stage unavailable: new flows from egress-isolated pods to Service CIDRs are DROPPED (fail closed); needs BPF netfilter links (kernel >= 6.4) or nftables with the xtables BPF match (nf_tables, nft_compat, xt_bpf)",
+			zap.Stringers("serviceCIDRs", sv.cidrs), zap.Error(hookErr))
 	default:
-		d.log.Info("post-DNAT hook not attached: Service traffic is judged on the Service address", zap.Error(hookErr))
+		sv.log.Info("post-DNAT hook not attached: Service traffic is judged on the Service address", zap.Error(hookErr))
 	}
 	return nil
 }
 
 // attachServiceStage attaches the first post-DNAT stage the kernel offers.
-func (d *Datapath) attachServiceStage() (ServiceStage, error) {
+func (sv *services) attachServiceStage() (ServiceStage, error) {
 	var errs []error
-	f := d.cfg.Features
+	f := sv.features
 	if f.Has(kernel.NetfilterLink) && f.Has(kernel.DynptrFromSkb) {
-		err := d.attachServiceHook()
+		err := sv.attachServiceHook()
 		if err == nil {
 			return ServiceStageNetfilter, nil
 		}
@@ -135,7 +152,7 @@ func (d *Datapath) attachServiceStage() (ServiceStage, error) {
 		errs = append(errs, errors.New("the kernel has no BPF netfilter links (6.4+)"))
 	}
 	if f.Has(kernel.XTBPFMatch) {
-		err := d.attachServiceMatch()
+		err := sv.attachServiceMatch()
 		if err == nil {
 			return ServiceStageNftables, nil
 		}
@@ -149,36 +166,41 @@ func (d *Datapath) attachServiceStage() (ServiceStage, error) {
 // attachServiceMatch loads the match program on the tc object's maps and
 // installs (or, after a restart, replaces in one transaction) the nftables
 // chains that run it.
-func (d *Datapath) attachServiceMatch() error {
+func (sv *services) attachServiceMatch() error {
 	spec, err := bpf.LoadCoordinoSvcmatch()
 	if err != nil {
 		return fmt.Errorf("load nftables post-DNAT spec: %w", err)
 	}
 	objs := new(bpf.CoordinoSvcmatchPrograms)
-	if err := d.loadOnSharedMaps(spec, objs); err != nil {
+	if err := sv.loadOnSharedMaps(spec, objs); err != nil {
 		return fmt.Errorf("load nftables post-DNAT program: %w", err)
 	}
 	defer objs.Close()
-	return postdnat.Install(objs.CdoSvcMatch.FD(), d.cfg.ServiceCIDRs, svcMarks)
+	return postdnat.Install(objs.CdoSvcMatch.FD(), sv.cidrs, svcMarks)
 }
 
 // ServiceStage says what decides Service traffic after DNAT.
 func (d *Datapath) ServiceStage() ServiceStage {
-	return d.serviceStage
+	stage, _ := d.svc.status()
+	return stage
 }
 
 // ServiceHookError reports why the post-DNAT hook is not attached, or nil
 // when it is.
 func (d *Datapath) ServiceHookError() error {
-	return d.serviceHookErr
+	_, err := d.svc.status()
+	return err
 }
+
+// status is the stage attached and, if none, why.
+func (sv *services) status() (ServiceStage, error) { return sv.stage, sv.hookErr }
 
 // attachServiceHook loads the post-DNAT program on the tc object's maps and
 // links it to PREROUTING for both families. The links are pinned, so a
 // daemon restart keeps Service flows decided; the new links are attached
 // before the old pins are replaced, so there is no gap.
-func (d *Datapath) attachServiceHook() error {
-	objs, err := d.loadServiceProgram()
+func (sv *services) attachServiceHook() error {
+	objs, err := sv.loadServiceProgram()
 	if err != nil {
 		return err
 	}
@@ -201,7 +223,7 @@ func (d *Datapath) attachServiceHook() error {
 			})
 			if err == nil {
 				links = append(links, l)
-				d.log.Debug("post-DNAT hook attached", zap.String("hook", h.pin), zap.Int32("priority", prio))
+				sv.log.Debug("post-DNAT hook attached", zap.String("hook", h.pin), zap.Int32("priority", prio))
 				break
 			}
 			if !errors.Is(err, unix.EBUSY) {
@@ -213,7 +235,7 @@ func (d *Datapath) attachServiceHook() error {
 		}
 	}
 	for i, h := range serviceHooks {
-		pin := filepath.Join(d.cfg.BPFDir, "links", h.pin)
+		pin := filepath.Join(sv.links, h.pin)
 		tmp := pin + "-new"
 		os.Remove(tmp)
 		if err := links[i].Pin(tmp); err != nil {
@@ -230,13 +252,13 @@ func (d *Datapath) attachServiceHook() error {
 
 // loadServiceProgram loads the post-DNAT program on the tc object's maps;
 // the caller closes it.
-func (d *Datapath) loadServiceProgram() (*bpf.CoordinoSvcPrograms, error) {
+func (sv *services) loadServiceProgram() (*bpf.CoordinoSvcPrograms, error) {
 	spec, err := bpf.LoadCoordinoSvc()
 	if err != nil {
 		return nil, fmt.Errorf("load post-DNAT spec: %w", err)
 	}
 	objs := new(bpf.CoordinoSvcPrograms)
-	if err := d.loadOnSharedMaps(spec, objs); err != nil {
+	if err := sv.loadOnSharedMaps(spec, objs); err != nil {
 		return nil, fmt.Errorf("load post-DNAT program: %w", err)
 	}
 	return objs, nil
@@ -244,8 +266,8 @@ func (d *Datapath) loadServiceProgram() (*bpf.CoordinoSvcPrograms, error) {
 
 // loadOnSharedMaps loads a post-DNAT object's programs into objs, every
 // map of it being the tc object's of the same name.
-func (d *Datapath) loadOnSharedMaps(spec *ebpf.CollectionSpec, objs any) error {
-	shared := sharedMaps(&d.objs.CoordinoMaps)
+func (sv *services) loadOnSharedMaps(spec *ebpf.CollectionSpec, objs any) error {
+	shared := sharedMaps(sv.shared)
 	opts := &ebpf.CollectionOptions{MapReplacements: map[string]*ebpf.Map{}}
 	// A map the program would get a private copy of silently decides on
 	// empty state (e.g. no policy): refuse to load instead.
@@ -286,18 +308,18 @@ func sharedMaps(maps *bpf.CoordinoMaps) map[string]*ebpf.Map {
 }
 
 // unpinServiceHook detaches a post-DNAT hook a previous daemon pinned.
-func (d *Datapath) unpinServiceHook() {
+func (sv *services) unpinServiceHook() {
 	for _, h := range serviceHooks {
-		pin := filepath.Join(d.cfg.BPFDir, "links", h.pin)
+		pin := filepath.Join(sv.links, h.pin)
 		if err := os.Remove(pin); err != nil && !errors.Is(err, os.ErrNotExist) {
-			d.log.Warn("stale post-DNAT link not removed", zap.String("pin", pin), zap.Error(err))
+			sv.log.Warn("stale post-DNAT link not removed", zap.String("pin", pin), zap.Error(err))
 		}
 	}
 }
 
 // writeServiceCIDRs makes the Service CIDR map hold exactly cidrs.
-func (d *Datapath) writeServiceCIDRs(cidrs []netip.Prefix) error {
-	m := d.objs.CdoSvcCidrs
+func (sv *services) writeServiceCIDRs(cidrs []netip.Prefix) error {
+	m := sv.cidrMap
 	want := map[bpf.CoordinoIpcacheKey]bool{}
 	for _, p := range cidrs {
 		want[ipcacheKey(p.Masked())] = true
@@ -327,7 +349,7 @@ func (d *Datapath) writeServiceCIDRs(cidrs []netip.Prefix) error {
 		}
 	}
 	if len(stale) > 0 {
-		d.purgeServiceFlows(cidrs)
+		sv.purgeServiceFlows(cidrs)
 	}
 	return nil
 }
@@ -338,8 +360,8 @@ const ctService = 16
 // purgeServiceFlows forgets Service flows to addresses no longer in cidrs:
 // the post-DNAT hook only looks at Service CIDRs, so such a flow left
 // pending would never be decided. Their next packet is judged anew.
-func (d *Datapath) purgeServiceFlows(cidrs []netip.Prefix) {
-	err := d.purgeConntrackWhere(func(k *bpf.CoordinoCtKey, v *bpf.CoordinoCtEntry) bool {
+func (sv *services) purgeServiceFlows(cidrs []netip.Prefix) {
+	err := sv.ct.purgeWhere(func(k *bpf.CoordinoCtKey, v *bpf.CoordinoCtEntry) bool {
 		if v.Flags&ctService == 0 {
 			return false
 		}
@@ -350,15 +372,19 @@ func (d *Datapath) purgeServiceFlows(cidrs []netip.Prefix) {
 		return !slices.ContainsFunc(cidrs, func(p netip.Prefix) bool { return p.Contains(dst) })
 	})
 	if err != nil {
-		d.log.Warn("purge of flows to former Service CIDRs incomplete: they stay pending until they expire", zap.Error(err))
+		sv.log.Warn("purge of flows to former Service CIDRs incomplete: they stay pending until they expire", zap.Error(err))
 	}
 }
 
 // ServiceAddress reports whether addr lies in a configured Service CIDR:
 // new flows of egress-isolated pods to it are decided after DNAT.
 func (d *Datapath) ServiceAddress(addr netip.Addr) bool {
+	return d.svc.contains(addr)
+}
+
+func (sv *services) contains(addr netip.Addr) bool {
 	addr = addr.Unmap()
-	for _, p := range d.cfg.ServiceCIDRs {
+	for _, p := range sv.cidrs {
 		if p.Contains(addr) {
 			return true
 		}

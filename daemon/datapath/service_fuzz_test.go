@@ -29,7 +29,7 @@ const (
 func FuzzServiceHookNeverFailsOpen(f *testing.F) {
 	c := newClusterWith(f, Config{AttachMode: AttachTC, ServiceCIDRs: []netip.Prefix{svcCIDR, svcCIDR6}}, true)
 	c.policies(denyAllServer)
-	objs, err := c.dp.loadServiceProgram()
+	objs, err := c.dp.svc.loadServiceProgram()
 	if err != nil {
 		f.Fatal(err)
 	}

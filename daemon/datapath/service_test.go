@@ -351,7 +351,7 @@ func runPostDNAT(t *testing.T, objs *bpf.CoordinoSvcPrograms, frame []byte, fami
 // the input device.
 func TestServiceDecidedWhenDeferralLost(t *testing.T) {
 	c := newClusterWith(t, Config{AttachMode: AttachTC, ServiceCIDRs: []netip.Prefix{svcCIDR}}, false)
-	objs, err := c.dp.loadServiceProgram()
+	objs, err := c.dp.svc.loadServiceProgram()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -465,7 +465,7 @@ func onOneCPU(t *testing.T, fn func()) {
 func TestServiceDeniedFirstFragmentTakesTheRest(t *testing.T) {
 	c := newClusterWith(t, Config{AttachMode: AttachTC, ServiceCIDRs: []netip.Prefix{svcCIDR}}, false)
 	c.policies(clientEgressTo(`{podSelector: {matchLabels: {app: server}}}`))
-	objs, err := c.dp.loadServiceProgram()
+	objs, err := c.dp.svc.loadServiceProgram()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -100,17 +100,17 @@ func (st *snapshotState) diff(s policy.Snapshot) (*snapshotDelta, error) {
 	return delta, errors.Join(errs...)
 }
 
-// apply feeds the delta to the engine; callers hold mu.
-func (d *Datapath) applySnapshotDelta(delta *snapshotDelta) {
+// feed gives the delta to the engine; callers hold mu.
+func (delta *snapshotDelta) feed(e *policy.Engine) {
 	for _, name := range slices.Sorted(maps.Keys(delta.namespaces)) {
-		d.engine.SetNamespace(name, delta.namespaces[name])
+		e.SetNamespace(name, delta.namespaces[name])
 	}
 	for _, key := range delta.deleted {
 		ns, name := splitKey(key)
-		d.engine.DeletePolicy(ns, name)
+		e.DeletePolicy(ns, name)
 	}
 	for _, p := range delta.upserted {
-		d.engine.UpsertPolicy(p)
+		e.UpsertPolicy(p)
 	}
 }
 
@@ -139,13 +139,10 @@ func (d *Datapath) UpdatePolicy(s policy.Snapshot) error {
 
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	d.applySnapshotDelta(delta)
-	if !d.synced {
-		d.synced = true
-		d.markAll()
-	}
-	d.setNodeIsolationPolicies(s.NodeIsolation)
-	err := errors.Join(d.flush(), d.applyNodeIsolation())
+	delta.feed(d.engine)
+	d.synced = true // the first flush is a full one (mapWriter.markAll)
+	d.iso.setPolicies(s.NodeIsolation)
+	err := errors.Join(d.flush(""), d.iso.apply())
 	if !d.cidrsRetained && err == nil {
 		// Numbers restored from the pins that no policy uses any more.
 		keep := map[netip.Prefix]bool{}

@@ -5,12 +5,12 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
-	"time"
 
 	"github.com/cilium/ebpf"
 	"github.com/coordino/coordino/bpf"
 	"github.com/coordino/coordino/daemon/identity"
 	"github.com/coordino/coordino/daemon/policy"
+	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 )
 
@@ -55,69 +55,129 @@ func newPending() pending {
 
 func (p pending) empty() bool { return len(p.keys) == 0 && len(p.ips) == 0 && len(p.eps) == 0 }
 
-// Retry backoff after a failed flush.
-const (
-	defaultRetryDelay = time.Second
-	maxRetryDelay     = 30 * time.Second
-)
+// mapWriter owns the maps policy is enforced from (policy, ipcache,
+// endpoints) and the config map: what it believes they hold (the mirror),
+// what may differ from the wanted state (dirty) and the revision and flags
+// it last wrote. Callers hold the datapath's lock.
+type mapWriter struct {
+	maps   writerMaps
+	health *mapHealth
+	retry  *retrier
+	log    *zap.Logger
+	// syncFailures is coordino_policy_map_update_failures_total.
+	syncFailures prometheus.Counter
+
+	mirror *mirrors
+	// dirty are map entries that may differ from what the engine wants.
+	dirty    pending
+	revision uint32
+	// cfgFlags are the CFG_* flags last written to the config map.
+	cfgFlags uint32
+	// full: the next flush compares every entry (markAll).
+	full bool
+}
+
+// writerMaps are the maps the map writer writes.
+type writerMaps struct {
+	policy, ipcache, endpoints, config *ebpf.Map
+}
+
+// openMapWriter adopts what the maps hold: the mirrors, and the revision
+// and flags of the previous daemon, kept until startup decides
+// (SetEmitAllowed), so allowed flows it logged keep queueing meanwhile.
+func openMapWriter(maps writerMaps, health *mapHealth, retry *retrier, log *zap.Logger) (*mapWriter, error) {
+	m, err := readMirrors(maps)
+	if err != nil {
+		return nil, err
+	}
+	var cfg bpf.CoordinoConfig
+	if err := maps.config.Lookup(uint32(0), &cfg); err != nil {
+		return nil, fmt.Errorf("datapath: read config map: %w", err)
+	}
+	return &mapWriter{maps: maps, health: health, retry: retry, log: log, mirror: m, dirty: newPending(),
+		revision: cfg.PolicyRevision, cfgFlags: cfg.Flags, full: true,
+		syncFailures: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "coordino_policy_map_update_failures_total",
+			Help: "Policy map updates that failed part-way (fail-closed; retried with backoff).",
+		})}, nil
+}
+
+// desired is what the maps should hold, from the parts that know it: the
+// policy engine's output, the local endpoints, the node's and other nodes'
+// addresses and the remote pods. A flush reads it and never writes it.
+type desired struct {
+	engine        *policy.Engine
+	eps           *endpoints
+	nodeIPs       []netip.Addr // the host identity
+	remoteNodeIPs []netip.Addr // the remote-node identity
+	remote        *remoteAddrs
+}
+
+// markAddr queues a's ipcache entry.
+func (mw *mapWriter) markAddr(a netip.Addr) {
+	a = a.Unmap()
+	mw.dirty.ips[netip.PrefixFrom(a, a.BitLen())] = struct{}{}
+}
 
 // markEndpoint queues r's endpoint entry and addresses.
-func (d *Datapath) markEndpoint(r *record) {
-	d.dirty.eps[uint32(r.HostIfIndex)] = struct{}{}
+func (mw *mapWriter) markEndpoint(r *record) {
+	mw.dirty.eps[uint32(r.HostIfIndex)] = struct{}{}
 	for _, ip := range r.IPs {
-		d.dirty.ips[netip.PrefixFrom(ip, ip.BitLen())] = struct{}{}
+		mw.markAddr(ip)
 	}
 }
 
 // markAll queues every entry the maps hold or should hold: after a restart
 // (the engine starts empty, the maps do not) the first flush is a full one.
-func (d *Datapath) markAll() {
-	for k := range d.mirror.policy {
-		d.dirty.keys[k] = struct{}{}
+// The datapath flushes only once the first policy snapshot is in the
+// engine, so that flush is the snapshot's.
+func (mw *mapWriter) markAll(in desired) {
+	for k := range mw.mirror.policy {
+		mw.dirty.keys[k] = struct{}{}
 	}
-	d.engine.Keys(func(k policy.Key) { d.dirty.keys[k] = struct{}{} })
-	for p := range d.mirror.ipcache {
-		d.dirty.ips[p] = struct{}{}
+	in.engine.Keys(func(k policy.Key) { mw.dirty.keys[k] = struct{}{} })
+	for p := range mw.mirror.ipcache {
+		mw.dirty.ips[p] = struct{}{}
 	}
-	d.engine.Prefixes(func(p netip.Prefix, _ identity.ID) { d.dirty.ips[p] = struct{}{} })
-	for _, ip := range slices.Concat(d.cfg.NodeIPs, d.nodeIso.remoteIPs) {
-		d.dirty.ips[netip.PrefixFrom(ip.Unmap(), ip.Unmap().BitLen())] = struct{}{}
+	in.engine.Prefixes(func(p netip.Prefix, _ identity.ID) { mw.dirty.ips[p] = struct{}{} })
+	for _, ip := range slices.Concat(in.nodeIPs, in.remoteNodeIPs) {
+		mw.markAddr(ip)
 	}
-	d.markRemote()
-	for ifindex := range d.mirror.endpoints {
-		d.dirty.eps[ifindex] = struct{}{}
+	in.remote.each(mw.markAddr)
+	for ifindex := range mw.mirror.endpoints {
+		mw.dirty.eps[ifindex] = struct{}{}
 	}
-	for _, r := range d.eps {
-		d.markEndpoint(r)
+	for r := range in.eps.all() {
+		mw.markEndpoint(r)
 	}
 }
 
 // wanted is the desired content of the small maps, built per flush from the
 // endpoints (hundreds at most), never from the policy set.
 type wanted struct {
-	d      *Datapath
+	in     desired
 	byIf   map[uint32]*record
 	owners map[netip.Addr]identity.ID
 	// installedIso ORs the installed isolation of each identity's endpoints.
 	installedIso map[identity.ID]policy.Isolation
 }
 
-func (d *Datapath) wanted() *wanted {
-	w := &wanted{d: d, byIf: map[uint32]*record{}, owners: map[netip.Addr]identity.ID{},
+func (mw *mapWriter) wanted(in desired) *wanted {
+	w := &wanted{in: in, byIf: map[uint32]*record{}, owners: map[netip.Addr]identity.ID{},
 		installedIso: map[identity.ID]policy.Isolation{}}
-	for _, ip := range d.nodeIso.remoteIPs {
+	for _, ip := range in.remoteNodeIPs {
 		w.owners[ip.Unmap()] = identity.RemoteNode
 	}
-	for _, ip := range d.cfg.NodeIPs {
+	for _, ip := range in.nodeIPs {
 		w.owners[ip.Unmap()] = identity.Host
 	}
-	for _, r := range d.eps {
+	for r := range in.eps.all() {
 		w.byIf[uint32(r.HostIfIndex)] = r
 		for _, ip := range r.IPs {
 			w.owners[ip] = r.Identity
 		}
 	}
-	for _, v := range d.mirror.endpoints {
+	for _, v := range mw.mirror.endpoints {
 		w.installedIso[identity.ID(v.Identity)] |= policy.Isolation(v.Flags)
 	}
 	return w
@@ -128,20 +188,20 @@ func (w *wanted) endpoint(ifindex uint32) (bpf.CoordinoEndpointInfo, bool) {
 	if r == nil {
 		return bpf.CoordinoEndpointInfo{}, false
 	}
-	return bpf.CoordinoEndpointInfo{Identity: uint32(r.Identity), Flags: uint32(w.d.engine.Isolation(r.Identity))}, true
+	return bpf.CoordinoEndpointInfo{Identity: uint32(r.Identity), Flags: uint32(w.in.engine.Isolation(r.Identity))}, true
 }
 
 func (w *wanted) ip(p netip.Prefix) (bpf.CoordinoIpcacheValue, bool) {
 	if p.IsSingleIP() {
 		id, ok := w.owners[p.Addr()]
 		if !ok {
-			id, ok = w.d.remote.identity(p.Addr()) // local endpoints win
+			id, ok = w.in.remote.identity(p.Addr()) // local endpoints win
 		}
 		if ok {
-			return bpf.CoordinoIpcacheValue{Identity: uint32(id), CidrIdentity: uint32(w.d.engine.CIDRIdentity(p.Addr()))}, true
+			return bpf.CoordinoIpcacheValue{Identity: uint32(id), CidrIdentity: uint32(w.in.engine.CIDRIdentity(p.Addr()))}, true
 		}
 	}
-	if id, ok := w.d.engine.PrefixIdentity(p); ok {
+	if id, ok := w.in.engine.PrefixIdentity(p); ok {
 		return bpf.CoordinoIpcacheValue{Identity: uint32(id), CidrIdentity: uint32(id)}, true
 	}
 	return bpf.CoordinoIpcacheValue{}, false
@@ -168,125 +228,166 @@ type write struct {
 // as they are, isolation changes to the endpoints of the identity, prefix
 // changes to the prefix and every local address inside it (its CIDR
 // identity may change).
-func (d *Datapath) collectChanges() {
-	ch := d.engine.TakeChanges()
-	for _, err := range d.engine.TakeErrors() {
-		d.log.Error("policy not fully applied", zap.Error(err))
+func (mw *mapWriter) collectChanges(in desired) {
+	ch := in.engine.TakeChanges()
+	for _, err := range in.engine.TakeErrors() {
+		mw.log.Error("policy not fully applied", zap.Error(err))
 	}
 	for k := range ch.Keys {
-		d.dirty.keys[k] = struct{}{}
+		mw.dirty.keys[k] = struct{}{}
 	}
 	if len(ch.Isolation) > 0 {
-		for _, r := range d.eps {
+		for r := range in.eps.all() {
 			if _, ok := ch.Isolation[r.Identity]; ok {
-				d.dirty.eps[uint32(r.HostIfIndex)] = struct{}{}
+				mw.dirty.eps[uint32(r.HostIfIndex)] = struct{}{}
 			}
 		}
 	}
 	for p := range ch.Prefixes {
-		d.dirty.ips[p] = struct{}{}
-		for _, ip := range slices.Concat(d.cfg.NodeIPs, d.nodeIso.remoteIPs) {
+		mw.dirty.ips[p] = struct{}{}
+		for _, ip := range slices.Concat(in.nodeIPs, in.remoteNodeIPs) {
 			if p.Contains(ip.Unmap()) {
-				d.dirty.ips[netip.PrefixFrom(ip.Unmap(), ip.Unmap().BitLen())] = struct{}{}
+				mw.markAddr(ip)
 			}
 		}
-		for _, r := range d.eps {
+		for r := range in.eps.all() {
 			for _, ip := range r.IPs {
 				if p.Contains(ip) {
-					d.dirty.ips[netip.PrefixFrom(ip, ip.BitLen())] = struct{}{}
+					mw.markAddr(ip)
 				}
 			}
 		}
 		// Remote pods' entries carry their CIDR identity too, or ipBlock
 		// rules would stop matching them once their pod identity is known.
-		d.remote.inside(p, func(a netip.Addr) {
-			d.dirty.ips[netip.PrefixFrom(a, a.BitLen())] = struct{}{}
-		})
+		in.remote.inside(p, mw.markAddr)
 	}
 }
 
 // flush writes the pending entries in fail-closed order (see the top of
-// this file). Failed writes stay pending and a retry is scheduled.
-func (d *Datapath) flush() error {
-	d.collectChanges()
-	if d.dirty.empty() {
+// this file): classify them into a plan, apply it, then report. Failed
+// writes stay pending and a retry is scheduled.
+func (mw *mapWriter) flush(in desired) error {
+	if mw.full {
+		mw.full = false
+		mw.markAll(in)
+	}
+	mw.collectChanges(in)
+	if mw.dirty.empty() {
 		return nil
 	}
-	w := d.wanted()
-	var a, b, c, cLate, dd []write
-	// cPrefixes: ipBlock prefixes to insert, longest first, so none goes in
-	// while a prefix inside it is missing.
-	var cPrefixes []write
+	w := mw.wanted(in)
+	plan := mw.classify(w)
+	changed, errs := mw.apply(plan)
+	if len(mw.dirty.ips) > 0 {
+		mw.withholdPrefixes(w)
+	}
+	return mw.finishFlush(changed, errs)
+}
 
-	for k := range d.dirty.keys {
-		want := d.engine.WantsKey(k)
-		_, have := d.mirror.policy[k]
+// flushPlan is one flush's writes, classed by their effect on the installed
+// state (the classes A-D at the top of this file). apply runs the fields in
+// the order they are declared, and that order is what keeps every
+// intermediate state no more permissive than both the installed and the
+// wanted one: the inert allows and the tightening writes run first, the
+// loosening ones only once every tightening write succeeded, and the
+// allows of directions no longer isolated last, once everything before
+// them is in. Reordering the fields or the phases of apply breaks this.
+type flushPlan struct {
+	// inertAllows (A) are allow entries whose (identity, direction) no
+	// installed endpoint isolates: they change no verdict yet.
+	inertAllows []write
+	// tighten (B): isolation bits added, endpoints removed, pod addresses
+	// leaving the ipcache, allows removed where the direction stays
+	// isolated. A failure here stops the plan before anything loosens.
+	tighten []write
+	// loosen (C): other allow entries, new or changed endpoints and
+	// ipcache entries, isolation bits cleared.
+	loosen []write
+	// prefixes (C) are ipBlock prefixes to insert, longest first, so none
+	// goes in while a prefix inside it is missing.
+	prefixes []write
+	// prefixRemovals (C, late): a prefix leaving hands its addresses to a
+	// shorter prefix, which may allow where it was excepted.
+	prefixRemovals []write
+	// liftedAllows (D) are allow entries removed from directions no longer
+	// isolated: only once all of C is in.
+	liftedAllows []write
+}
+
+// classify drops pending entries that already hold their wanted value and
+// sorts the writes of the others into a plan.
+func (mw *mapWriter) classify(w *wanted) *flushPlan {
+	var plan flushPlan
+	for k := range mw.dirty.keys {
+		want := w.in.engine.WantsKey(k)
+		_, have := mw.mirror.policy[k]
 		switch {
 		case want == have:
-			delete(d.dirty.keys, k)
+			delete(mw.dirty.keys, k)
 		case want && !w.installedIso[k.Local].Has(k.Dir):
-			a = append(a, d.policyAdd(k))
+			plan.inertAllows = append(plan.inertAllows, mw.policyAdd(k))
 		case want:
-			c = append(c, d.policyAdd(k))
-		case d.engine.Isolation(k.Local).Has(k.Dir):
-			b = append(b, d.policyDelete(k))
+			plan.loosen = append(plan.loosen, mw.policyAdd(k))
+		case w.in.engine.Isolation(k.Local).Has(k.Dir):
+			plan.tighten = append(plan.tighten, mw.policyDelete(k))
 		default:
-			dd = append(dd, d.policyDelete(k))
+			plan.liftedAllows = append(plan.liftedAllows, mw.policyDelete(k))
 		}
 	}
-	for ifindex := range d.dirty.eps {
+	for ifindex := range mw.dirty.eps {
 		want, ok := w.endpoint(ifindex)
-		have, had := d.mirror.endpoints[ifindex]
+		have, had := mw.mirror.endpoints[ifindex]
 		switch {
 		case ok == had && want == have:
-			delete(d.dirty.eps, ifindex)
+			delete(mw.dirty.eps, ifindex)
 		case !ok:
-			b = append(b, d.endpointDelete(ifindex))
+			plan.tighten = append(plan.tighten, mw.endpointDelete(ifindex))
 		case !had || want.Identity != have.Identity:
-			c = append(c, d.endpointWrite(ifindex, want, true))
+			plan.loosen = append(plan.loosen, mw.endpointWrite(ifindex, want, true))
 		case want.Flags&^have.Flags != 0 && have.Flags&^want.Flags != 0:
 			// Isolation added in one direction and cleared in the other:
 			// add first (B), clear later (C).
 			both := bpf.CoordinoEndpointInfo{Identity: want.Identity, Flags: want.Flags | have.Flags}
-			b = append(b, d.endpointWrite(ifindex, both, false))
-			c = append(c, d.endpointWrite(ifindex, want, true))
+			plan.tighten = append(plan.tighten, mw.endpointWrite(ifindex, both, false))
+			plan.loosen = append(plan.loosen, mw.endpointWrite(ifindex, want, true))
 		case want.Flags&^have.Flags != 0:
-			b = append(b, d.endpointWrite(ifindex, want, true))
+			plan.tighten = append(plan.tighten, mw.endpointWrite(ifindex, want, true))
 		default:
-			c = append(c, d.endpointWrite(ifindex, want, true))
+			plan.loosen = append(plan.loosen, mw.endpointWrite(ifindex, want, true))
 		}
 	}
-	for p := range d.dirty.ips {
+	for p := range mw.dirty.ips {
 		want, ok := w.ip(p)
-		have, had := d.mirror.ipcache[p]
+		have, had := mw.mirror.ipcache[p]
 		switch {
 		case ok == had && want == have:
-			delete(d.dirty.ips, p)
+			delete(mw.dirty.ips, p)
 		case ok && !w.isOwner(p):
-			x := d.ipcacheWrite(p, want)
+			x := mw.ipcacheWrite(p, want)
 			x.prefix = p
-			cPrefixes = append(cPrefixes, x)
+			plan.prefixes = append(plan.prefixes, x)
 		case ok:
-			c = append(c, d.ipcacheWrite(p, want))
+			plan.loosen = append(plan.loosen, mw.ipcacheWrite(p, want))
 		case p.IsSingleIP():
 			// An address leaving falls back to its CIDR identity: fewer
 			// rules can match it.
-			b = append(b, d.ipcacheDelete(p))
+			plan.tighten = append(plan.tighten, mw.ipcacheDelete(p))
 		default:
-			// A prefix leaving hands its addresses to a shorter prefix,
-			// which may be allowed where it was excepted: loosening.
-			cLate = append(cLate, d.ipcacheDelete(p))
+			plan.prefixRemovals = append(plan.prefixRemovals, mw.ipcacheDelete(p))
 		}
 	}
+	slices.SortFunc(plan.prefixes, func(x, y write) int { return y.prefix.Bits() - x.prefix.Bits() })
+	return &plan
+}
 
-	slices.SortFunc(cPrefixes, func(x, y write) int { return y.prefix.Bits() - x.prefix.Bits() })
+// apply runs plan in fail-closed order (flushPlan). It reports whether any
+// write succeeded and the errors of those that did not; those stay pending.
+func (mw *mapWriter) apply(plan *flushPlan) (changed bool, errs []error) {
+	// Prefixes not in yet: a prefix containing one is withheld.
 	var missing []netip.Prefix
-	for _, x := range cPrefixes {
+	for _, x := range plan.prefixes {
 		missing = append(missing, x.prefix)
 	}
-
-	var errs []error
-	changed := false
 	run := func(ws []write) bool {
 		ok := true
 		for _, x := range ws {
@@ -295,7 +396,7 @@ func (d *Datapath) flush() error {
 				continue // stays pending: withheld until the prefixes inside it fit
 			}
 			if err := x.do(); err != nil {
-				errs = append(errs, fmt.Errorf("%s: %w", x.what, d.refused(x.m, d.mapName(x.m), err)))
+				errs = append(errs, fmt.Errorf("%s: %w", x.what, mw.health.refused(x.m, mw.mapName(x.m), err)))
 				ok = false
 				continue
 			}
@@ -304,42 +405,44 @@ func (d *Datapath) flush() error {
 				missing = slices.DeleteFunc(missing, func(q netip.Prefix) bool { return q == x.prefix })
 			}
 			if x.insert {
-				d.accepted(d.mapName(x.m))
+				mw.health.accepted(mw.mapName(x.m))
 			}
 			changed = true
 		}
 		return ok
 	}
-	run(a)
-	if run(b) {
-		// Later isolation-clearing writes depend on nothing in A: a failed
-		// allow addition only leaves the endpoint stricter than wanted.
-		cOK := run(c)
-		pOK := run(cPrefixes)
-		// Prefixes leave even when others did not fit, so a trie full of
-		// stale prefixes drains; withholdPrefixes keeps the result closed.
-		if run(cLate) && cOK && pOK {
-			run(dd)
-		}
+	run(plan.inertAllows)
+	if !run(plan.tighten) {
+		return changed, errs
 	}
-	if len(d.dirty.ips) > 0 {
-		d.withholdPrefixes(w)
+	// Later isolation-clearing writes depend on nothing in A: a failed
+	// allow addition only leaves the endpoint stricter than wanted.
+	loosened := run(plan.loosen)
+	prefixed := run(plan.prefixes)
+	// Prefixes leave even when others did not fit, so a trie full of
+	// stale prefixes drains; withholdPrefixes keeps the result closed.
+	if run(plan.prefixRemovals) && loosened && prefixed {
+		run(plan.liftedAllows)
 	}
-	var err error
+	return changed, errs
+}
+
+// finishFlush bumps the revision after any change and reports the failed
+// writes, scheduling a retry, or ends the backoff.
+func (mw *mapWriter) finishFlush(changed bool, errs []error) error {
 	if changed {
-		if berr := d.bumpRevision(); berr != nil {
+		if berr := mw.bumpRevision(); berr != nil {
 			errs = append(errs, berr)
 		}
 	}
-	if len(errs) > 0 {
-		err = fmt.Errorf("policy maps not fully updated (%d writes failed, %d entries pending, retrying): %w",
-			len(errs), len(d.dirty.keys)+len(d.dirty.ips)+len(d.dirty.eps), errors.Join(firstErrors(errs, 3)...))
-		d.metrics.syncFailures.Inc()
-		d.scheduleRetry()
-	} else {
-		d.retryDone()
+	if len(errs) == 0 {
+		mw.retry.done()
+		return nil
 	}
-	return err
+	mw.syncFailures.Inc()
+	mw.retry.schedule()
+	return fmt.Errorf("policy maps not fully updated (%d writes failed, %d entries pending, retrying): %w",
+		len(errs), len(mw.dirty.keys)+len(mw.dirty.ips)+len(mw.dirty.eps), errors.Join(firstErrors(errs, 3)...))
 }
 
 func firstErrors(errs []error, n int) []error {
@@ -349,143 +452,99 @@ func firstErrors(errs []error, n int) []error {
 	return errs
 }
 
-// retryDone ends the backoff once neither the policy maps nor node
-// isolation have writes left; callers hold mu.
-func (d *Datapath) retryDone() {
-	if d.dirty.empty() && !d.nodeIso.failed {
-		d.retryDelay = 0
-	}
-}
+// policyRevision is the revision last written to the config map.
+func (mw *mapWriter) policyRevision() uint32 { return mw.revision }
 
-// scheduleRetry flushes (and re-applies node isolation, if that failed)
-// again later with exponential backoff; callers hold mu.
-func (d *Datapath) scheduleRetry() {
-	if d.retryTimer != nil || d.closed {
-		return
-	}
-	delay := d.retryDelay
-	if delay == 0 {
-		delay = d.baseRetryDelay()
-	}
-	d.retryDelay = min(2*delay, maxRetryDelay)
-	d.retryTimer = time.AfterFunc(delay, func() {
-		d.mu.Lock()
-		defer d.mu.Unlock()
-		d.retryTimer = nil
-		if d.closed {
-			return
-		}
-		err := d.flush()
-		if d.nodeIso.failed {
-			// Its error also names invalid policies, which no retry mends.
-			if nerr := d.applyNodeIsolation(); d.nodeIso.failed {
-				err = errors.Join(err, nerr)
-			}
-		}
-		if err != nil {
-			// Once per episode: a full map is also logged by refused().
-			if delay == d.baseRetryDelay() {
-				d.log.Error("policy map update retry failed; retrying with backoff", zap.Error(err))
-			} else {
-				d.log.Debug("policy map update retry failed", zap.Error(err), zap.Duration("after", delay))
-			}
-		} else {
-			d.log.Info("policy maps up to date after retry")
-		}
-	})
-}
+// hasCfgFlag reports whether flag is set in the config map.
+func (mw *mapWriter) hasCfgFlag(flag uint32) bool { return mw.cfgFlags&flag != 0 }
 
-func (d *Datapath) baseRetryDelay() time.Duration {
-	if d.cfg.retryDelay > 0 {
-		return d.cfg.retryDelay
-	}
-	return defaultRetryDelay
-}
+// settled reports whether no write is pending.
+func (mw *mapWriter) settled() bool { return mw.dirty.empty() }
 
-func (d *Datapath) policyAdd(k policy.Key) write {
+func (mw *mapWriter) policyAdd(k policy.Key) write {
 	return write{
-		what: fmt.Sprintf("add policy entry %v (map holds %d)", k, len(d.mirror.policy)),
-		m:    d.objs.CdoPolicy, insert: true,
+		what: fmt.Sprintf("add policy entry %v (map holds %d)", k, len(mw.mirror.policy)),
+		m:    mw.maps.policy, insert: true,
 		do: func() error {
 			bk := policyKey(k)
-			return d.objs.CdoPolicy.Update(&bk, &bpf.CoordinoPolicyValue{}, ebpf.UpdateAny)
+			return mw.maps.policy.Update(&bk, &bpf.CoordinoPolicyValue{}, ebpf.UpdateAny)
 		},
-		done: func() { d.mirror.policy[k] = struct{}{}; delete(d.dirty.keys, k) },
+		done: func() { mw.mirror.policy[k] = struct{}{}; delete(mw.dirty.keys, k) },
 	}
 }
 
-func (d *Datapath) policyDelete(k policy.Key) write {
+func (mw *mapWriter) policyDelete(k policy.Key) write {
 	return write{
 		what: fmt.Sprintf("delete policy entry %v", k),
-		m:    d.objs.CdoPolicy,
+		m:    mw.maps.policy,
 		do: func() error {
 			bk := policyKey(k)
-			return deleteKey(d.objs.CdoPolicy, &bk)
+			return deleteKey(mw.maps.policy, &bk)
 		},
-		done: func() { delete(d.mirror.policy, k); delete(d.dirty.keys, k) },
+		done: func() { delete(mw.mirror.policy, k); delete(mw.dirty.keys, k) },
 	}
 }
 
 // endpointWrite writes v; final says whether v is the wanted value (else a
 // step towards it, and the entry stays pending).
-func (d *Datapath) endpointWrite(ifindex uint32, v bpf.CoordinoEndpointInfo, final bool) write {
+func (mw *mapWriter) endpointWrite(ifindex uint32, v bpf.CoordinoEndpointInfo, final bool) write {
 	return write{
 		what: fmt.Sprintf("update endpoint ifindex %d", ifindex),
-		m:    d.objs.CdoEndpoints, insert: true,
-		do: func() error { return d.objs.CdoEndpoints.Update(&ifindex, &v, ebpf.UpdateAny) },
+		m:    mw.maps.endpoints, insert: true,
+		do: func() error { return mw.maps.endpoints.Update(&ifindex, &v, ebpf.UpdateAny) },
 		done: func() {
-			d.mirror.endpoints[ifindex] = v
+			mw.mirror.endpoints[ifindex] = v
 			if final {
-				delete(d.dirty.eps, ifindex)
+				delete(mw.dirty.eps, ifindex)
 			}
 		},
 	}
 }
 
-func (d *Datapath) endpointDelete(ifindex uint32) write {
+func (mw *mapWriter) endpointDelete(ifindex uint32) write {
 	return write{
 		what: fmt.Sprintf("delete endpoint ifindex %d", ifindex),
-		m:    d.objs.CdoEndpoints,
-		do:   func() error { return deleteKey(d.objs.CdoEndpoints, &ifindex) },
-		done: func() { delete(d.mirror.endpoints, ifindex); delete(d.dirty.eps, ifindex) },
+		m:    mw.maps.endpoints,
+		do:   func() error { return deleteKey(mw.maps.endpoints, &ifindex) },
+		done: func() { delete(mw.mirror.endpoints, ifindex); delete(mw.dirty.eps, ifindex) },
 	}
 }
 
-func (d *Datapath) ipcacheWrite(p netip.Prefix, v bpf.CoordinoIpcacheValue) write {
+func (mw *mapWriter) ipcacheWrite(p netip.Prefix, v bpf.CoordinoIpcacheValue) write {
 	return write{
 		what: fmt.Sprintf("update ipcache %s", p),
-		m:    d.objs.CdoIpcache, insert: true,
+		m:    mw.maps.ipcache, insert: true,
 		do: func() error {
 			k := ipcacheKey(p)
-			return d.objs.CdoIpcache.Update(&k, &v, ebpf.UpdateAny)
+			return mw.maps.ipcache.Update(&k, &v, ebpf.UpdateAny)
 		},
-		done: func() { d.mirror.ipcache[p] = v; delete(d.dirty.ips, p) },
+		done: func() { mw.mirror.ipcache[p] = v; delete(mw.dirty.ips, p) },
 	}
 }
 
-func (d *Datapath) ipcacheDelete(p netip.Prefix) write {
+func (mw *mapWriter) ipcacheDelete(p netip.Prefix) write {
 	return write{
 		what: fmt.Sprintf("delete ipcache %s", p),
-		m:    d.objs.CdoIpcache,
+		m:    mw.maps.ipcache,
 		do: func() error {
 			k := ipcacheKey(p)
-			return deleteKey(d.objs.CdoIpcache, &k)
+			return deleteKey(mw.maps.ipcache, &k)
 		},
-		done: func() { delete(d.mirror.ipcache, p); delete(d.dirty.ips, p) },
+		done: func() { delete(mw.mirror.ipcache, p); delete(mw.dirty.ips, p) },
 	}
 }
 
 // endpointPending reports whether anything of r is not in the maps yet.
-func (d *Datapath) endpointPending(r *record) bool {
-	if _, ok := d.dirty.eps[uint32(r.HostIfIndex)]; ok {
+func (mw *mapWriter) endpointPending(r *record) bool {
+	if _, ok := mw.dirty.eps[uint32(r.HostIfIndex)]; ok {
 		return true
 	}
 	for _, ip := range r.IPs {
-		if _, ok := d.dirty.ips[netip.PrefixFrom(ip, ip.BitLen())]; ok {
+		if _, ok := mw.dirty.ips[netip.PrefixFrom(ip, ip.BitLen())]; ok {
 			return true
 		}
 	}
-	for k := range d.dirty.keys {
+	for k := range mw.dirty.keys {
 		if k.Local == r.Identity {
 			return true
 		}
@@ -495,44 +554,41 @@ func (d *Datapath) endpointPending(r *record) bool {
 
 // syncEndpointsOnly removes map entries of detached endpoints without
 // recompiling; used before the first policy snapshot arrives.
-func (d *Datapath) syncEndpointsOnly() error {
-	if d.synced {
-		return nil
-	}
+func (mw *mapWriter) syncEndpointsOnly(eps *endpoints) error {
 	live := map[uint32]bool{}
 	addrs := map[netip.Prefix]bool{}
-	for _, r := range d.eps {
+	for r := range eps.all() {
 		live[uint32(r.HostIfIndex)] = true
 		for _, ip := range r.IPs {
 			addrs[netip.PrefixFrom(ip, ip.BitLen())] = true
 		}
 	}
-	for ifindex := range d.mirror.endpoints {
+	for ifindex := range mw.mirror.endpoints {
 		if live[ifindex] {
 			continue
 		}
-		if err := deleteKey(d.objs.CdoEndpoints, &ifindex); err != nil {
+		if err := deleteKey(mw.maps.endpoints, &ifindex); err != nil {
 			return fmt.Errorf("delete endpoint ifindex %d: %w", ifindex, err)
 		}
-		delete(d.mirror.endpoints, ifindex)
+		delete(mw.mirror.endpoints, ifindex)
 	}
-	for p, v := range d.mirror.ipcache {
+	for p, v := range mw.mirror.ipcache {
 		id := identity.ID(v.Identity)
 		if addrs[p] || id.IsCIDR() || id == identity.Host || id == identity.RemoteNode {
 			continue
 		}
 		k := ipcacheKey(p)
-		if err := deleteKey(d.objs.CdoIpcache, &k); err != nil {
+		if err := deleteKey(mw.maps.ipcache, &k); err != nil {
 			return fmt.Errorf("delete ipcache %s: %w", p, err)
 		}
-		delete(d.mirror.ipcache, p)
+		delete(mw.mirror.ipcache, p)
 	}
-	return d.bumpRevision()
+	return mw.bumpRevision()
 }
 
-func (d *Datapath) bumpRevision() error {
-	d.revision++
-	if err := d.writeConfig(); err != nil {
+func (mw *mapWriter) bumpRevision() error {
+	mw.revision++
+	if err := mw.writeConfig(); err != nil {
 		return fmt.Errorf("update policy revision: %w", err)
 	}
 	return nil
@@ -540,41 +596,61 @@ func (d *Datapath) bumpRevision() error {
 
 // writeConfig stores the revision and flags; callers hold mu, so neither
 // write can undo the other.
-func (d *Datapath) writeConfig() error {
-	cfg := bpf.CoordinoConfig{PolicyRevision: d.revision, Flags: d.cfgFlags}
-	return d.objs.CdoConfig.Update(uint32(0), &cfg, ebpf.UpdateAny)
+func (mw *mapWriter) writeConfig() error {
+	cfg := bpf.CoordinoConfig{PolicyRevision: mw.revision, Flags: mw.cfgFlags}
+	return mw.maps.config.Update(uint32(0), &cfg, ebpf.UpdateAny)
 }
 
-// purgeConntrack drops the tracked flows of one removed endpoint now: those
-// seen on its interface, so a future interface reusing the index starts
-// clean, and those other endpoints track with one of its addresses, so a pod
-// that is given the address next never inherits a flow of the deleted one.
-// DEL queues this for the background walk (ctpurge.go) and calls it only
-// when it cannot. The table is read and the dead entries deleted in batches
-// (conntrack.go).
-func (d *Datapath) purgeConntrack(ifindex uint32, ips []netip.Addr) {
-	gone := map[[16]byte]bool{}
-	for _, ip := range ips {
-		_, b := packetAddr(ip)
-		gone[b] = true
+// setCfgFlags sets the CFG_* flags in mask to those of set in the config
+// map, reporting whether they changed.
+func (mw *mapWriter) setCfgFlags(mask, set uint32) (bool, error) {
+	flags := mw.cfgFlags&^mask | set&mask
+	if flags == mw.cfgFlags {
+		return false, nil
 	}
-	err := d.purgeConntrackWhere(func(k *bpf.CoordinoCtKey, _ *bpf.CoordinoCtEntry) bool {
-		return k.Ifindex == ifindex || gone[k.Src] || gone[k.Dst]
-	})
-	if err != nil {
-		d.log.Warn("conntrack purge incomplete: entries of the removed endpoint expire on their own", zap.Error(err))
+	old := mw.cfgFlags
+	mw.cfgFlags = flags
+	if err := mw.writeConfig(); err != nil {
+		mw.cfgFlags = old
+		return false, err
+	}
+	return true, nil
+}
+
+// setCfgFlag sets or clears one CFG_* flag (setCfgFlags).
+func (mw *mapWriter) setCfgFlag(flag uint32, on bool) (bool, error) {
+	var set uint32
+	if on {
+		set = flag
+	}
+	return mw.setCfgFlags(flag, set)
+}
+
+// pendingIn is how many writes to the map name are pending.
+func (mw *mapWriter) pendingIn(name string) int {
+	switch name {
+	case bpf.CoordinoMapCdoEndpoints:
+		return len(mw.dirty.eps)
+	case bpf.CoordinoMapCdoIpcache:
+		return len(mw.dirty.ips)
+	case bpf.CoordinoMapCdoPolicy:
+		return len(mw.dirty.keys)
+	}
+	return 0
+}
+
+// usage reports the fill of the maps it writes.
+func (mw *mapWriter) usage() []MapUsage {
+	return []MapUsage{
+		{Name: bpf.CoordinoMapCdoEndpoints, Entries: len(mw.mirror.endpoints), Capacity: int(mw.maps.endpoints.MaxEntries())},
+		{Name: bpf.CoordinoMapCdoIpcache, Entries: len(mw.mirror.ipcache), Capacity: int(mw.maps.ipcache.MaxEntries())},
+		{Name: bpf.CoordinoMapCdoPolicy, Entries: len(mw.mirror.policy), Capacity: int(mw.maps.policy.MaxEntries())},
 	}
 }
 
-// purgeConntrackWhere deletes the conntrack entries drop selects; entries it
-// could not read are left to expire, and the read error is returned.
-func (d *Datapath) purgeConntrackWhere(drop func(*bpf.CoordinoCtKey, *bpf.CoordinoCtEntry) bool) error {
-	var dead []bpf.CoordinoCtKey
-	err := d.walkConntrack(func(k *bpf.CoordinoCtKey, v *bpf.CoordinoCtEntry) {
-		if drop(k, v) {
-			dead = append(dead, *k)
-		}
-	})
-	d.deleteConntrack(dead)
-	return err
+// eachIpcache calls f for every entry the ipcache holds.
+func (mw *mapWriter) eachIpcache(f func(netip.Prefix, bpf.CoordinoIpcacheValue)) {
+	for p, v := range mw.mirror.ipcache {
+		f(p, v)
+	}
 }

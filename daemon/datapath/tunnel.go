@@ -43,17 +43,21 @@ const (
 func (d *Datapath) SetTunnel(t *Tunnel) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	return d.hr.setTunnel(t)
+}
+
+func (h *hostRouting) setTunnel(t *Tunnel) error {
 	if t == nil {
-		c := d.tunnelCfg
+		c := h.tunnelCfg
 		c.Flags &^= tunnelOn
 		c.Src, c.Mac, c.Vni = 0, [6]uint8{}, 0
 		if c.Flags&tunnelGuard == 0 {
 			c.Port = 0
 		}
-		if err := d.writeTunnelConfig(c); err != nil {
+		if err := h.writeTunnelConfig(c); err != nil {
 			return fmt.Errorf("datapath: turn the eBPF tunnel off: %w", err)
 		}
-		if err := syncBlocks(d, d.objs.CdoTunnelPeers, bpf.CoordinoMapCdoTunnelPeers, &d.tunnelPeers, nil); err != nil {
+		if err := syncBlocks(h.health, h.maps.tunnelPeers, bpf.CoordinoMapCdoTunnelPeers, &h.tunnelPeers, nil); err != nil {
 			return fmt.Errorf("datapath: tunnel peers: %w", err)
 		}
 		return nil
@@ -72,13 +76,13 @@ func (d *Datapath) SetTunnel(t *Tunnel) error {
 	}
 	// With a peer missing or stale the tunnel is not turned on: the caller
 	// turns it off, and the VXLAN device carries everything.
-	if err := syncBlocks(d, d.objs.CdoTunnelPeers, bpf.CoordinoMapCdoTunnelPeers, &d.tunnelPeers, want); err != nil {
+	if err := syncBlocks(h.health, h.maps.tunnelPeers, bpf.CoordinoMapCdoTunnelPeers, &h.tunnelPeers, want); err != nil {
 		return fmt.Errorf("datapath: tunnel peers: %w", err)
 	}
-	c := d.tunnelCfg
+	c := h.tunnelCfg
 	c.Flags |= tunnelOn
 	c.Vni, c.Src, c.Port, c.Mac = t.VNI, self.Vtep, htons(t.Port), self.Mac
-	if err := d.writeTunnelConfig(c); err != nil {
+	if err := h.writeTunnelConfig(c); err != nil {
 		return fmt.Errorf("datapath: turn the eBPF tunnel on: %w", err)
 	}
 	return nil
@@ -90,7 +94,11 @@ func (d *Datapath) SetTunnel(t *Tunnel) error {
 func (d *Datapath) SetVXLANGuard(port uint16) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	c := d.tunnelCfg
+	return d.hr.setVXLANGuard(port)
+}
+
+func (h *hostRouting) setVXLANGuard(port uint16) error {
+	c := h.tunnelCfg
 	if port == 0 {
 		c.Flags &^= tunnelGuard
 		if c.Flags&tunnelOn == 0 {
@@ -100,21 +108,21 @@ func (d *Datapath) SetVXLANGuard(port uint16) error {
 		c.Flags |= tunnelGuard
 		c.Port = htons(port)
 	}
-	if err := d.writeTunnelConfig(c); err != nil {
+	if err := h.writeTunnelConfig(c); err != nil {
 		return fmt.Errorf("datapath: VXLAN guard: %w", err)
 	}
 	return nil
 }
 
-// writeTunnelConfig writes cdo_tunnel; callers hold mu.
-func (d *Datapath) writeTunnelConfig(c bpf.CoordinoTunnelConfig) error {
-	if c == d.tunnelCfg {
+// writeTunnelConfig writes cdo_tunnel.
+func (h *hostRouting) writeTunnelConfig(c bpf.CoordinoTunnelConfig) error {
+	if c == h.tunnelCfg {
 		return nil
 	}
-	if err := d.objs.CdoTunnel.Put(uint32(0), c); err != nil {
+	if err := h.maps.tunnel.Put(uint32(0), c); err != nil {
 		return err
 	}
-	d.tunnelCfg = c
+	h.tunnelCfg = c
 	return nil
 }
 

@@ -232,7 +232,9 @@ func (w *fuzzWorld) step() string {
 		w.e.AddLocal(id)
 		return fmt.Sprintf("local +%d", id.ID)
 	default:
-		for _, id := range slices.Sorted(maps.Keys(w.local)) {
+		// The lowest local identity loses one endpoint.
+		if ids := slices.Sorted(maps.Keys(w.local)); len(ids) > 0 {
+			id := ids[0]
 			w.local[id]--
 			if w.local[id] == 0 {
 				delete(w.local, id)

@@ -49,7 +49,7 @@ func inNetns(ns netns.NsHandle, fn func() error) error {
 	if err := netns.Set(ns); err != nil {
 		return err
 	}
-	defer netns.Set(orig)
+	defer func() { _ = netns.Set(orig) }()
 	return fn()
 }
 
@@ -62,7 +62,7 @@ func newNamedNetns(name string) (netns.NsHandle, error) {
 		return 0, err
 	}
 	defer orig.Close()
-	defer netns.Set(orig)
+	defer func() { _ = netns.Set(orig) }() // the locked thread dies with a failure
 	h, err := netns.NewNamed(name)
 	if err != nil {
 		return 0, fmt.Errorf("create netns %s: %w", name, err)

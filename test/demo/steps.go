@@ -370,14 +370,13 @@ func (d *demo) daemonRestart() error {
 	err = d.add(late)
 	took = time.Since(start)
 	var ce *types.Error
-	refused := err
+	var refused error
 	switch {
 	case err == nil:
 		refused = errors.New("ADD succeeded without a daemon")
 	case !errors.As(err, &ce) || ce.Code != types.ErrTryAgainLater:
 		refused = fmt.Errorf("want CNI error %d (try again later), got %w", types.ErrTryAgainLater, err)
 	default:
-		refused = nil
 		u.detail("ADD late → error %d: %s", ce.Code, strings.ReplaceAll(ce.Msg, d.dir, "$DEMO"))
 	}
 	u.check(refused, "ADD late refused after %s with CNI error 11 (try again later): the runtime will retry", ms(took))

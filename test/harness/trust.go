@@ -10,6 +10,6 @@ import (
 // only when the runtime says so; plugin processes inherit this setting.
 func init() {
 	if os.Getenv(plugin.RunDirRootsEnv) == "" {
-		os.Setenv(plugin.RunDirRootsEnv, os.TempDir())
+		_ = os.Setenv(plugin.RunDirRootsEnv, os.TempDir()) // fails only on a malformed name
 	}
 }

@@ -67,12 +67,12 @@ func guest(path string) error {
 		return fmt.Errorf("set lo up: %w", err)
 	}
 	var uts unix.Utsname
-	unix.Uname(&uts)
+	_ = unix.Uname(&uts) // the release is only printed
 	fmt.Printf("coordino-guest: kernel %s, %d suites\n", unix.ByteSliceToString(uts.Release[:]), len(plan.Suites))
 	env := append([]string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "HOME=/root", "TMPDIR=/tmp"}, plan.Env...)
 	for _, kv := range env {
 		if path, ok := strings.CutPrefix(kv, "PATH="); ok {
-			os.Setenv("PATH", path) // for exec.LookPath, here and in modprobe
+			_ = os.Setenv("PATH", path) // for exec.LookPath, here and in modprobe
 		}
 	}
 	modprobe(plan.Modules)

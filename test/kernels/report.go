@@ -92,7 +92,9 @@ func Collect(plan *Plan, s PlanSuite) SuiteResult {
 	}
 	if res.Problem == "" {
 		var code int
-		fmt.Sscan(string(exit), &code)
+		if _, err := fmt.Sscan(string(exit), &code); err != nil {
+			code = -1 // an unreadable status is no success
+		}
 		_, fail, _ := res.Counts()
 		if code != 0 && fail == 0 {
 			res.Problem = fmt.Sprintf("exit status %d with no failed test: %s", code, lastLines(raw, 5))

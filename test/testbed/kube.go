@@ -29,16 +29,6 @@ type Cluster struct {
 	kubeletPort, healthzPort int
 }
 
-// freePort asks the kernel for an unused loopback TCP port.
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
-}
-
 func freePorts(n int) ([]int, error) {
 	// Hold all listeners until every port is picked, so they differ.
 	var ls []net.Listener

@@ -25,13 +25,12 @@ type PKI struct {
 }
 
 type certSpec struct {
-	name    string
-	cn      string
-	org     []string
-	dns     []string
-	ips     []net.IP
-	usage   []x509.ExtKeyUsage
-	expires time.Duration
+	name  string
+	cn    string
+	org   []string
+	dns   []string
+	ips   []net.IP
+	usage []x509.ExtKeyUsage
 }
 
 // NewPKI writes ca.{crt,key} and the component certificates into dir.

@@ -11,6 +11,6 @@ import (
 // plugin, inherit this setting.
 func init() {
 	if os.Getenv(plugin.RunDirRootsEnv) == "" {
-		os.Setenv(plugin.RunDirRootsEnv, os.TempDir())
+		_ = os.Setenv(plugin.RunDirRootsEnv, os.TempDir())
 	}
 }

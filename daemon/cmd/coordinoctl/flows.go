@@ -307,7 +307,7 @@ func (p *flowPrinter) row(cells ...string) {
 		col += flowColumns[i].width + 2
 	}
 	b.WriteByte('\n')
-	p.w.WriteString(b.String())
+	_, _ = p.w.WriteString(b.String()) // a closed stdout ends the follow on the next read
 }
 
 func (p *flowPrinter) flush() { _ = p.w.Flush() }
