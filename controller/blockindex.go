@@ -32,8 +32,8 @@ type blockIndex struct {
 	mu     sync.Mutex
 	blocks map[netip.Prefix]*blockHolder
 	byNode map[string]map[netip.Prefix]struct{}
-	// perPool counts claimed blocks per pool and family (0 = IPv4, 1 = IPv6).
-	perPool map[string]*[2]int
+	// perPool counts claimed blocks per pool and family.
+	perPool map[string]*[numFamilies]int
 	ranges  map[string][]*poolRange // by pool name
 }
 
@@ -41,16 +41,38 @@ func newBlockIndex() *blockIndex {
 	return &blockIndex{
 		blocks:  map[netip.Prefix]*blockHolder{},
 		byNode:  map[string]map[netip.Prefix]struct{}{},
-		perPool: map[string]*[2]int{},
+		perPool: map[string]*[numFamilies]int{},
 		ranges:  map[string][]*poolRange{},
 	}
 }
 
-func family(p netip.Prefix) int {
+// Family is an address family; it indexes per-family counts.
+type Family int
+
+// The families, in the order pools report them.
+const (
+	IPv4 Family = iota
+	IPv6
+	numFamilies
+)
+
+// families lists every family.
+var families = [numFamilies]Family{IPv4, IPv6}
+
+// family is the address family of p.
+func family(p netip.Prefix) Family {
 	if p.Addr().Is6() {
-		return 1
+		return IPv6
 	}
-	return 0
+	return IPv4
+}
+
+// String names the family as pool status and events do.
+func (f Family) String() string {
+	if f == IPv6 {
+		return "IPv6"
+	}
+	return "IPv4"
 }
 
 // set records a claim (from the informer or our own create).
@@ -71,7 +93,7 @@ func (x *blockIndex) setLocked(p netip.Prefix, h blockHolder) {
 	x.byNode[h.node][p] = struct{}{}
 	c := x.perPool[h.pool]
 	if c == nil {
-		c = &[2]int{}
+		c = &[numFamilies]int{}
 		x.perPool[h.pool] = c
 	}
 	c[family(p)]++
@@ -136,13 +158,13 @@ func (x *blockIndex) ofNode(node string) map[netip.Prefix]blockHolder {
 }
 
 // allocatedIn returns the pool's claimed block count per family.
-func (x *blockIndex) allocatedIn(pool string) [2]int {
+func (x *blockIndex) allocatedIn(pool string) [numFamilies]int {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	if c := x.perPool[pool]; c != nil {
 		return *c
 	}
-	return [2]int{}
+	return [numFamilies]int{}
 }
 
 // setRanges installs a pool's CIDRs (keeping the cursors of unchanged ones).
@@ -172,10 +194,10 @@ func (x *blockIndex) setRanges(pool string, prefixes []netip.Prefix, blockBits f
 }
 
 // totalIn returns how many blocks the pool holds per family, saturating.
-func (x *blockIndex) totalIn(pool string) [2]uint64 {
+func (x *blockIndex) totalIn(pool string) [numFamilies]uint64 {
 	x.mu.Lock()
 	defer x.mu.Unlock()
-	var t [2]uint64
+	var t [numFamilies]uint64
 	for _, r := range x.ranges[pool] {
 		f := family(r.prefix)
 		if t[f] > math.MaxUint64-r.count {
@@ -191,7 +213,7 @@ func (x *blockIndex) totalIn(pool string) [2]uint64 {
 // held by node (uid unknown until the create returns) and returns it. The
 // search starts at each range's cursor, so sequential allocation is O(1)
 // and a full pool costs one pass.
-func (x *blockIndex) reserve(pool string, fam int, node string) (netip.Prefix, bool) {
+func (x *blockIndex) reserve(pool string, fam Family, node string) (netip.Prefix, bool) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	for _, r := range x.ranges[pool] {

@@ -122,24 +122,59 @@ func (b *nodeBlock) free() int {
 	return int(b.capacity - b.used)
 }
 
+// blockSync is one pass of syncPoolBlocks over a node: the blocks its spec
+// will list, the claims to delete once it no longer does, and whether the
+// spec changes.
+type blockSync struct {
+	node     *corev1.Node
+	nc       *coordinov1alpha1.NodeConfig
+	held     map[netip.Prefix]blockHolder
+	blocks   []*nodeBlock
+	inSpec   map[netip.Prefix]bool
+	released []netip.Prefix
+	changed  bool
+	// lacking: some family needed a block and no pool had one.
+	lacking bool
+}
+
+// syncPoolBlocks brings a node's spec.blocks and its claims in line, in
+// the order the block life cycle above allows.
 func (c *Controller) syncPoolBlocks(ctx context.Context, node *corev1.Node, nc *coordinov1alpha1.NodeConfig) error {
-	held := c.blocks.ofNode(node.Name)
+	bs := &blockSync{node: node, nc: nc, held: c.blocks.ofNode(node.Name), inSpec: map[netip.Prefix]bool{}}
+	if err := c.readSpec(ctx, bs); err != nil {
+		return err
+	}
+	bs.adoptClaims()
+	if err := c.finishReleases(ctx, bs); err != nil {
+		return err
+	}
+	if err := c.topUp(ctx, bs); err != nil {
+		return err
+	}
+	if !bs.lacking {
+		c.doneWaiting(node.Name)
+	}
+	return c.writeSpec(ctx, bs)
+}
+
+// readSpec takes the spec's blocks with the usage the daemon reports,
+// claiming any the index has no claim for; it drops blocks that are not
+// the pools' and those whose release only has to be finished.
+func (c *Controller) readSpec(ctx context.Context, bs *blockSync) error {
+	node := bs.node
 	usage := map[string]coordinov1alpha1.BlockUsage{}
-	for _, u := range nc.Status.Blocks {
+	for _, u := range bs.nc.Status.Blocks {
 		usage[u.CIDR] = u
 	}
 	// Status describes the spec only once the daemon has applied it.
-	current := nc.Status.ObservedGeneration >= nc.Generation
-	var blocks []*nodeBlock
-	inSpec := map[netip.Prefix]bool{}
-	changed := false
-	for _, b := range nc.Spec.Blocks {
+	current := bs.nc.Status.ObservedGeneration >= bs.nc.Generation
+	for _, b := range bs.nc.Spec.Blocks {
 		p, err := coordinov1alpha1.ParseCIDR("spec.blocks.cidr", b.CIDR)
 		if err != nil || b.Pool == coordinov1alpha1.PodCIDRsPool {
-			changed = true // not ours to keep: written by hand or by --ipam=kubernetes
+			bs.changed = true // not ours to keep: written by hand or by --ipam=kubernetes
 			continue
 		}
-		h, ok := held[p]
+		h, ok := bs.held[p]
 		if !ok {
 			// No claim in the index: make one (or learn who holds it).
 			if err := c.adoptBlock(ctx, node.Name, p, b.Pool); err != nil {
@@ -152,7 +187,7 @@ func (c *Controller) syncPoolBlocks(ctx context.Context, node *corev1.Node, nc *
 				"NodeConfig lists %s, which IPBlock %s gives to node %s; leaving it for an operator", p, coordinov1alpha1.BlockName(p), h.node)
 		}
 		if h.phase == coordinov1alpha1.BlockReleased && h.node == node.Name {
-			changed = true // finish a release
+			bs.changed = true // finish a release
 			continue
 		}
 		nb := &nodeBlock{NodeBlock: b, prefix: p, capacity: int32(blockCapacity(p))}
@@ -162,83 +197,96 @@ func (c *Controller) syncPoolBlocks(ctx context.Context, node *corev1.Node, nc *
 				nb.capacity = u.Capacity
 			}
 		}
-		blocks = append(blocks, nb)
-		inSpec[p] = true
+		bs.add(nb)
 	}
-	var released []netip.Prefix
-	for p, h := range held {
+	return nil
+}
+
+// adoptClaims adds the node's Active claims the spec lacks (claimed, maybe
+// by a controller that died, but not assigned yet); its other claims not in
+// the spec are Released and only wait to be deleted.
+func (bs *blockSync) adoptClaims() {
+	for p, h := range bs.held {
 		switch {
-		case inSpec[p]:
+		case bs.inSpec[p]:
 		case h.phase == coordinov1alpha1.BlockActive:
-			// Claimed (maybe by a controller that died) but not assigned yet.
-			blocks = append(blocks, &nodeBlock{NodeBlock: coordinov1alpha1.NodeBlock{CIDR: p.String(), Pool: h.pool}, prefix: p, capacity: int32(blockCapacity(p))})
-			inSpec[p] = true
-			changed = true
+			bs.add(&nodeBlock{NodeBlock: coordinov1alpha1.NodeBlock{CIDR: p.String(), Pool: h.pool}, prefix: p, capacity: int32(blockCapacity(p))})
+			bs.changed = true
 		default:
-			released = append(released, p)
+			bs.released = append(bs.released, p)
 		}
 	}
+}
 
-	// Releasing blocks the daemon reports empty at this generation: claim
-	// Released first, then out of the spec.
-	keep := blocks[:0]
-	for _, b := range blocks {
+// finishReleases takes out the releasing blocks the daemon reports empty
+// at this generation: claim Released first, then out of the spec.
+func (c *Controller) finishReleases(ctx context.Context, bs *blockSync) error {
+	keep := bs.blocks[:0]
+	for _, b := range bs.blocks {
 		if b.Releasing && b.reported && b.used == 0 {
 			if err := c.releaseClaim(ctx, b.prefix); err != nil {
 				return err
 			}
-			released = append(released, b.prefix)
-			changed = true
+			bs.released = append(bs.released, b.prefix)
+			bs.changed = true
 			continue
 		}
 		keep = append(keep, b)
 	}
-	blocks = keep
+	bs.blocks = keep
+	return nil
+}
 
-	lacking := false
-	for fam := 0; fam < 2; fam++ {
-		pools := c.poolsFor(node, fam)
+// topUp claims a block for each family the node's pools serve that has
+// fewer free addresses than the minimum, and marks one block releasing in a
+// family with a surplus.
+func (c *Controller) topUp(ctx context.Context, bs *blockSync) error {
+	for _, fam := range families {
+		pools := c.poolsFor(bs.node, fam)
 		if len(pools) == 0 {
 			continue
 		}
 		free := 0
-		for _, b := range blocks {
+		for _, b := range bs.blocks {
 			if family(b.prefix) == fam {
 				free += b.free()
 			}
 		}
 		if free < c.opts.MinFreeAddresses {
-			p, pool, err := c.claimBlock(ctx, node, pools, fam)
+			p, pool, err := c.claimBlock(ctx, bs.node, pools, fam)
 			if err != nil {
 				return err
 			}
-			lacking = lacking || !p.IsValid()
+			bs.lacking = bs.lacking || !p.IsValid()
 			if p.IsValid() {
-				blocks = append(blocks, &nodeBlock{NodeBlock: coordinov1alpha1.NodeBlock{CIDR: p.String(), Pool: pool}, prefix: p, capacity: int32(blockCapacity(p))})
-				changed = true
+				bs.blocks = append(bs.blocks, &nodeBlock{NodeBlock: coordinov1alpha1.NodeBlock{CIDR: p.String(), Pool: pool}, prefix: p, capacity: int32(blockCapacity(p))})
+				bs.changed = true
 			}
 			continue
 		}
-		if b := c.surplusBlock(node.Name, blocks, fam, free); b != nil {
+		if b := c.surplusBlock(bs.node.Name, bs.blocks, fam, free); b != nil {
 			b.Releasing = true
-			changed = true
+			bs.changed = true
 		}
 	}
+	return nil
+}
 
-	if !lacking {
-		c.doneWaiting(node.Name)
-	}
-	if changed {
+// writeSpec writes the spec if it changed, sorted by address, then deletes
+// the Released claims it no longer lists.
+func (c *Controller) writeSpec(ctx context.Context, bs *blockSync) error {
+	if bs.changed {
+		blocks := bs.blocks
 		sort.Slice(blocks, func(i, j int) bool { return blocks[i].prefix.Addr().Less(blocks[j].prefix.Addr()) })
 		spec := make([]coordinov1alpha1.NodeBlock, 0, len(blocks))
 		for _, b := range blocks {
 			spec = append(spec, b.NodeBlock)
 		}
-		if err := c.writeBlocks(ctx, nc, spec); err != nil {
+		if err := c.writeBlocks(ctx, bs.nc, spec); err != nil {
 			return err
 		}
 	}
-	for _, p := range released {
+	for _, p := range bs.released {
 		if err := c.deleteClaim(ctx, p); err != nil {
 			return err
 		}
@@ -246,10 +294,16 @@ func (c *Controller) syncPoolBlocks(ctx context.Context, node *corev1.Node, nc *
 	return nil
 }
 
+// add keeps b in the spec.
+func (bs *blockSync) add(b *nodeBlock) {
+	bs.blocks = append(bs.blocks, b)
+	bs.inSpec[b.prefix] = true
+}
+
 // surplusBlock picks an empty block the node can give back while keeping
 // twice the minimum free (hysteresis against add/release flapping), once it
 // has been empty for ReleaseEmptyAfter.
-func (c *Controller) surplusBlock(node string, blocks []*nodeBlock, fam, free int) *nodeBlock {
+func (c *Controller) surplusBlock(node string, blocks []*nodeBlock, fam Family, free int) *nodeBlock {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	now := time.Now()
@@ -290,7 +344,7 @@ func blockCapacity(p netip.Prefix) int {
 
 // poolsFor returns the enabled pools that select node and have ranges of
 // the family, by name.
-func (c *Controller) poolsFor(node *corev1.Node, fam int) []*coordinov1alpha1.IPPool {
+func (c *Controller) poolsFor(node *corev1.Node, fam Family) []*coordinov1alpha1.IPPool {
 	var out []*coordinov1alpha1.IPPool
 	for _, o := range c.IPPools.List() {
 		p := o.(*coordinov1alpha1.IPPool)
@@ -315,7 +369,7 @@ func (c *Controller) poolsFor(node *corev1.Node, fam int) []*coordinov1alpha1.IP
 // AlreadyExists means another controller (or an index lagging behind the
 // API) holds it: record the real holder and try the next one. An empty
 // prefix with no error means every pool is exhausted (Event + condition).
-func (c *Controller) claimBlock(ctx context.Context, node *corev1.Node, pools []*coordinov1alpha1.IPPool, fam int) (netip.Prefix, string, error) {
+func (c *Controller) claimBlock(ctx context.Context, node *corev1.Node, pools []*coordinov1alpha1.IPPool, fam Family) (netip.Prefix, string, error) {
 	for _, pool := range pools {
 		for {
 			p, ok := c.blocks.reserve(pool.Name, fam, node.Name)
@@ -346,19 +400,12 @@ func (c *Controller) claimBlock(ctx context.Context, node *corev1.Node, pools []
 		}
 	}
 	for _, pool := range pools {
-		c.recorder.Eventf(pool, corev1.EventTypeWarning, "PoolExhausted", "no free block left for node %s (%s)", node.Name, familyName(fam))
+		c.recorder.Eventf(pool, corev1.EventTypeWarning, "PoolExhausted", "no free block left for node %s (%s)", node.Name, fam)
 		c.setWaiting(pool.Name, node.Name)
 	}
-	c.recorder.Eventf(node, corev1.EventTypeWarning, "PoolExhausted", "no IPPool has a free %s block for this node", familyName(fam))
+	c.recorder.Eventf(node, corev1.EventTypeWarning, "PoolExhausted", "no IPPool has a free %s block for this node", fam)
 	poolExhaustion.Inc()
 	return netip.Prefix{}, "", nil
-}
-
-func familyName(fam int) string {
-	if fam == 1 {
-		return "IPv6"
-	}
-	return "IPv4"
 }
 
 // learnClaim reads the IPBlock of p from the API into the index.
@@ -525,12 +572,12 @@ func (c *Controller) syncPoolStatus(ctx context.Context, name string) error {
 	alloc, total := c.blocks.allocatedIn(name), c.blocks.totalIn(name)
 	st.Families = nil
 	var sumA, sumT uint64
-	for fam := 0; fam < 2; fam++ {
+	for _, fam := range families {
 		if total[fam] == 0 {
 			continue
 		}
-		st.Families = append(st.Families, coordinov1alpha1.PoolFamilyStatus{Family: familyName(fam),
-			BlockSize:   int32(pool.Spec.BlockSize(fam == 1)),
+		st.Families = append(st.Families, coordinov1alpha1.PoolFamilyStatus{Family: fam.String(),
+			BlockSize:   int32(pool.Spec.BlockSize(fam == IPv6)),
 			TotalBlocks: sat32(total[fam]), AllocatedBlocks: sat32(uint64(alloc[fam]))})
 		sumA += uint64(alloc[fam])
 		sumT = satAdd(sumT, total[fam])

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	coordinov1alpha1 "github.com/coordino/coordino/api/coordino/v1alpha1"
+	"github.com/coordino/coordino/internal/process"
 )
 
 // IPAM modes.
@@ -96,7 +97,7 @@ func Parse(args []string, out io.Writer) (Options, error) {
 	fs.IntVar(&o.IdentityBatch, "identity-batch", o.IdentityBatch, "identity numbers reserved per write of the allocator ConfigMap")
 	fs.IntVar(&o.Workers, "workers", o.Workers, "concurrent node reconcilers")
 	fs.StringVar(&o.MetricsAddr, "metrics-addr", o.MetricsAddr, "listen address of /metrics, /healthz and /readyz (empty: off)")
-	fs.StringVar(&o.LogLevel, "log-level", o.LogLevel, "debug, info, warn or error")
+	fs.StringVar(&o.LogLevel, "log-level", o.LogLevel, process.LevelUsage)
 	fs.Float64Var(&o.KubeAPIQPS, "kube-api-qps", o.KubeAPIQPS, "API requests per second the controller may send (client-side limit)")
 	fs.IntVar(&o.KubeAPIBurst, "kube-api-burst", o.KubeAPIBurst, "API request burst above --kube-api-qps")
 	if err := fs.Parse(args); err != nil {

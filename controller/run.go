@@ -57,7 +57,7 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options, log *zap.Logger) e
 	}
 	srv := newServer()
 	if opts.MetricsAddr != "" {
-		addr, err := srv.serve(ctx, opts.MetricsAddr)
+		addr, err := srv.Serve(ctx, opts.MetricsAddr)
 		if err != nil {
 			return err
 		}
@@ -69,7 +69,7 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options, log *zap.Logger) e
 		return lead(ctx, opts, log, core, crd)
 	}
 	if !opts.LeaderElect {
-		srv.ready.Store(true)
+		srv.SetReady(true)
 		return lead(ctx)
 	}
 	id := opts.ID
@@ -84,7 +84,7 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options, log *zap.Logger) e
 		LockConfig: resourcelock.ResourceLockConfig{Identity: id},
 	}
 	// A standby replica is ready: it serves health and takes over.
-	srv.ready.Store(true)
+	srv.SetReady(true)
 	// lead's goroutines must be gone before Run returns: wait for it
 	// whenever it started.
 	started, finished := make(chan struct{}), make(chan error, 1)

@@ -11,15 +11,18 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/coordino/coordino/daemon/config"
+	"github.com/coordino/coordino/daemon/datapath"
 	"github.com/coordino/coordino/daemon/endpoint"
 	"github.com/coordino/coordino/daemon/flows"
 	"github.com/coordino/coordino/daemon/inspect"
 	"github.com/coordino/coordino/daemon/ipam"
+	"github.com/coordino/coordino/daemon/k8s"
 	"github.com/coordino/coordino/daemon/kernel"
 	"github.com/coordino/coordino/daemon/metrics"
 	"github.com/coordino/coordino/daemon/netsetup"
 	"github.com/coordino/coordino/daemon/server"
 	"github.com/coordino/coordino/daemon/store"
+	"github.com/coordino/coordino/internal/process"
 	"github.com/coordino/coordino/proto/cni/v1/wire"
 	flowv1 "github.com/coordino/coordino/proto/flow/v1"
 )
@@ -36,148 +39,226 @@ const queueDrainInterval = 5 * time.Second
 // the delete queue drained and orphans reclaimed before the socket exists,
 // so no ADD can interleave with recovery.
 func Run(ctx context.Context, o *config.Options, log *zap.Logger) error {
-	log, logs := inspect.RecordLogs(log) // kept for coordinoctl bugtool
-	stopTracing, err := startTracing(ctx, o, log)
+	p, err := start(ctx, o, log)
+	defer p.stop()
 	if err != nil {
 		return err
 	}
-	defer stopTracing()
-	// Once, before anything chooses a path by it (docs/kernels.md).
-	features := kernel.Probe()
-	features.Log(log)
-	pool, err := ipam.NewPool(o.Prefixes)
-	if err != nil {
-		return fmt.Errorf("pod CIDRs: %w", err)
-	}
-	_, v6 := pool.Families()
-	if err := netsetup.EnableForwarding(v6); err != nil {
-		return err
-	}
-	nodes := newNodePeers(o, log)
-	mtuOverhead, xn, err := startCrossNode(ctx, o, log, nodes.publish)
-	if err != nil {
-		return err
-	}
-	st, err := store.Open(o.StateDir)
-	if err != nil {
-		return err
-	}
-	defer st.Close()
+	return p.serve(ctx)
+}
 
-	m := metrics.New(pool, func() (map[string]int, error) {
-		eps, err := st.List("")
+// parts are the daemon's started parts: start wires them in order, serve
+// uses them, stop releases them in reverse.
+type parts struct {
+	o        *config.Options
+	log      *zap.Logger
+	logs     *inspect.LogRing
+	features *kernel.Features
+	pool     *ipam.Pool
+	st       *store.Store
+	m        *metrics.Metrics
+	hub      *flows.Hub
+	xn       *crossNode
+	kube     *k8s.Source        // nil standalone
+	dp       *datapath.Datapath // nil with --no-datapath
+	mgr      *endpoint.Manager
+	queueDir string
+	stops    []func()
+}
+
+// onStop registers f to run when the daemon stops.
+func (p *parts) onStop(f func()) { p.stops = append(p.stops, f) }
+
+// stop releases what start acquired, last first.
+func (p *parts) stop() {
+	for i := len(p.stops) - 1; i >= 0; i-- {
+		p.stops[i]()
+	}
+}
+
+// start wires the daemon: the kernel probe, IPAM, cross-node routing, the
+// store, metrics, the control-plane source and the datapath (returning
+// once the first policy is in force), forwarding, the endpoint manager and
+// its recovery, and inspection. What it started is in the parts, also on
+// error, for stop.
+func start(ctx context.Context, o *config.Options, log *zap.Logger) (*parts, error) {
+	p := &parts{o: o, queueDir: filepath.Join(o.RunDir, wire.DeleteQueueDir), hub: flows.NewHub()}
+	p.log, p.logs = inspect.RecordLogs(log) // kept for coordinoctl bugtool
+	stopTracing, err := startTracing(ctx, o, p.log)
+	if err != nil {
+		return p, err
+	}
+	p.onStop(stopTracing)
+	// Once, before anything chooses a path by it (docs/kernels.md).
+	p.features = kernel.Probe()
+	p.features.Log(p.log)
+	if p.pool, err = ipam.NewPool(o.Prefixes); err != nil {
+		return p, fmt.Errorf("pod CIDRs: %w", err)
+	}
+	nodes := newNodePeers(o, p.log)
+	mtuOverhead, xn, err := startCrossNode(ctx, o, p.log, nodes.publish)
+	if err != nil {
+		return p, err
+	}
+	p.xn = xn
+	if p.st, err = store.Open(o.StateDir); err != nil {
+		return p, err
+	}
+	p.onStop(func() { p.st.Close() })
+	if err := p.startMetrics(); err != nil {
+		return p, err
+	}
+	if p.kube, err = newKubernetesSource(o, p.pool, p.m, p.log, xn); err != nil {
+		return p, err
+	}
+	if err := p.startPolicy(ctx); err != nil {
+		return p, err
+	}
+	nodes.bind(ctx, p.dp)
+	// One decision, once the first state is in: in Kubernetes mode that
+	// brought the node's blocks, so the pool's families are known now in
+	// either mode.
+	_, v6 := p.pool.Families()
+	if err := netsetup.EnableForwarding(v6); err != nil {
+		return p, err
+	}
+	if err := p.startEndpoints(ctx, mtuOverhead); err != nil {
+		return p, err
+	}
+	stopInspect, err := startInspect(ctx, o, p.st, p.pool, p.dp, p.hub, p.m, xn, p.features, p.logs, p.log)
+	if err != nil {
+		return p, err
+	}
+	p.onStop(stopInspect)
+	return p, nil
+}
+
+// startMetrics builds the daemon's metrics (served later, by
+// startEndpoints, once every part has registered its own).
+func (p *parts) startMetrics() error {
+	p.m = metrics.New(p.pool, func() (map[string]int, error) {
+		eps, err := p.st.List("")
 		counts := map[string]int{}
 		for _, ep := range eps {
 			counts[string(ep.Mode)]++
 		}
 		return counts, err
 	})
-	if err := m.Register(features.Collector()); err != nil {
-		return err
-	}
-	hub := flows.NewHub()
-	kube, err := newKubernetesSource(o, pool, m, log, xn)
-	if err != nil {
-		return err
-	}
-	dp, err := startDatapath(ctx, o, features, m, hub, log, kube)
-	if err != nil {
-		return err
-	}
-	nodes.bind(ctx, dp)
-	if dp != nil {
-		defer dp.Close() // releases FDs; pins keep pods enforced while the daemon is away
-	} else if kube != nil {
-		if err := runSource(ctx, kube, discardPolicy{}, log); err != nil {
-			return err
-		}
-	}
-	if kube != nil {
-		// Blocks arrived with the source's first state.
-		if _, v6 := pool.Families(); v6 {
-			if err := netsetup.EnableForwarding(v6); err != nil {
-				return err
-			}
-		}
-	}
-	epConfig := endpoint.Config{
-		PinDir:     filepath.Join(o.RunDir, "netns"),
-		DefaultMTU: netsetup.DefaultMTU() - mtuOverhead,
-		Pool:       pool,
-		Store:      st,
-		Network:    endpoint.Host{},
-		Log:        log,
+	return p.m.Register(p.features.Collector())
+}
 
-		DeleteQueueDir: filepath.Join(o.RunDir, wire.DeleteQueueDir),
+// startPolicy starts the datapath with its policy source, or without a
+// datapath only the Kubernetes source (its blocks and labels still serve
+// ADD); it returns once the first state is applied.
+func (p *parts) startPolicy(ctx context.Context) error {
+	dp, err := startDatapath(ctx, p.o, p.features, p.m, p.hub, p.log, p.kube)
+	if err != nil {
+		return err
+	}
+	if dp != nil {
+		p.dp = dp
+		p.onStop(func() { dp.Close() }) // releases FDs; pins keep pods enforced while the daemon is away
+		return nil
+	}
+	if p.kube == nil {
+		return nil
+	}
+	return runSource[k8s.Sink](ctx, p.kube, k8s.Discard{}, p.log)
+}
+
+// startEndpoints builds the endpoint manager, serves metrics, recovers
+// (restore, queued DELs, orphans, datapath reconcile) and only then lets
+// the Kubernetes source re-attach endpoints and publish them.
+func (p *parts) startEndpoints(ctx context.Context, mtuOverhead int) error {
+	cfg := endpoint.Config{
+		PinDir:     filepath.Join(p.o.RunDir, "netns"),
+		DefaultMTU: netsetup.DefaultMTU() - mtuOverhead,
+		Pool:       p.pool,
+		Store:      p.st,
+		Network:    endpoint.Host{},
+		Log:        p.log,
+
+		DeleteQueueDir: p.queueDir,
 	}
 	// Set only when there is one: a nil pointer in an interface is not a nil interface.
-	if dp != nil {
-		epConfig.Datapath = dp
+	if p.dp != nil {
+		cfg.Datapath = p.dp
 	}
-	if kube != nil {
-		epConfig.PodLabels = kube
+	if p.kube != nil {
+		cfg.PodLabels = p.kube
 	}
-	mgr := endpoint.New(epConfig)
-	if err := m.Register(mgr.Collectors()...); err != nil {
+	p.mgr = endpoint.New(cfg)
+	if err := p.m.Register(p.mgr.Collectors()...); err != nil {
 		return err
 	}
-	addr, err := m.Serve(ctx, o.MetricsAddr)
+	if err := p.serveMetrics(ctx); err != nil {
+		return err
+	}
+	if err := p.recover(ctx); err != nil {
+		return err
+	}
+	if p.kube != nil {
+		// Only now may label and identity changes re-attach endpoints.
+		p.kube.SetRefresher(p.mgr.RefreshEndpoints)
+		publishEndpoints(ctx, p.kube, p.st, p.dp)
+	}
+	return nil
+}
+
+// serveMetrics serves metrics and health, and writes where in the run dir.
+func (p *parts) serveMetrics(ctx context.Context) error {
+	addr, err := p.m.Serve(ctx, p.o.MetricsAddr)
 	if err != nil {
 		return err
 	}
-	if err := os.MkdirAll(o.RunDir, 0o700); err != nil {
-		return fmt.Errorf("create run dir %s: %w", o.RunDir, err)
+	if err := os.MkdirAll(p.o.RunDir, 0o700); err != nil {
+		return fmt.Errorf("create run dir %s: %w", p.o.RunDir, err)
 	}
-	if err := os.WriteFile(filepath.Join(o.RunDir, MetricsAddrFile), []byte(metrics.AddrString(addr)+"\n"), 0o600); err != nil {
+	if err := os.WriteFile(filepath.Join(p.o.RunDir, MetricsAddrFile), []byte(process.AddrString(addr)+"\n"), 0o600); err != nil {
 		return fmt.Errorf("write metrics address: %w", err)
 	}
-	log.Info("metrics listening", zap.String("addr", metrics.AddrString(addr)))
+	p.log.Info("metrics listening", zap.String("addr", process.AddrString(addr)))
+	return nil
+}
 
-	if err := mgr.Restore(); err != nil {
+// recover restores the stored endpoints, applies the DELs queued while the
+// daemon was away and reclaims orphans, then brings the datapath in line.
+func (p *parts) recover(ctx context.Context) error {
+	if err := p.mgr.Restore(); err != nil {
 		return err
 	}
-	queueDir := filepath.Join(o.RunDir, wire.DeleteQueueDir)
-	if n, err := mgr.DrainDeleteQueue(ctx, queueDir); err != nil {
-		log.Error("some queued DELs could not be applied; they stay queued", zap.Error(err))
+	if n, err := p.mgr.DrainDeleteQueue(ctx, p.queueDir); err != nil {
+		p.log.Error("some queued DELs could not be applied; they stay queued", zap.Error(err))
 	} else if n > 0 {
-		log.Info("applied queued DELs", zap.Int("count", n))
+		p.log.Info("applied queued DELs", zap.Int("count", n))
 	}
-	if err := mgr.ReclaimOrphans(ctx); err != nil {
-		log.Error("reclaiming orphans", zap.Error(err))
+	if err := p.mgr.ReclaimOrphans(ctx); err != nil {
+		p.log.Error("reclaiming orphans", zap.Error(err))
 	}
-	if err := mgr.ReconcileDatapath(); err != nil {
-		return err
-	}
-	if kube != nil {
-		// Only now may label and identity changes re-attach endpoints.
-		kube.SetRefresher(mgr.RefreshEndpoints)
-		publishEndpoints(ctx, kube, st, dp)
-	}
+	return p.mgr.ReconcileDatapath()
+}
 
-	stopInspect, err := startInspect(ctx, o, st, pool, dp, hub, m, xn, features, logs, log)
-	if err != nil {
-		return err
-	}
-	defer stopInspect()
-
-	socket := filepath.Join(o.RunDir, wire.SocketName)
+// serve opens the CNI socket and serves it until ctx is done, draining the
+// delete queue now and then.
+func (p *parts) serve(ctx context.Context) error {
+	socket := filepath.Join(p.o.RunDir, wire.SocketName)
 	l, err := server.Listen(socket)
 	if err != nil {
 		return err
 	}
-	g := server.New(mgr, m, log).GRPCServer()
-	flowv1.RegisterObserverServer(g, flows.NewService(hub))
+	g := server.New(p.mgr, p.m, p.log).GRPCServer()
+	flowv1.RegisterObserverServer(g, flows.NewService(p.hub))
 	served := make(chan error, 1)
 	go func() { served <- g.Serve(l) }()
-	m.SetReady(true)
-	log.Info("serving CNI", zap.String("socket", socket), zap.String("node", o.NodeName), zap.Stringers("podCIDRs", o.Prefixes))
+	p.m.SetReady(true)
+	p.log.Info("serving CNI", zap.String("socket", socket), zap.String("node", p.o.NodeName), zap.Stringers("podCIDRs", p.o.Prefixes))
 
 	tick := time.NewTicker(queueDrainInterval)
 	defer tick.Stop()
 	for {
 		select {
 		case <-ctx.Done():
-			m.SetReady(false)
+			p.m.SetReady(false)
 			stopped := make(chan struct{})
 			go func() { g.GracefulStop(); close(stopped) }()
 			select {
@@ -192,8 +273,8 @@ func Run(ctx context.Context, o *config.Options, log *zap.Logger) error {
 			}
 			return nil
 		case <-tick.C:
-			if _, err := mgr.DrainDeleteQueue(ctx, queueDir); err != nil {
-				log.Error("delete queue", zap.Error(err))
+			if _, err := p.mgr.DrainDeleteQueue(ctx, p.queueDir); err != nil {
+				p.log.Error("delete queue", zap.Error(err))
 			}
 		}
 	}

@@ -69,7 +69,7 @@ func startDatapath(ctx context.Context, o *config.Options, features *kernel.Feat
 		}
 	}
 	if kube != nil {
-		if err := runSource(ctx, kube, dp, log); err != nil {
+		if err := runSource[k8s.Sink](ctx, kube, dp, log); err != nil {
 			return nil, err
 		}
 	} else if o.PolicyDir == "" {
@@ -108,7 +108,7 @@ func startPolicySource(ctx context.Context, dir, stateDir string, dp *datapath.D
 	if err := m.Register(src.Collectors()...); err != nil {
 		return err
 	}
-	if err := runSource(ctx, src, dp, log); err != nil {
+	if err := runSource[controlplane.Sink](ctx, src, dp, log); err != nil {
 		return fmt.Errorf("policy dir %s: %w", dir, err)
 	}
 	return nil

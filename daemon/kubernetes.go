@@ -16,7 +16,6 @@ import (
 	"github.com/coordino/coordino/daemon/k8s"
 	"github.com/coordino/coordino/daemon/metrics"
 	"github.com/coordino/coordino/daemon/nodeaddrs"
-	"github.com/coordino/coordino/daemon/policy"
 	"github.com/coordino/coordino/daemon/store"
 )
 
@@ -68,7 +67,7 @@ func identityAssigner(src *k8s.Source) identity.Assigner {
 
 // runSource runs src into sink and returns once its first snapshot is
 // applied, so no pod is attached before its policy exists.
-func runSource(ctx context.Context, src controlplane.Source, sink controlplane.Sink, log *zap.Logger) error {
+func runSource[S controlplane.Sink](ctx context.Context, src controlplane.Source[S], sink S, log *zap.Logger) error {
 	failed := make(chan error, 1)
 	go func() {
 		if err := src.Run(ctx, sink); err != nil {
@@ -116,8 +115,3 @@ func publishEndpoints(ctx context.Context, kube *k8s.Source, st *store.Store, dp
 		return out, nil
 	})
 }
-
-// discardPolicy is the sink without a datapath (--no-datapath).
-type discardPolicy struct{}
-
-func (discardPolicy) UpdatePolicy(policy.Snapshot) error { return nil }

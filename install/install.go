@@ -5,13 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"log/slog"
 	"os"
 	"path/filepath"
 	"regexp"
 	"sort"
 	"sync/atomic"
 	"syscall"
+
+	"go.uber.org/zap"
 
 	"github.com/coordino/coordino/conflist"
 )
@@ -70,7 +71,7 @@ type Config struct {
 	// primary's) and the knobs of Coordino's plugin entry (both modes).
 	Conflist conflist.Options
 	// Log receives progress and warnings; nil discards them.
-	Log *slog.Logger
+	Log *zap.Logger
 	// NodeState, if set, makes Uninstall also remove the daemon's datapath
 	// programs, BPF pins and netns pins (see RemoveNodeState).
 	NodeState *NodeState
@@ -79,7 +80,7 @@ type Config struct {
 // Installer installs, maintains and removes Coordino on one node.
 type Installer struct {
 	cfg    Config
-	log    *slog.Logger
+	log    *zap.Logger
 	writes atomic.Int64
 }
 
@@ -112,7 +113,7 @@ func New(cfg Config) (*Installer, error) {
 	}
 	log := cfg.Log
 	if log == nil {
-		log = slog.New(slog.DiscardHandler)
+		log = zap.NewNop()
 	}
 	return &Installer{cfg: cfg, log: log}, nil
 }
@@ -186,7 +187,7 @@ func (in *Installer) reconcileLocked() error {
 			return err
 		}
 		in.writes.Add(1)
-		in.log.Info("wrote CNI config", "path", target, "mode", in.cfg.Mode)
+		in.log.Info("wrote CNI config", zap.String("path", target), zap.String("mode", string(in.cfg.Mode)))
 	}
 	// Written before removing the old ones so runtimes never see a gap.
 	if err := in.removeOwnConfigs(filepath.Base(target)); err != nil {
@@ -210,7 +211,7 @@ func (in *Installer) desiredConfig() ([]byte, fs.FileMode, error) {
 		return data, primaryConfigMode, err
 	}
 	p, err := FindPrimary(in.cfg.ConfDir, func(path string, err error) {
-		in.log.Warn("skipping invalid CNI config", "path", path, "err", err)
+		in.log.Warn("skipping invalid CNI config", zap.String("path", path), zap.Error(err))
 	})
 	if err != nil {
 		return nil, 0, err
@@ -245,7 +246,7 @@ func (in *Installer) removeOwnConfigs(keep string) error {
 		}
 		if removed {
 			in.writes.Add(1)
-			in.log.Info("removed CNI config", "path", path)
+			in.log.Info("removed CNI config", zap.String("path", path))
 		}
 	}
 	return nil
@@ -256,7 +257,7 @@ func (in *Installer) removeOwnConfigs(keep string) error {
 func (in *Installer) warnIfShadowed(ours string) {
 	p, err := FindPrimary(in.cfg.ConfDir, nil)
 	if err == nil && p != nil && filepath.Base(p.Path) < ours {
-		in.log.Warn("another CNI config sorts first; runtimes will use it instead of Coordino", "path", p.Path, "ours", ours)
+		in.log.Warn("another CNI config sorts first; runtimes will use it instead of Coordino", zap.String("path", p.Path), zap.String("ours", ours))
 	}
 }
 
@@ -286,7 +287,7 @@ func (in *Installer) copyBinary(srcPath, dst, flag string) error {
 		return err
 	}
 	in.writes.Add(1)
-	in.log.Info("installed CNI plugin", "path", dst, "from", srcPath)
+	in.log.Info("installed CNI plugin", zap.String("path", dst), zap.String("from", srcPath))
 	return nil
 }
 
@@ -321,7 +322,7 @@ func (in *Installer) Uninstall() error {
 		return err
 	} else if removed {
 		in.writes.Add(1)
-		in.log.Info("removed CNI plugin", "path", bin)
+		in.log.Info("removed CNI plugin", zap.String("path", bin))
 	}
 	if err := in.removePortMap(); err != nil {
 		return err

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
@@ -12,6 +11,7 @@ import (
 	"time"
 
 	"github.com/vishvananda/netlink"
+	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
 
 	"github.com/coordino/coordino/daemon/netns"
@@ -41,9 +41,9 @@ const ourFilterPrefix = "cdo_"
 //     the endpoint store and everything else in the state dir.
 //
 // It is idempotent; a failed run is finished by the next one.
-func RemoveNodeState(s NodeState, log *slog.Logger) error {
+func RemoveNodeState(s NodeState, log *zap.Logger) error {
 	if log == nil {
-		log = slog.New(slog.DiscardHandler)
+		log = zap.NewNop()
 	}
 	sock := filepath.Join(s.RunDir, wire.SocketName)
 	if c, err := net.DialTimeout("unix", sock, time.Second); err == nil {
@@ -74,7 +74,7 @@ func RemoveNodeState(s NodeState, log *slog.Logger) error {
 		}
 	}
 	if len(pins) > 0 {
-		log.Info("removed netns pins", "count", len(pins))
+		log.Info("removed netns pins", zap.Int("count", len(pins)))
 	}
 	for _, pattern := range runDirEntries {
 		matches, err := filepath.Glob(filepath.Join(s.RunDir, pattern))
@@ -100,13 +100,13 @@ func RemoveNodeState(s NodeState, log *slog.Logger) error {
 		}
 	}
 	if len(ents) > 0 {
-		log.Info("removed the daemon's state", "dir", s.StateDir, "entries", len(ents))
+		log.Info("removed the daemon's state", zap.String("dir", s.StateDir), zap.Int("entries", len(ents)))
 	}
 	return nil
 }
 
 // detachFilters removes Coordino's cls_bpf filters from every interface.
-func detachFilters(log *slog.Logger) error {
+func detachFilters(log *zap.Logger) error {
 	links, err := netlink.LinkList()
 	if err != nil {
 		return fmt.Errorf("list interfaces: %w", err)
@@ -135,7 +135,7 @@ func detachFilters(log *slog.Logger) error {
 				}
 			}
 		}
-		log.Info("detached datapath", "interface", l.Attrs().Name, "sharedWithOtherFilters", others > 0)
+		log.Info("detached datapath", zap.String("interface", l.Attrs().Name), zap.Bool("sharedWithOtherFilters", others > 0))
 	}
 	return errors.Join(errs...)
 }
@@ -164,7 +164,7 @@ func bpfFilters(l netlink.Link) (ours []*netlink.BpfFilter, others int, err erro
 // unpinTCXLinks removes the pinned tcx links, one endpoint directory at a
 // time, so both directions of a pod go together. With the daemon stopped the
 // pin is the last reference, and removing it detaches the program.
-func unpinTCXLinks(dir string, log *slog.Logger) error {
+func unpinTCXLinks(dir string, log *zap.Logger) error {
 	eps, err := os.ReadDir(dir)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil
@@ -178,7 +178,7 @@ func unpinTCXLinks(dir string, log *slog.Logger) error {
 		}
 	}
 	if len(eps) > 0 {
-		log.Info("unpinned tcx links", "endpoints", len(eps))
+		log.Info("unpinned tcx links", zap.Int("endpoints", len(eps)))
 	}
 	return nil
 }

@@ -4,10 +4,11 @@ package install
 
 import (
 	"errors"
-	"log/slog"
+
+	"go.uber.org/zap"
 )
 
 // RemoveNodeState is Linux-only: the datapath and pins exist only there.
-func RemoveNodeState(NodeState, *slog.Logger) error {
+func RemoveNodeState(NodeState, *zap.Logger) error {
 	return errors.New("removing Coordino's node state is supported on Linux only")
 }

@@ -18,6 +18,8 @@ import (
 	"strings"
 	"time"
 
+	"go.uber.org/zap"
+
 	"github.com/coordino/coordino/conflist"
 )
 
@@ -59,7 +61,7 @@ func (in *Installer) copyPortMap() error {
 	case err != nil:
 		return err
 	case !slices.Contains(ours, have):
-		in.log.Info("keeping the host's portmap plugin", "path", dst)
+		in.log.Info("keeping the host's portmap plugin", zap.String("path", dst))
 		return in.checkHostPortMap(dst)
 	}
 	if !slices.Contains(ours, want) {
@@ -94,7 +96,7 @@ func (in *Installer) checkHostPortMap(path string) error {
 		err = json.Unmarshal(out, &v)
 	}
 	if err != nil {
-		in.log.Warn("cannot ask the host's portmap which cniVersions it supports; pods fail if it refuses the conflist's", "path", path, "cniVersion", want, "err", err)
+		in.log.Warn("cannot ask the host's portmap which cniVersions it supports; pods fail if it refuses the conflist's", zap.String("path", path), zap.String("cniVersion", want), zap.Error(err))
 		return nil
 	}
 	if !slices.Contains(v.Supported, want) {
@@ -120,7 +122,7 @@ func (in *Installer) removePortMap() error {
 			return err
 		}
 		in.writes.Add(1)
-		in.log.Info("removed CNI plugin", "path", bin)
+		in.log.Info("removed CNI plugin", zap.String("path", bin))
 	}
 	_, err = removeDurably(filepath.Join(in.cfg.BinDir, portMapRecord))
 	return err

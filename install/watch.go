@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/fsnotify/fsnotify"
+	"go.uber.org/zap"
 
 	"github.com/coordino/coordino/conflist"
 )
@@ -60,7 +61,7 @@ func (in *Installer) Watch(ctx context.Context, opts WatchOptions) error {
 		if !errors.Is(err, ErrNoPrimary) {
 			return err
 		}
-		in.log.Warn("waiting for a primary CNI config", "dir", in.cfg.ConfDir)
+		in.log.Warn("waiting for a primary CNI config", zap.String("dir", in.cfg.ConfDir))
 	}
 	if opts.Ready != nil {
 		opts.Ready()
@@ -74,7 +75,7 @@ func (in *Installer) Watch(ctx context.Context, opts WatchOptions) error {
 	reconcile := func() {
 		pendingSince = time.Time{}
 		if err := in.Reconcile(); err != nil {
-			in.log.Error("reconcile CNI config", "err", err)
+			in.log.Error("reconcile CNI config", zap.Error(err))
 		}
 	}
 	for {
@@ -103,7 +104,7 @@ func (in *Installer) Watch(ctx context.Context, opts WatchOptions) error {
 				return fmt.Errorf("watch %s: watcher closed", in.cfg.ConfDir)
 			}
 			// On overflow events were lost: look at the dir as it is now.
-			in.log.Warn("watch error; reconciling", "dir", in.cfg.ConfDir, "err", err)
+			in.log.Warn("watch error; reconciling", zap.String("dir", in.cfg.ConfDir), zap.Error(err))
 			reconcile()
 		case <-debounce.C:
 			reconcile()

@@ -11,7 +11,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/coordino/coordino/daemon/metrics"
+	"github.com/coordino/coordino/internal/process"
 )
 
 // Options configures one daemon. Directory options let several daemons
@@ -114,7 +114,7 @@ func Parse(args []string, stderr io.Writer) (*Options, error) {
 	fs.StringVar(&o.StateDir, "state-dir", o.StateDir, "persistent state (endpoint store)")
 	fs.StringVar(&o.BPFDir, "bpf-dir", o.BPFDir, "bpffs directory for pinned maps and links")
 	fs.StringVar(&o.MetricsAddr, "metrics-addr", o.MetricsAddr, "host:port or unix:/path for /metrics, /healthz, /readyz (port 0 picks one; written to <run-dir>/metrics.addr)")
-	fs.StringVar(&o.LogLevel, "log-level", o.LogLevel, "debug, info, warn or error")
+	fs.StringVar(&o.LogLevel, "log-level", o.LogLevel, process.LevelUsage)
 	fs.StringVar(&o.PolicyDir, "policy-dir", "", "standalone: directory of NetworkPolicy and Namespace YAML files")
 	fs.StringVar(&o.AttachMode, "attach-mode", o.AttachMode, "how eBPF attaches to pod interfaces: tc (clsact + cls_bpf) or tcx (falls back to tc without kernel support)")
 	fs.BoolVar(&o.NoDatapath, "no-datapath", false, "do not load eBPF: connectivity without policy enforcement")
@@ -244,7 +244,7 @@ func (o *Options) validate() error {
 	if o.PolicyDir != "" && !filepath.IsAbs(o.PolicyDir) {
 		return fmt.Errorf("policy-dir %q must be an absolute path", o.PolicyDir)
 	}
-	if err := metrics.ValidateAddr(o.MetricsAddr); err != nil {
+	if err := process.ValidateAddr(o.MetricsAddr); err != nil {
 		return err
 	}
 	if o.AttachMode != "tc" && o.AttachMode != "tcx" {
@@ -256,10 +256,6 @@ func (o *Options) validate() error {
 	if err := o.Services.validate(); err != nil {
 		return err
 	}
-	switch o.LogLevel {
-	case "debug", "info", "warn", "error":
-	default:
-		return fmt.Errorf("log-level %q: want debug, info, warn or error", o.LogLevel)
-	}
-	return nil
+	_, err := process.ParseLevel(o.LogLevel)
+	return err
 }

@@ -13,10 +13,12 @@ type Sink interface {
 	UpdatePolicy(s policy.Snapshot) error
 }
 
-// Source delivers policy snapshots to a sink until its context ends.
-type Source interface {
+// Source delivers policy snapshots to a sink of type S until its context
+// ends: a Sink for the standalone source, one that takes more (identities,
+// remote endpoints) for the Kubernetes source.
+type Source[S Sink] interface {
 	// Run delivers the first snapshot, then every change, until ctx ends.
-	Run(ctx context.Context, sink Sink) error
+	Run(ctx context.Context, sink S) error
 	// Synced is closed once the first snapshot has been delivered; the
 	// daemon should not serve ADD before, so no pod starts unprotected.
 	Synced() <-chan struct{}

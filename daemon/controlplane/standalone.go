@@ -84,6 +84,8 @@ func (s *Standalone) Synced() <-chan struct{} { return s.synced }
 // Errors returns the current parse error of each broken file.
 func (s *Standalone) Errors() map[string]string { return maps.Clone(s.broken) }
 
+var _ Source[Sink] = (*Standalone)(nil)
+
 // Run loads the directory, delivers it, and redelivers after each change.
 func (s *Standalone) Run(ctx context.Context, sink Sink) error {
 	w, err := fsnotify.NewWatcher()

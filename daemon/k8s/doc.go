@@ -13,7 +13,9 @@
 // What the daemon last saw is persisted in the state directory, so a
 // daemon restarted while the API server is unreachable restores its blocks,
 // pod labels, identities and policy from it instead of flushing anything,
-// and converges when the API server is back.
+// and converges when the API server is back. The source reads the cluster
+// through one view, that state until the informers sync and their listers
+// after; what it feeds is one Sink, the datapath (Discard without one).
 //
 // Remote pods: every node's NodeEndpoints (other nodes' pod addresses with
 // their cluster identity) reach the datapath's ipcache as deltas.

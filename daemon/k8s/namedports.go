@@ -6,18 +6,9 @@ import (
 
 	"go.uber.org/zap"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/labels"
 
-	"github.com/coordino/coordino/daemon/controlplane"
 	"github.com/coordino/coordino/daemon/policy"
 )
-
-// NamedPortSink learns the named container ports of this node's pods, so
-// rules naming ports resolve; *datapath.Datapath is one.
-type NamedPortSink interface {
-	// SetPodNamedPorts sets the ports of pod "namespace/name" (nil: none).
-	SetPodNamedPorts(pod string, ports []policy.NamedPort) error
-}
 
 // podNamedPorts returns the named ports a pod declares, sorted: those of
 // its containers and init containers (a restartable init container, a
@@ -60,31 +51,13 @@ func sortedPorts(out []policy.NamedPort) []policy.NamedPort {
 // applyNamedPorts gives the sink the named ports of this node's pods that
 // changed since the last call (a pod's ports are immutable, so in practice
 // pods that came or went).
-func (s *Source) applyNamedPorts(sink controlplane.Sink) {
-	ns, ok := sink.(NamedPortSink)
-	if !ok {
-		return
-	}
-	want := map[string][]policy.NamedPort{}
-	if s.isLive() {
-		pods, _ := s.pods.List(labels.Everything())
-		for _, p := range pods {
-			if ports := podNamedPorts(p); len(ports) > 0 {
-				want[p.Namespace+"/"+p.Name] = ports
-			}
-		}
-	} else if s.known != nil {
-		for key, p := range s.known.Pods {
-			if len(p.NamedPorts) > 0 {
-				want[key] = p.NamedPorts
-			}
-		}
-	}
+func (s *Source) applyNamedPorts(v view, sink Sink) {
+	want := v.namedPorts()
 	for key, ports := range want {
 		if slices.Equal(s.fedPorts[key], ports) {
 			continue
 		}
-		if err := ns.SetPodNamedPorts(key, ports); err != nil {
+		if err := sink.SetPodNamedPorts(key, ports); err != nil {
 			s.log.Error("giving the datapath a pod's named ports", zap.String("pod", key), zap.Error(err))
 			continue
 		}
@@ -94,7 +67,7 @@ func (s *Source) applyNamedPorts(sink controlplane.Sink) {
 		if _, ok := want[key]; ok {
 			continue
 		}
-		if err := ns.SetPodNamedPorts(key, nil); err != nil {
+		if err := sink.SetPodNamedPorts(key, nil); err != nil {
 			s.log.Error("withdrawing a pod's named ports from the datapath", zap.String("pod", key), zap.Error(err))
 			continue
 		}

@@ -77,7 +77,8 @@ func (s *Source) publishLoop(ctx context.Context, list LocalEndpoints) {
 			return
 		case <-time.After(wait):
 		}
-		if !s.isLive() {
+		v := s.view()
+		if !v.live() {
 			continue // nothing to compare with; the sync kicks again
 		}
 		eps, err := list()
@@ -85,7 +86,7 @@ func (s *Source) publishLoop(ctx context.Context, list LocalEndpoints) {
 			s.log.Warn("listing local endpoints to publish", zap.Error(err))
 			continue
 		}
-		if wrote, err := s.publish(ctx, eps); err != nil {
+		if wrote, err := s.publish(ctx, v, eps); err != nil {
 			s.log.Warn("publishing NodeEndpoints (retried)", zap.Error(err))
 			time.AfterFunc(publishInterval, s.PublishEndpoints)
 		} else if wrote {
@@ -95,10 +96,10 @@ func (s *Source) publishLoop(ctx context.Context, list LocalEndpoints) {
 }
 
 // publish writes the node's object if it differs from spec.
-func (s *Source) publish(ctx context.Context, eps []LocalEndpoint) (bool, error) {
-	spec := s.endpointsSpec(eps)
+func (s *Source) publish(ctx context.Context, v view, eps []LocalEndpoint) (bool, error) {
+	spec := s.endpointsSpec(v, eps)
 	cl := s.crd.CoordinoV1alpha1().NodeEndpoints()
-	cur, err := s.nodeEps.Get(s.cfg.NodeName)
+	cur, err := s.inf.nodeEps.Get(s.cfg.NodeName)
 	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	switch {
@@ -116,7 +117,7 @@ func (s *Source) publish(ctx context.Context, eps []LocalEndpoint) (bool, error)
 		if apierrors.IsAlreadyExists(err) {
 			return false, err // the informer has not shown it yet: next round updates it
 		}
-		s.endpointWrites.Inc()
+		s.m.endpointWrites.Inc()
 		return err == nil, err
 	case err != nil:
 		return false, err
@@ -126,7 +127,7 @@ func (s *Source) publish(ctx context.Context, eps []LocalEndpoint) (bool, error)
 	upd := cur.DeepCopy()
 	upd.Spec = spec
 	_, err = cl.Update(wctx, upd, metav1.UpdateOptions{})
-	s.endpointWrites.Inc()
+	s.m.endpointWrites.Inc()
 	return err == nil, err
 }
 
@@ -134,7 +135,7 @@ func (s *Source) publish(ctx context.Context, eps []LocalEndpoint) (bool, error)
 // cluster identity, with its pod's named ports, sorted by address. An
 // endpoint still on a temporary identity is left out until it moves (the
 // Identity informer re-attaches it, which kicks a publish).
-func (s *Source) endpointsSpec(eps []LocalEndpoint) coordinov1alpha1.NodeEndpointsSpec {
+func (s *Source) endpointsSpec(v view, eps []LocalEndpoint) coordinov1alpha1.NodeEndpointsSpec {
 	var spec coordinov1alpha1.NodeEndpointsSpec
 	for _, ep := range eps {
 		if ep.Identity < identity.FirstPod || ep.Identity > identity.LastCluster || len(ep.Addresses) == 0 {
@@ -149,7 +150,7 @@ func (s *Source) endpointsSpec(eps []LocalEndpoint) coordinov1alpha1.NodeEndpoin
 		if len(e.Addresses) > 2 {
 			e.Addresses = e.Addresses[:2]
 		}
-		if p, err := s.pods.Pods(ep.PodNamespace).Get(ep.PodName); err == nil {
+		if p, ok := v.pod(ep.PodNamespace, ep.PodName); ok {
 			e.NamedPorts = namedPorts(p)
 		}
 		spec.Endpoints = append(spec.Endpoints, e)

@@ -20,8 +20,8 @@ func TestEndpointsSpec(t *testing.T) {
 	_ = idx.Add(&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "web"},
 		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Ports: []corev1.ContainerPort{
 			{Name: "http", ContainerPort: 8080}, {ContainerPort: 9090}, {Name: "dns", ContainerPort: 53, Protocol: corev1.ProtocolUDP}}}}}})
-	s := &Source{log: zap.NewNop(), pods: corelisters.NewPodLister(idx)}
-	spec := s.endpointsSpec([]LocalEndpoint{
+	s := &Source{log: zap.NewNop()}
+	spec := s.endpointsSpec(&liveView{pods: corelisters.NewPodLister(idx)}, []LocalEndpoint{
 		{PodNamespace: "ns", PodName: "web", Identity: 300,
 			Addresses: []netip.Addr{netip.MustParseAddr("fd00::9"), netip.MustParseAddr("10.0.0.9")}},
 		{PodNamespace: "ns", PodName: "new", Identity: identity.FirstNodeLocal + 1, Addresses: []netip.Addr{netip.MustParseAddr("10.0.0.2")}},

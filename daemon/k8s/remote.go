@@ -15,25 +15,6 @@ import (
 	"github.com/coordino/coordino/daemon/policy"
 )
 
-// RemoteSink learns the addresses of pods on other nodes with their
-// cluster identity, as deltas; *datapath.Datapath is one.
-type RemoteSink interface {
-	UpdateRemoteEndpoints(upsert map[netip.Addr]identity.ID, remove []netip.Addr) error
-}
-
-// RemoteSyncSink is a RemoteSink that keeps what it knew before a restart
-// until told that the deltas so far are the cluster's whole remote view.
-type RemoteSyncSink interface {
-	RemoteEndpointsSynced() error
-}
-
-// RemotePortSink learns the named ports of pods on other nodes, so egress
-// rules naming a port resolve against them; *datapath.Datapath is one.
-type RemotePortSink interface {
-	// SetPeerNamedPorts sets the ports of the pod key names (nil: forget).
-	SetPeerNamedPorts(key string, id identity.ID, ports []policy.NamedPort) error
-}
-
 // remotePorts is one remote pod's named ports under its identity.
 type remotePorts struct {
 	id    identity.ID
@@ -95,24 +76,8 @@ func (r *remoteEndpoints) handler(mark func()) cache.ResourceEventHandler {
 	}
 }
 
-// watchNodeEndpoints registers the informer on every node's NodeEndpoints;
-// it is part of the source's initial sync. The sync waits for the handler
-// to have recorded every listed object, not only for the informer's store:
-// the first live apply confirms the remote endpoints restored at start and
-// drops the rest, so one the handler had not passed on yet would be cut.
-func (s *Source) watchNodeEndpoints() error {
-	inf := s.crdInf.Coordino().V1alpha1().NodeEndpoints()
-	s.nodeEps = inf.Lister()
-	handled, err := inf.Informer().AddEventHandler(s.remote.handler(func() { s.markDirty(func(d *dirtyBits) { d.remote = true }) }))
-	if err != nil {
-		return err
-	}
-	s.hasSync = append(s.hasSync, handled.HasSynced)
-	return nil
-}
-
 // apply sends the deltas of the nodes changed since the last call.
-func (r *remoteEndpoints) apply(sink RemoteSink) {
+func (r *remoteEndpoints) apply(sink Sink) {
 	r.mu.Lock()
 	changed := r.pending
 	r.pending = map[string]*coordinov1alpha1.NodeEndpoints{}
@@ -150,7 +115,7 @@ func (r *remoteEndpoints) apply(sink RemoteSink) {
 		}
 		r.applyPorts(sink, node, ne)
 	}
-	if sink == nil || (len(upsert) == 0 && len(remove) == 0) {
+	if len(upsert) == 0 && len(remove) == 0 {
 		return
 	}
 	if err := sink.UpdateRemoteEndpoints(upsert, remove); err != nil {
@@ -158,13 +123,9 @@ func (r *remoteEndpoints) apply(sink RemoteSink) {
 	}
 }
 
-// applyPorts tells the sink, if it takes them, the named ports of node's
-// pods that changed; a pod is keyed by its node and first address.
-func (r *remoteEndpoints) applyPorts(sink RemoteSink, node string, ne *coordinov1alpha1.NodeEndpoints) {
-	ps, ok := sink.(RemotePortSink)
-	if !ok {
-		return
-	}
+// applyPorts tells the sink the named ports of node's pods that changed;
+// a pod is keyed by its node and first address.
+func (r *remoteEndpoints) applyPorts(sink Sink, node string, ne *coordinov1alpha1.NodeEndpoints) {
 	next := map[string]remotePorts{}
 	if ne != nil {
 		for _, ep := range ne.Spec.Endpoints {
@@ -178,7 +139,7 @@ func (r *remoteEndpoints) applyPorts(sink RemoteSink, node string, ne *coordinov
 	prev := r.portsByNode[node]
 	for key := range prev {
 		if _, ok := next[key]; !ok {
-			if err := ps.SetPeerNamedPorts(key, 0, nil); err != nil {
+			if err := sink.SetPeerNamedPorts(key, 0, nil); err != nil {
 				r.log.Error("forgetting a remote pod's named ports", zap.String("pod", key), zap.Error(err))
 			}
 		}
@@ -187,7 +148,7 @@ func (r *remoteEndpoints) applyPorts(sink RemoteSink, node string, ne *coordinov
 		if old, ok := prev[key]; ok && old.id == p.id && slices.Equal(old.ports, p.ports) {
 			continue
 		}
-		if err := ps.SetPeerNamedPorts(key, p.id, p.ports); err != nil {
+		if err := sink.SetPeerNamedPorts(key, p.id, p.ports); err != nil {
 			r.log.Error("setting a remote pod's named ports", zap.String("pod", key), zap.Error(err))
 		}
 	}

@@ -19,6 +19,7 @@ import (
 
 // recordingSink keeps what it was told, like the datapath's remote map.
 type recordingSink struct {
+	Discard
 	addrs map[netip.Addr]identity.ID
 	calls int
 	wrote int

@@ -7,6 +7,7 @@ import (
 	"maps"
 	"net/netip"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -18,17 +19,11 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/fields"
-	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
-	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/coordino/coordino/api/client/clientset/versioned"
-	coordinoinformers "github.com/coordino/coordino/api/client/informers/externalversions"
-	coordinolisters "github.com/coordino/coordino/api/client/listers/coordino/v1alpha1"
 	coordinov1alpha1 "github.com/coordino/coordino/api/coordino/v1alpha1"
 	"github.com/coordino/coordino/daemon/controlplane"
 	"github.com/coordino/coordino/daemon/identity"
@@ -76,54 +71,34 @@ type Config struct {
 	WireGuard func(addrs []netip.Addr) *coordinov1alpha1.WireGuardStatus
 }
 
-// IdentitySink learns the cluster's identities as policy peers;
-// *datapath.Datapath is one.
-type IdentitySink interface {
-	UpsertIdentity(identity.Identity) error
-	DeleteIdentity(identity.ID) error
-}
-
 // Refresher re-attaches stored endpoints that update reports changed
 // (*endpoint.Manager.RefreshEndpoints).
 type Refresher func(update func(ep *store.Endpoint) bool) error
 
-// Source is the Kubernetes control-plane source: a controlplane.Source of
-// policy snapshots that also feeds the IPAM pool with the node's blocks,
-// the identity assigner with cluster identities, ADD with pod labels, and
-// the API with the node's status.
+// Source is the Kubernetes control-plane source: it feeds a Sink with
+// policy snapshots, identities, named ports and remote endpoints, the IPAM
+// pool with the node's blocks, the identity assigner with cluster
+// identities, ADD with pod labels, and the API with the node's status and
+// endpoints. It reads the cluster through one view: the last-known state
+// until the informers sync, their listers after.
 type Source struct {
-	cfg   Config
-	log   *zap.Logger
-	kube  kubernetes.Interface
-	crd   versioned.Interface
-	ids   *Identities
-	known *lastKnown // last-known state; replaced from the informers once live
+	cfg  Config
+	log  *zap.Logger
+	kube kubernetes.Interface
+	crd  versioned.Interface
+	ids  *Identities
+	inf  *informerSet
+	cur  atomic.Pointer[view]
+	m    sourceMetrics
 
-	coreInf informers.SharedInformerFactory
-	podInf  informers.SharedInformerFactory
-	crdInf  coordinoinformers.SharedInformerFactory
-	ncInf   coordinoinformers.SharedInformerFactory
-	pods    corelisters.PodLister
-	nss     corelisters.NamespaceLister
-	irs     coordinolisters.PolicyIRLister
-	ncs     coordinolisters.NodeConfigLister
-	idents  coordinolisters.IdentityLister
-	nips    coordinolisters.NodeIsolationPolicyLister
-	hasSync []cache.InformerSynced
-
-	// remote turns other nodes' NodeEndpoints into ipcache deltas;
-	// nodeEps also holds this node's own object (publish.go).
+	// remote turns other nodes' NodeEndpoints into ipcache deltas.
 	remote      *remoteEndpoints
-	nodeEps     coordinolisters.NodeEndpointsLister
 	remoteCount atomic.Int64
 	// remoteSynced: the sink was told its remote view is complete (apply
 	// loop only).
 	remoteSynced bool
 	publishKick  chan struct{}
 
-	// live: informers synced, the listers are the truth. Atomic, as the
-	// datapath asks (through the assigner) while it holds its own lock.
-	live atomic.Bool
 	// announced is what the apply loop told the sink; only it touches it.
 	announced map[identity.ID]identity.Identity
 	// fedPorts are the named ports the apply loop gave the sink, by pod.
@@ -139,14 +114,6 @@ type Source struct {
 	dirty      dirtyBits
 	synced     chan struct{}
 	syncedOnce sync.Once
-
-	unseenPods   prometheus.Counter
-	liveGauge    prometheus.GaugeFunc
-	tempGauge    prometheus.GaugeFunc
-	statusWrites prometheus.Counter
-
-	endpointWrites prometheus.Counter
-	remoteGauge    prometheus.GaugeFunc
 }
 
 // dirtyBits say what changed since the last apply.
@@ -154,29 +121,15 @@ type dirtyBits struct {
 	blocks, policy, identities, pods, nsLbl, remote bool
 }
 
+// everything is every bit set: a new view changes all of it.
+var everything = dirtyBits{blocks: true, policy: true, identities: true, pods: true, nsLbl: true, remote: true}
+
 // New builds the clients and informers and loads the last-known state; Run
 // starts them.
 func New(cfg Config) (*Source, error) {
-	if cfg.Log == nil {
-		cfg.Log = zap.NewNop()
-	}
-	if cfg.NodeName == "" {
-		return nil, errors.New("kubernetes source: node name is empty (set NODE_NAME or --node-name)")
-	}
-	if cfg.ExcludedLabels == nil {
-		cfg.ExcludedLabels = coordinov1alpha1.DefaultExcludedLabels
-	}
-	for _, d := range []*time.Duration{&cfg.PodWait, &cfg.SyncWait, &cfg.StatusInterval} {
-		if *d == 0 {
-			switch d {
-			case &cfg.PodWait:
-				*d = DefaultPodWait
-			case &cfg.SyncWait:
-				*d = DefaultSyncWait
-			default:
-				*d = DefaultStatusInterval
-			}
-		}
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
 	}
 	rc := rest.CopyConfig(cfg.Rest)
 	rc.UserAgent = "coordino-daemon/" + cfg.NodeName
@@ -195,89 +148,58 @@ func New(cfg Config) (*Source, error) {
 		known = nil
 	}
 	s := &Source{
-		cfg: cfg, log: cfg.Log.Named("k8s"), kube: kube, crd: crd, known: known,
+		cfg: cfg, log: cfg.Log.Named("k8s"), kube: kube, crd: crd,
 		announced: map[identity.ID]identity.Identity{}, fedPorts: map[string][]policy.NamedPort{},
-		kick:   make(chan struct{}, 1),
-		synced: make(chan struct{}),
-		unseenPods: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "coordino_k8s_pod_label_misses_total",
-			Help: "ADDs refused (try again later) because the pod was not in the daemon's cache within the bounded wait."}),
-		statusWrites: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "coordino_k8s_status_writes_total", Help: "NodeConfig status updates written."}),
+		kick: make(chan struct{}, 1), synced: make(chan struct{}), publishKick: make(chan struct{}, 1),
 	}
-	s.ids = NewIdentities(s.namespaceLabels)
-	s.remote, s.publishKick = newRemoteEndpoints(cfg.NodeName, s.log), make(chan struct{}, 1)
-	s.endpointWrites = prometheus.NewCounter(prometheus.CounterOpts{
-		Name: "coordino_k8s_node_endpoints_writes_total", Help: "NodeEndpoints writes (create or update) of this node."})
-	s.liveGauge = prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-		Name: "coordino_k8s_live",
-		Help: "1 while the daemon's view comes from synced informers, 0 while it serves from the last-known state."},
-		func() float64 {
-			if s.isLive() {
-				return 1
-			}
-			return 0
-		})
-	s.remoteGauge = prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-		Name: "coordino_remote_endpoints",
-		Help: "Pod addresses on other nodes known with their identity (from NodeEndpoints)."},
-		func() float64 { return float64(s.remoteCount.Load()) })
-	s.tempGauge = prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-		Name: "coordino_identities_temporary",
-		Help: "Node-local temporary identities held by endpoints whose label set has no cluster Identity yet."},
-		func() float64 { return float64(s.ids.Temporary()) })
-
-	const resync = 0 // watches, no periodic relist
-	s.coreInf = informers.NewSharedInformerFactory(kube, resync)
-	s.podInf = informers.NewSharedInformerFactoryWithOptions(kube, resync, informers.WithTweakListOptions(func(o *metav1.ListOptions) {
-		o.FieldSelector = fields.OneTermEqualSelector("spec.nodeName", cfg.NodeName).String()
-	}))
-	s.crdInf = coordinoinformers.NewSharedInformerFactory(crd, resync)
-	s.ncInf = coordinoinformers.NewSharedInformerFactoryWithOptions(crd, resync, coordinoinformers.WithTweakListOptions(func(o *metav1.ListOptions) {
-		o.FieldSelector = fields.OneTermEqualSelector("metadata.name", cfg.NodeName).String()
-	}))
-	podI := s.podInf.Core().V1().Pods()
-	nsI := s.coreInf.Core().V1().Namespaces()
-	irI := s.crdInf.Coordino().V1alpha1().PolicyIRs()
-	ncI := s.ncInf.Coordino().V1alpha1().NodeConfigs()
-	idI := s.crdInf.Coordino().V1alpha1().Identities()
-	nipI := s.crdInf.Coordino().V1alpha1().NodeIsolationPolicies()
-	s.pods, s.nss, s.irs, s.ncs, s.idents = podI.Lister(), nsI.Lister(), irI.Lister(), ncI.Lister(), idI.Lister()
-	s.nips = nipI.Lister()
-	for _, reg := range []struct {
-		inf  cache.SharedIndexInformer
-		mark func(*dirtyBits)
-	}{
-		{podI.Informer(), func(d *dirtyBits) { d.pods = true }},
-		{nsI.Informer(), func(d *dirtyBits) { d.policy, d.nsLbl = true, true }},
-		{irI.Informer(), func(d *dirtyBits) { d.policy = true }},
-		{ncI.Informer(), func(d *dirtyBits) { d.blocks = true }},
-		{idI.Informer(), func(d *dirtyBits) { d.identities = true }},
-		{nipI.Informer(), func(d *dirtyBits) { d.policy = true }},
-	} {
-		mark := reg.mark
-		h := func(any) { s.markDirty(mark) }
-		handled, err := reg.inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
-			AddFunc: h, DeleteFunc: h, UpdateFunc: func(_, n any) { h(n) },
-		})
-		if err != nil {
-			return nil, err
-		}
-		s.hasSync = append(s.hasSync, handled.HasSynced)
-	}
-	if err := s.watchNodeEndpoints(); err != nil {
+	s.setView(known)
+	s.ids = NewIdentities(func(name string) (map[string]string, bool) { return s.view().namespaceLabels(name) })
+	s.remote = newRemoteEndpoints(cfg.NodeName, s.log)
+	s.m = newSourceMetrics(s)
+	s.inf, err = newInformers(kube, crd, cfg.NodeName, s.markDirty,
+		s.remote.handler(func() { s.markDirty(func(d *dirtyBits) { d.remote = true }) }))
+	if err != nil {
 		return nil, err
 	}
+	s.inf.live.known = known
 	return s, nil
 }
+
+// withDefaults checks cfg and fills in what is left unset.
+func (cfg Config) withDefaults() (Config, error) {
+	if cfg.NodeName == "" {
+		return cfg, errors.New("kubernetes source: node name is empty (set NODE_NAME or --node-name)")
+	}
+	if cfg.Log == nil {
+		cfg.Log = zap.NewNop()
+	}
+	if cfg.ExcludedLabels == nil {
+		cfg.ExcludedLabels = coordinov1alpha1.DefaultExcludedLabels
+	}
+	if cfg.PodWait == 0 {
+		cfg.PodWait = DefaultPodWait
+	}
+	if cfg.SyncWait == 0 {
+		cfg.SyncWait = DefaultSyncWait
+	}
+	if cfg.StatusInterval == 0 {
+		cfg.StatusInterval = DefaultStatusInterval
+	}
+	return cfg, nil
+}
+
+// view is what the source reads the cluster through now.
+func (s *Source) view() view { return *s.cur.Load() }
+
+// setView makes v the view; it is atomic, as the datapath asks (through the
+// assigner) while it holds its own lock.
+func (s *Source) setView(v view) { s.cur.Store(&v) }
 
 // Identities is the identity assigner to give the datapath.
 func (s *Source) Identities() *Identities { return s.ids }
 
 // Collectors returns the source's Prometheus collectors.
-func (s *Source) Collectors() []prometheus.Collector {
-	return []prometheus.Collector{s.unseenPods, s.liveGauge, s.tempGauge, s.statusWrites, s.endpointWrites, s.remoteGauge}
-}
+func (s *Source) Collectors() []prometheus.Collector { return s.m.collectors() }
 
 // Synced is closed once the first snapshot (live or last-known) is applied.
 func (s *Source) Synced() <-chan struct{} { return s.synced }
@@ -291,8 +213,6 @@ func (s *Source) SetRefresher(r Refresher) {
 	s.markDirty(func(d *dirtyBits) { d.pods = true })
 }
 
-func (s *Source) isLive() bool { return s.live.Load() }
-
 func (s *Source) markDirty(f func(*dirtyBits)) {
 	s.dirtyMu.Lock()
 	f(&s.dirty)
@@ -303,106 +223,101 @@ func (s *Source) markDirty(f func(*dirtyBits)) {
 	}
 }
 
-var _ controlplane.Source = (*Source)(nil)
+var _ controlplane.Source[Sink] = (*Source)(nil)
 
 // Run starts the informers, applies the first state — live if the API
 // server answers within SyncWait, else the last-known state — and then
 // every change, until ctx ends. It also writes the NodeConfig status.
-func (s *Source) Run(ctx context.Context, sink controlplane.Sink) error {
-	for _, f := range []interface{ Start(<-chan struct{}) }{s.coreInf, s.podInf, s.crdInf, s.ncInf} {
-		f.Start(ctx.Done())
+func (s *Source) Run(ctx context.Context, sink Sink) error {
+	if !s.startInformers(ctx) {
+		return nil
 	}
-	wctx, cancel := context.WithTimeout(ctx, s.cfg.SyncWait)
-	live := cache.WaitForCacheSync(wctx.Done(), s.hasSync...)
-	cancel()
-	if !live {
-		if s.known == nil {
-			s.log.Warn("API server not synced and no last-known state: waiting for the API server before serving")
-			if !cache.WaitForCacheSync(ctx.Done(), s.hasSync...) {
-				return nil
-			}
-			live = true
-		} else {
-			s.log.Warn("API server not synced: serving from the last-known cluster state until it is",
-				zap.Time("saved", s.known.Saved), zap.Int("blocks", len(s.known.Blocks)), zap.Int("pods", len(s.known.Pods)))
-		}
-	}
-	if live {
-		s.goLive()
-	}
-	s.markDirty(func(d *dirtyBits) {
-		*d = dirtyBits{blocks: true, policy: true, identities: true, pods: true, nsLbl: true, remote: true}
-	})
 	go s.statusLoop(ctx)
-	if !live {
-		go func() {
-			if cache.WaitForCacheSync(ctx.Done(), s.hasSync...) {
-				s.log.Info("API server synced: converging from the last-known state")
-				s.goLive()
-				s.markDirty(func(d *dirtyBits) {
-					*d = dirtyBits{blocks: true, policy: true, identities: true, pods: true, nsLbl: true, remote: true}
-				})
-			}
-		}()
-	}
 	var lastSave time.Time
 	for {
 		select {
 		case <-ctx.Done():
-			if s.isLive() {
-				s.save()
-			}
+			s.save()
 			return nil
 		case <-s.kick:
 		}
 		time.Sleep(settle)
 		s.apply(sink)
 		s.syncedOnce.Do(func() { close(s.synced) })
-		if s.isLive() && time.Since(lastSave) >= saveInterval {
-			s.save()
-			lastSave = time.Now()
-		} else if s.isLive() && s.tailSave.CompareAndSwap(false, true) {
+		if time.Since(lastSave) >= saveInterval {
+			if s.save() {
+				lastSave = time.Now()
+			}
+		} else if s.tailSave.CompareAndSwap(false, true) {
 			// Save the tail of a burst too.
 			time.AfterFunc(saveInterval, func() { s.tailSave.Store(false); s.markDirty(func(*dirtyBits) {}) })
 		}
 	}
 }
 
-func (s *Source) goLive() { s.live.Store(true) }
+// startInformers starts the informers and waits up to SyncWait for them:
+// synced, the source goes live at once; if not, it serves from the
+// last-known state and goes live when they are; with no last-known state
+// it waits for them (false: ctx ended first).
+func (s *Source) startInformers(ctx context.Context) bool {
+	s.inf.start(ctx.Done())
+	wctx, cancel := context.WithTimeout(ctx, s.cfg.SyncWait)
+	synced := cache.WaitForCacheSync(wctx.Done(), s.inf.hasSync...)
+	cancel()
+	known := s.inf.live.known
+	switch {
+	case synced:
+		s.goLive()
+	case known == nil:
+		s.log.Warn("API server not synced and no last-known state: waiting for the API server before serving")
+		if !cache.WaitForCacheSync(ctx.Done(), s.inf.hasSync...) {
+			return false
+		}
+		s.goLive()
+	default:
+		s.log.Warn("API server not synced: serving from the last-known cluster state until it is",
+			zap.Time("saved", known.Saved), zap.Int("blocks", len(known.Blocks)), zap.Int("pods", len(known.Pods)))
+		s.markDirty(func(d *dirtyBits) { *d = everything })
+		go func() {
+			if cache.WaitForCacheSync(ctx.Done(), s.inf.hasSync...) {
+				s.log.Info("API server synced: converging from the last-known state")
+				s.goLive()
+			}
+		}()
+	}
+	return true
+}
+
+// goLive swaps the informers' view in and has everything re-applied from it.
+func (s *Source) goLive() {
+	s.setView(s.inf.live)
+	s.markDirty(func(d *dirtyBits) { *d = everything })
+}
 
 // apply brings the pool, the assigner, the sink and the endpoints in line
 // with what changed since the last call.
-func (s *Source) apply(sink controlplane.Sink) {
+func (s *Source) apply(sink Sink) {
 	s.dirtyMu.Lock()
 	d := s.dirty
 	s.dirty = dirtyBits{}
 	s.dirtyMu.Unlock()
+	v := s.view()
 
 	if d.blocks {
-		s.applyBlocks()
+		s.applyBlocks(v)
 	}
-	if d.remote && s.isLive() {
+	if d.remote && v.live() {
 		// Before the policy: the first flush after a start has them.
-		rs, _ := sink.(RemoteSink)
-		s.remote.apply(rs)
-		s.remoteCount.Store(int64(s.remote.count()))
-		// The first live apply had every NodeEndpoints the informer listed.
-		if ss, ok := sink.(RemoteSyncSink); ok && !s.remoteSynced {
-			if err := ss.RemoteEndpointsSynced(); err != nil {
-				s.log.Error("dropping unconfirmed remote endpoints", zap.Error(err))
-			} else {
-				s.remoteSynced = true
-			}
-		}
+		s.applyRemote(sink)
 	}
 	if d.identities || d.nsLbl {
-		s.applyIdentities(sink)
+		s.applyIdentities(v, sink)
 	}
 	if d.pods {
-		s.applyNamedPorts(sink)
+		s.applyNamedPorts(v, sink)
 	}
 	if d.policy {
-		if err := sink.UpdatePolicy(s.snapshot()); err != nil {
+		if err := sink.UpdatePolicy(snapshot(v)); err != nil {
 			s.log.Warn("datapath reported policy errors", zap.Error(err))
 		}
 	}
@@ -412,8 +327,8 @@ func (s *Source) apply(sink controlplane.Sink) {
 	}
 }
 
-func (s *Source) applyBlocks() {
-	blocks, gen, ok := s.nodeBlocks()
+func (s *Source) applyBlocks(v view) {
+	blocks, gen, ok := v.nodeBlocks()
 	if !ok {
 		s.log.Info("no NodeConfig for this node yet: no blocks to allocate from", zap.String("node", s.cfg.NodeName))
 		return
@@ -429,52 +344,41 @@ func (s *Source) applyBlocks() {
 	s.log.Info("blocks applied", zap.Int64("generation", gen), zap.Any("blocks", s.cfg.Pool.Usage()))
 }
 
-func (s *Source) nodeBlocks() ([]coordinov1alpha1.NodeBlock, int64, bool) {
-	if !s.isLive() {
-		if s.known == nil {
-			return nil, 0, false
-		}
-		return s.known.Blocks, s.known.Generation, true
+// applyRemote gives the sink the remote endpoints that changed; the first
+// time, every NodeEndpoints the informer listed is among them, so the sink
+// learns its remote view is complete.
+func (s *Source) applyRemote(sink Sink) {
+	s.remote.apply(sink)
+	s.remoteCount.Store(int64(s.remote.count()))
+	if s.remoteSynced {
+		return
 	}
-	nc, err := s.ncs.Get(s.cfg.NodeName)
-	if err != nil {
-		return nil, 0, false
+	if err := sink.RemoteEndpointsSynced(); err != nil {
+		s.log.Error("dropping unconfirmed remote endpoints", zap.Error(err))
+		return
 	}
-	return nc.Spec.Blocks, nc.Generation, true
+	s.remoteSynced = true
 }
 
-func (s *Source) applyIdentities(sink controlplane.Sink) {
+func (s *Source) applyIdentities(v view, sink Sink) {
 	want := map[identity.ID]identity.Identity{}
 	hashes := map[identity.ID]string{}
-	add := func(obj *coordinov1alpha1.Identity) {
+	for _, obj := range v.identities() {
 		id, hash, err := clusterIdentity(obj)
 		if err != nil {
 			s.log.Warn("ignoring invalid Identity", zap.Error(err))
-			return
+			continue
 		}
 		want[id.ID], hashes[id.ID] = id, hash
 	}
-	if s.isLive() {
-		objs, _ := s.idents.List(labels.Everything())
-		for _, o := range objs {
-			add(o)
-		}
-	} else if s.known != nil {
-		for name, spec := range s.known.Identities {
-			add(&coordinov1alpha1.Identity{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: spec})
-		}
-	}
-	is, _ := sink.(IdentitySink)
 	for n, id := range want {
 		s.ids.SetCluster(id, hashes[n])
 		if old, ok := s.announced[n]; ok && old.Namespace == id.Namespace && maps.Equal(old.Labels, id.Labels) {
 			continue
 		}
-		if is != nil {
-			if err := is.UpsertIdentity(id); err != nil {
-				s.log.Error("announcing identity to the datapath", zap.Uint32("identity", uint32(n)), zap.Error(err))
-				continue
-			}
+		if err := sink.UpsertIdentity(id); err != nil {
+			s.log.Error("announcing identity to the datapath", zap.Uint32("identity", uint32(n)), zap.Error(err))
+			continue
 		}
 		s.announced[n] = id
 	}
@@ -483,50 +387,27 @@ func (s *Source) applyIdentities(sink controlplane.Sink) {
 			continue
 		}
 		s.ids.DeleteCluster(n)
-		if is != nil {
-			if err := is.DeleteIdentity(n); err != nil {
-				s.log.Error("withdrawing identity from the datapath", zap.Uint32("identity", uint32(n)), zap.Error(err))
-				continue
-			}
+		if err := sink.DeleteIdentity(n); err != nil {
+			s.log.Error("withdrawing identity from the datapath", zap.Uint32("identity", uint32(n)), zap.Error(err))
+			continue
 		}
 		delete(s.announced, n)
 	}
 }
 
-func (s *Source) snapshot() policy.Snapshot {
-	var snap policy.Snapshot
-	if s.isLive() {
-		irs, _ := s.irs.List(labels.Everything())
-		nss, _ := s.nss.List(labels.Everything())
-		snap.PolicyIRs, snap.Namespaces = irs, nss
-		snap.NodeIsolation, _ = s.nips.List(labels.Everything())
-	} else if s.known != nil {
-		snap.Policies, snap.PolicyIRs = s.known.Policies, s.known.PolicyIRs
-		snap.NodeIsolation = s.known.NodeIsolation
-		for name, l := range s.known.Namespaces {
-			snap.Namespaces = append(snap.Namespaces, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: l}})
-		}
-	}
-	// Listers return cache order; sort so equal states give equal snapshots.
+// snapshot is v's policy, sorted: listers return cache order, and equal
+// states must give equal snapshots.
+func snapshot(v view) policy.Snapshot {
+	snap := v.policy()
 	slices.SortFunc(snap.Policies, func(a, b *networkingv1.NetworkPolicy) int {
-		return cmpStrings(a.Namespace+"/"+a.Name, b.Namespace+"/"+b.Name)
+		return strings.Compare(a.Namespace+"/"+a.Name, b.Namespace+"/"+b.Name)
 	})
 	slices.SortFunc(snap.PolicyIRs, func(a, b *coordinov1alpha1.PolicyIR) int {
-		return cmpStrings(a.Namespace+"/"+a.Name, b.Namespace+"/"+b.Name)
+		return strings.Compare(a.Namespace+"/"+a.Name, b.Namespace+"/"+b.Name)
 	})
-	slices.SortFunc(snap.Namespaces, func(a, b *corev1.Namespace) int { return cmpStrings(a.Name, b.Name) })
-	slices.SortFunc(snap.NodeIsolation, func(a, b *coordinov1alpha1.NodeIsolationPolicy) int { return cmpStrings(a.Name, b.Name) })
+	slices.SortFunc(snap.Namespaces, func(a, b *corev1.Namespace) int { return strings.Compare(a.Name, b.Name) })
+	slices.SortFunc(snap.NodeIsolation, func(a, b *coordinov1alpha1.NodeIsolationPolicy) int { return strings.Compare(a.Name, b.Name) })
 	return snap
-}
-
-func cmpStrings(a, b string) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // refresh moves endpoints to their current labels and identities.
@@ -563,42 +444,12 @@ func (s *Source) Attached(namespace string, labels map[string]string) {
 	}
 }
 
-// namespaceLabels returns a namespace's labels from the cache, or from the
-// last-known state before the informers have synced.
-func (s *Source) namespaceLabels(name string) (map[string]string, bool) {
-	if s.isLive() {
-		ns, err := s.nss.Get(name)
-		if err != nil {
-			return nil, false
-		}
-		return ns.Labels, true
-	}
-	if s.known == nil {
-		return nil, false
-	}
-	l, ok := s.known.Namespaces[name]
-	return l, ok
-}
-
 // podLabelsNow returns the security-relevant labels of a pod of this node
 // if the daemon knows it (and, given a UID, it is that pod).
 func (s *Source) podLabelsNow(namespace, name, uid string) (map[string]string, bool) {
-	var l map[string]string
-	if s.isLive() {
-		p, err := s.pods.Pods(namespace).Get(name)
-		if err != nil || (uid != "" && string(p.UID) != uid) {
-			return nil, false
-		}
-		l = p.Labels
-	} else {
-		if s.known == nil {
-			return nil, false
-		}
-		p, ok := s.known.Pods[namespace+"/"+name]
-		if !ok || (uid != "" && p.UID != uid) {
-			return nil, false
-		}
-		l = p.Labels
+	l, ok := s.view().podLabels(namespace, name, uid)
+	if !ok {
+		return nil, false
 	}
 	return coordinov1alpha1.SecurityLabels(l, nil, s.cfg.ExcludedLabels), true
 }
@@ -613,9 +464,9 @@ func (s *Source) PodLabels(ctx context.Context, namespace, name, uid string) (ma
 			return l, nil
 		}
 		if time.Now().After(deadline) {
-			s.unseenPods.Inc()
+			s.m.unseenPods.Inc()
 			state := "the API server is synced"
-			if !s.isLive() {
+			if !s.view().live() {
 				state = "the API server is unreachable and the pod is not in the last-known state"
 			}
 			return nil, fmt.Errorf("pod not in this node's cache after %v (%s); its labels decide its policy, so it is not attached without them", s.cfg.PodWait, state)
@@ -628,32 +479,17 @@ func (s *Source) PodLabels(ctx context.Context, namespace, name, uid string) (ma
 	}
 }
 
-// save writes the informers' view as the last-known state.
-func (s *Source) save() {
-	lk := &lastKnown{Saved: time.Now().UTC(), Pods: map[string]knownPod{}, Namespaces: map[string]map[string]string{},
-		Identities: map[string]coordinov1alpha1.IdentitySpec{}}
-	if nc, err := s.ncs.Get(s.cfg.NodeName); err == nil {
-		lk.Blocks, lk.Generation = nc.Spec.Blocks, nc.Generation
-	} else if s.known != nil {
-		lk.Blocks, lk.Generation = s.known.Blocks, s.known.Generation
-	}
-	pods, _ := s.pods.List(labels.Everything())
-	for _, p := range pods {
-		lk.Pods[p.Namespace+"/"+p.Name] = knownPod{UID: string(p.UID), Labels: p.Labels, NamedPorts: podNamedPorts(p)}
-	}
-	nss, _ := s.nss.List(labels.Everything())
-	for _, ns := range nss {
-		lk.Namespaces[ns.Name] = ns.Labels
-	}
-	lk.PolicyIRs, _ = s.irs.List(labels.Everything())
-	lk.NodeIsolation, _ = s.nips.List(labels.Everything())
-	ids, _ := s.idents.List(labels.Everything())
-	for _, id := range ids {
-		lk.Identities[id.Name] = id.Spec
+// save writes the view as the last-known state, if it is newer than what
+// is on disk; false when there was nothing to save.
+func (s *Source) save() bool {
+	lk := s.view().state()
+	if lk == nil {
+		return false
 	}
 	if err := lk.save(s.cfg.StateDir); err != nil {
 		s.log.Error("saving the last-known cluster state", zap.Error(err))
 	}
+	return true
 }
 
 // statusLoop reports block usage and node addresses in NodeConfig status,
@@ -682,11 +518,12 @@ func (s *Source) statusLoop(ctx context.Context) {
 			pace.fired()
 		case <-t.C:
 		}
-		if !s.isLive() {
+		nc, ok := s.view().nodeConfig()
+		if !ok {
 			continue
 		}
 		pace.wrote(time.Now())
-		s.writeStatus(ctx, &last)
+		s.writeStatus(ctx, nc, &last)
 	}
 }
 
@@ -721,12 +558,8 @@ func (p *statusPacer) fired() { p.pending = false }
 func (p *statusPacer) wrote(now time.Time) { p.lastWrite = now }
 
 // writeStatus writes the status the daemon reports now, if it changed since
-// *last or the API's copy differs.
-func (s *Source) writeStatus(ctx context.Context, last **coordinov1alpha1.NodeConfigStatus) {
-	nc, err := s.ncs.Get(s.cfg.NodeName)
-	if err != nil {
-		return
-	}
+// *last or nc, the API's copy, differs.
+func (s *Source) writeStatus(ctx context.Context, nc *coordinov1alpha1.NodeConfig, last **coordinov1alpha1.NodeConfigStatus) {
 	want := s.status(nc)
 	if *last != nil && statusEqual(**last, want) && statusEqual(nc.Status, want) {
 		return
@@ -738,7 +571,7 @@ func (s *Source) writeStatus(ctx context.Context, last **coordinov1alpha1.NodeCo
 	upd := nc.DeepCopy()
 	upd.Status = want
 	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	_, err = s.crd.CoordinoV1alpha1().NodeConfigs().UpdateStatus(wctx, upd, metav1.UpdateOptions{})
+	_, err := s.crd.CoordinoV1alpha1().NodeConfigs().UpdateStatus(wctx, upd, metav1.UpdateOptions{})
 	cancel()
 	if err != nil {
 		if !apierrors.IsConflict(err) {
@@ -746,7 +579,7 @@ func (s *Source) writeStatus(ctx context.Context, last **coordinov1alpha1.NodeCo
 		}
 		return
 	}
-	s.statusWrites.Inc()
+	s.m.statusWrites.Inc()
 	*last = &want
 }
 

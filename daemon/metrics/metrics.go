@@ -1,28 +1,23 @@
 package metrics
 
 import (
-	"context"
-	"errors"
 	"fmt"
-	"net"
-	"net/http"
 	"strconv"
-	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/coordino/coordino/daemon/ipam"
+	"github.com/coordino/coordino/internal/process"
 )
 
-// Metrics holds the daemon's collectors.
+// Metrics holds the daemon's collectors; its Server serves them with
+// /healthz and /readyz.
 type Metrics struct {
-	Registry *prometheus.Registry
+	*process.Server
 	duration *prometheus.HistogramVec
 	errors   *prometheus.CounterVec
-	ready    atomic.Bool
 }
 
 // EndpointCounter counts stored endpoints by mode.
@@ -31,7 +26,7 @@ type EndpointCounter func() (map[string]int, error)
 // New registers the CNI request metrics, IPAM usage of pool and endpoint counts.
 func New(pool *ipam.Pool, endpoints EndpointCounter) *Metrics {
 	m := &Metrics{
-		Registry: prometheus.NewRegistry(),
+		Server: process.NewServer("restoring state"),
 		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "coordino_cni_request_duration_seconds",
 			Help:    "Time the daemon spent serving a CNI verb, by verb and CNI result code (0: success).",
@@ -56,9 +51,6 @@ func (m *Metrics) ObserveRequest(verb string, took time.Duration, code uint) {
 		m.errors.WithLabelValues(verb, c).Inc()
 	}
 }
-
-// SetReady flips /readyz.
-func (m *Metrics) SetReady(ready bool) { m.ready.Store(ready) }
 
 var (
 	ipamDesc       = prometheus.NewDesc("coordino_ipam_addresses", "Pod addresses per block, by family (ipv4, ipv6) and state (used, free).", []string{"block", "family", "state"}, nil)
@@ -110,36 +102,4 @@ func (m *Metrics) Register(cs ...prometheus.Collector) error {
 		}
 	}
 	return nil
-}
-
-// Serve starts the HTTP listener on addr ("127.0.0.1:0" picks a port;
-// "unix:/path" serves on a root-only Unix socket) and returns its address. It stops when ctx is done.
-func (m *Metrics) Serve(ctx context.Context, addr string) (net.Addr, error) {
-	l, err := listen(addr)
-	if err != nil {
-		return nil, fmt.Errorf("listen for metrics on %s: %w", addr, err)
-	}
-	mux := http.NewServeMux()
-	mux.Handle("/metrics", promhttp.HandlerFor(m.Registry, promhttp.HandlerOpts{}))
-	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
-	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
-		if !m.ready.Load() {
-			http.Error(w, "not ready: restoring state", http.StatusServiceUnavailable)
-			return
-		}
-		fmt.Fprintln(w, "ok")
-	})
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-	go func() {
-		if err := srv.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			_ = err // the listener is gone; the daemon keeps serving CNI
-		}
-	}()
-	go func() {
-		<-ctx.Done()
-		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		defer cancel()
-		_ = srv.Shutdown(sctx)
-	}()
-	return l.Addr(), nil
 }

@@ -3,16 +3,13 @@
 package main
 
 import (
-	"context"
 	"fmt"
 	"os"
-	"os/signal"
-	"syscall"
 
 	"go.uber.org/zap"
-	"go.uber.org/zap/zapcore"
 
 	"github.com/coordino/coordino/controller"
+	"github.com/coordino/coordino/internal/process"
 )
 
 func main() {
@@ -21,16 +18,9 @@ func main() {
 		fmt.Fprintln(os.Stderr, "coordino-controller:", err)
 		os.Exit(2)
 	}
-	lvl, err := zapcore.ParseLevel(opts.LogLevel)
+	log, err := process.NewLogger(opts.LogLevel)
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "coordino-controller: --log-level:", err)
-		os.Exit(2)
-	}
-	zcfg := zap.NewProductionConfig()
-	zcfg.Level = zap.NewAtomicLevelAt(lvl)
-	log, err := zcfg.Build()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "coordino-controller:", err)
+		fmt.Fprintln(os.Stderr, "coordino-controller: --"+err.Error())
 		os.Exit(2)
 	}
 	defer log.Sync() //nolint:errcheck
@@ -39,7 +29,7 @@ func main() {
 		log.Error("no Kubernetes client configuration", zap.Error(err))
 		os.Exit(1)
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	ctx, stop := process.SignalContext()
 	defer stop()
 	if err := controller.Run(ctx, cfg, opts, log); err != nil {
 		log.Error("controller stopped", zap.Error(err))

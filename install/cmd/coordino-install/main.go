@@ -4,18 +4,17 @@
 package main
 
 import (
-	"context"
 	"errors"
 	"flag"
 	"fmt"
-	"log/slog"
 	"os"
-	"os/signal"
-	"syscall"
 	"time"
+
+	"go.uber.org/zap"
 
 	"github.com/coordino/coordino/conflist"
 	"github.com/coordino/coordino/install"
+	"github.com/coordino/coordino/internal/process"
 )
 
 // defaultRunDir is the daemon's and the plugin's default run dir.
@@ -78,13 +77,18 @@ func run(args []string) error {
 		cfg.NodeState = &install.NodeState{RunDir: runDir, BPFDir: bpfDir, StateDir: stateDir}
 	}
 	cfg.Mode = install.Mode(mode)
-	cfg.Log = slog.New(slog.NewTextHandler(os.Stderr, nil))
+	log, err := process.NewLogger("info")
+	if err != nil {
+		return err
+	}
+	defer log.Sync() //nolint:errcheck
+	cfg.Log = log
 	in, err := install.New(cfg)
 	if err != nil {
 		return err
 	}
 
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	ctx, stop := process.SignalContext()
 	defer stop()
 	switch {
 	case watch:
@@ -97,7 +101,7 @@ func run(args []string) error {
 	if err != nil {
 		return err
 	}
-	cfg.Log.Info("done", "uninstall", uninstall)
+	cfg.Log.Info("done", zap.Bool("uninstall", uninstall))
 	if hold {
 		<-ctx.Done()
 	}

@@ -1,4 +1,4 @@
-package metrics
+package process
 
 import (
 	"context"
@@ -8,8 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
-
-	"github.com/coordino/coordino/daemon/ipam"
 )
 
 func TestValidateAddr(t *testing.T) {
@@ -27,11 +25,7 @@ func TestValidateAddr(t *testing.T) {
 // TestServeOnUnixSocket: metrics can be kept off the network entirely, on a
 // root-only socket, replacing a stale socket but never another file.
 func TestServeOnUnixSocket(t *testing.T) {
-	pool, err := ipam.NewPool(nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	m := New(pool, func() (map[string]int, error) { return map[string]int{}, nil })
+	m := NewServer("starting")
 	sock := filepath.Join(t.TempDir(), "run", "metrics.sock")
 	if err := os.MkdirAll(filepath.Dir(sock), 0o700); err != nil {
 		t.Fatal(err)
@@ -65,7 +59,7 @@ func TestServeOnUnixSocket(t *testing.T) {
 	// A second daemon start finds the old socket file and replaces it.
 	ctx2, cancel2 := context.WithCancel(context.Background())
 	defer cancel2()
-	if _, err := New(pool, nil).Serve(ctx2, UnixPrefix+sock); err != nil {
+	if _, err := NewServer("starting").Serve(ctx2, UnixPrefix+sock); err != nil {
 		t.Fatalf("replacing a stale socket: %v", err)
 	}
 	// Never anything that is not a socket.
@@ -73,10 +67,42 @@ func TestServeOnUnixSocket(t *testing.T) {
 	if err := os.WriteFile(file, []byte("x"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := New(pool, nil).Serve(ctx2, UnixPrefix+file); err == nil {
+	if _, err := NewServer("starting").Serve(ctx2, UnixPrefix+file); err == nil {
 		t.Fatal("metrics listener replaced a regular file")
 	}
 	if b, _ := os.ReadFile(file); string(b) != "x" {
 		t.Fatal("regular file was touched")
+	}
+}
+
+// TestReadyz: /readyz says why it is not ready until SetReady(true), and
+// /metrics serves the registry.
+func TestReadyz(t *testing.T) {
+	s := NewServer("restoring state")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	addr, err := s.Serve(ctx, "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	get := func(path string) (int, string) {
+		t.Helper()
+		resp, err := http.Get("http://" + addr.String() + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(body)
+	}
+	if code, body := get("/readyz"); code != http.StatusServiceUnavailable || body != "not ready: restoring state\n" {
+		t.Fatalf("/readyz before ready: %d %q", code, body)
+	}
+	s.SetReady(true)
+	if code, body := get("/readyz"); code != 200 || body != "ok\n" {
+		t.Fatalf("/readyz when ready: %d %q", code, body)
+	}
+	if code, _ := get("/metrics"); code != 200 {
+		t.Fatalf("/metrics: %d", code)
 	}
 }
