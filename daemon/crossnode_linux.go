@@ -59,7 +59,7 @@ func startCrossNode(ctx context.Context, o *config.Options, log *zap.Logger, onP
 		dev, err := wireguard.Start(wireguard.Config{
 			Self: o.NodeName, Device: o.WireGuardDevice, ListenPort: o.WireGuardPort,
 			MTU: underlayMTU - routing.WireGuardOverhead, StateDir: o.StateDir, RunDir: o.RunDir,
-			NodeToNode: o.WireGuardNodeToNode, KeyMaxAge: o.WireGuardKeyMaxAge,
+			NodeToNode: o.WireGuardNodeToNode, KeyMaxAge: o.WireGuardKeyMaxAge, Kind: o.WireGuardDeviceKind,
 			LogHandshakes: o.LogLevel == "debug",
 			// Rotated keys are published in wireguard.pub (standalone) and
 			// through the NodeConfig status (publishedKey, polled).

@@ -42,9 +42,12 @@ func TestMultinode(t *testing.T) {
 			t.Run("underlay-capture", func(t *testing.T) { capture.check(t, c) })
 			t.Run("peers-leave-and-join", func(t *testing.T) { checkLeaveJoin(t, c) })
 			t.Run("daemon-sigkill-under-traffic", func(t *testing.T) { checkRestart(t, c) })
-			if m.encryption == "wireguard" {
+			if m.wgKind == wireguard.KindUserspace {
+				// Per host: the process, and the UAPI socket its name makes.
 				t.Run("userspace-device-crash", func(t *testing.T) { checkDeviceCrash(t, c) })
 				t.Run("device-name-collision", func(t *testing.T) { checkNameCollision(t, c) })
+			}
+			if m.encryption == "wireguard" {
 				t.Run("encryption-turned-off", func(t *testing.T) { checkEncryptionOff(t, c) })
 			}
 			t.Logf("%s: %v", m.name, time.Since(start).Round(time.Millisecond))
@@ -289,6 +292,10 @@ func checkRestart(t *testing.T, c *cluster) {
 		streams = append(streams, startStream(t, n0.pods[0].NS, n1.pods[0].addr(v6)), startStream(t, n1.pods[0].NS, n0.pods[0].addr(v6)))
 	}
 	wgPIDs := []int{n0.wgPID(), n1.wgPID()}
+	var wgLinks []int
+	if c.mode.encryption == "wireguard" {
+		wgLinks = []int{n0.wgLink(t).Attrs().Index, n1.wgLink(t).Attrs().Index}
+	}
 	for _, n := range []*node{n0, n1} {
 		if err := n.StopDaemon(syscall.SIGKILL); err != nil {
 			t.Fatal(err)
@@ -320,8 +327,16 @@ func checkRestart(t *testing.T, c *cluster) {
 		}
 	}
 	if c.mode.encryption == "wireguard" {
-		// The restarted daemons adopted the running devices.
+		// The restarted daemons adopted the running devices: the same
+		// link, and the same process for the userspace one.
 		for i, n := range []*node{n0, n1} {
+			if got := n.wgLink(t).Attrs().Index; got != wgLinks[i] {
+				t.Errorf("%s: WireGuard device ifindex %d before the restart, %d after: re-created", n.Name, wgLinks[i], got)
+			}
+			c.requireDeviceKind(n)
+			if c.mode.wgKind != wireguard.KindUserspace {
+				continue
+			}
 			if got := n.wgPID(); got != wgPIDs[i] || got == 0 {
 				t.Errorf("%s: userspace WireGuard PID %d before the restart, %d after", n.Name, wgPIDs[i], got)
 			}

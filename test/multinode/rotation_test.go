@@ -27,8 +27,14 @@ import (
 // the new public keys, then every node switches; no connection may break
 // and the devices end up with the new keys.
 func TestWireGuardKeyRotation(t *testing.T) {
+	for _, m := range wgModes {
+		t.Run(m.name, func(t *testing.T) { testWireGuardKeyRotation(t, m) })
+	}
+}
+
+func testWireGuardKeyRotation(t *testing.T, m mode) {
 	start := time.Now()
-	c := newCluster(t, wgUser, 3)
+	c := newCluster(t, m, 3)
 	addServingPods(t, c)
 	n0, n1, n2 := c.nodes[0], c.nodes[1], c.nodes[2]
 	var streams []*stream
@@ -158,7 +164,13 @@ const stallLimit = 500 * time.Millisecond
 // may keep the settling keepalive once its handshake is done, and no node
 // may report peers still without a handshake.
 func TestWireGuardKeyRotationNoStall(t *testing.T) {
-	c := newCluster(t, wgUser, 2)
+	for _, m := range wgModes {
+		t.Run(m.name, func(t *testing.T) { testWireGuardKeyRotationNoStall(t, m) })
+	}
+}
+
+func testWireGuardKeyRotationNoStall(t *testing.T, m mode) {
+	c := newCluster(t, m, 2)
 	addServingPods(t, c)
 	n0, n1 := c.nodes[0], c.nodes[1]
 	var flows []*pacedFlow
