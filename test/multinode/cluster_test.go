@@ -18,6 +18,8 @@ import (
 	"github.com/containernetworking/plugins/pkg/testutils"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
+	"golang.zx2c4.com/wireguard/wgctrl"
+	"golang.zx2c4.com/wireguard/wgctrl/wgtypes"
 
 	"github.com/coordino/coordino/daemon/kernel"
 	"github.com/coordino/coordino/daemon/peers"
@@ -151,6 +153,26 @@ func (c *cluster) requireDeviceKind(n *node) {
 	if got := n.wgLink(c.t).Type(); got != linkKind[c.mode.wgKind] {
 		c.t.Fatalf("%s: device %s is a %q link, want %q (--wireguard-device-kind=%s)", n.Name, n.wgDevice, got, linkKind[c.mode.wgKind], c.mode.wgKind)
 	}
+}
+
+// wgState is n's WireGuard device as its daemon sees it, asked from inside
+// n's namespace: the kernel's device answers on the generic netlink of its
+// own namespace only (the userspace one on a socket file, from anywhere).
+func (n *node) wgState() (*wgtypes.Device, error) {
+	var dev *wgtypes.Device
+	err := n.NS.Do(func(ns.NetNS) error {
+		client, err := wgctrl.New()
+		if err != nil {
+			return err
+		}
+		defer client.Close()
+		dev, err = client.Device(n.wgDevice)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("%s: WireGuard device %s: %w", n.Name, n.wgDevice, err)
+	}
+	return dev, nil
 }
 
 // wgLink is n's WireGuard device.

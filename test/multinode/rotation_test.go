@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/containernetworking/plugins/pkg/ns"
-	"golang.zx2c4.com/wireguard/wgctrl"
 	"golang.zx2c4.com/wireguard/wgctrl/wgtypes"
 
 	"github.com/coordino/coordino/daemon/wireguard"
@@ -132,12 +131,7 @@ func serveEcho(p *pod, v6 bool) (func(), error) {
 // publicKey is the public key n's device uses now.
 func publicKey(t *testing.T, n *node) string {
 	t.Helper()
-	client, err := wgctrl.New()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer client.Close()
-	dev, err := client.Device(n.wgDevice)
+	dev, err := n.wgState()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -263,19 +257,14 @@ const stillWithoutHandshake = "wireguard peers still without a handshake"
 // rotated reports whether r's device uses the key next and both ends have
 // handshaken since the peers files were written.
 func rotated(r, p *node, next string, since time.Time) error {
-	client, err := wgctrl.New()
-	if err != nil {
-		return err
-	}
-	defer client.Close()
-	rd, err := client.Device(r.wgDevice)
+	rd, err := r.wgState()
 	if err != nil {
 		return err
 	}
 	if rd.PublicKey.String() != next {
 		return fmt.Errorf("%s's device still uses %s, want %s", r.Name, rd.PublicKey, next)
 	}
-	pd, err := client.Device(p.wgDevice)
+	pd, err := p.wgState()
 	if err != nil {
 		return err
 	}
@@ -295,14 +284,9 @@ func rotated(r, p *node, next string, since time.Time) error {
 
 // noKeepalive reports peers that still have a persistent keepalive.
 func noKeepalive(nodes []*node) error {
-	client, err := wgctrl.New()
-	if err != nil {
-		return err
-	}
-	defer client.Close()
 	var errs []error
 	for _, n := range nodes {
-		d, err := client.Device(n.wgDevice)
+		d, err := n.wgState()
 		if err != nil {
 			return err
 		}
