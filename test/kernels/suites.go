@@ -66,9 +66,18 @@ var Suites = []Suite{
 		// other TestMultinode cases (MTU, large transfers, peers leaving,
 		// encryption turned off).
 		Name: "wireguard", Package: "./test/multinode",
-		Run:     `^(TestMultinode|TestWireGuardKeyRotation|TestWireGuardKeyRotationNoStall)$/^wireguard-kernel$/^(reachability|underlay-capture|daemon-sigkill-under-traffic)$`,
+		Run:     `^(TestMultinode|TestWireGuardKeyRotationNoStall)$/^wireguard-kernel$/^(reachability|underlay-capture|daemon-sigkill-under-traffic)$`,
 		Modules: append([]string{"bridge", "wireguard"}, tc...),
-		Timeout: 5 * time.Minute,
+		Timeout: 9 * time.Minute,
+	},
+	{
+		// The device kind: the userspace TUN where the kernel has the
+		// module, the kernel's link replacing it, adopted by the next
+		// start. Seconds: no datapath, no daemon.
+		Name: "wireguard-device", Package: "./daemon/wireguard",
+		Run:     `^TestDeviceKind$`,
+		Modules: []string{"wireguard", "tun"},
+		Timeout: time.Minute,
 	},
 	{
 		// Egress policy to a ClusterIP behind kube-proxy-style nftables
