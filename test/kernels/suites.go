@@ -58,15 +58,15 @@ var Suites = []Suite{
 	{
 		// Cross-node with the kernel's WireGuard device (the host has no
 		// module, so only the guests run it; every node asserts its device
-		// is a wireguard link, not the userspace TUN): pods reaching pods,
-		// the underlay carrying only UDP between nodes, both daemons
-		// SIGKILLed under traffic and adopting the device, and key rotation
-		// under traffic (TestWireGuardKeyRotationNoStall: six rotations,
-		// four paced flows, no gap over 0.5 s). Left out for time: the
-		// other TestMultinode cases (MTU, large transfers, peers leaving,
-		// encryption turned off).
+		// is a wireguard link, not the userspace TUN), on one cluster of
+		// two nodes (TestWireGuardKernel): pods reaching pods, the underlay
+		// carrying only UDP between nodes, six key rotations under four
+		// paced flows (no gap over the limit), both daemons SIGKILLed under
+		// traffic and adopting the device. Left out for time: TestMultinode's
+		// three-node cluster (MTU, large transfers, peers leaving,
+		// encryption turned off) and the three-node rotation.
 		Name: "wireguard", Package: "./test/multinode",
-		Run:     `^(TestMultinode|TestWireGuardKeyRotationNoStall)$/^wireguard-kernel$/^(reachability|underlay-capture|daemon-sigkill-under-traffic)$`,
+		Run:     `^TestWireGuardKernel$`,
 		Modules: append([]string{"bridge", "wireguard"}, tc...),
 		Timeout: 9 * time.Minute,
 	},

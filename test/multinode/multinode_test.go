@@ -55,6 +55,22 @@ func TestMultinode(t *testing.T) {
 	}
 }
 
+// TestWireGuardKernel is the kernel matrix's cut of TestMultinode and
+// TestWireGuardKeyRotationNoStall for the kernel's device, on one cluster
+// of two nodes: pods reaching pods, only WireGuard UDP on the underlay, key
+// rotation under paced flows, both daemons SIGKILLed under traffic. In a
+// qemu guest each daemon start costs tens of seconds, and the three
+// clusters of those tests would not fit the matrix's time.
+func TestWireGuardKernel(t *testing.T) {
+	c := newCluster(t, wgKernel, 2)
+	addServingPods(t, c)
+	capture := startCapture(t, c)
+	t.Run("reachability", func(t *testing.T) { checkReachability(t, c) })
+	t.Run("underlay-capture", func(t *testing.T) { capture.check(t, c) })
+	t.Run("key-rotation-no-stall", func(t *testing.T) { checkRotationNoStall(t, c) })
+	t.Run("daemon-sigkill-under-traffic", func(t *testing.T) { checkRestart(t, c) })
+}
+
 // addServingPods gives every node a pod serving its name (namePort) and a
 // TCP echo (echoPort) on both families.
 func addServingPods(t *testing.T, c *cluster) {
