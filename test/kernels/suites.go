@@ -10,6 +10,9 @@ type Suite struct {
 	Skip    string   // -test.skip
 	Modules []string // loaded in a guest before the suite runs
 	Timeout time.Duration
+	// Kernels runs the suite only on these kernels (series names or
+	// "host"; empty: on every kernel the matrix runs).
+	Kernels []string
 }
 
 // conntrack is loaded in every guest before the suites, as on every
@@ -64,11 +67,18 @@ var Suites = []Suite{
 		// paced flows (no gap over the limit), both daemons SIGKILLed under
 		// traffic and adopting the device. Left out for time: TestMultinode's
 		// three-node cluster (MTU, large transfers, peers leaving,
-		// encryption turned off) and the three-node rotation.
+		// encryption turned off) and the three-node rotation. On 6.12
+		// only: it takes 4.5-5.5 min of a guest on the loaded shared
+		// machine (each daemon start or restart is most of a minute
+		// there), and beside 6.1's other suites (7 min) it would double
+		// the matrix's time; it passed on 6.1 as well (docs/kernels.md).
+		// 6.1's kernel device is still created, replaced and adopted by
+		// wireguard-device.
 		Name: "wireguard", Package: "./test/multinode",
 		Run:     `^TestWireGuardKernel$`,
-		Modules: append([]string{"bridge", "wireguard"}, tc...),
-		Timeout: 9 * time.Minute,
+		Modules: append([]string{"bridge", "wireguard", "tun"}, tc...),
+		Timeout: 8 * time.Minute,
+		Kernels: []string{"6.12"},
 	},
 	{
 		// The device kind: the userspace TUN where the kernel has the

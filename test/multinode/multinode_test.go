@@ -328,8 +328,19 @@ func checkRestart(t *testing.T, c *cluster) {
 		}
 	}
 	injectStale(t, n0, c.mode.v6Underlay)
-	for _, n := range []*node{n0, n1} {
-		c.startDaemon(n)
+	// Side by side, as nodes restart: each start loads the datapath,
+	// which is most of the time in a qemu guest.
+	var wg sync.WaitGroup
+	starts := make([]error, 2)
+	for i, n := range []*node{n0, n1} {
+		wg.Add(1)
+		go func() { defer wg.Done(); starts[i] = n.StartDaemon() }()
+	}
+	wg.Wait()
+	for i, n := range []*node{n0, n1} {
+		if starts[i] != nil {
+			t.Fatalf("%s: %v", n.Name, starts[i])
+		}
 	}
 	checkStaleGone(t, n0)
 	for i, err := range progressing(streams, 2*time.Second) {
