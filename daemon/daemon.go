@@ -54,7 +54,7 @@ func Run(ctx context.Context, o *config.Options, log *zap.Logger) error {
 		return err
 	}
 	nodes := newNodePeers(o, log)
-	mtuOverhead, xn, err := startCrossNode(ctx, o, log, nodes.publish)
+	mtuOverhead, xn, err := startCrossNode(ctx, o, features, log, nodes.publish)
 	if err != nil {
 		return err
 	}

@@ -56,6 +56,10 @@ type Config struct {
 	// Kind chooses the device: KindAuto ("" too), KindKernel or
 	// KindUserspace.
 	Kind string
+	// KernelWireGuard says the kernel has WireGuard (daemon/kernel's
+	// table): without it KindKernel fails before touching a running
+	// device, which keeps forwarding while the option is corrected.
+	KernelWireGuard bool
 	// LogHandshakes makes the userspace device log every handshake to
 	// wireguard-<device>.log in RunDir (the daemon sets it at log level debug).
 	LogHandshakes bool
@@ -105,6 +109,9 @@ func Start(cfg Config, log *zap.Logger) (*Device, error) {
 	}
 	if cfg.ListenPort == 0 {
 		cfg.ListenPort = DefaultListenPort
+	}
+	if cfg.Kind == KindKernel && !cfg.KernelWireGuard {
+		return nil, kernelKindError(cfg.Device, errors.New("the kernel has no WireGuard"))
 	}
 	key, err := LoadOrCreateKey(cfg.StateDir)
 	if err != nil {
@@ -226,13 +233,18 @@ func (d *Device) create() error {
 		return nil
 	}
 	if d.cfg.Kind == KindKernel {
-		return fmt.Errorf("create kernel wireguard %s (--wireguard-device-kind=kernel; the kernel feature wireguard, docs/kernels.md): %w", d.cfg.Device, err)
+		return kernelKindError(d.cfg.Device, err)
 	}
 	if !errors.Is(err, unix.EOPNOTSUPP) && !errors.Is(err, unix.ENODEV) && !errors.Is(err, unix.ENOENT) && !strings.Contains(err.Error(), "not supported") {
 		return fmt.Errorf("create kernel wireguard %s: %w", d.cfg.Device, err)
 	}
 	d.userspace = true
 	return d.startUserspace()
+}
+
+// kernelKindError says why KindKernel found no kernel device for device.
+func kernelKindError(device string, err error) error {
+	return fmt.Errorf("create kernel wireguard %s (--wireguard-device-kind=kernel; the kernel feature wireguard, docs/kernels.md): %w", device, err)
 }
 
 // PIDFile is where the userspace process records its PID (in the run dir).

@@ -22,7 +22,8 @@ import (
 // offers. userspace is a TUN served by coordino-wireguard; kernel is the
 // kernel's wireguard link, which replaces a userspace device found at start
 // and is adopted, not re-created, by the next start; where the kernel has
-// no WireGuard, kernel is a start-up error naming the feature.
+// no WireGuard, kernel is a start-up error naming the feature that leaves
+// the running device alone.
 func TestDeviceKind(t *testing.T) {
 	privileged.Require(t)
 	bin := filepath.Join(harness.BinDir(), "coordino-wireguard")
@@ -34,8 +35,9 @@ func TestDeviceKind(t *testing.T) {
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
+	hasModule := kernel.Probe().Has(kernel.WireGuard)
 	cfg := Config{Self: "a", Device: "cwk" + harness.RandomSuffix(8), MTU: 1420, StateDir: dir,
-		RunDir: filepath.Join(dir, "run"), UserspaceBinary: bin}
+		RunDir: filepath.Join(dir, "run"), UserspaceBinary: bin, KernelWireGuard: hasModule}
 	log := zap.NewNop()
 	t.Cleanup(func() {
 		_ = netns.Do(func(ns.NetNS) error { return removeDevice(cfg.RunDir, cfg.Device, log) })
@@ -51,14 +53,14 @@ func TestDeviceKind(t *testing.T) {
 				return err
 			}
 			defer d.Close()
-			if d.Userspace() != (kind == KindUserspace) {
-				t.Errorf("kind %s: Userspace() = %v", kind, d.Userspace())
-			}
 			l, err := netlink.LinkByName(cfg.Device)
 			if err != nil {
 				return err
 			}
 			typ, index = l.Type(), l.Attrs().Index
+			if d.Userspace() != (typ == "tuntap") {
+				t.Errorf("kind %s: Userspace() = %v for a %q link", kind, d.Userspace(), typ)
+			}
 			return nil
 		})
 		return typ, index, err
@@ -74,9 +76,16 @@ func TestDeviceKind(t *testing.T) {
 	pid, _ := strconv.Atoi(strings.TrimSpace(string(data)))
 
 	typ, index, err := start(KindKernel)
-	if !kernel.Probe().Has(kernel.WireGuard) {
+	if !hasModule {
 		if err == nil || !strings.Contains(err.Error(), "--wireguard-device-kind=kernel") || !strings.Contains(err.Error(), "wireguard, docs/kernels.md") {
 			t.Fatalf("kind kernel on a kernel without WireGuard: %v; want an error naming the option and the feature", err)
+		}
+		// The running device keeps forwarding while the option is fixed.
+		if syscall.Kill(pid, 0) != nil {
+			t.Errorf("the userspace device's process %d was ended by a start that failed", pid)
+		}
+		if typ, _, err := start(KindAuto); err != nil || typ != "tuntap" {
+			t.Errorf("kind auto after the failed start: %q link, %v; want the userspace TUN adopted", typ, err)
 		}
 		t.Skipf("the kernel has no %s (docs/kernels.md): the kernel device's cases cannot run", kernel.WireGuard)
 	}
