@@ -68,10 +68,10 @@ var Suites = []Suite{
 		// traffic and adopting the device. Left out for time: TestMultinode's
 		// three-node cluster (MTU, large transfers, peers leaving,
 		// encryption turned off) and the three-node rotation. Of the
-		// guests, on 6.12 only: it takes 3 min of a guest (5-6 min when
-		// the machine is loaded: each daemon start is most of a minute
-		// there), and 6.1, already the longest guest at 7 min, would take
-		// 10; it passed on 6.1 as well (docs/kernels.md). 6.1's kernel
+		// guests, on 6.12 only: it takes 1.5 min of a guest, 2.5 min when
+		// the machine is loaded (each daemon start is most of a minute
+		// then), and would take 6.1, already the longest guest at 7 min,
+		// to about 10; it passed on 6.1 as well (docs/kernels.md). 6.1's kernel
 		// device is still created, replaced and adopted by
 		// wireguard-device. The host skips it unless it has the module.
 		Name: "wireguard", Package: "./test/multinode",
