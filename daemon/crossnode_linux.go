@@ -9,6 +9,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/coordino/coordino/daemon/config"
+	"github.com/coordino/coordino/daemon/kernel"
 	"github.com/coordino/coordino/daemon/netsetup"
 	"github.com/coordino/coordino/daemon/nodeaddrs"
 	"github.com/coordino/coordino/daemon/peers"
@@ -22,7 +23,7 @@ import (
 // It returns what the pod MTU gives up for the tunnel, and the cross-node
 // state the rest of the daemon publishes and consumes. onPeers sees every
 // applied set (node isolation classifies the nodes' addresses with it).
-func startCrossNode(ctx context.Context, o *config.Options, log *zap.Logger, onPeers func(peers.Set)) (int, *crossNode, error) {
+func startCrossNode(ctx context.Context, o *config.Options, features *kernel.Features, log *zap.Logger, onPeers func(peers.Set)) (int, *crossNode, error) {
 	log = log.Named("crossnode")
 	xn := &crossNode{st: &crossNodeStatus{self: o.NodeName, routing: o.Routing, encryption: o.Encryption}}
 	var src peers.Source = &peers.File{Path: o.PeersFile, Log: log}
@@ -59,8 +60,9 @@ func startCrossNode(ctx context.Context, o *config.Options, log *zap.Logger, onP
 		dev, err := wireguard.Start(wireguard.Config{
 			Self: o.NodeName, Device: o.WireGuardDevice, ListenPort: o.WireGuardPort,
 			MTU: underlayMTU - routing.WireGuardOverhead, StateDir: o.StateDir, RunDir: o.RunDir,
-			NodeToNode: o.WireGuardNodeToNode, KeyMaxAge: o.WireGuardKeyMaxAge,
-			LogHandshakes: o.LogLevel == "debug",
+			NodeToNode: o.WireGuardNodeToNode, KeyMaxAge: o.WireGuardKeyMaxAge, Kind: o.WireGuardDeviceKind,
+			KernelWireGuard: features.Has(kernel.WireGuard),
+			LogHandshakes:   o.LogLevel == "debug",
 			// Rotated keys are published in wireguard.pub (standalone) and
 			// through the NodeConfig status (publishedKey, polled).
 		}, log)

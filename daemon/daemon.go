@@ -96,7 +96,7 @@ func start(ctx context.Context, o *config.Options, log *zap.Logger) (*parts, err
 		return p, fmt.Errorf("pod CIDRs: %w", err)
 	}
 	nodes := newNodePeers(o, p.log)
-	mtuOverhead, xn, err := startCrossNode(ctx, o, p.log, nodes.publish)
+	mtuOverhead, xn, err := startCrossNode(ctx, o, p.features, p.log, nodes.publish)
 	if err != nil {
 		return p, err
 	}

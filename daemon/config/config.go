@@ -51,6 +51,9 @@ type Options struct {
 	WireGuardDevice     string `json:"wireGuardDevice"`
 	WireGuardPort       int    `json:"wireGuardPort"`
 	WireGuardNodeToNode bool   `json:"wireGuardNodeToNode"`
+	// WireGuardDeviceKind is auto (the kernel's device where the kernel has
+	// WireGuard, else the userspace process), kernel or userspace.
+	WireGuardDeviceKind string `json:"wireGuardDeviceKind"`
 	// WireGuardKeyMaxAge rotates the WireGuard key when older (0: only on
 	// request, by creating wireguard.rotate in the state dir).
 	WireGuardKeyMaxAge time.Duration `json:"wireGuardKeyMaxAge"`
@@ -83,6 +86,7 @@ func Defaults() Options {
 		WireGuardDevice:     "coordino-wg",
 		WireGuardPort:       51871,
 		WireGuardNodeToNode: true,
+		WireGuardDeviceKind: "auto",
 		HostRouting:         "bpf",
 	}
 }
@@ -133,6 +137,7 @@ func Parse(args []string, stderr io.Writer) (*Options, error) {
 	fs.StringVar(&o.WireGuardDevice, "wireguard-device", o.WireGuardDevice, "WireGuard interface name (userspace devices share /var/run/wireguard: unique per host)")
 	fs.IntVar(&o.WireGuardPort, "wireguard-port", o.WireGuardPort, "WireGuard UDP listen port")
 	fs.BoolVar(&o.WireGuardNodeToNode, "wireguard-node-to-node", o.WireGuardNodeToNode, "also encrypt node-to-node traffic (needed for node-to-remote-pod traffic under encryption)")
+	fs.StringVar(&o.WireGuardDeviceKind, "wireguard-device-kind", o.WireGuardDeviceKind, "auto (the kernel's WireGuard where it has the module, else the userspace coordino-wireguard process), kernel (fail without the module) or userspace")
 	fs.StringVar(&o.HostRouting, "host-routing", o.HostRouting, "bpf: pod-to-pod traffic between nodes skips the host's forwarding path (and its netfilter FORWARD) unless the host's conntrack tracks the flow; legacy: always the host's path")
 	fs.DurationVar(&o.WireGuardKeyMaxAge, "wireguard-key-max-age", 0, "rotate the WireGuard key when it is older than this (0: only when <state-dir>/wireguard.rotate is created)")
 	fs.StringVar(&o.OTLPEndpoint, "otlp-endpoint", "", "export OpenTelemetry traces of CNI verbs over OTLP/gRPC to host:port (plaintext) or a URL (https://…); default: the OTEL_EXPORTER_OTLP_* variables, else no tracing")
@@ -207,6 +212,7 @@ func (o *Options) applyFlags(flags *Options, explicit map[string]bool) {
 		"wireguard-device":        func() { o.WireGuardDevice = flags.WireGuardDevice },
 		"wireguard-port":          func() { o.WireGuardPort = flags.WireGuardPort },
 		"wireguard-node-to-node":  func() { o.WireGuardNodeToNode = flags.WireGuardNodeToNode },
+		"wireguard-device-kind":   func() { o.WireGuardDeviceKind = flags.WireGuardDeviceKind },
 		"host-routing":            func() { o.HostRouting = flags.HostRouting },
 		"wireguard-key-max-age":   func() { o.WireGuardKeyMaxAge = flags.WireGuardKeyMaxAge },
 	}

@@ -7,18 +7,18 @@ import (
 )
 
 func TestCrossNodeFlags(t *testing.T) {
-	o, err := Parse([]string{"--routing", "vxlan", "--encryption", "wireguard", "--peers-file", "/etc/coordino/peers.yaml", "--wireguard-device", "wg-a", "--wireguard-port", "51999", "--wireguard-node-to-node=false", "--host-routing", "legacy"}, io.Discard)
+	o, err := Parse([]string{"--routing", "vxlan", "--encryption", "wireguard", "--peers-file", "/etc/coordino/peers.yaml", "--wireguard-device", "wg-a", "--wireguard-port", "51999", "--wireguard-node-to-node=false", "--host-routing", "legacy", "--wireguard-device-kind", "kernel"}, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if o.Routing != "vxlan" || o.Encryption != "wireguard" || o.PeersFile != "/etc/coordino/peers.yaml" || o.WireGuardDevice != "wg-a" || o.WireGuardPort != 51999 || o.WireGuardNodeToNode || o.HostRouting != "legacy" {
+	if o.Routing != "vxlan" || o.Encryption != "wireguard" || o.PeersFile != "/etc/coordino/peers.yaml" || o.WireGuardDevice != "wg-a" || o.WireGuardPort != 51999 || o.WireGuardNodeToNode || o.HostRouting != "legacy" || o.WireGuardDeviceKind != "kernel" {
 		t.Fatalf("parsed %+v", o)
 	}
 	d, err := Parse(nil, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if d.Routing != "direct" || d.Encryption != "none" || d.WireGuardDevice != "coordino-wg" || !d.WireGuardNodeToNode || d.HostRouting != "bpf" {
+	if d.Routing != "direct" || d.Encryption != "none" || d.WireGuardDevice != "coordino-wg" || !d.WireGuardNodeToNode || d.HostRouting != "bpf" || d.WireGuardDeviceKind != "auto" {
 		t.Fatalf("defaults %+v", d)
 	}
 	for _, c := range []struct {
@@ -32,6 +32,7 @@ func TestCrossNodeFlags(t *testing.T) {
 		{[]string{"--wireguard-device", "../x"}, "wireguard-device"},
 		{[]string{"--wireguard-port", "0"}, "wireguard-port"},
 		{[]string{"--host-routing", "fast"}, "host-routing"},
+		{[]string{"--wireguard-device-kind", "tun"}, "wireguard-device-kind"},
 	} {
 		if _, err := Parse(c.args, io.Discard); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%v: got %v, want an error naming %s", c.args, err, c.want)

@@ -53,6 +53,13 @@ type Config struct {
 	RunDir   string
 	// UserspaceBinary is coordino-wireguard, used when the kernel has no module.
 	UserspaceBinary string
+	// Kind chooses the device: KindAuto ("" too), KindKernel or
+	// KindUserspace.
+	Kind string
+	// KernelWireGuard says the kernel has WireGuard (daemon/kernel's
+	// table): without it KindKernel fails before touching a running
+	// device, which keeps forwarding while the option is corrected.
+	KernelWireGuard bool
 	// LogHandshakes makes the userspace device log every handshake to
 	// wireguard-<device>.log in RunDir (the daemon sets it at log level debug).
 	LogHandshakes bool
@@ -67,6 +74,17 @@ type Config struct {
 	// publishing it in NodeConfig. Standalone, wireguard.pub is the record.
 	OnPublicKey func(wgtypes.Key)
 }
+
+// Device kinds (Config.Kind).
+const (
+	// KindAuto takes the kernel's device where the kernel has WireGuard,
+	// else the userspace process.
+	KindAuto = "auto"
+	// KindKernel requires the kernel's device.
+	KindKernel = "kernel"
+	// KindUserspace always runs the userspace process.
+	KindUserspace = "userspace"
+)
 
 // Device is this node's WireGuard device and its configuration.
 type Device struct {
@@ -91,6 +109,9 @@ func Start(cfg Config, log *zap.Logger) (*Device, error) {
 	}
 	if cfg.ListenPort == 0 {
 		cfg.ListenPort = DefaultListenPort
+	}
+	if cfg.Kind == KindKernel && !cfg.KernelWireGuard {
+		return nil, kernelKindError(cfg.Device, errors.New("the kernel has no WireGuard"))
 	}
 	key, err := LoadOrCreateKey(cfg.StateDir)
 	if err != nil {
@@ -154,6 +175,17 @@ func (d *Device) ensure() error {
 			return fmt.Errorf("wireguard device %s answers on its control socket but has no link in this network namespace: another namespace uses the name; choose another --wireguard-device", name)
 		}
 		d.userspace = l.Type() == "tuntap"
+		if want := d.cfg.Kind; (want == KindKernel && d.userspace) || (want == KindUserspace && !d.userspace) {
+			// The kind was changed since the device was made: replacing it
+			// costs the sessions one handshake.
+			d.log.Warn("replacing the wireguard device of another kind", zap.String("device", name), zap.String("kind", want))
+			if err := removeDevice(d.cfg.RunDir, name, d.log); err != nil {
+				return err
+			}
+			if err := d.create(); err != nil {
+				return err
+			}
+		}
 	}
 	dev, err := d.client.Device(name)
 	if err != nil {
@@ -190,17 +222,29 @@ func (d *Device) ensure() error {
 // create makes a kernel device, or starts the userspace process when the
 // kernel has no WireGuard.
 func (d *Device) create() error {
+	if d.cfg.Kind == KindUserspace {
+		d.userspace = true
+		return d.startUserspace()
+	}
 	err := netlink.LinkAdd(&netlink.Wireguard{LinkAttrs: netlink.LinkAttrs{Name: d.cfg.Device, MTU: d.cfg.MTU}})
 	if err == nil {
 		d.userspace = false
 		d.log.Info("kernel wireguard device created", zap.String("device", d.cfg.Device))
 		return nil
 	}
+	if d.cfg.Kind == KindKernel {
+		return kernelKindError(d.cfg.Device, err)
+	}
 	if !errors.Is(err, unix.EOPNOTSUPP) && !errors.Is(err, unix.ENODEV) && !errors.Is(err, unix.ENOENT) && !strings.Contains(err.Error(), "not supported") {
 		return fmt.Errorf("create kernel wireguard %s: %w", d.cfg.Device, err)
 	}
 	d.userspace = true
 	return d.startUserspace()
+}
+
+// kernelKindError says why KindKernel found no kernel device for device.
+func kernelKindError(device string, err error) error {
+	return fmt.Errorf("create kernel wireguard %s (--wireguard-device-kind=kernel; the kernel feature wireguard, docs/kernels.md): %w", device, err)
 }
 
 // PIDFile is where the userspace process records its PID (in the run dir).
@@ -500,7 +544,16 @@ func RemoveStale(cfg Config, log *zap.Logger) error {
 	if name == "" {
 		name = DefaultDevice
 	}
-	if data, err := os.ReadFile(PIDFile(cfg.RunDir, name)); err == nil {
+	if err := removeDevice(cfg.RunDir, name, log); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// removeDevice ends the userspace process of device name (through its PID
+// file in runDir) and deletes its link, of either kind.
+func removeDevice(runDir, name string, log *zap.Logger) error {
+	if data, err := os.ReadFile(PIDFile(runDir, name)); err == nil {
 		if pid, err := strconv.Atoi(strings.TrimSpace(string(data))); err == nil && pid > 0 && isUserspaceDevice(pid) {
 			log.Info("stopping the userspace wireguard device of an earlier run", zap.String("device", name), zap.Int("pid", pid))
 			_ = syscall.Kill(pid, syscall.SIGTERM)
@@ -513,10 +566,10 @@ func RemoveStale(cfg Config, log *zap.Logger) error {
 	if l, err := netlink.LinkByName(name); err == nil && (l.Type() == "wireguard" || l.Type() == "tuntap") {
 		log.Info("removing the wireguard device of an earlier run", zap.String("device", name))
 		if err := netlink.LinkDel(l); err != nil {
-			errs = append(errs, fmt.Errorf("remove %s: %w", name, err))
+			return fmt.Errorf("remove %s: %w", name, err)
 		}
 	}
-	return errors.Join(errs...)
+	return nil
 }
 
 // isUserspaceDevice guards against signalling a recycled PID.

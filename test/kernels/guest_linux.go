@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -30,6 +31,21 @@ type PlanSuite struct {
 	Dir     string   // the package's directory, as go test runs it
 	Args    []string // -test.* flags
 	Modules []string // loaded with modprobe first
+	// Kernels limits the suite to these kernels (empty: every kernel).
+	Kernels []string
+	Timeout time.Duration
+}
+
+// ForKernel returns the suites of ps that run on kernel (a series name or
+// Host), in order.
+func ForKernel(ps []PlanSuite, kernel string) []PlanSuite {
+	var out []PlanSuite
+	for _, s := range ps {
+		if len(s.Kernels) == 0 || slices.Contains(s.Kernels, kernel) {
+			out = append(out, s)
+		}
+	}
+	return out
 }
 
 // outFile and doneFile are where a suite's -test.v=test2json output and its

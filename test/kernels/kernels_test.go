@@ -118,3 +118,18 @@ FAIL
 		t.Errorf("exit 1 with no failed test: problem %q", r.Problem)
 	}
 }
+
+// ForKernel keeps a suite limited to some kernels off the others, and the
+// order of the rest.
+func TestForKernel(t *testing.T) {
+	ps := []PlanSuite{{Name: "a"}, {Name: "b", Kernels: []string{"6.12"}}, {Name: "c", Kernels: []string{Host, "6.1"}}}
+	for kernel, want := range map[string]string{"6.1": "a c", "6.12": "a b", Host: "a c", "6.6": "a"} {
+		var got []string
+		for _, s := range ForKernel(ps, kernel) {
+			got = append(got, s.Name)
+		}
+		if strings.Join(got, " ") != want {
+			t.Errorf("%s: %v, want %s", kernel, got, want)
+		}
+	}
+}

@@ -68,7 +68,7 @@ func Matrix(ctx context.Context, opts Options) ([]KernelResult, error) {
 		if s.Skip != "" {
 			args = append(args, "-test.skip="+s.Skip)
 		}
-		ps = append(ps, PlanSuite{Name: s.Name, Binary: bin, Dir: filepath.Join(opts.Repo, s.Package), Args: args, Modules: s.Modules})
+		ps = append(ps, PlanSuite{Name: s.Name, Binary: bin, Dir: filepath.Join(opts.Repo, s.Package), Args: args, Modules: s.Modules, Kernels: s.Kernels, Timeout: s.Timeout})
 	}
 	// Guests run side by side: much of a suite's time is waiting (probes
 	// that must time out, daemons starting), which the other guest's
@@ -109,6 +109,10 @@ func runKernel(ctx context.Context, opts Options, k *Kernel, ps []PlanSuite, wor
 		name = k.Name
 	}
 	kr := KernelResult{Kernel: name}
+	if ps = ForKernel(ps, name); len(ps) == 0 {
+		kr.Note = "no suite chosen runs on this kernel"
+		return kr, nil
+	}
 	dir := filepath.Join(work, "results", name)
 	if err := os.RemoveAll(dir); err != nil {
 		return kr, err
@@ -133,7 +137,7 @@ func runKernel(ctx context.Context, opts Options, k *Kernel, ps []PlanSuite, wor
 		plan.Env = append(plan.Env, "COORDINO_TEST_SLOWDOWN="+strconv.Itoa(opts.Slowdown))
 		kr.Detail = k.Release + ", qemu TCG"
 		timeout := 2 * time.Minute
-		for _, s := range opts.Suites {
+		for _, s := range ps {
 			timeout += s.Timeout
 		}
 		opts.Logf("booting %s (console: %s)", k.Release, filepath.Join(dir, "console.log"))

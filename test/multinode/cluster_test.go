@@ -18,7 +18,10 @@ import (
 	"github.com/containernetworking/plugins/pkg/testutils"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
+	"golang.zx2c4.com/wireguard/wgctrl"
+	"golang.zx2c4.com/wireguard/wgctrl/wgtypes"
 
+	"github.com/coordino/coordino/daemon/kernel"
 	"github.com/coordino/coordino/daemon/peers"
 	"github.com/coordino/coordino/daemon/wireguard"
 	"github.com/coordino/coordino/test/harness"
@@ -34,16 +37,26 @@ type mode struct {
 	// v6Underlay lists only IPv6 node addresses in the peers file: IPv4
 	// pods then cross an IPv6-only underlay.
 	v6Underlay bool
+	// wgKind is the daemons' --wireguard-device-kind with encryption:
+	// explicit, so that a mode tests the device it names on any kernel.
+	wgKind string
 }
 
 var (
-	direct   = mode{"direct", "direct", "none", 0, false}
-	direct6  = mode{"direct-ipv6-underlay", "direct", "none", 0, true}
-	vxlan    = mode{"vxlan", "vxlan", "none", 50, false}
-	vxlan6   = mode{"vxlan-ipv6-underlay", "vxlan", "none", 70, true}
-	wgUser   = mode{"wireguard-userspace", "direct", "wireguard", 80, false}
-	allModes = []mode{direct, direct6, vxlan, vxlan6, wgUser}
+	direct   = mode{"direct", "direct", "none", 0, false, ""}
+	direct6  = mode{"direct-ipv6-underlay", "direct", "none", 0, true, ""}
+	vxlan    = mode{"vxlan", "vxlan", "none", 50, false, ""}
+	vxlan6   = mode{"vxlan-ipv6-underlay", "vxlan", "none", 70, true, ""}
+	wgUser   = mode{"wireguard-userspace", "direct", "wireguard", 80, false, wireguard.KindUserspace}
+	wgKernel = mode{"wireguard-kernel", "direct", "wireguard", 80, false, wireguard.KindKernel}
+	allModes = []mode{direct, direct6, vxlan, vxlan6, wgUser, wgKernel}
+	// wgModes are the two WireGuard devices.
+	wgModes = []mode{wgUser, wgKernel}
 )
+
+// linkKind is the netlink link type each device kind must show: the
+// kernel's own wireguard link, or the userspace process's TUN.
+var linkKind = map[string]string{wireguard.KindKernel: "wireguard", wireguard.KindUserspace: "tuntap"}
 
 // cluster is the underlay namespace with its bridge and the nodes on it.
 type cluster struct {
@@ -125,14 +138,65 @@ func newClusterWith(t *testing.T, m mode, count int, nodeArgs func(dir string) [
 		// operator would.
 		c.writePeers(c.nodes)
 		c.waitTunnels()
+		for _, n := range c.nodes {
+			c.requireDeviceKind(n)
+		}
 	}
 	return c
+}
+
+// requireDeviceKind fails the test unless n's WireGuard device is a link of
+// the mode's kind: a kernel mode that ran the userspace process (or the
+// reverse) would test the other device under this one's name.
+func (c *cluster) requireDeviceKind(n *node) {
+	c.t.Helper()
+	if got := n.wgLink(c.t).Type(); got != linkKind[c.mode.wgKind] {
+		c.t.Fatalf("%s: device %s is a %q link, want %q (--wireguard-device-kind=%s)", n.Name, n.wgDevice, got, linkKind[c.mode.wgKind], c.mode.wgKind)
+	}
+}
+
+// wgState is n's WireGuard device as its daemon sees it, asked from inside
+// n's namespace: the kernel's device answers on the generic netlink of its
+// own namespace only (the userspace one on a socket file, from anywhere).
+func (n *node) wgState() (*wgtypes.Device, error) {
+	var dev *wgtypes.Device
+	err := n.NS.Do(func(ns.NetNS) error {
+		client, err := wgctrl.New()
+		if err != nil {
+			return err
+		}
+		defer client.Close()
+		dev, err = client.Device(n.wgDevice)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("%s: WireGuard device %s: %w", n.Name, n.wgDevice, err)
+	}
+	return dev, nil
+}
+
+// wgLink is n's WireGuard device.
+func (n *node) wgLink(t *testing.T) netlink.Link {
+	t.Helper()
+	var l netlink.Link
+	if err := n.NS.Do(func(ns.NetNS) (err error) {
+		l, err = netlink.LinkByName(n.wgDevice)
+		return err
+	}); err != nil {
+		t.Fatalf("%s: WireGuard device %s: %v", n.Name, n.wgDevice, err)
+	}
+	return l
 }
 
 // newUnderlay creates the underlay namespace and its bridge.
 func newUnderlay(t *testing.T, m mode) *cluster {
 	t.Helper()
 	privileged.Require(t)
+	// Where the kernel does not claim WireGuard the kernel device cannot be
+	// tested; where it does, a device that fails is a failure.
+	if m.wgKind == wireguard.KindKernel && !kernel.Probe().Has(kernel.WireGuard) {
+		t.Skipf("the kernel has no %s (docs/kernels.md)", kernel.WireGuard)
+	}
 	if err := harness.RequireBinaries(); err != nil {
 		t.Fatal(err)
 	}
@@ -171,6 +235,9 @@ func (c *cluster) addNode() *node {
 	n.peersFile = filepath.Join(dir, "peers.yaml")
 	n.wgDevice = "cwg" + harness.RandomSuffix(8)
 	args := []string{"--routing", c.mode.routing, "--encryption", c.mode.encryption, "--wireguard-device", n.wgDevice}
+	if c.mode.wgKind != "" {
+		args = append(args, "--wireguard-device-kind", c.mode.wgKind)
+	}
 	if c.kube == nil {
 		args = append(args, "--peers-file", n.peersFile)
 	}

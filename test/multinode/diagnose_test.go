@@ -8,8 +8,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"golang.zx2c4.com/wireguard/wgctrl"
 )
 
 // logTunnels records, once per test, what each node's WireGuard device
@@ -22,15 +20,9 @@ func (c *cluster) logTunnels(t *testing.T) {
 		return
 	}
 	c.tunnelsLogged = true
-	client, err := wgctrl.New()
-	if err != nil {
-		t.Logf("wireguard state: %v", err)
-		return
-	}
-	defer client.Close()
 	for _, n := range c.nodes {
 		var b strings.Builder
-		dev, err := client.Device(n.wgDevice)
+		dev, err := n.wgState()
 		if err != nil {
 			fmt.Fprintf(&b, "  device: %v\n", err)
 		} else {
@@ -66,16 +58,11 @@ const tunnelBringUp = 30 * time.Second
 func (c *cluster) waitTunnels() {
 	t := c.t
 	t.Helper()
-	client, err := wgctrl.New()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer client.Close()
 	start := time.Now()
-	err = eventually(tunnelBringUp, func() error {
+	err := eventually(tunnelBringUp, func() error {
 		var errs []error
 		for _, n := range c.nodes {
-			dev, err := client.Device(n.wgDevice)
+			dev, err := n.wgState()
 			if err != nil {
 				return err
 			}
