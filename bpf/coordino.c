@@ -123,11 +123,7 @@ static __always_inline int handle(struct __sk_buff *skb, __u8 dir, __u32 ifindex
 	struct packet p = {};
 	__u8 family;
 
-	if (skb->protocol == bpf_htons(ETH_P_IP))
-		family = 4;
-	else if (skb->protocol == bpf_htons(ETH_P_IPV6))
-		family = 6;
-	else
+	if (!skb_family(skb, &family))
 		return handle_l2(skb, dir, ifindex);
 
 	int parsed = parse_ip(skb, ETH_HLEN, family, &p, 0);

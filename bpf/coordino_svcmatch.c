@@ -58,11 +58,7 @@ SEC("socket")
 int cdo_svc_match(struct __sk_buff *skb)
 {
 	__u8 family;
-	if (skb->protocol == bpf_htons(ETH_P_IP))
-		family = 4;
-	else if (skb->protocol == bpf_htons(ETH_P_IPV6))
-		family = 6;
-	else
+	if (!skb_family(skb, &family))
 		return MATCH_PASS;
 	/* Data starts at the network header in netfilter hooks. Conntrack
 	 * reassembled fragments before DNAT, so a later fragment here had no

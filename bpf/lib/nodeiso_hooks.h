@@ -27,17 +27,6 @@
  * WireGuard device and the other way round. */
 #define NODE_CT_IFINDEX 0
 
-static __always_inline int node_family(struct __sk_buff *skb, __u8 *family)
-{
-	if (skb->protocol == bpf_htons(ETH_P_IP))
-		*family = 4;
-	else if (skb->protocol == bpf_htons(ETH_P_IPV6))
-		*family = 6;
-	else
-		return 0;
-	return 1;
-}
-
 /* from_node judges a packet arriving from the underlay (l3_off 14) or an
  * L3 tunnel device (l3_off 0). */
 static __always_inline int from_node(struct __sk_buff *skb, __u32 l3_off)
@@ -46,7 +35,7 @@ static __always_inline int from_node(struct __sk_buff *skb, __u32 l3_off)
 		return TC_ACT_UNSPEC;
 	struct packet p = {};
 	__u8 family;
-	if (!node_family(skb, &family))
+	if (!skb_family(skb, &family))
 		return TC_ACT_UNSPEC;
 	/* What the stack would drop anyway is not node isolation's business. */
 	if (parse_ip(skb, l3_off, family, &p, 0) != PARSE_OK || p.frag == FRAG_LATER)
@@ -102,7 +91,7 @@ static __always_inline int to_node(struct __sk_buff *skb, __u32 l3_off)
 		return TC_ACT_UNSPEC;
 	struct packet p = {};
 	__u8 family;
-	if (!node_family(skb, &family))
+	if (!skb_family(skb, &family))
 		return TC_ACT_UNSPEC;
 	if (parse_ip(skb, l3_off, family, &p, 0) != PARSE_OK)
 		return TC_ACT_UNSPEC;

@@ -6,8 +6,10 @@
 #pragma once
 
 #include <linux/bpf.h>
+#include <linux/if_ether.h>
 #include <linux/in.h>
 #include <bpf/bpf_helpers.h>
+#include <bpf/bpf_endian.h>
 
 #ifndef IPPROTO_ICMPV6
 #define IPPROTO_ICMPV6 58
@@ -74,6 +76,18 @@ struct packet {
 	__u32 frag_id;
 	__u32 l4_off;
 };
+
+/* skb_family sets *family to 4 or 6 from skb's protocol; 0 for any other. */
+static __always_inline int skb_family(struct __sk_buff *skb, __u8 *family)
+{
+	if (skb->protocol == bpf_htons(ETH_P_IP))
+		*family = 4;
+	else if (skb->protocol == bpf_htons(ETH_P_IPV6))
+		*family = 6;
+	else
+		return 0;
+	return 1;
+}
 
 static __always_inline int is_port_proto(__u8 proto)
 {

@@ -60,8 +60,7 @@ func (f *Features) List() []Feature {
 }
 
 // Without returns a copy of f in which the features names are unavailable,
-// as if the kernel lacked them: how an operator rules out a path the kernel
-// offers but that misbehaves, and how tests take a fallback on a kernel that
+// as if the kernel lacked them: how tests take a fallback on a kernel that
 // would not need it.
 func (f *Features) Without(names ...Name) *Features {
 	out := &Features{list: f.List()}

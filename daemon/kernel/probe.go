@@ -29,7 +29,8 @@ func Probe() *Features {
 	// Kernels before 5.11 charge BPF memory to RLIMIT_MEMLOCK.
 	_ = rlimit.RemoveMemlock()
 	m := modules{root: modulesRoot()}
-	kfuncs := probeKfuncs()
+	probes, probesErr := bpf.LoadCoordinoProbe()
+	kfuncs := probeKfuncs(probes, probesErr, m)
 	return &Features{list: []Feature{
 		probeAttach(TCX, func(p *ebpf.Program) error {
 			_, err := link.AttachTCX(link.TCXOptions{Interface: absentIfindex, Program: p, Attach: ebpf.AttachTCXIngress})
@@ -41,7 +42,7 @@ func Probe() *Features {
 		probeMapSum(),
 		fromErr(RedirectPeer, features.HaveProgramHelper(ebpf.SchedCLS, asm.FnRedirectPeer), "tc programs (5.10+)"),
 		fromErr(RedirectNeigh, features.HaveProgramHelper(ebpf.SchedCLS, asm.FnRedirectNeigh), "tc programs (5.10+)"),
-		probeDecapFlags(),
+		probeDecapFlags(probes, probesErr),
 		m.all(XTBPFMatch, "nf_tables", "nft_compat", "xt_bpf"),
 		probeAttach(Netkit, func(p *ebpf.Program) error {
 			_, err := link.AttachNetkit(link.NetkitOptions{Interface: absentIfindex, Program: p, Attach: ebpf.AttachNetkitPrimary})
@@ -91,10 +92,9 @@ func fromErr(n Name, err error, what string) Feature {
 }
 
 // probeKfuncs loads bpf/coordino_probe.c's programs, one per kfunc.
-func probeKfuncs() map[Name]Feature {
+func probeKfuncs(spec *ebpf.CollectionSpec, err error, m modules) map[Name]Feature {
 	progs := map[Name]string{DynptrFromSkb: "probe_dynptr_from_skb", CTLookup: "probe_ct_lookup"}
 	out := map[Name]Feature{}
-	spec, err := bpf.LoadCoordinoProbe()
 	if err != nil {
 		for n := range progs {
 			out[n] = row(n, false, fmt.Sprintf("probe object: %v", err))
@@ -104,7 +104,7 @@ func probeKfuncs() map[Name]Feature {
 	for n, prog := range progs {
 		p, err := ebpf.NewProgram(spec.Programs[prog])
 		if err != nil {
-			out[n] = row(n, false, kfuncMissing(n, err))
+			out[n] = row(n, false, kfuncMissing(n, err, m))
 			continue
 		}
 		p.Close()
@@ -115,9 +115,9 @@ func probeKfuncs() map[Name]Feature {
 
 // kfuncMissing says why a kfunc probe did not load, shortly: a verifier
 // log is no table cell.
-func kfuncMissing(n Name, err error) string {
+func kfuncMissing(n Name, err error, m modules) string {
 	if n == CTLookup {
-		if st := (modules{root: modulesRoot()}).state("nf_conntrack"); st != "" && !strings.HasPrefix(st, "loaded") && st != "built in" {
+		if st := m.state("nf_conntrack"); st != "" && !strings.HasPrefix(st, "loaded") && st != "built in" {
 			return "nf_conntrack is " + st
 		}
 	}
@@ -145,8 +145,7 @@ func kfuncHome(n Name) string {
 // probeDecapFlags runs bpf/coordino_probe.c's probe_decap_flags on a test
 // frame: IPv4 in Ethernet, long enough to lose 8 bytes after the MAC
 // header.
-func probeDecapFlags() Feature {
-	spec, err := bpf.LoadCoordinoProbe()
+func probeDecapFlags(spec *ebpf.CollectionSpec, err error) Feature {
 	if err != nil {
 		return row(DecapFlags, false, fmt.Sprintf("probe object: %v", err))
 	}
