@@ -133,3 +133,22 @@ func TestForKernel(t *testing.T) {
 		}
 	}
 }
+
+// A guest that stopped mid-suite shows the end of its console, without
+// the terminal's escape sequences, since CI keeps nothing else of it.
+func TestConsoleTailPrinted(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "console.log")
+	os.WriteFile(path, []byte("\x1b[2J\x1b[0mSeaBIOS\r\nline 1\r\n[ 70.1] BUG: kernel NULL pointer dereference\r\n[ 70.2] Kernel panic - not syncing: Fatal exception\r\n"), 0o644)
+	tail := consoleTail(path, 2)
+	if len(tail) != 2 || !strings.HasPrefix(tail[0], "[ 70.1] BUG") || strings.Contains(strings.Join(tail, ""), "\r") {
+		t.Fatalf("tail %q, want the last two lines without CR", tail)
+	}
+	if got := consoleTail(path, 10); strings.Contains(got[0], "\x1b") {
+		t.Errorf("escape sequences kept: %q", got[0])
+	}
+	var b strings.Builder
+	PrintKernel(&b, KernelResult{Kernel: "6.12", Console: tail, Suites: []SuiteResult{{Suite: "x", Problem: problemUnfinished}}})
+	if !strings.Contains(b.String(), "> [ 70.2] Kernel panic") {
+		t.Errorf("report lacks the console:\n%s", b.String())
+	}
+}

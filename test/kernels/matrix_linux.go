@@ -146,11 +146,33 @@ func runKernel(ctx context.Context, opts Options, k *Kernel, ps []PlanSuite, wor
 		}
 	}
 	kr.Detail += fmt.Sprintf(", %s", time.Since(start).Round(time.Second))
+	unfinished := false
 	for _, s := range ps {
-		kr.Suites = append(kr.Suites, Collect(plan, s))
+		r := Collect(plan, s)
+		unfinished = unfinished || r.Problem == problemUnfinished
+		kr.Suites = append(kr.Suites, r)
+	}
+	if unfinished && k != nil {
+		// A guest that stopped mid-suite says why only on its console (a
+		// panic, an oops, the OOM killer): CI keeps nothing else.
+		kr.Console = consoleTail(filepath.Join(dir, "console.log"), 40)
 	}
 	return kr, nil
 }
+
+// consoleTail returns the last n lines of a guest's console, without the
+// terminal's control sequences.
+func consoleTail(path string, n int) []string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return []string{err.Error()}
+	}
+	b = ansi.ReplaceAll(b, nil)
+	lines := strings.Split(strings.TrimRight(strings.ReplaceAll(string(b), "\r", ""), "\n"), "\n")
+	return lines[max(0, len(lines)-n):]
+}
+
+var ansi = regexp.MustCompile(`\x1b\[[0-9;?]*[A-Za-z]`)
 
 // copySelf puts the harness binary where a guest finds it: the host's /tmp
 // is not the guest's.

@@ -54,6 +54,10 @@ type event struct {
 	Output  string
 }
 
+// problemUnfinished is the problem of a suite whose guest stopped (or was
+// stopped) before the suite ended.
+const problemUnfinished = "did not finish (guest stopped or timed out)"
+
 // Collect reads a suite's results back: its -test.v=test2json output
 // through go tool test2json, and its exit status.
 func Collect(plan *Plan, s PlanSuite) SuiteResult {
@@ -65,7 +69,7 @@ func Collect(plan *Plan, s PlanSuite) SuiteResult {
 	}
 	exit, err := os.ReadFile(plan.doneFile(s))
 	if err != nil {
-		res.Problem = "did not finish (guest stopped or timed out)"
+		res.Problem = problemUnfinished
 	}
 	cmd := exec.Command("go", "tool", "test2json", "-t", "-p", s.Name)
 	cmd.Stdin = bytes.NewReader(raw)
@@ -121,6 +125,8 @@ type KernelResult struct {
 	Detail string // release, and how it ran
 	Suites []SuiteResult
 	Note   string
+	// Console is the end of a guest's console when a suite did not finish.
+	Console []string
 }
 
 // PrintKernel lists each test with its result; a failure shows the end of
@@ -141,6 +147,12 @@ func PrintKernel(w io.Writer, k KernelResult) {
 		}
 		if s.Problem != "" {
 			fmt.Fprintf(w, "  FAIL %-10s (suite) %s\n", s.Suite, s.Problem)
+		}
+	}
+	if len(k.Console) > 0 {
+		fmt.Fprintf(w, "  the guest's console, last %d lines:\n", len(k.Console))
+		for _, l := range k.Console {
+			fmt.Fprintf(w, "    > %s\n", l)
 		}
 	}
 }
