@@ -152,3 +152,18 @@ func TestConsoleTailPrinted(t *testing.T) {
 		t.Errorf("report lacks the console:\n%s", b.String())
 	}
 }
+
+// A guest booted again runs the suite that did not finish and those after
+// it, not the ones that did.
+func TestUnfinished(t *testing.T) {
+	plan := &Plan{Results: t.TempDir(), Suites: []PlanSuite{{Name: "a"}, {Name: "b"}, {Name: "c"}}}
+	os.WriteFile(plan.doneFile(plan.Suites[0]), []byte("0 1\n"), 0o644)
+	os.WriteFile(plan.outFile(plan.Suites[1]), []byte("=== RUN   TestX\n"), 0o644)
+	var names []string
+	for _, s := range unfinished(plan) {
+		names = append(names, s.Name)
+	}
+	if strings.Join(names, " ") != "b c" {
+		t.Errorf("unfinished %v, want [b c]", names)
+	}
+}

@@ -136,28 +136,58 @@ func runKernel(ctx context.Context, opts Options, k *Kernel, ps []PlanSuite, wor
 	} else {
 		plan.Env = append(plan.Env, "COORDINO_TEST_SLOWDOWN="+strconv.Itoa(opts.Slowdown))
 		kr.Detail = k.Release + ", qemu TCG"
-		timeout := 2 * time.Minute
-		for _, s := range ps {
-			timeout += s.Timeout
-		}
-		opts.Logf("booting %s (console: %s)", k.Release, filepath.Join(dir, "console.log"))
-		if err := Boot(ctx, k, plan, runner, timeout, opts.Live); err != nil {
-			kr.Note = err.Error()
-		}
+		kr.Note, kr.Console = bootGuest(ctx, opts, k, plan, runner)
 	}
 	kr.Detail += fmt.Sprintf(", %s", time.Since(start).Round(time.Second))
-	unfinished := false
 	for _, s := range ps {
-		r := Collect(plan, s)
-		unfinished = unfinished || r.Problem == problemUnfinished
-		kr.Suites = append(kr.Suites, r)
-	}
-	if unfinished && k != nil {
-		// A guest that stopped mid-suite says why only on its console (a
-		// panic, an oops, the OOM killer): CI keeps nothing else.
-		kr.Console = consoleTail(filepath.Join(dir, "console.log"), 40)
+		kr.Suites = append(kr.Suites, Collect(plan, s))
 	}
 	return kr, nil
+}
+
+// bootGuest runs plan in a guest on k. A guest that stops in the middle of
+// a suite (a panic under emulation, once in many runs) is booted once more
+// from that suite on; the report says so and keeps the first console's
+// end, and a second stop fails the suites left. A guest that overruns its
+// time is not booted again.
+func bootGuest(ctx context.Context, opts Options, k *Kernel, plan *Plan, runner string) (note string, console []string) {
+	consoleLog := filepath.Join(plan.Results, "console.log")
+	run := *plan
+	for attempt := 1; ; attempt++ {
+		timeout := 2 * time.Minute
+		for _, s := range run.Suites {
+			timeout += s.Timeout
+		}
+		opts.Logf("booting %s (console: %s)", k.Release, consoleLog)
+		err := Boot(ctx, k, &run, runner, timeout, opts.Live)
+		left := unfinished(&run)
+		switch {
+		case err != nil:
+			return strings.TrimSpace(note + " " + err.Error()), consoleTail(consoleLog, 40)
+		case len(left) == 0:
+			return note, console
+		case attempt == 2:
+			return note + "; it stopped again", consoleTail(consoleLog, 40)
+		}
+		// The console's end says why (a panic, an oops, the OOM killer):
+		// CI keeps nothing else of it.
+		console = consoleTail(consoleLog, 40)
+		note = fmt.Sprintf("the guest stopped during suite %s and was booted again from it (its console's end below)", left[0].Name)
+		_ = os.Rename(consoleLog, filepath.Join(plan.Results, "console-1.log"))
+		run.Suites = left
+	}
+}
+
+// unfinished returns the suites of plan that wrote no exit status, in
+// order.
+func unfinished(plan *Plan) []PlanSuite {
+	var left []PlanSuite
+	for _, s := range plan.Suites {
+		if _, err := os.Stat(plan.doneFile(s)); err != nil {
+			left = append(left, s)
+		}
+	}
+	return left
 }
 
 // consoleTail returns the last n lines of a guest's console, without the
