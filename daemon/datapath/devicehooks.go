@@ -102,7 +102,8 @@ const (
 )
 
 // attachDeviceHookTC attaches prog as a cls_bpf filter; a replace swaps the
-// program atomically, so re-attaching after a restart has no gap.
+// program atomically, so re-attaching after a restart has no gap. A filter
+// already running prog is left alone: the periodic check costs a dump.
 func (a *attacher) attachDeviceHookTC(pin string, ifindex int, prog *ebpf.Program, at ebpf.AttachType) error {
 	qdisc := &netlink.GenericQdisc{QdiscAttrs: netlink.QdiscAttrs{LinkIndex: ifindex,
 		Handle: netlink.MakeHandle(0xffff, 0), Parent: netlink.HANDLE_CLSACT}, QdiscType: "clsact"}
@@ -113,23 +114,54 @@ func (a *attacher) attachDeviceHookTC(pin string, ifindex int, prog *ebpf.Progra
 	if err != nil {
 		return fmt.Errorf("datapath: device hook program: %w", err)
 	}
-	f := nodeFilter(ifindex, at)
-	f.Fd, f.Name, f.DirectAction = prog.FD(), info.Name, true
-	if err := a.tc.FilterReplace(f); err != nil {
-		return fmt.Errorf("datapath: attach cls_bpf %s to ifindex %d: %w", info.Name, ifindex, err)
-	}
-	return pinMarker(pin+tcMarker+strconv.Itoa(ifindex), info)
-}
-
-// pinMarker pins the program info describes at path (a second reference
-// to it, so the loader's own pins stay as they are).
-func pinMarker(path string, info *ebpf.ProgramInfo) error {
-	if _, err := os.Stat(path); err == nil {
-		return nil
-	}
 	id, ok := info.ID()
 	if !ok {
-		return fmt.Errorf("datapath: record device hook %s: program has no ID", path)
+		return fmt.Errorf("datapath: device hook %s: program has no ID", info.Name)
+	}
+	f := nodeFilter(ifindex, at)
+	if !a.tcFilterRuns(f, id) {
+		f.Fd, f.Name, f.DirectAction = prog.FD(), info.Name, true
+		if err := a.tc.FilterReplace(f); err != nil {
+			return fmt.Errorf("datapath: attach cls_bpf %s to ifindex %d: %w", info.Name, ifindex, err)
+		}
+	}
+	return pinMarker(pin+tcMarker+strconv.Itoa(ifindex), id)
+}
+
+// tcFilterRuns reports whether the cls_bpf filter f is in place running
+// program id.
+func (a *attacher) tcFilterRuns(f *netlink.BpfFilter, id ebpf.ProgramID) bool {
+	l, err := a.tc.LinkByIndex(f.LinkIndex)
+	if err != nil {
+		return false
+	}
+	filters, err := a.tc.FilterList(l, f.Parent)
+	if err != nil {
+		return false
+	}
+	for _, got := range filters {
+		if b, ok := got.(*netlink.BpfFilter); ok && b.Handle == f.Handle && b.Priority == f.Priority && ebpf.ProgramID(b.Id) == id {
+			return true
+		}
+	}
+	return false
+}
+
+// pinMarker pins program id at path (a second reference to it, so the
+// loader's own pins stay as they are), replacing a marker of another
+// program, which it would keep loaded.
+func pinMarker(path string, id ebpf.ProgramID) error {
+	if old, err := ebpf.LoadPinnedProgram(path, nil); err == nil {
+		info, err := old.Info()
+		old.Close()
+		if err == nil {
+			if oldID, ok := info.ID(); ok && oldID == id {
+				return nil
+			}
+		}
+		if err := os.Remove(path); err != nil {
+			return fmt.Errorf("datapath: record device hook %s: %w", path, err)
+		}
 	}
 	p, err := ebpf.NewProgramFromID(id)
 	if err != nil {

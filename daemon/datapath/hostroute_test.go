@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -358,4 +359,55 @@ func TestLocalEpsMapFull(t *testing.T) {
 		t.Error("c host-routed without an entry")
 	}
 	c.expect(true, "a>c tcp/80")
+}
+
+// TestDeviceHookTCRepointed: on a kernel without tcx, a node device hook
+// re-attached with another program (the device became an L3 tunnel, or a
+// new daemon brought new programs) runs the new one, and its marker pins
+// the new one, not the program it replaced, which would stay loaded.
+func TestDeviceHookTCRepointed(t *testing.T) {
+	c := newClusterWith(t, Config{AttachMode: AttachTC, Features: kernel.Probe().Without(kernel.TCX)}, false)
+	const name = "hookrepoint"
+	if err := netlink.LinkAdd(&netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: name}, PeerName: name + "p"}); err != nil {
+		t.Fatal(err)
+	}
+	l, err := netlink.LinkByName(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = netlink.LinkDel(l) })
+	progID := func(p *ebpf.Program) ebpf.ProgramID {
+		t.Helper()
+		info, err := p.Info()
+		if err != nil {
+			t.Fatal(err)
+		}
+		id, _ := info.ID()
+		return id
+	}
+	marker := filepath.Join(c.cfg.BPFDir, "links", "node-"+name, "ingress"+tcMarker+strconv.Itoa(l.Attrs().Index))
+	for _, l3 := range []bool{false, true, true} {
+		if err := c.dp.AttachNodeDevice(name, l.Attrs().Index, l3); err != nil {
+			t.Fatal(err)
+		}
+		want := progID(c.dp.objs.CdoFromNode)
+		if l3 {
+			want = progID(c.dp.objs.CdoFromNodeL3)
+		}
+		filters, err := netlink.FilterList(l, netlink.HANDLE_MIN_INGRESS)
+		if err != nil || len(filters) != 1 {
+			t.Fatalf("l3 %v: filters %v (%v), want one", l3, filters, err)
+		}
+		if got := filters[0].(*netlink.BpfFilter).Id; ebpf.ProgramID(got) != want {
+			t.Errorf("l3 %v: filter runs program %d, want %d", l3, got, want)
+		}
+		pinned, err := ebpf.LoadPinnedProgram(marker, nil)
+		if err != nil {
+			t.Fatalf("l3 %v: marker: %v", l3, err)
+		}
+		if got := progID(pinned); got != want {
+			t.Errorf("l3 %v: marker pins program %d, want %d", l3, got, want)
+		}
+		pinned.Close()
+	}
 }

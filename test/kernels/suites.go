@@ -31,11 +31,12 @@ var Suites = []Suite{
 	{
 		// BPF loading in both attach modes (tcx, or the tc it falls back
 		// to), per-packet verdicts through real veths, the tunnel decap
-		// program, the node and tunnel device hooks (tcx, or cls_bpf).
+		// program, the node and tunnel device hooks (tcx, or cls_bpf, and
+		// its filter re-pointed at another program).
 		// Left out for time: restart adoption (43 s in a guest), the kill
 		// mid-attach (30 s).
 		Name: "datapath", Package: "./daemon/datapath",
-		Run:     `^(TestPolicyEnforcement|TestVerdicts|TestTunnelDecap|TestPruneDeviceHooks)$`,
+		Run:     `^(TestPolicyEnforcement|TestVerdicts|TestTunnelDecap|TestPruneDeviceHooks|TestDeviceHookTCRepointed)$`,
 		Modules: append([]string{"vxlan"}, tc...),
 		Timeout: 4 * time.Minute,
 	},
