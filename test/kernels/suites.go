@@ -38,7 +38,7 @@ var Suites = []Suite{
 		Name: "datapath", Package: "./daemon/datapath",
 		Run:     `^(TestPolicyEnforcement|TestVerdicts|TestTunnelDecap|TestPruneDeviceHooks|TestDeviceHookTCRepointed)$`,
 		Modules: append([]string{"vxlan"}, tc...),
-		Timeout: 4 * time.Minute,
+		Timeout: 6 * time.Minute, // 3.5 min on 6.1 with the machine loaded
 	},
 	{
 		// The guided tour (make demo): daemon, CNI ADD/CHECK/DEL in
