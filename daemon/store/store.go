@@ -10,6 +10,8 @@ import (
 	"time"
 
 	bolt "go.etcd.io/bbolt"
+
+	"github.com/coordino/coordino/internal/schema"
 )
 
 // Mode says how an attachment was made; it is recorded at ADD because DEL
@@ -56,7 +58,17 @@ type Endpoint struct {
 	Generation uint64 `json:"generation,omitempty"`
 }
 
-var bucketEndpoints = []byte("endpoints")
+var (
+	bucketEndpoints = []byte("endpoints")
+	// bucketMeta holds the store's schema stamp under keySchema.
+	bucketMeta = []byte("meta")
+	keySchema  = []byte("schema")
+)
+
+// Format is the store's layout. Version 1 (unstamped): the endpoints
+// bucket of JSON records. Version 2 adds the meta bucket and its stamp;
+// version 1 code reads it (it ignores the bucket).
+var Format = schema.Format{What: "endpoint store", Current: 2, MinReader: 1}
 
 // Store persists endpoints. Safe for concurrent use.
 type Store struct {
@@ -74,14 +86,71 @@ func Open(stateDir string) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open endpoint store %s: %w", path, err)
 	}
-	if err := db.Update(func(tx *bolt.Tx) error {
-		_, err := tx.CreateBucketIfNotExists(bucketEndpoints)
-		return err
-	}); err != nil {
+	if err := db.Update(func(tx *bolt.Tx) error { return migrate(tx, path) }); err != nil {
 		db.Close()
+		if schema.IsTooNew(err) {
+			return nil, err
+		}
 		return nil, fmt.Errorf("initialise endpoint store %s: %w", path, err)
 	}
 	return &Store{db: db}, nil
+}
+
+// migrate checks the store's stamp and brings an older store to Format in
+// the same transaction; a store too new to read is left as it is (the
+// transaction rolls back).
+func migrate(tx *bolt.Tx, path string) error {
+	var found schema.Stamp
+	if data := bucketValue(tx, bucketMeta, keySchema); data != nil {
+		if err := json.Unmarshal(data, &found); err != nil {
+			return fmt.Errorf("decode schema stamp: %w", err)
+		}
+	} else if tx.Bucket(bucketEndpoints) == nil {
+		found = Format.Stamp() // a new store
+	}
+	decision, err := Format.Check(path, found)
+	if err != nil {
+		return err
+	}
+	if _, err := tx.CreateBucketIfNotExists(bucketEndpoints); err != nil {
+		return err
+	}
+	if decision == schema.ReadNewer {
+		return nil // its stamp stays: a newer build wrote it
+	}
+	// Version 1 → 2 is the stamp itself; later steps go before it.
+	meta, err := tx.CreateBucketIfNotExists(bucketMeta)
+	if err != nil {
+		return err
+	}
+	data, err := json.Marshal(Format.Stamp())
+	if err != nil {
+		return err
+	}
+	return meta.Put(keySchema, data)
+}
+
+func bucketValue(tx *bolt.Tx, bucket, key []byte) []byte {
+	if b := tx.Bucket(bucket); b != nil {
+		return b.Get(key)
+	}
+	return nil
+}
+
+// Schema returns the stamp the store carries.
+func (s *Store) Schema() (schema.Stamp, error) {
+	var st schema.Stamp
+	err := s.db.View(func(tx *bolt.Tx) error {
+		data := bucketValue(tx, bucketMeta, keySchema)
+		if data == nil {
+			return errors.New("no schema stamp")
+		}
+		return json.Unmarshal(data, &st)
+	})
+	if err != nil {
+		return st, fmt.Errorf("endpoint store schema: %w", err)
+	}
+	return st, nil
 }
 
 // Close closes the file.
