@@ -18,6 +18,7 @@ import (
 	"github.com/coordino/coordino/daemon/identity"
 	"github.com/coordino/coordino/daemon/kernel"
 	"github.com/coordino/coordino/daemon/policy"
+	"github.com/coordino/coordino/internal/schema"
 	"go.uber.org/zap"
 )
 
@@ -122,6 +123,11 @@ func Open(cfg Config) (_ *Datapath, err error) {
 		cfg.Logger = zap.NewNop()
 	}
 	if err := checkBPFFS(cfg.BPFDir); err != nil {
+		return nil, err
+	}
+	// Before any pin is touched: pins too new to read stay as they are.
+	pinSchema, err := checkPinSchema(cfg.BPFDir)
+	if err != nil {
 		return nil, err
 	}
 	if err := os.MkdirAll(filepath.Join(cfg.BPFDir, "links"), 0o700); err != nil {
@@ -229,6 +235,13 @@ func Open(cfg Config) (_ *Datapath, err error) {
 	}
 	if err := d.svc.setup(setFlags); err != nil {
 		return nil, err
+	}
+	// Older pins now have this layout (retired pins gone, maps adopted);
+	// newer readable ones keep their stamp.
+	if pinSchema != schema.ReadNewer {
+		if err := writePinSchema(cfg.BPFDir); err != nil {
+			return nil, err
+		}
 	}
 	return d, nil
 }
