@@ -35,6 +35,14 @@ func checkPinSchema(dir string) (schema.Decision, error) {
 	return PinFormat.Check(dir, found)
 }
 
+// CheckPinSchema reads, without changing anything, the stamp of the pins
+// in dir and fails with a *schema.TooNewError when this build cannot read
+// them. The daemon calls it before it touches any state; Open checks too.
+func CheckPinSchema(dir string) error {
+	_, err := checkPinSchema(dir)
+	return err
+}
+
 // readPinSchema returns the stamp in dir: the zero Stamp for pins written
 // before stamps, PinFormat's for a dir without pins.
 func readPinSchema(dir string) (schema.Stamp, error) {

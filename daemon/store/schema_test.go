@@ -113,3 +113,23 @@ func TestOpenStampsNewStore(t *testing.T) {
 		t.Fatalf("stamp of a new store = %+v, %v", st, err)
 	}
 }
+
+func TestCheckSchema(t *testing.T) {
+	if err := CheckSchema(t.TempDir()); err != nil {
+		t.Fatalf("no store: %v", err)
+	}
+	dir := t.TempDir()
+	path := writeStore(t, dir, &schema.Stamp{Version: 9, MinReader: 9})
+	before, _ := os.ReadFile(path)
+	if err := CheckSchema(dir); !schema.IsTooNew(err) {
+		t.Fatalf("store too new: %v", err)
+	}
+	if after, _ := os.ReadFile(path); !bytes.Equal(before, after) {
+		t.Fatal("CheckSchema changed the store")
+	}
+	dir = t.TempDir()
+	writeStore(t, dir, nil)
+	if err := CheckSchema(dir); err != nil {
+		t.Fatalf("unstamped store: %v", err)
+	}
+}

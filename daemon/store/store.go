@@ -100,23 +100,22 @@ func Open(stateDir string) (*Store, error) {
 // the same transaction; a store too new to read is left as it is (the
 // transaction rolls back).
 func migrate(tx *bolt.Tx, path string) error {
-	var found schema.Stamp
-	if data := bucketValue(tx, bucketMeta, keySchema); data != nil {
-		if err := json.Unmarshal(data, &found); err != nil {
-			return fmt.Errorf("decode schema stamp: %w", err)
-		}
-	} else if tx.Bucket(bucketEndpoints) == nil {
+	found, stamped, err := readStamp(tx)
+	if err != nil {
+		return err
+	}
+	if !stamped && tx.Bucket(bucketEndpoints) == nil {
 		found = Format.Stamp() // a new store
 	}
 	decision, err := Format.Check(path, found)
 	if err != nil {
 		return err
 	}
-	if _, err := tx.CreateBucketIfNotExists(bucketEndpoints); err != nil {
+	if _, err = tx.CreateBucketIfNotExists(bucketEndpoints); err != nil {
 		return err
 	}
-	if decision == schema.ReadNewer {
-		return nil // its stamp stays: a newer build wrote it
+	if decision == schema.ReadNewer || decision == schema.UseAsIs && stamped {
+		return nil // a newer build's stamp stays; a current one is there
 	}
 	// Version 1 → 2 is the stamp itself; later steps go before it.
 	meta, err := tx.CreateBucketIfNotExists(bucketMeta)
@@ -130,6 +129,19 @@ func migrate(tx *bolt.Tx, path string) error {
 	return meta.Put(keySchema, data)
 }
 
+// readStamp returns the store's stamp, and whether it has one.
+func readStamp(tx *bolt.Tx) (schema.Stamp, bool, error) {
+	var st schema.Stamp
+	data := bucketValue(tx, bucketMeta, keySchema)
+	if data == nil {
+		return st, false, nil
+	}
+	if err := json.Unmarshal(data, &st); err != nil {
+		return st, false, fmt.Errorf("decode schema stamp: %w", err)
+	}
+	return st, true, nil
+}
+
 func bucketValue(tx *bolt.Tx, bucket, key []byte) []byte {
 	if b := tx.Bucket(bucket); b != nil {
 		return b.Get(key)
@@ -141,16 +153,41 @@ func bucketValue(tx *bolt.Tx, bucket, key []byte) []byte {
 func (s *Store) Schema() (schema.Stamp, error) {
 	var st schema.Stamp
 	err := s.db.View(func(tx *bolt.Tx) error {
-		data := bucketValue(tx, bucketMeta, keySchema)
-		if data == nil {
-			return errors.New("no schema stamp")
+		var stamped bool
+		var err error
+		if st, stamped, err = readStamp(tx); err == nil && !stamped {
+			err = errors.New("no schema stamp")
 		}
-		return json.Unmarshal(data, &st)
+		return err
 	})
 	if err != nil {
 		return st, fmt.Errorf("endpoint store schema: %w", err)
 	}
 	return st, nil
+}
+
+// CheckSchema reads, without changing anything, the stamp of the store
+// under stateDir and fails with a *schema.TooNewError when this build
+// cannot read it; a missing store is fine. The daemon calls it before it
+// touches any state.
+func CheckSchema(stateDir string) error {
+	path := filepath.Join(stateDir, "endpoints.db")
+	if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: 5 * time.Second, ReadOnly: true})
+	if err != nil {
+		return fmt.Errorf("open endpoint store %s: %w", path, err)
+	}
+	defer db.Close()
+	return db.View(func(tx *bolt.Tx) error {
+		found, _, err := readStamp(tx)
+		if err != nil {
+			return fmt.Errorf("endpoint store %s: %w", path, err)
+		}
+		_, err = Format.Check(path, found)
+		return err
+	})
 }
 
 // Close closes the file.
