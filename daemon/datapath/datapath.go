@@ -105,6 +105,9 @@ type Datapath struct {
 	remote        remoteAddrs
 	remoteNodeIPs []netip.Addr
 
+	// loadTook is how long loading the programs took at Open.
+	loadTook time.Duration
+
 	eps    *endpoints     // the endpoint table (endpoints.go)
 	mw     *mapWriter     // policy, ipcache, endpoints, config maps (sync.go)
 	health *mapHealth     // refused writes of every map (capacity.go)
@@ -178,7 +181,10 @@ func Open(cfg Config) (_ *Datapath, err error) {
 	}
 	d.cfg = cfg
 	opts := &ebpf.CollectionOptions{Maps: ebpf.MapOptions{PinPath: cfg.BPFDir}}
-	if err := spec.LoadAndAssign(&d.objs, opts); err != nil {
+	loadStart := time.Now()
+	err = spec.LoadAndAssign(&d.objs, opts)
+	d.loadTook = time.Since(loadStart) // the verifier's time: most of a restart
+	if err != nil {
 		if errors.Is(err, ebpf.ErrMapIncompatible) {
 			return nil, fmt.Errorf("datapath: pinned maps in %s do not match this version: %w", cfg.BPFDir, err)
 		}
@@ -289,7 +295,8 @@ func (d *Datapath) restore() error {
 	})
 	d.log.Info("datapath opened", zap.String("bpfDir", d.cfg.BPFDir), zap.Int("adoptedEndpoints", adopted),
 		zap.Int("restoredRemoteEndpoints", d.remote.unconfirmedCount()),
-		zap.Int("policyEntries", d.mw.usage()[2].Entries), zap.Uint32("policyRevision", d.mw.policyRevision()))
+		zap.Int("policyEntries", d.mw.usage()[2].Entries), zap.Uint32("policyRevision", d.mw.policyRevision()),
+		zap.Duration("programLoad", d.loadTook))
 	return nil
 }
 
