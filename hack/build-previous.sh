@@ -7,7 +7,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ref="${1:?usage: hack/build-previous.sh <commit>}"
-commit="$(git rev-parse --verify "${ref}^{commit}")"
+if ! commit="$(git rev-parse --verify --quiet "${ref}^{commit}")"; then
+  echo "previous release ${ref} is not in this checkout's history (a shallow clone? git fetch --unshallow)" >&2
+  exit 1
+fi
 out="bin/previous/${commit}"
 if [ -x "${out}/coordino" ] && [ -x "${out}/coordino-daemon" ]; then
   echo "previous release ${commit}: cached" >&2
