@@ -22,6 +22,7 @@ var PinFormat = schema.Format{What: "pinned BPF state", Current: 2, MinReader: 1
 
 // schemaMapName is the pinned map holding PinFormat's stamp (a bpffs holds
 // only pins, no files): key 0, value version and min reader, little endian.
+// Its layout never changes: every version must be able to read it.
 const schemaMapName = "cdo_schema"
 
 // checkPinSchema reads the stamp of the pins in dir before Open touches

@@ -133,9 +133,9 @@ func addPod(t *testing.T, c *harness.CNI, name string) *pod {
 	return &pod{Pod: p, rt: rt, addrs: addrs}
 }
 
-// TestPluginDaemonSkew drives ADD, CHECK, GC, DEL and STATUS through
-// libcni with the plugin and the daemon of the previous release and of
-// this tree in all four pairings, as a node sees them while the installer
+// TestPluginDaemonSkew drives ADD, CHECK, GC, DEL (delivered, and queued
+// while the daemon is away) and STATUS through libcni with the plugin and
+// the daemon of the previous release and of this tree in all four pairings, as a node sees them while the installer
 // copies the new plugin and the DaemonSet rolls.
 func TestPluginDaemonSkew(t *testing.T) {
 	prev, cur := builds(t)
@@ -176,14 +176,22 @@ func TestPluginDaemonSkew(t *testing.T) {
 				if err := c.Check(ctx(t), b.rt); err == nil {
 					t.Fatal("CHECK of the attachment GC reclaimed succeeded")
 				}
+				// A DEL while the daemon is away: the plugin queues it and
+				// the daemon applies it at start, whichever wrote the record.
+				if err := n.StopDaemon(syscall.SIGTERM); err != nil {
+					t.Fatal(err)
+				}
 				if err := c.Del(ctx(t), a.rt); err != nil {
-					t.Fatalf("DEL: %v", err)
+					t.Fatalf("DEL with the daemon away: %v", err)
+				}
+				if err := n.StartDaemon(); err != nil {
+					t.Fatal(err)
+				}
+				if err := n.Leaks(0); err != nil {
+					t.Fatalf("after the queued DEL: %v", err)
 				}
 				if err := c.Del(ctx(t), a.rt); err != nil {
 					t.Fatalf("second DEL: %v", err)
-				}
-				if err := n.Leaks(0); err != nil {
-					t.Fatalf("after DEL: %v", err)
 				}
 			})
 		}
