@@ -105,8 +105,10 @@ type Datapath struct {
 	remote        remoteAddrs
 	remoteNodeIPs []netip.Addr
 
-	// loadTook is how long loading the programs took at Open.
-	loadTook time.Duration
+	// loadTook is how long loading the maps and programs took at Open;
+	// programsReused says the programs were a previous start's.
+	loadTook       time.Duration
+	programsReused bool
 
 	eps    *endpoints     // the endpoint table (endpoints.go)
 	mw     *mapWriter     // policy, ipcache, endpoints, config maps (sync.go)
@@ -180,10 +182,9 @@ func Open(cfg Config) (_ *Datapath, err error) {
 		return nil, err
 	}
 	d.cfg = cfg
-	opts := &ebpf.CollectionOptions{Maps: ebpf.MapOptions{PinPath: cfg.BPFDir}}
 	loadStart := time.Now()
-	err = spec.LoadAndAssign(&d.objs, opts)
-	d.loadTook = time.Since(loadStart) // the verifier's time: most of a restart
+	d.programsReused, err = loadObjects(spec, cfg.BPFDir, &d.objs)
+	d.loadTook = time.Since(loadStart) // unless reused, the verifier's time: most of a restart
 	if err != nil {
 		if errors.Is(err, ebpf.ErrMapIncompatible) {
 			return nil, fmt.Errorf("datapath: pinned maps in %s do not match this version: %w", cfg.BPFDir, err)
@@ -296,7 +297,7 @@ func (d *Datapath) restore() error {
 	d.log.Info("datapath opened", zap.String("bpfDir", d.cfg.BPFDir), zap.Int("adoptedEndpoints", adopted),
 		zap.Int("restoredRemoteEndpoints", d.remote.unconfirmedCount()),
 		zap.Int("policyEntries", d.mw.usage()[2].Entries), zap.Uint32("policyRevision", d.mw.policyRevision()),
-		zap.Duration("programLoad", d.loadTook))
+		zap.Duration("programLoad", d.loadTook), zap.Bool("programsReused", d.programsReused))
 	return nil
 }
 
