@@ -289,7 +289,7 @@ func replace(t *testing.T, n *harness.Node, c *harness.CNI, daemon build, name s
 	return p, cost
 }
 
-var programLoadRE = regexp.MustCompile(`"msg":"datapath opened".*"programLoad":([0-9.]+)`)
+var programLoadRE = regexp.MustCompile(`"msg":"datapath opened".*"programLoad":([0-9.]+),"programsReused":(true|false)`)
 
 // programLoad is the program load time a daemon logged in n's log after
 // offset (daemons before the field: "not logged").
@@ -306,7 +306,11 @@ func programLoad(n *harness.Node, offset int64) string {
 	if err != nil {
 		return "not logged"
 	}
-	return time.Duration(s * float64(time.Second)).Round(time.Millisecond).String()
+	how := "loaded"
+	if string(m[2]) == "true" {
+		how = "reused"
+	}
+	return time.Duration(s*float64(time.Second)).Round(time.Millisecond).String() + " " + how
 }
 
 func logSize(n *harness.Node) int64 {
@@ -322,7 +326,8 @@ func logSize(n *harness.Node) int64 {
 // with the BPF programs unchanged), current → previous (rollback) and
 // forward again. Each daemon adopts the endpoints the other left (CHECK
 // passes, DEL works, addresses are not reused) and the connection is never
-// broken. It logs the time from SIGTERM to the next daemon's first ADD.
+// broken; a daemon meeting the programs its build pinned reuses them. It
+// logs the time from SIGTERM to the next daemon's first ADD.
 func TestUpgradeRestartRollback(t *testing.T) {
 	prev, cur := builds(t)
 	n := newNode(t, []string{"10.141.0.0/24"}, prev.daemon)
@@ -340,14 +345,18 @@ func TestUpgradeRestartRollback(t *testing.T) {
 	for i, step := range []struct {
 		name   string
 		daemon build
+		reuse  bool // the programs the last start of this build pinned
 	}{
-		{"upgrade previous→current", cur},
-		{"restart current→current", cur},
-		{"rollback current→previous", prev},
-		{"upgrade again previous→current", cur},
+		{"upgrade previous→current", cur, false},
+		{"restart current→current", cur, true},
+		{"rollback current→previous", prev, false},
+		{"upgrade again previous→current", cur, true},
 	} {
 		p, cost := replace(t, n, c, step.daemon, fmt.Sprintf("p%d", i))
-		t.Logf("%s: SIGTERM→ADD result %v (stop %v, start→serving %v of which loading the BPF programs %s, ADD %v)",
+		if reused := strings.HasSuffix(cost.programLoad, "reused"); reused != step.reuse {
+			t.Errorf("%s: programs %s, want reused %v", step.name, cost.programLoad, step.reuse)
+		}
+		t.Logf("%s: SIGTERM→ADD result %v (stop %v, start→serving %v of which maps and programs %s, ADD %v)",
 			step.name, cost.total().Round(time.Millisecond), cost.stop.Round(time.Millisecond),
 			cost.serve.Round(time.Millisecond), cost.programLoad, cost.add.Round(time.Millisecond))
 		for _, q := range pods {
