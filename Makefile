@@ -23,6 +23,16 @@ build:
 	@if [ -f install/cmd/coordino-install/main.go ]; then CGO_ENABLED=0 $(GO) build -trimpath -ldflags='-s -w' -o $(BIN)/coordino-install ./install/cmd/coordino-install; fi
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags='-s -w' -o $(BIN)/coordino-controller ./controller/cmd/coordino-controller
 
+# The previous release, for the plugin/daemon skew tests (test/skew): a
+# commit until the repository has tags; move it forward with each release.
+# Its plugin and daemon are built once into bin/previous/<commit>/.
+PREVIOUS_RELEASE ?= 94d90b4
+export PREVIOUS_RELEASE
+
+.PHONY: previous-release
+previous-release:
+	hack/build-previous.sh $(PREVIOUS_RELEASE)
+
 # Reference plugins from github.com/containernetworking/plugins at the version in go.mod.
 ref-plugins:
 	@mkdir -p $(BIN)/ref
@@ -60,7 +70,7 @@ lint:
 # cached). Under CI=true privileged tests fail instead of skipping. The
 # kubelet part needs kube-apiserver and kubelet builds (~25 min cold on 2
 # cores): `make e2e-runtime`.
-test: deps build ref-plugins lint check-generated
+test: deps build ref-plugins lint check-generated previous-release
 	test/testbed/build.sh etcd kube-apiserver kube-proxy  # test/apiserver: real API server tests; test/k8smode: kube-proxy
 	$(GO) test -count=1 -timeout 20m $$($(GO) list ./... | grep -v /test/runtime)
 	test/testbed/deps.sh

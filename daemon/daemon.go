@@ -84,6 +84,17 @@ func (p *parts) stop() {
 func start(ctx context.Context, o *config.Options, log *zap.Logger) (*parts, error) {
 	p := &parts{o: o, queueDir: filepath.Join(o.RunDir, wire.DeleteQueueDir), hub: flows.NewHub()}
 	p.log, p.logs = inspect.RecordLogs(log) // kept for coordinoctl bugtool
+	// Before anything touches state: a daemon rolled back below the
+	// version of the state it finds stops here, leaving it (and the policy
+	// in the pinned maps) in force for a build that reads it.
+	if err := store.CheckSchema(o.StateDir); err != nil {
+		return p, err
+	}
+	if !o.NoDatapath {
+		if err := datapath.CheckPinSchema(o.BPFDir); err != nil {
+			return p, err
+		}
+	}
 	stopTracing, err := startTracing(ctx, o, p.log)
 	if err != nil {
 		return p, err

@@ -18,6 +18,7 @@ import (
 	"github.com/coordino/coordino/daemon/identity"
 	"github.com/coordino/coordino/daemon/kernel"
 	"github.com/coordino/coordino/daemon/policy"
+	"github.com/coordino/coordino/internal/schema"
 	"go.uber.org/zap"
 )
 
@@ -104,6 +105,11 @@ type Datapath struct {
 	remote        remoteAddrs
 	remoteNodeIPs []netip.Addr
 
+	// loadTook is how long loading the maps and programs took at Open;
+	// programsReused says the programs were a previous start's.
+	loadTook       time.Duration
+	programsReused bool
+
 	eps    *endpoints     // the endpoint table (endpoints.go)
 	mw     *mapWriter     // policy, ipcache, endpoints, config maps (sync.go)
 	health *mapHealth     // refused writes of every map (capacity.go)
@@ -122,6 +128,11 @@ func Open(cfg Config) (_ *Datapath, err error) {
 		cfg.Logger = zap.NewNop()
 	}
 	if err := checkBPFFS(cfg.BPFDir); err != nil {
+		return nil, err
+	}
+	// Before any pin is touched: pins too new to read stay as they are.
+	pinSchema, err := checkPinSchema(cfg.BPFDir)
+	if err != nil {
 		return nil, err
 	}
 	if err := os.MkdirAll(filepath.Join(cfg.BPFDir, "links"), 0o700); err != nil {
@@ -171,8 +182,10 @@ func Open(cfg Config) (_ *Datapath, err error) {
 		return nil, err
 	}
 	d.cfg = cfg
-	opts := &ebpf.CollectionOptions{Maps: ebpf.MapOptions{PinPath: cfg.BPFDir}}
-	if err := spec.LoadAndAssign(&d.objs, opts); err != nil {
+	loadStart := time.Now()
+	d.programsReused, err = loadObjects(spec, cfg.BPFDir, &d.objs)
+	d.loadTook = time.Since(loadStart) // unless reused, the verifier's time: most of a restart
+	if err != nil {
 		if errors.Is(err, ebpf.ErrMapIncompatible) {
 			return nil, fmt.Errorf("datapath: pinned maps in %s do not match this version: %w", cfg.BPFDir, err)
 		}
@@ -230,6 +243,13 @@ func Open(cfg Config) (_ *Datapath, err error) {
 	if err := d.svc.setup(setFlags); err != nil {
 		return nil, err
 	}
+	// Older pins now have this layout (retired pins gone, maps adopted);
+	// newer readable ones keep their stamp.
+	if pinSchema != schema.ReadNewer {
+		if err := writePinSchema(cfg.BPFDir); err != nil {
+			return nil, err
+		}
+	}
 	return d, nil
 }
 
@@ -276,7 +296,8 @@ func (d *Datapath) restore() error {
 	})
 	d.log.Info("datapath opened", zap.String("bpfDir", d.cfg.BPFDir), zap.Int("adoptedEndpoints", adopted),
 		zap.Int("restoredRemoteEndpoints", d.remote.unconfirmedCount()),
-		zap.Int("policyEntries", d.mw.usage()[2].Entries), zap.Uint32("policyRevision", d.mw.policyRevision()))
+		zap.Int("policyEntries", d.mw.usage()[2].Entries), zap.Uint32("policyRevision", d.mw.policyRevision()),
+		zap.Duration("programLoad", d.loadTook), zap.Bool("programsReused", d.programsReused))
 	return nil
 }
 

@@ -59,7 +59,7 @@ func TestAddLooksUpOnlyItsOwnQueuedDels(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		req, _, err := deletequeue.Decode(data)
+		req, _, err := deletequeue.Decode(p, data)
 		if err != nil {
 			return err
 		}

@@ -14,16 +14,25 @@ import (
 	coordinov1alpha1 "github.com/coordino/coordino/api/coordino/v1alpha1"
 	"github.com/coordino/coordino/daemon/atomicfile"
 	"github.com/coordino/coordino/daemon/policy"
+	"github.com/coordino/coordino/internal/schema"
 )
 
 // lastKnownFile is the file in the state directory holding lastKnown.
 const lastKnownFile = "k8s-last-known.json"
+
+// LastKnownFormat is the last-known state file's layout. Version 1
+// (unstamped) is that of the releases before stamps; version 2 adds the
+// stamp, which version 1 ignores. The file is a cache of the API server:
+// a daemon that refuses one too new serves without it through an outage,
+// and replaces it with its own once it has the cluster's state.
+var LastKnownFormat = schema.Format{What: "last-known cluster state", Current: 2, MinReader: 1}
 
 // lastKnown is the cluster state the daemon last saw from the API server:
 // what a daemon restarted during an API outage serves from, so it keeps
 // the node's blocks, pod labels, identities and policy instead of starting
 // empty (which would flush policy and stop ADDs).
 type lastKnown struct {
+	Schema     schema.Stamp                 `json:"schema"`
 	Saved      time.Time                    `json:"saved"`
 	Blocks     []coordinov1alpha1.NodeBlock `json:"blocks,omitempty"`
 	Generation int64                        `json:"generation,omitempty"`
@@ -53,15 +62,21 @@ func loadLastKnown(dir string) (*lastKnown, error) {
 	if err != nil {
 		return nil, fmt.Errorf("read last-known cluster state: %w", err)
 	}
+	path := filepath.Join(dir, lastKnownFile)
 	var lk lastKnown
 	if err := json.Unmarshal(data, &lk); err != nil {
-		return nil, fmt.Errorf("decode last-known cluster state %s: %w", filepath.Join(dir, lastKnownFile), err)
+		return nil, fmt.Errorf("decode last-known cluster state %s: %w", path, err)
+	}
+	// Versions 1 and 2 hold the same fields: nothing to migrate.
+	if _, err := LastKnownFormat.Check(path, lk.Schema); err != nil {
+		return nil, err
 	}
 	return &lk, nil
 }
 
 // save writes lk atomically: a crash leaves the previous state or this one.
 func (lk *lastKnown) save(dir string) error {
+	lk.Schema = LastKnownFormat.Stamp()
 	data, err := json.Marshal(lk)
 	if err != nil {
 		return fmt.Errorf("encode last-known cluster state: %w", err)

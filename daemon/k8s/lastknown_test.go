@@ -41,3 +41,42 @@ func TestLastKnownRoundTrip(t *testing.T) {
 		t.Fatal("damaged last-known state accepted")
 	}
 }
+
+// The file's stamp: an unstamped file (the releases before stamps) and a
+// newer additive one are read; one too new is refused naming the versions,
+// and the refusal leaves the file as it was.
+func TestLastKnownSchema(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, lastKnownFile)
+	for _, tc := range []struct {
+		file, err string
+	}{
+		{`{"generation":3}`, ""},
+		{`{"schema":{"version":3,"minReader":2},"generation":3,"newField":[1]}`, ""},
+		{`{"schema":{"version":4,"minReader":3},"generation":3}`, "last-known cluster state " + path + " has schema version 4, readable by version 3 and later; this build reads versions up to 2"},
+	} {
+		if err := os.WriteFile(path, []byte(tc.file), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		lk, err := loadLastKnown(dir)
+		if tc.err == "" {
+			if err != nil || lk.Generation != 3 {
+				t.Errorf("%s: %+v, %v", tc.file, lk, err)
+			}
+			continue
+		}
+		if err == nil || err.Error() != tc.err+": refusing to use it and leaving it untouched (run a release that reads version 3, or remove the state to start afresh)" {
+			t.Errorf("%s: error %v, want %q", tc.file, err, tc.err)
+		}
+		if data, _ := os.ReadFile(path); string(data) != tc.file {
+			t.Errorf("refused file rewritten: %s", data)
+		}
+	}
+	// What this build saves carries its stamp.
+	if err := (&lastKnown{Generation: 1}).save(dir); err != nil {
+		t.Fatal(err)
+	}
+	if lk, err := loadLastKnown(dir); err != nil || lk.Schema != LastKnownFormat.Stamp() {
+		t.Fatalf("saved stamp %+v, %v", lk, err)
+	}
+}

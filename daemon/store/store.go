@@ -10,6 +10,8 @@ import (
 	"time"
 
 	bolt "go.etcd.io/bbolt"
+
+	"github.com/coordino/coordino/internal/schema"
 )
 
 // Mode says how an attachment was made; it is recorded at ADD because DEL
@@ -56,7 +58,17 @@ type Endpoint struct {
 	Generation uint64 `json:"generation,omitempty"`
 }
 
-var bucketEndpoints = []byte("endpoints")
+var (
+	bucketEndpoints = []byte("endpoints")
+	// bucketMeta holds the store's schema stamp under keySchema.
+	bucketMeta = []byte("meta")
+	keySchema  = []byte("schema")
+)
+
+// Format is the store's layout. Version 1 (unstamped): the endpoints
+// bucket of JSON records. Version 2 adds the meta bucket and its stamp;
+// version 1 code reads it (it ignores the bucket).
+var Format = schema.Format{What: "endpoint store", Current: 2, MinReader: 1}
 
 // Store persists endpoints. Safe for concurrent use.
 type Store struct {
@@ -74,14 +86,108 @@ func Open(stateDir string) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open endpoint store %s: %w", path, err)
 	}
-	if err := db.Update(func(tx *bolt.Tx) error {
-		_, err := tx.CreateBucketIfNotExists(bucketEndpoints)
-		return err
-	}); err != nil {
+	if err := db.Update(func(tx *bolt.Tx) error { return migrate(tx, path) }); err != nil {
 		db.Close()
+		if schema.IsTooNew(err) {
+			return nil, err
+		}
 		return nil, fmt.Errorf("initialise endpoint store %s: %w", path, err)
 	}
 	return &Store{db: db}, nil
+}
+
+// migrate checks the store's stamp and brings an older store to Format in
+// the same transaction; a store too new to read is left as it is (the
+// transaction rolls back).
+func migrate(tx *bolt.Tx, path string) error {
+	found, stamped, err := readStamp(tx)
+	if err != nil {
+		return err
+	}
+	if !stamped && tx.Bucket(bucketEndpoints) == nil {
+		found = Format.Stamp() // a new store
+	}
+	decision, err := Format.Check(path, found)
+	if err != nil {
+		return err
+	}
+	if _, err = tx.CreateBucketIfNotExists(bucketEndpoints); err != nil {
+		return err
+	}
+	if decision == schema.ReadNewer || decision == schema.UseAsIs && stamped {
+		return nil // a newer build's stamp stays; a current one is there
+	}
+	// Version 1 → 2 is the stamp itself; later steps go before it.
+	meta, err := tx.CreateBucketIfNotExists(bucketMeta)
+	if err != nil {
+		return err
+	}
+	data, err := json.Marshal(Format.Stamp())
+	if err != nil {
+		return err
+	}
+	return meta.Put(keySchema, data)
+}
+
+// readStamp returns the store's stamp, and whether it has one.
+func readStamp(tx *bolt.Tx) (schema.Stamp, bool, error) {
+	var st schema.Stamp
+	data := bucketValue(tx, bucketMeta, keySchema)
+	if data == nil {
+		return st, false, nil
+	}
+	if err := json.Unmarshal(data, &st); err != nil {
+		return st, false, fmt.Errorf("decode schema stamp: %w", err)
+	}
+	return st, true, nil
+}
+
+func bucketValue(tx *bolt.Tx, bucket, key []byte) []byte {
+	if b := tx.Bucket(bucket); b != nil {
+		return b.Get(key)
+	}
+	return nil
+}
+
+// Schema returns the stamp the store carries.
+func (s *Store) Schema() (schema.Stamp, error) {
+	var st schema.Stamp
+	err := s.db.View(func(tx *bolt.Tx) error {
+		var stamped bool
+		var err error
+		if st, stamped, err = readStamp(tx); err == nil && !stamped {
+			err = errors.New("no schema stamp")
+		}
+		return err
+	})
+	if err != nil {
+		return st, fmt.Errorf("endpoint store schema: %w", err)
+	}
+	return st, nil
+}
+
+// CheckSchema reads, without changing anything, the stamp of the store
+// under stateDir and fails with a *schema.TooNewError when this build
+// cannot read it; a missing store is fine. The daemon calls it before it
+// touches any state.
+func CheckSchema(stateDir string) error {
+	path := filepath.Join(stateDir, "endpoints.db")
+	if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: 5 * time.Second, ReadOnly: true})
+	if err != nil {
+		return fmt.Errorf("open endpoint store %s: %w", path, err)
+	}
+	defer db.Close()
+	return db.View(func(tx *bolt.Tx) error {
+		found, _, err := readStamp(tx)
+		if err != nil {
+			return fmt.Errorf("endpoint store %s: %w", path, err)
+		}
+		_, err = Format.Check(path, found)
+		return err
+	})
 }
 
 // Close closes the file.

@@ -18,8 +18,14 @@ import (
 	"strings"
 	"time"
 
+	"github.com/coordino/coordino/internal/schema"
 	"github.com/coordino/coordino/proto/cni/v1/wire"
 )
+
+// Format is the queue records' layout. Version 1 (unstamped) is that of
+// the releases before stamps; version 2 adds the stamp's fields, which
+// version 1 skips as unknown.
+var Format = schema.Format{What: "queued DEL", Current: 2, MinReader: 1}
 
 const (
 	suffix = ".del"
@@ -56,7 +62,7 @@ func networkName(stdin []byte) string {
 func Write(dir string, req *wire.Request) error {
 	keyDir := filepath.Join(dir, KeyDir(networkName(req.Stdin), req.ContainerID, req.IfName))
 	now := time.Now()
-	data, err := wire.AppendQueuedDelete(nil, req, now.UnixNano())
+	data, err := wire.AppendQueuedDelete(nil, req, now.UnixNano(), Format.Stamp())
 	if err != nil {
 		return fmt.Errorf("encode queue entry: %w", err)
 	}
@@ -119,11 +125,16 @@ type Entry struct {
 	QueuedAt time.Time
 }
 
-// Decode parses a queue file's content.
-func Decode(data []byte) (*wire.Request, time.Time, error) {
-	req, at, err := wire.DecodeQueuedDelete(data)
+// Decode parses the content of the queue file at path; a record too new
+// for this build is a *schema.TooNewError.
+func Decode(path string, data []byte) (*wire.Request, time.Time, error) {
+	req, at, st, err := wire.DecodeQueuedDelete(data)
 	if err != nil {
 		return nil, time.Time{}, fmt.Errorf("decode queued DEL: %w", err)
+	}
+	// Versions 1 and 2 hold the same request: nothing to migrate.
+	if _, err := Format.Check(path, st); err != nil {
+		return nil, time.Time{}, err
 	}
 	if req == nil || req.ContainerID == "" {
 		return nil, time.Time{}, errors.New("decode queued DEL: no request or container ID")
@@ -209,7 +220,8 @@ func entryFiles(dir string) ([]string, error) {
 // directory, so callers compare each entry's key with their own. An entry
 // that vanishes or cannot be read meanwhile is skipped. Entries a plugin
 // from before key directories wrote are not looked at: the drain before
-// serving applies them.
+// serving applies them. An entry too new for this build to read fails the
+// lookup (a *schema.TooNewError): it may be the attachment's own DEL.
 func ForKey(dir, network, containerID, ifName string) ([]Entry, error) {
 	paths, err := entryFiles(filepath.Join(dir, KeyDir(network, containerID, ifName)))
 	if err != nil {
@@ -221,7 +233,12 @@ func ForKey(dir, network, containerID, ifName string) ([]Entry, error) {
 		if err != nil {
 			continue
 		}
-		if req, at, err := Decode(data); err == nil {
+		req, at, err := Decode(path, data)
+		if schema.IsTooNew(err) {
+			// It may be this attachment's DEL: an ADD must not go first.
+			return nil, err
+		}
+		if err == nil {
 			out = append(out, Entry{Path: path, Request: req, QueuedAt: at})
 		}
 	}
@@ -232,7 +249,8 @@ func ForKey(dir, network, containerID, ifName string) ([]Entry, error) {
 // apply accepts (apply may have removed it already). An entry that cannot be
 // decoded is moved aside (".bad") so it is neither lost nor retried forever,
 // as is one apply rejects with ErrUnusable; an entry apply fails otherwise
-// stays queued for the next drain.
+// stays queued for the next drain, as does one too new for this build to
+// read (left for a build that reads it).
 func Drain(dir string, apply func(Entry) error) (applied int, errs []error) {
 	paths, err := Paths(dir)
 	if err != nil {
@@ -247,7 +265,11 @@ func Drain(dir string, apply func(Entry) error) (applied int, errs []error) {
 			errs = append(errs, fmt.Errorf("read %s: %w", path, err))
 			continue
 		}
-		req, at, err := Decode(data)
+		req, at, err := Decode(path, data)
+		if schema.IsTooNew(err) {
+			errs = append(errs, err) // stays queued for a build that reads it
+			continue
+		}
 		if err != nil {
 			errs = append(errs, fmt.Errorf("%s: %w", path, err))
 			_ = os.Rename(path, path+".bad")

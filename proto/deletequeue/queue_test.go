@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/coordino/coordino/internal/schema"
 	"github.com/coordino/coordino/proto/cni/v1/wire"
 )
 
@@ -77,7 +78,7 @@ func TestKeyDirectories(t *testing.T) {
 		return []byte(`{"cniVersion":"1.1.0","name":"` + name + `","type":"coordino"}`)
 	}
 	// An entry an older plugin wrote at the top, queued first.
-	legacy, err := wire.AppendQueuedDelete(nil, &wire.Request{ContainerID: "old", IfName: "eth0", Stdin: conf("n1")}, 1)
+	legacy, err := wire.AppendQueuedDelete(nil, &wire.Request{ContainerID: "old", IfName: "eth0", Stdin: conf("n1")}, 1, schema.Stamp{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -127,7 +128,7 @@ func FuzzDecode(f *testing.F) {
 	f.Add([]byte("garbage"))
 	f.Add([]byte{0x0a, 0x03, 0x0a, 0x01, 0x61})
 	f.Fuzz(func(t *testing.T, data []byte) {
-		req, _, err := Decode(data)
+		req, _, err := Decode("fuzz.del", data)
 		if err == nil && (req == nil || req.ContainerID == "") {
 			t.Fatal("accepted an entry without a container ID")
 		}
@@ -149,4 +150,58 @@ func FuzzKeyDirOfRequest(f *testing.F) {
 			t.Fatal("key directory not deterministic")
 		}
 	})
+}
+
+// Records carry the queue's stamp. One from a release before stamps, or a
+// newer additive one, is replayed; one too new for this build stays queued,
+// byte for byte, and makes an ADD of its attachment's key wait (its DEL
+// must not come after the ADD).
+func TestQueueRecordSchema(t *testing.T) {
+	dir := t.TempDir()
+	if err := Write(dir, &wire.Request{ContainerID: "now", IfName: "eth0", Stdin: []byte(`{"name":"n"}`)}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := ForKey(dir, "n", "now", "eth0")
+	if err != nil || len(got) != 1 {
+		t.Fatalf("ForKey = %v, %v", got, err)
+	}
+	data, _ := os.ReadFile(got[0].Path)
+	if _, _, st, err := wire.DecodeQueuedDelete(data); err != nil || st != Format.Stamp() {
+		t.Fatalf("written stamp %+v, %v; want %+v", st, err, Format.Stamp())
+	}
+	put := func(id string, st schema.Stamp) string {
+		t.Helper()
+		keyDir := filepath.Join(dir, KeyDir("n", id, "eth0"))
+		if err := os.MkdirAll(keyDir, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		data, err := wire.AppendQueuedDelete(nil, &wire.Request{ContainerID: id, IfName: "eth0", Stdin: []byte(`{"name":"n"}`)}, 1, st)
+		if err != nil {
+			t.Fatal(err)
+		}
+		path := filepath.Join(keyDir, "00000000000000000001-"+id+".del")
+		if err := os.WriteFile(path, data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return path
+	}
+	put("old", schema.Stamp{})
+	put("additive", schema.Stamp{Version: Format.Current + 1, MinReader: Format.Current})
+	tooNew := put("future", schema.Stamp{Version: Format.Current + 2, MinReader: Format.Current + 2})
+	before, _ := os.ReadFile(tooNew)
+
+	if _, err := ForKey(dir, "n", "future", "eth0"); !schema.IsTooNew(err) || !strings.Contains(err.Error(), "queued DEL "+tooNew+" has schema version 4, readable by version 4") {
+		t.Fatalf("ForKey of the key with a record too new: %v", err)
+	}
+	var applied []string
+	n, errs := Drain(dir, func(e Entry) error {
+		applied = append(applied, e.Request.ContainerID)
+		return nil
+	})
+	if n != 3 || len(errs) != 1 || !schema.IsTooNew(errs[0]) {
+		t.Fatalf("Drain applied %d %v, errors %v; want 3 and the too-new record refused", n, applied, errs)
+	}
+	if after, err := os.ReadFile(tooNew); err != nil || string(after) != string(before) {
+		t.Fatalf("the record too new did not stay queued as it was: %v", err)
+	}
 }

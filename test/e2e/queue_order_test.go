@@ -31,7 +31,7 @@ func TestQueuedDelNeverRemovesANewerAttachment(t *testing.T) {
 	data, err := wire.AppendQueuedDelete(nil, &wire.Request{
 		ContainerID: rt.ContainerID, Netns: p.NS.Path(), IfName: rt.IfName,
 		Stdin: pluginConf(n.RunDir, nil),
-	}, time.Now().Add(time.Hour).UnixNano())
+	}, time.Now().Add(time.Hour).UnixNano(), deletequeue.Format.Stamp())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -45,6 +45,9 @@ type Node struct {
 	// DaemonBinary, when set, is run instead of bin/coordino-daemon (a
 	// benchmark's baseline build).
 	DaemonBinary string
+	// StartTimeout bounds StartDaemon's wait for the socket (default 15 s,
+	// scaled by privileged.Slowdown).
+	StartTimeout time.Duration
 
 	daemon  *exec.Cmd
 	exited  chan struct{}
@@ -177,7 +180,11 @@ func (n *Node) StartDaemon() error {
 	if err := n.startDaemonProcess(); err != nil {
 		return err
 	}
-	return n.waitServing(privileged.Slowdown(15 * time.Second))
+	timeout := n.StartTimeout
+	if timeout == 0 {
+		timeout = 15 * time.Second
+	}
+	return n.waitServing(privileged.Slowdown(timeout))
 }
 
 func (n *Node) startDaemonProcess() error {

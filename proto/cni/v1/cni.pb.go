@@ -223,12 +223,17 @@ func (x *CNIError) GetDetails() string {
 
 // QueuedDelete is a DEL the plugin could not deliver, written by the plugin
 // to <runDir>/delete-queue/ and replayed by the daemon before it serves.
+// schema_version and schema_min_reader stamp the record's layout (absent:
+// version 1); a daemon that reads versions below schema_min_reader leaves
+// the record queued.
 type QueuedDelete struct {
-	state          protoimpl.MessageState `protogen:"open.v1"`
-	Request        *CNIRequest            `protobuf:"bytes,1,opt,name=request,proto3" json:"request,omitempty"`
-	QueuedUnixNano int64                  `protobuf:"varint,2,opt,name=queued_unix_nano,json=queuedUnixNano,proto3" json:"queued_unix_nano,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	state           protoimpl.MessageState `protogen:"open.v1"`
+	Request         *CNIRequest            `protobuf:"bytes,1,opt,name=request,proto3" json:"request,omitempty"`
+	QueuedUnixNano  int64                  `protobuf:"varint,2,opt,name=queued_unix_nano,json=queuedUnixNano,proto3" json:"queued_unix_nano,omitempty"`
+	SchemaVersion   uint32                 `protobuf:"varint,3,opt,name=schema_version,json=schemaVersion,proto3" json:"schema_version,omitempty"`
+	SchemaMinReader uint32                 `protobuf:"varint,4,opt,name=schema_min_reader,json=schemaMinReader,proto3" json:"schema_min_reader,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *QueuedDelete) Reset() {
@@ -275,6 +280,20 @@ func (x *QueuedDelete) GetQueuedUnixNano() int64 {
 	return 0
 }
 
+func (x *QueuedDelete) GetSchemaVersion() uint32 {
+	if x != nil {
+		return x.SchemaVersion
+	}
+	return 0
+}
+
+func (x *QueuedDelete) GetSchemaMinReader() uint32 {
+	if x != nil {
+		return x.SchemaMinReader
+	}
+	return 0
+}
+
 var File_proto_cni_v1_cni_proto protoreflect.FileDescriptor
 
 const file_proto_cni_v1_cni_proto_rawDesc = "" +
@@ -293,10 +312,12 @@ const file_proto_cni_v1_cni_proto_rawDesc = "" +
 	"\bCNIError\x12\x12\n" +
 	"\x04code\x18\x01 \x01(\rR\x04code\x12\x10\n" +
 	"\x03msg\x18\x02 \x01(\tR\x03msg\x12\x18\n" +
-	"\adetails\x18\x03 \x01(\tR\adetails\"o\n" +
+	"\adetails\x18\x03 \x01(\tR\adetails\"\xc2\x01\n" +
 	"\fQueuedDelete\x125\n" +
 	"\arequest\x18\x01 \x01(\v2\x1b.coordino.cni.v1.CNIRequestR\arequest\x12(\n" +
-	"\x10queued_unix_nano\x18\x02 \x01(\x03R\x0equeuedUnixNano2\xd3\x02\n" +
+	"\x10queued_unix_nano\x18\x02 \x01(\x03R\x0equeuedUnixNano\x12%\n" +
+	"\x0eschema_version\x18\x03 \x01(\rR\rschemaVersion\x12*\n" +
+	"\x11schema_min_reader\x18\x04 \x01(\rR\x0fschemaMinReader2\xd3\x02\n" +
 	"\x03CNI\x12@\n" +
 	"\x03Add\x12\x1b.coordino.cni.v1.CNIRequest\x1a\x1c.coordino.cni.v1.CNIResponse\x12@\n" +
 	"\x03Del\x12\x1b.coordino.cni.v1.CNIRequest\x1a\x1c.coordino.cni.v1.CNIResponse\x12B\n" +

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"unicode/utf8"
+
+	"github.com/coordino/coordino/internal/schema"
 )
 
 // Request is a CNIRequest: one CNI invocation.
@@ -102,8 +104,9 @@ func AppendRequest(b []byte, r *Request) ([]byte, error) {
 }
 
 // AppendQueuedDelete appends the encoding of a QueuedDelete of r queued at
-// unixNano; errors are AppendRequest's.
-func AppendQueuedDelete(b []byte, r *Request, unixNano int64) ([]byte, error) {
+// unixNano, stamped st (the zero Stamp writes none); errors are
+// AppendRequest's.
+func AppendQueuedDelete(b []byte, r *Request, unixNano int64, st schema.Stamp) ([]byte, error) {
 	req, err := AppendRequest(nil, r)
 	if err != nil {
 		return b, fmt.Errorf("QueuedDelete.request: %w", err)
@@ -114,6 +117,14 @@ func AppendQueuedDelete(b []byte, r *Request, unixNano int64) ([]byte, error) {
 	if unixNano != 0 {
 		b = appendVarint(b, 2<<3|typeVarint)
 		b = appendVarint(b, uint64(unixNano))
+	}
+	if st.Version != 0 {
+		b = appendVarint(b, 3<<3|typeVarint)
+		b = appendVarint(b, uint64(st.Version))
+	}
+	if st.MinReader != 0 {
+		b = appendVarint(b, 4<<3|typeVarint)
+		b = appendVarint(b, uint64(st.MinReader))
 	}
 	return b, nil
 }
@@ -262,8 +273,9 @@ func decodeRequestInto(r *Request, b []byte) error {
 	})
 }
 
-// DecodeQueuedDelete decodes a QueuedDelete; the request is nil when absent.
-func DecodeQueuedDelete(b []byte) (req *Request, unixNano int64, err error) {
+// DecodeQueuedDelete decodes a QueuedDelete; the request is nil when absent,
+// the stamp zero when the record has none.
+func DecodeQueuedDelete(b []byte) (req *Request, unixNano int64, st schema.Stamp, err error) {
 	err = fields(b, func(f field) error {
 		switch {
 		case f.num == 1 && f.typ == typeBytes:
@@ -273,10 +285,14 @@ func DecodeQueuedDelete(b []byte) (req *Request, unixNano int64, err error) {
 			return decodeRequestInto(req, f.bytes)
 		case f.num == 2 && f.typ == typeVarint:
 			unixNano = int64(f.varint)
+		case f.num == 3 && f.typ == typeVarint:
+			st.Version = uint32(f.varint)
+		case f.num == 4 && f.typ == typeVarint:
+			st.MinReader = uint32(f.varint)
 		}
 		return nil
 	})
-	return req, unixNano, err
+	return req, unixNano, st, err
 }
 
 // DecodeResponse returns a CNIResponse's result.

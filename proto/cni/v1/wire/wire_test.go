@@ -10,6 +10,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 
+	"github.com/coordino/coordino/internal/schema"
 	cniv1 "github.com/coordino/coordino/proto/cni/v1"
 )
 
@@ -40,20 +41,21 @@ func TestRequestMatchesGeneratedCode(t *testing.T) {
 
 func TestQueuedDeleteMatchesGeneratedCode(t *testing.T) {
 	var got cniv1.QueuedDelete
-	enc, err := AppendQueuedDelete(nil, sample, 1234567890123)
+	stamp := schema.Stamp{Version: 3, MinReader: 2}
+	enc, err := AppendQueuedDelete(nil, sample, 1234567890123, stamp)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := proto.Unmarshal(enc, &got); err != nil {
 		t.Fatal(err)
 	}
-	if got.QueuedUnixNano != 1234567890123 || got.Request.GetIfname() != "eth0" {
+	if got.QueuedUnixNano != 1234567890123 || got.Request.GetIfname() != "eth0" || got.SchemaVersion != 3 || got.SchemaMinReader != 2 {
 		t.Fatalf("generated code decodes %v", &got)
 	}
 	data, _ := proto.Marshal(&got)
-	req, at, err := DecodeQueuedDelete(data)
-	if err != nil || at != 1234567890123 || req.Netns != sample.Netns {
-		t.Fatalf("DecodeQueuedDelete = %+v %d %v", req, at, err)
+	req, at, st, err := DecodeQueuedDelete(data)
+	if err != nil || at != 1234567890123 || req.Netns != sample.Netns || st != stamp {
+		t.Fatalf("DecodeQueuedDelete = %+v %d %+v %v", req, at, st, err)
 	}
 }
 
@@ -112,7 +114,7 @@ func TestDecodersAgreeWithProtobuf(t *testing.T) {
 	}
 	// QueuedDelete.request twice: merged field by field.
 	data := []byte{0x0a, 0x03, 0x0a, 0x01, 'a', 0x0a, 0x03, 0x12, 0x01, 'n'}
-	req, _, err := DecodeQueuedDelete(data)
+	req, _, _, err := DecodeQueuedDelete(data)
 	if err != nil || req.ContainerID != "a" || req.Netns != "n" {
 		t.Fatalf("merged request: %+v, %v", req, err)
 	}
@@ -187,13 +189,13 @@ func checkRequestBothWays(t *testing.T, r *Request) {
 		t.Fatalf("protobuf encodes %v, wire decodes %+v, %v", want, again, err)
 	}
 	const at = -42
-	qenc, err := AppendQueuedDelete(nil, r, at)
+	qenc, err := AppendQueuedDelete(nil, r, at, schema.Stamp{})
 	var q cniv1.QueuedDelete
 	if err != nil || proto.Unmarshal(qenc, &q) != nil || q.QueuedUnixNano != at || !proto.Equal(q.Request, want) {
 		t.Fatalf("wire encodes a QueuedDelete, protobuf decodes %v (%v)", &q, err)
 	}
 	qpenc, _ := proto.Marshal(&cniv1.QueuedDelete{Request: want, QueuedUnixNano: at})
-	if again, got, err := DecodeQueuedDelete(qpenc); err != nil || got != at || !sameRequest(again, r) {
+	if again, got, _, err := DecodeQueuedDelete(qpenc); err != nil || got != at || !sameRequest(again, r) {
 		t.Fatalf("protobuf encodes a QueuedDelete, wire decodes %+v %d, %v", again, got, err)
 	}
 }
@@ -218,12 +220,12 @@ func FuzzEncodeRequest(f *testing.F) {
 }
 
 func FuzzDecodeQueuedDelete(f *testing.F) {
-	enc, _ := AppendQueuedDelete(nil, sample, 42)
+	enc, _ := AppendQueuedDelete(nil, sample, 42, schema.Stamp{Version: 2, MinReader: 1})
 	f.Add(enc)
 	f.Add([]byte{0x0a, 0x80})
 	f.Add([]byte{0x0a, 0x03, 0x0a, 0x01, 'a', 0x0a, 0x03, 0x12, 0x01, 'n'})
 	f.Fuzz(func(t *testing.T, data []byte) {
-		req, at, err := DecodeQueuedDelete(data)
+		req, at, st, err := DecodeQueuedDelete(data)
 		var ref cniv1.QueuedDelete
 		if !agree(t, data, err, proto.Unmarshal(data, &ref)) {
 			return
@@ -232,8 +234,8 @@ func FuzzDecodeQueuedDelete(f *testing.F) {
 		if ref.Request != nil {
 			want = requestOf(ref.Request)
 		}
-		if at != ref.QueuedUnixNano || !sameRequest(req, want) {
-			t.Fatalf("wire %+v %d, protobuf %v", req, at, &ref)
+		if at != ref.QueuedUnixNano || st.Version != ref.SchemaVersion || st.MinReader != ref.SchemaMinReader || !sameRequest(req, want) {
+			t.Fatalf("wire %+v %d %+v, protobuf %v", req, at, st, &ref)
 		}
 		if req != nil {
 			checkRequestBothWays(t, req)
