@@ -31,7 +31,7 @@ export PREVIOUS_RELEASE
 
 .PHONY: previous-release
 previous-release:
-	hack/build-previous.sh $(PREVIOUS_RELEASE)
+	hack/build-previous.sh $(PREVIOUS_RELEASE) || [ $$? -eq 3 ]
 
 # Reference plugins from github.com/containernetworking/plugins at the version in go.mod.
 ref-plugins:

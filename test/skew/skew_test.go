@@ -50,6 +50,11 @@ func previousRelease(t *testing.T) string {
 	out, err := exec.Command(filepath.Join(harness.RepoRoot(), "hack", "build-previous.sh"), ref).Output()
 	if err != nil {
 		var ee *exec.ExitError
+		if errors.As(err, &ee) && ee.ExitCode() == 3 {
+			// Not this tree's fault: a shallow clone holds no older
+			// commit. Said loudly, in CI too.
+			t.Skipf("SKEW NOT TESTED: %s", strings.TrimSpace(string(ee.Stderr)))
+		}
 		if errors.As(err, &ee) {
 			t.Fatalf("build previous release %s: %v\n%s", ref, err, ee.Stderr)
 		}
