@@ -20,6 +20,7 @@ import (
 	"github.com/coordino/coordino/daemon/kernel"
 	"github.com/coordino/coordino/daemon/metrics"
 	"github.com/coordino/coordino/daemon/netsetup"
+	"github.com/coordino/coordino/daemon/peers"
 	"github.com/coordino/coordino/daemon/server"
 	"github.com/coordino/coordino/daemon/store"
 	"github.com/coordino/coordino/internal/process"
@@ -59,6 +60,7 @@ type parts struct {
 	m        *metrics.Metrics
 	hub      *flows.Hub
 	xn       *crossNode
+	masq     *masq
 	kube     *k8s.Source        // nil standalone
 	dp       *datapath.Datapath // nil with --no-datapath
 	mgr      *endpoint.Manager
@@ -96,7 +98,11 @@ func start(ctx context.Context, o *config.Options, log *zap.Logger) (*parts, err
 		return p, fmt.Errorf("pod CIDRs: %w", err)
 	}
 	nodes := newNodePeers(o, p.log)
-	mtuOverhead, xn, err := startCrossNode(ctx, o, p.features, p.log, nodes.publish)
+	p.masq = startMasquerade(ctx, o, p.log)
+	mtuOverhead, xn, err := startCrossNode(ctx, o, p.features, p.log, func(s peers.Set) {
+		nodes.publish(s)
+		p.masq.setPeers(s)
+	})
 	if err != nil {
 		return p, err
 	}
@@ -125,7 +131,7 @@ func start(ctx context.Context, o *config.Options, log *zap.Logger) (*parts, err
 	if err := p.startEndpoints(ctx, mtuOverhead); err != nil {
 		return p, err
 	}
-	stopInspect, err := startInspect(ctx, o, p.st, p.pool, p.dp, p.hub, p.m, xn, p.features, p.logs, p.log)
+	stopInspect, err := startInspect(ctx, o, p.st, p.pool, p.dp, p.hub, p.m, xn, p.masq, p.features, p.logs, p.log)
 	if err != nil {
 		return p, err
 	}
@@ -144,7 +150,7 @@ func (p *parts) startMetrics() error {
 		}
 		return counts, err
 	})
-	return p.m.Register(p.features.Collector())
+	return p.m.Register(p.features.Collector(), p.masq)
 }
 
 // startPolicy starts the datapath with its policy source, or without a
