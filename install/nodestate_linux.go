@@ -14,8 +14,8 @@ import (
 	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
 
-	"github.com/coordino/coordino/daemon/netns"
 	"github.com/coordino/coordino/daemon/masquerade"
+	"github.com/coordino/coordino/daemon/netns"
 	"github.com/coordino/coordino/daemon/postdnat"
 	"github.com/coordino/coordino/proto/cni/v1/wire"
 )
