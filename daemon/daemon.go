@@ -61,6 +61,7 @@ type parts struct {
 	hub      *flows.Hub
 	xn       *crossNode
 	masq     *masq
+	ranges   *clusterRanges
 	kube     *k8s.Source        // nil standalone
 	dp       *datapath.Datapath // nil with --no-datapath
 	mgr      *endpoint.Manager
@@ -117,6 +118,9 @@ func start(ctx context.Context, o *config.Options, log *zap.Logger) (*parts, err
 	if p.kube, err = newKubernetesSource(o, p.pool, p.m, p.log, xn); err != nil {
 		return p, err
 	}
+	if p.ranges, err = startRanges(ctx, o, p.masq, p.log); err != nil {
+		return p, err
+	}
 	if err := p.startPolicy(ctx); err != nil {
 		return p, err
 	}
@@ -157,12 +161,13 @@ func (p *parts) startMetrics() error {
 // datapath only the Kubernetes source (its blocks and labels still serve
 // ADD); it returns once the first state is applied.
 func (p *parts) startPolicy(ctx context.Context) error {
-	dp, err := startDatapath(ctx, p.o, p.features, p.m, p.hub, p.log, p.kube)
+	dp, err := startDatapath(ctx, p.o, p.features, p.m, p.hub, p.log, p.kube, p.ranges.initialServices(ctx))
 	if err != nil {
 		return err
 	}
 	if dp != nil {
 		p.dp = dp
+		p.ranges.bind(dp)
 		p.onStop(func() { dp.Close() }) // releases FDs; pins keep pods enforced while the daemon is away
 		return nil
 	}

@@ -31,7 +31,11 @@ type masq struct {
 	peers    peers.Set
 	pools    poolNAT
 	services []netip.Prefix // from the API (ServiceCIDR objects)
-	last     masquerade.Config
+	// waiting: Kubernetes mode before the API's ranges came; nothing is
+	// applied until then, so a pool with natOutgoing false is never
+	// masqueraded for a moment (a table of an earlier run stays meanwhile).
+	waiting bool
+	last    masquerade.Config
 	problem  string
 }
 
@@ -41,7 +45,7 @@ type poolNAT struct{ nat, exempt []netip.Prefix }
 // startMasquerade returns the feeder; with --masquerade=false it removes
 // the table an earlier run left, and returns one that only reports.
 func startMasquerade(ctx context.Context, o *config.Options, log *zap.Logger) *masq {
-	m := &masq{o: o, log: log.Named("masquerade"), table: &masquerade.Table{}}
+	m := &masq{o: o, log: log.Named("masquerade"), table: &masquerade.Table{}, waiting: !o.Standalone}
 	if !o.Masquerade.Masquerade {
 		if err := m.table.Remove(); err != nil {
 			m.log.Error("removing the masquerade table of an earlier run", zap.Error(err))
@@ -62,7 +66,7 @@ func (m *masq) retry(ctx context.Context) {
 			return
 		case <-t.C:
 			m.mu.Lock()
-			if m.problem != "" {
+			if m.problem != "" && !m.waiting {
 				m.applyLocked()
 			}
 			m.mu.Unlock()
@@ -75,14 +79,10 @@ func (m *masq) setPeers(s peers.Set) {
 	m.update(func() { m.peers = s })
 }
 
-// setPools is fed the IPPools (Kubernetes mode).
-func (m *masq) setPools(p poolNAT) {
-	m.update(func() { m.pools = p })
-}
-
-// setServiceCIDRs is fed the API's Service ranges (Kubernetes mode).
-func (m *masq) setServiceCIDRs(s []netip.Prefix) {
-	m.update(func() { m.services = s })
+// setRanges is fed the IPPools and the API's Service ranges (Kubernetes
+// mode).
+func (m *masq) setRanges(p poolNAT, services []netip.Prefix) {
+	m.update(func() { m.pools, m.services, m.waiting = p, services, false })
 }
 
 func (m *masq) update(f func()) {
@@ -92,7 +92,7 @@ func (m *masq) update(f func()) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	f()
-	if m.o.Masquerade.Masquerade {
+	if m.o.Masquerade.Masquerade && !m.waiting {
 		m.applyLocked()
 	}
 }
