@@ -3,8 +3,8 @@ package daemon
 import (
 	"context"
 	"fmt"
-	"os"
 	"net/netip"
+	"os"
 	"path/filepath"
 	"strings"
 

@@ -36,7 +36,7 @@ type masq struct {
 	// masqueraded for a moment (a table of an earlier run stays meanwhile).
 	waiting bool
 	last    masquerade.Config
-	problem  string
+	problem string
 }
 
 // poolNAT is the IPPools' CIDRs by natOutgoing.
