@@ -3,6 +3,7 @@ package multinode
 import (
 	"bufio"
 	"fmt"
+	"io"
 	"net"
 	"net/netip"
 	"os"
@@ -314,6 +315,8 @@ func TestMasquerade(t *testing.T) {
 		}
 	})
 
+	t.Run("pmtu", func(t *testing.T) { checkPMTU(t, c) })
+
 	t.Run("restart", func(t *testing.T) {
 		n := c.nodes[0]
 		var open []net.Conn
@@ -359,4 +362,194 @@ func TestMasquerade(t *testing.T) {
 			t.Errorf("unselected pod: seen as %v (%v)", got, err)
 		}
 	})
+}
+
+// farHost is a host outside the cluster behind a router whose link to it
+// has a smaller MTU (1280) than the underlay's: the router answers a pod's
+// full-size packets with ICMP "fragmentation needed" / "packet too big",
+// addressed to the node's address the masquerade gave the flow. The far
+// host's own MTU stays 1500, so its MSS does not hide the smaller hop.
+type farHost struct {
+	router, far ns.NetNS
+}
+
+const pmtu = 1280
+
+func farAddr(v6 bool) netip.Addr {
+	if v6 {
+		return netip.MustParseAddr("2001:db8:ff::2")
+	}
+	return netip.MustParseAddr("198.18.0.2")
+}
+
+func newFarHost(t *testing.T, c *cluster) *farHost {
+	t.Helper()
+	f := &farHost{}
+	for _, p := range []*ns.NetNS{&f.router, &f.far} {
+		n, err := testutils.NewNS()
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { n.Close(); _ = testutils.UnmountNS(n) })
+		*p = n
+	}
+	addr := func(l netlink.Link, ps ...string) error {
+		for _, p := range ps {
+			if err := netlink.AddrAdd(l, &netlink.Addr{IPNet: ipNet(netip.MustParsePrefix(p)), Flags: unix.IFA_F_NODAD}); err != nil {
+				return err
+			}
+		}
+		return netlink.LinkSetUp(l)
+	}
+	port := "pr-" + harness.RandomSuffix(6)
+	if err := f.router.Do(func(ns.NetNS) error {
+		for _, s := range []string{"/proc/sys/net/ipv4/ip_forward", "/proc/sys/net/ipv6/conf/all/forwarding"} {
+			if err := os.WriteFile(s, []byte("1"), 0o644); err != nil {
+				return err
+			}
+		}
+		if err := netlink.LinkAdd(&netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "up0", MTU: 1500}, PeerName: port, PeerNamespace: netlink.NsFd(int(c.underlay.Fd()))}); err != nil {
+			return err
+		}
+		if err := netlink.LinkAdd(&netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "far0", MTU: pmtu}, PeerName: "eth0", PeerNamespace: netlink.NsFd(int(f.far.Fd()))}); err != nil {
+			return err
+		}
+		up, err := netlink.LinkByName("up0")
+		if err != nil {
+			return err
+		}
+		if err := addr(up, "192.0.2.254/24", "2001:db8::fe/64"); err != nil {
+			return err
+		}
+		far, err := netlink.LinkByName("far0")
+		if err != nil {
+			return err
+		}
+		return addr(far, "198.18.0.1/24", "2001:db8:ff::1/64")
+	}); err != nil {
+		t.Fatalf("router: %v", err)
+	}
+	if err := f.far.Do(func(ns.NetNS) error {
+		l, err := netlink.LinkByName("eth0")
+		if err != nil {
+			return err
+		}
+		// The far host's side keeps 1500: its MSS says nothing of the hop.
+		if err := netlink.LinkSetMTU(l, 1500); err != nil {
+			return err
+		}
+		if err := addr(l, farAddr(false).String()+"/24", farAddr(true).String()+"/64"); err != nil {
+			return err
+		}
+		for _, gw := range []string{"198.18.0.1", "2001:db8:ff::1"} {
+			g := netip.MustParseAddr(gw)
+			dst := netip.MustParsePrefix("0.0.0.0/0")
+			if g.Is6() {
+				dst = netip.MustParsePrefix("::/0")
+			}
+			if err := netlink.RouteAdd(&netlink.Route{Dst: ipNet(dst), Gw: g.AsSlice()}); err != nil {
+				return err
+			}
+		}
+		return nil
+	}); err != nil {
+		t.Fatalf("far host: %v", err)
+	}
+	if err := c.underlay.Do(func(ns.NetNS) error {
+		l, err := netlink.LinkByName(port)
+		if err != nil {
+			return err
+		}
+		br, err := netlink.LinkByName(c.bridge)
+		if err != nil {
+			return err
+		}
+		if err := netlink.LinkSetMaster(l, br); err != nil {
+			return err
+		}
+		return netlink.LinkSetUp(l)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	// The nodes reach the far network through the router.
+	for _, n := range c.nodes {
+		if err := n.NS.Do(func(ns.NetNS) error {
+			for dst, gw := range map[string]string{"198.18.0.0/24": "192.0.2.254", "2001:db8:ff::/64": "2001:db8::fe"} {
+				if err := netlink.RouteAdd(&netlink.Route{Dst: ipNet(netip.MustParsePrefix(dst)), Gw: netip.MustParseAddr(gw).AsSlice()}); err != nil {
+					return err
+				}
+			}
+			return nil
+		}); err != nil {
+			t.Fatalf("%s: route to the far network: %v", n.Name, err)
+		}
+	}
+	return f
+}
+
+// sink counts what each TCP connection sends until it closes its side,
+// and answers with the count.
+func (f *farHost) sink(t *testing.T) {
+	t.Helper()
+	var l net.Listener
+	if err := f.far.Do(func(ns.NetNS) (err error) {
+		l, err = net.Listen("tcp", fmt.Sprintf(":%d", whoPort))
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				_ = c.SetDeadline(time.Now().Add(30 * time.Second))
+				n, _ := io.Copy(io.Discard, c)
+				fmt.Fprintf(c, "%d\n", n)
+			}()
+		}
+	}()
+}
+
+// checkPMTU: a pod sends 2 MiB to the far host in full-size segments; only
+// the router's ICMP error, translated back to the pod by the masquerade's
+// conntrack entry, lets the pod lower its path MTU and finish.
+func checkPMTU(t *testing.T, c *cluster) {
+	f := newFarHost(t, c)
+	f.sink(t)
+	const size = 2 << 20
+	for _, v6 := range []bool{false, true} {
+		p := c.nodes[0].pods[0]
+		conn, err := harness.DialFrom(p.NS, "tcp", farAddr(v6), whoPort, 3*time.Second)
+		if err != nil {
+			t.Fatalf("v6=%v: dial the far host: %v", v6, err)
+		}
+		_ = conn.SetDeadline(time.Now().Add(15 * time.Second))
+		if _, err := conn.Write(make([]byte, size)); err != nil {
+			t.Errorf("v6=%v: send %d bytes across the %d-byte hop: %v", v6, size, pmtu, err)
+			conn.Close()
+			continue
+		}
+		_ = conn.(*net.TCPConn).CloseWrite()
+		line, err := bufio.NewReader(conn).ReadString('\n')
+		conn.Close()
+		if err != nil || strings.TrimSpace(line) != fmt.Sprint(size) {
+			t.Errorf("v6=%v: the far host counted %q (%v), want %d", v6, strings.TrimSpace(line), err, size)
+		}
+		// The pod learnt the hop's MTU: the ICMP error reached it.
+		var mtu int
+		if err := p.NS.Do(func(ns.NetNS) error {
+			rs, err := netlink.RouteGet(farAddr(v6).AsSlice())
+			if err == nil && len(rs) > 0 {
+				mtu = rs[0].MTU
+			}
+			return err
+		}); err != nil || mtu != pmtu {
+			t.Errorf("v6=%v: the pod's path MTU to the far host is %d (%v), want %d", v6, mtu, err, pmtu)
+		}
+	}
 }
