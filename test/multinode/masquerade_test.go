@@ -275,6 +275,18 @@ spec:
         - ipBlock: {cidr: "2001:db8::/64", except: ["2001:db8::c8/128"]}
 `
 
+const allowOutsidePolicy = `apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata: {name: outside-except-one, namespace: default}
+spec:
+  podSelector: {}
+  policyTypes: [Egress]
+  egress:
+    - to:
+        - ipBlock: {cidr: 192.0.2.200/32}
+        - ipBlock: {cidr: "2001:db8::c8/128"}
+`
+
 // TestMasquerade: pods on every node reach a host outside the cluster over
 // TCP, UDP and ICMP in both families, seen as their node's address; a
 // non-masquerade CIDR sees the pod's own; an egress ipBlock is decided on
@@ -355,6 +367,20 @@ func TestMasquerade(t *testing.T) {
 			}
 			if got, err := seenFrom(p, "tcp", o.direct(v6)); err != nil || got != p.addr(v6) {
 				t.Errorf("v6=%v: the ipBlock-allowed outside address: seen as %v (%v)", v6, got, err)
+			}
+		}
+		// An ipBlock allowing only the masqueraded address: decided on the
+		// pod's address and that destination, before the NAT.
+		if err := n.WritePolicy(filepath.Join(n.Dir, "policies"), "egress.yaml", []byte(allowOutsidePolicy), 10*time.Second); err != nil {
+			t.Fatal(err)
+		}
+		for _, v6 := range []bool{false, true} {
+			if got, err := seenFrom(p, "tcp", o.masq(v6)); err != nil || got != n.address(v6) {
+				t.Errorf("v6=%v: the ipBlock-allowed masqueraded address: seen as %v (%v), want %s", v6, got, err, n.address(v6))
+			}
+			if c, err := harness.DialFrom(p.NS, "tcp", o.direct(v6), whoPort, time.Second); err == nil {
+				c.Close()
+				t.Errorf("v6=%v: the pod reached an outside address its policy does not allow", v6)
 			}
 		}
 		// The other node's pods are not selected by its (empty) policy dir.
