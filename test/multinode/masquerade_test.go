@@ -139,33 +139,7 @@ func newOutside(t *testing.T, c *cluster) *outside {
 
 func (o *outside) serve(t *testing.T) {
 	t.Helper()
-	var l net.Listener
-	if err := o.ns.Do(func(ns.NetNS) (err error) {
-		l, err = net.Listen("tcp", fmt.Sprintf(":%d", whoPort))
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { l.Close() })
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				from := netip.MustParseAddrPort(c.RemoteAddr().String()).Addr().Unmap()
-				r := bufio.NewReader(c)
-				for {
-					if _, err := r.ReadString('\n'); err != nil {
-						return
-					}
-					fmt.Fprintf(c, "%s\n", from)
-				}
-			}()
-		}
-	}()
+	serveWho(t, o.ns, fmt.Sprintf(":%d", whoPort))
 	// UDP per address: a wildcard socket answers from the host's first
 	// address, which a connected client does not accept.
 	for _, v6 := range []bool{false, true} {
@@ -190,6 +164,39 @@ func (o *outside) serve(t *testing.T) {
 			}()
 		}
 	}
+}
+
+// serveWho answers each line on every TCP connection to addr in n with the
+// address the connection comes from.
+func serveWho(t *testing.T, n ns.NetNS, addr string) {
+	t.Helper()
+	var l net.Listener
+	if err := n.Do(func(ns.NetNS) (err error) {
+		l, err = net.Listen("tcp", addr)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				from := netip.MustParseAddrPort(c.RemoteAddr().String()).Addr().Unmap()
+				r := bufio.NewReader(c)
+				for {
+					if _, err := r.ReadString('\n'); err != nil {
+						return
+					}
+					fmt.Fprintf(c, "%s\n", from)
+				}
+			}()
+		}
+	}()
 }
 
 // ask sends a line on c and returns the address the outside host saw.
@@ -287,6 +294,18 @@ spec:
         - ipBlock: {cidr: "2001:db8::c8/128"}
 `
 
+const ingressFromOutsidePolicy = `apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata: {name: from-outside, namespace: default}
+spec:
+  podSelector: {}
+  policyTypes: [Ingress]
+  ingress:
+    - from:
+        - ipBlock: {cidr: 192.0.2.201/32}
+        - ipBlock: {cidr: "2001:db8::c9/128"}
+`
+
 // TestMasquerade: pods on every node reach a host outside the cluster over
 // TCP, UDP and ICMP in both families, seen as their node's address; a
 // non-masquerade CIDR sees the pod's own; an egress ipBlock is decided on
@@ -351,6 +370,41 @@ func TestMasquerade(t *testing.T) {
 		}
 		if got, err := seenFrom(n.pods[0], "tcp", o.masq(false)); err != nil || got != n.address(false) {
 			t.Errorf("new flow after the restart: seen as %v (%v)", got, err)
+		}
+	})
+
+	t.Run("ingress-from-outside", func(t *testing.T) {
+		n := c.nodes[1]
+		p := n.pods[0]
+		if err := n.WritePolicy(filepath.Join(n.Dir, "policies"), "ingress.yaml", []byte(ingressFromOutsidePolicy), 10*time.Second); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = n.WritePolicy(filepath.Join(n.Dir, "policies"), "ingress.yaml", nil, 10*time.Second) })
+		for _, v6 := range []bool{false, true} {
+			serveWho(t, p.NS, netip.AddrPortFrom(p.addr(v6), whoPort).String())
+			// The outside host's routed address reaches the pod directly:
+			// the pod sees the client, and its ipBlock admits it.
+			var conn net.Conn
+			err := eventually(3*time.Second, func() error {
+				return o.ns.Do(func(ns.NetNS) (err error) {
+					d := net.Dialer{Timeout: time.Second, LocalAddr: &net.TCPAddr{IP: o.direct(v6).AsSlice()}}
+					conn, err = d.Dial("tcp", netip.AddrPortFrom(p.addr(v6), whoPort).String())
+					return err
+				})
+			})
+			if err != nil {
+				t.Fatalf("v6=%v: outside host -> pod: %v", v6, err)
+			}
+			got, err := ask(conn)
+			conn.Close()
+			if err != nil || got != o.direct(v6) {
+				t.Errorf("v6=%v: the pod sees the outside client as %v (%v), want %s", v6, got, err, o.direct(v6))
+			}
+			// A client outside the ipBlock (another node's pod) is denied.
+			if c, err := harness.DialFrom(c.nodes[0].pods[0].NS, "tcp", p.addr(v6), whoPort, time.Second); err == nil {
+				c.Close()
+				t.Errorf("v6=%v: a pod outside the ingress ipBlock reached the pod", v6)
+			}
 		}
 	})
 
