@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"time"
@@ -161,7 +162,11 @@ func (p *parts) startMetrics() error {
 // datapath only the Kubernetes source (its blocks and labels still serve
 // ADD); it returns once the first state is applied.
 func (p *parts) startPolicy(ctx context.Context) error {
-	dp, err := startDatapath(ctx, p.o, p.features, p.m, p.hub, p.log, p.kube, p.ranges.initialServices(ctx))
+	var services []netip.Prefix
+	if !p.o.NoDatapath {
+		services = p.ranges.initialServices(ctx)
+	}
+	dp, err := startDatapath(ctx, p.o, p.features, p.m, p.hub, p.log, p.kube, services)
 	if err != nil {
 		return err
 	}
