@@ -22,7 +22,8 @@ import (
 const firstRangesWait = 5 * time.Second
 
 // clusterRanges passes the API's IPPools and ServiceCIDR objects
-// (k8s.WatchRanges) to the masquerade and to the datapath's post-DNAT
+// (k8s.WatchRanges) to the masquerade, and those with the Services'
+// external and load-balancer addresses to the datapath's post-DNAT
 // ranges. Standalone it only holds the flag's Service ranges.
 type clusterRanges struct {
 	o    *config.Options
@@ -33,6 +34,8 @@ type clusterRanges struct {
 	api   *k8s.Ranges // nil until the first from the API
 	first chan struct{}
 	dp    *datapath.Datapath
+	// leftOut is how many external addresses the last services left out.
+	leftOut int
 }
 
 // startRanges watches the API's ranges in Kubernetes mode.
@@ -75,14 +78,45 @@ func (r *clusterRanges) set(got k8s.Ranges) {
 	}
 }
 
-// services are the flag's Service ranges and the API's.
+// services are the ranges whose new flows are decided after DNAT: the
+// flag's Service ranges and the API's, then the Services' external and
+// load-balancer addresses outside them, as many as the map holds (the
+// ranges first: an address left out is judged before DNAT, as before).
 func (r *clusterRanges) services() []netip.Prefix {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	out := slices.Clone(r.o.ServicePrefixes)
-	if r.api != nil {
-		out = append(out, r.api.Services...)
+	var out []netip.Prefix
+	add := func(p netip.Prefix) {
+		if !slices.Contains(out, p.Masked()) {
+			out = append(out, p.Masked())
+		}
 	}
+	for _, p := range r.o.ServicePrefixes {
+		add(p)
+	}
+	if r.api == nil {
+		return out
+	}
+	for _, p := range r.api.Services {
+		add(p)
+	}
+	ranges := slices.Clone(out)
+	left := 0
+	for _, p := range r.api.External {
+		if slices.ContainsFunc(ranges, func(s netip.Prefix) bool { return s.Contains(p.Addr()) }) {
+			continue
+		}
+		if len(out) >= config.MaxServiceCIDRs {
+			left++
+			continue
+		}
+		add(p)
+	}
+	if left > 0 && left != r.leftOut {
+		r.log.Warn("external and load-balancer addresses beyond the post-DNAT map's ranges: new flows to them are judged on the address, before DNAT",
+			zap.Int("leftOut", left), zap.Int("capacity", config.MaxServiceCIDRs))
+	}
+	r.leftOut = left
 	return out
 }
 

@@ -64,9 +64,9 @@ func (s *Services) applyFlags(flags *Services, set map[string]func()) {
 	set["no-service-hook"] = func() { s.NoServiceHook = flags.NoServiceHook }
 }
 
-// maxServiceCIDRs is the capacity of the datapath's Service CIDR map
+// MaxServiceCIDRs is the capacity of the datapath's Service CIDR map
 // (cdo_svc_cidrs in bpf/lib/service.h): more would fail the datapath's open.
-const maxServiceCIDRs = 64
+const MaxServiceCIDRs = 64
 
 func (s *Services) validate() error {
 	var err error
@@ -77,8 +77,8 @@ func (s *Services) validate() error {
 	for _, p := range s.ServicePrefixes {
 		distinct[p] = true
 	}
-	if len(distinct) > maxServiceCIDRs {
-		return fmt.Errorf("service-cidrs: %d ranges, at most %d", len(distinct), maxServiceCIDRs)
+	if len(distinct) > MaxServiceCIDRs {
+		return fmt.Errorf("service-cidrs: %d ranges, at most %d", len(distinct), MaxServiceCIDRs)
 	}
 	return nil
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/informers"
@@ -26,13 +27,18 @@ type Ranges struct {
 	// Services are the ServiceCIDR objects' ranges (networking.k8s.io/v1,
 	// Kubernetes 1.33+); empty where the API has none.
 	Services []netip.Prefix
+	// External are the Services' spec.externalIPs and
+	// status.loadBalancer.ingress IPs, one host prefix each: kube-proxy
+	// translates them as it does ClusterIPs.
+	External []netip.Prefix
 }
 
 // rangesDebounce gathers a burst of changes into one call.
 const rangesDebounce = 200 * time.Millisecond
 
-// WatchRanges calls onChange with the ranges once both informers synced
-// and again after every change, until ctx is done. ServiceCIDRs are
+// WatchRanges calls onChange with the ranges once the informers (IPPools,
+// Services, ServiceCIDRs) synced and again after every change, until ctx
+// is done. ServiceCIDRs are
 // watched only where the API serves them (Kubernetes 1.33+); elsewhere
 // Services stays empty and --service-cidrs alone says the ranges.
 func WatchRanges(ctx context.Context, kube kubernetes.Interface, crd versioned.Interface, onChange func(Ranges), log *zap.Logger) {
@@ -51,9 +57,13 @@ func WatchRanges(ctx context.Context, kube kubernetes.Interface, crd versioned.I
 	if reg, err := pools.Informer().AddEventHandler(h); err == nil {
 		synced = append(synced, reg.HasSynced)
 	}
+	coreInf := informers.NewSharedInformerFactory(kube, 0)
+	svcs := coreInf.Core().V1().Services()
+	if reg, err := svcs.Informer().AddEventHandler(h); err == nil {
+		synced = append(synced, reg.HasSynced)
+	}
 	var listServices func() ([]netip.Prefix, error)
 	if servesServiceCIDRs(kube, log) {
-		coreInf := informers.NewSharedInformerFactory(kube, 0)
 		sc := coreInf.Networking().V1().ServiceCIDRs()
 		if reg, err := sc.Informer().AddEventHandler(h); err == nil {
 			synced = append(synced, reg.HasSynced)
@@ -76,8 +86,8 @@ func WatchRanges(ctx context.Context, kube kubernetes.Interface, crd versioned.I
 			}
 			return out, nil
 		}
-		coreInf.Start(ctx.Done())
 	}
+	coreInf.Start(ctx.Done())
 	crdInf.Start(ctx.Done())
 	if !cache.WaitForCacheSync(ctx.Done(), synced...) {
 		return
@@ -106,9 +116,13 @@ func WatchRanges(ctx context.Context, kube kubernetes.Interface, crd versioned.I
 					}
 				}
 			}
+			if objs, err := svcs.Lister().List(labels.Everything()); err == nil {
+				r.External = externalAddresses(objs)
+			}
 			r.sort()
 			if last == nil || !r.equal(*last) {
-				log.Info("cluster ranges", zap.Stringers("natOutgoing", r.NAT), zap.Stringers("noNATOutgoing", r.NoNAT), zap.Stringers("serviceCIDRs", r.Services))
+				log.Info("cluster ranges", zap.Stringers("natOutgoing", r.NAT), zap.Stringers("noNATOutgoing", r.NoNAT),
+					zap.Stringers("serviceCIDRs", r.Services), zap.Int("externalAddresses", len(r.External)))
 				onChange(r)
 				last = &r
 			}
@@ -141,13 +155,34 @@ func servesServiceCIDRs(kube kubernetes.Interface, log *zap.Logger) bool {
 	return false
 }
 
+// externalAddresses are the Services' external and load-balancer IPs as
+// host prefixes; what does not parse is skipped (the API validates both).
+func externalAddresses(svcs []*corev1.Service) []netip.Prefix {
+	var out []netip.Prefix
+	add := func(s string) {
+		if a, err := netip.ParseAddr(s); err == nil {
+			a = a.Unmap()
+			out = append(out, netip.PrefixFrom(a, a.BitLen()))
+		}
+	}
+	for _, svc := range svcs {
+		for _, ip := range svc.Spec.ExternalIPs {
+			add(ip)
+		}
+		for _, in := range svc.Status.LoadBalancer.Ingress {
+			add(in.IP)
+		}
+	}
+	return out
+}
+
 func (r *Ranges) sort() {
-	for _, ps := range []*[]netip.Prefix{&r.NAT, &r.NoNAT, &r.Services} {
+	for _, ps := range []*[]netip.Prefix{&r.NAT, &r.NoNAT, &r.Services, &r.External} {
 		slices.SortFunc(*ps, func(a, b netip.Prefix) int { return strings.Compare(a.String(), b.String()) })
 		*ps = slices.Compact(*ps)
 	}
 }
 
 func (r Ranges) equal(o Ranges) bool {
-	return slices.Equal(r.NAT, o.NAT) && slices.Equal(r.NoNAT, o.NoNAT) && slices.Equal(r.Services, o.Services)
+	return slices.Equal(r.NAT, o.NAT) && slices.Equal(r.NoNAT, o.NoNAT) && slices.Equal(r.Services, o.Services) && slices.Equal(r.External, o.External)
 }
