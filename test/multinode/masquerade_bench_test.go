@@ -56,7 +56,7 @@ func connRate(t *testing.T, from, to ns.NetNS, addr netip.Addr) float64 {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := conn.Write(b); err == nil {
+		if _, err = conn.Write(b); err == nil {
 			_, err = conn.Read(b)
 		}
 		conn.Close()
