@@ -143,6 +143,11 @@ bench-policy: deps build ref-plugins
 .PHONY: bench-multinode
 bench-multinode: deps build ref-plugins
 	$(GO) test -tags benchmultinode -count=1 -v -timeout 30m -run '^TestBenchMultinode$$' ./test/multinode/
+# Pod → a host outside the cluster through the masquerade against the same
+# path with the pod CIDR routed: TCP throughput and new connections (1 min).
+.PHONY: bench-masquerade
+bench-masquerade: deps build ref-plugins
+	$(GO) test -tags benchmultinode -count=1 -v -timeout 10m -run '^TestBenchMasquerade$$' ./test/multinode/
 
 # The Coordino image (every binary of build and the reference portmap
 # plugin from ref-plugins, on an empty base) as a

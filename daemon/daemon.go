@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"time"
@@ -20,6 +21,7 @@ import (
 	"github.com/coordino/coordino/daemon/kernel"
 	"github.com/coordino/coordino/daemon/metrics"
 	"github.com/coordino/coordino/daemon/netsetup"
+	"github.com/coordino/coordino/daemon/peers"
 	"github.com/coordino/coordino/daemon/server"
 	"github.com/coordino/coordino/daemon/store"
 	"github.com/coordino/coordino/internal/process"
@@ -59,6 +61,8 @@ type parts struct {
 	m        *metrics.Metrics
 	hub      *flows.Hub
 	xn       *crossNode
+	masq     *masq
+	ranges   *clusterRanges
 	kube     *k8s.Source        // nil standalone
 	dp       *datapath.Datapath // nil with --no-datapath
 	mgr      *endpoint.Manager
@@ -107,7 +111,11 @@ func start(ctx context.Context, o *config.Options, log *zap.Logger) (*parts, err
 		return p, fmt.Errorf("pod CIDRs: %w", err)
 	}
 	nodes := newNodePeers(o, p.log)
-	mtuOverhead, xn, err := startCrossNode(ctx, o, p.features, p.log, nodes.publish)
+	p.masq = startMasquerade(ctx, o, p.log)
+	mtuOverhead, xn, err := startCrossNode(ctx, o, p.features, p.log, func(s peers.Set) {
+		nodes.publish(s)
+		p.masq.setPeers(s)
+	})
 	if err != nil {
 		return p, err
 	}
@@ -120,6 +128,9 @@ func start(ctx context.Context, o *config.Options, log *zap.Logger) (*parts, err
 		return p, err
 	}
 	if p.kube, err = newKubernetesSource(o, p.pool, p.m, p.log, xn); err != nil {
+		return p, err
+	}
+	if p.ranges, err = startRanges(ctx, o, p.masq, p.log); err != nil {
 		return p, err
 	}
 	if err := p.startPolicy(ctx); err != nil {
@@ -136,7 +147,7 @@ func start(ctx context.Context, o *config.Options, log *zap.Logger) (*parts, err
 	if err := p.startEndpoints(ctx, mtuOverhead); err != nil {
 		return p, err
 	}
-	stopInspect, err := startInspect(ctx, o, p.st, p.pool, p.dp, p.hub, p.m, xn, p.features, p.logs, p.log)
+	stopInspect, err := startInspect(ctx, o, p.st, p.pool, p.dp, p.hub, p.m, xn, p.masq, p.features, p.logs, p.log)
 	if err != nil {
 		return p, err
 	}
@@ -155,19 +166,24 @@ func (p *parts) startMetrics() error {
 		}
 		return counts, err
 	})
-	return p.m.Register(p.features.Collector())
+	return p.m.Register(p.features.Collector(), p.masq)
 }
 
 // startPolicy starts the datapath with its policy source, or without a
 // datapath only the Kubernetes source (its blocks and labels still serve
 // ADD); it returns once the first state is applied.
 func (p *parts) startPolicy(ctx context.Context) error {
-	dp, err := startDatapath(ctx, p.o, p.features, p.m, p.hub, p.log, p.kube)
+	var services []netip.Prefix
+	if !p.o.NoDatapath {
+		services = p.ranges.initialServices(ctx)
+	}
+	dp, err := startDatapath(ctx, p.o, p.features, p.m, p.hub, p.log, p.kube, services)
 	if err != nil {
 		return err
 	}
 	if dp != nil {
 		p.dp = dp
+		p.ranges.bind(dp)
 		p.onStop(func() { dp.Close() }) // releases FDs; pins keep pods enforced while the daemon is away
 		return nil
 	}

@@ -3,6 +3,7 @@ package daemon
 import (
 	"context"
 	"fmt"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
@@ -29,7 +30,7 @@ const bpffsRoot = "/sys/fs/bpf"
 // source; it returns once the first policy snapshot is in the maps, so no
 // pod attached afterwards is ever unprotected. It returns nil with
 // --no-datapath.
-func startDatapath(ctx context.Context, o *config.Options, features *kernel.Features, m *metrics.Metrics, hub *flows.Hub, log *zap.Logger, kube *k8s.Source) (_ *datapath.Datapath, err error) {
+func startDatapath(ctx context.Context, o *config.Options, features *kernel.Features, m *metrics.Metrics, hub *flows.Hub, log *zap.Logger, kube *k8s.Source, serviceCIDRs []netip.Prefix) (_ *datapath.Datapath, err error) {
 	if o.NoDatapath {
 		log.Warn("eBPF datapath disabled (--no-datapath): NetworkPolicy is NOT enforced")
 		return nil, nil
@@ -48,7 +49,7 @@ func startDatapath(ctx context.Context, o *config.Options, features *kernel.Feat
 		ConntrackSize: o.ConntrackSize, Identities: identityAssigner(kube),
 		MapSizes: datapath.MapSizes{Endpoints: o.EndpointsMapSize, Ipcache: o.IpcacheMapSize, Policy: o.PolicyMapSize,
 			SourceAddrs: o.SourceMapSize, Frags: o.FragMapSize, NodeIsolation: o.NodeIsolationMapSize},
-		ServiceCIDRs: o.ServicePrefixes, NoServiceHook: o.NoServiceHook, Features: features})
+		ServiceCIDRs: serviceCIDRs, NoServiceHook: o.NoServiceHook, Features: features})
 	if err != nil {
 		return nil, err
 	}

@@ -23,7 +23,7 @@ import (
 
 // startInspect serves the read-only inspection socket for coordinoctl and
 // registers the metrics of the same facts (DEL queue, BPF map fill).
-func startInspect(ctx context.Context, o *config.Options, st *store.Store, pool *ipam.Pool, dp *datapath.Datapath, hub *flows.Hub, m *metrics.Metrics, xn *crossNode, features *kernel.Features, logs *inspect.LogRing, log *zap.Logger) (stop func(), err error) {
+func startInspect(ctx context.Context, o *config.Options, st *store.Store, pool *ipam.Pool, dp *datapath.Datapath, hub *flows.Hub, m *metrics.Metrics, xn *crossNode, masq *masq, features *kernel.Features, logs *inspect.LogRing, log *zap.Logger) (stop func(), err error) {
 	queueDir := filepath.Join(o.RunDir, wire.DeleteQueueDir)
 	collectors := []prometheus.Collector{metrics.NewDeleteQueueCollector(queueDir)}
 	if dp != nil {
@@ -50,6 +50,7 @@ func startInspect(ctx context.Context, o *config.Options, st *store.Store, pool 
 		Datapath:   dp,
 		Hub:        hub,
 		CrossNode:  xn.inspect,
+		Masquerade: masq.inspect,
 		KernelFeatures: func() []*inspectv1.KernelFeature {
 			var out []*inspectv1.KernelFeature
 			for _, f := range features.List() {

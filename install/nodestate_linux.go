@@ -14,6 +14,7 @@ import (
 	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
 
+	"github.com/coordino/coordino/daemon/masquerade"
 	"github.com/coordino/coordino/daemon/netns"
 	"github.com/coordino/coordino/daemon/postdnat"
 	"github.com/coordino/coordino/proto/cni/v1/wire"
@@ -32,7 +33,8 @@ const ourFilterPrefix = "cdo_"
 //  2. per interface, detach both programs back to back: the whole clsact
 //     qdisc when it holds only Coordino's filters (one atomic step), else
 //     Coordino's two filters; then each endpoint's two tcx link pins;
-//  3. remove the nftables post-DNAT stage (older kernels) and the BPF dir
+//  3. remove the nftables post-DNAT stage (older kernels), the masquerade
+//     table and the BPF dir
 //     (maps are freed once no program holds them);
 //  4. unmount and remove the netns pins (pods keep their namespaces through
 //     the runtime's handles);
@@ -59,6 +61,11 @@ func RemoveNodeState(s NodeState, log *zap.Logger) error {
 	// The nftables post-DNAT stage holds the last reference to its
 	// program and, through it, the maps: it goes before the pins.
 	if err := postdnat.Remove(); err != nil {
+		return err
+	}
+	// Established masqueraded flows keep their conntrack entries until
+	// they end; new ones leave with the pod's address, as before install.
+	if err := (&masquerade.Table{}).Remove(); err != nil {
 		return err
 	}
 	if err := os.RemoveAll(s.BPFDir); err != nil {

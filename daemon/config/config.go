@@ -67,6 +67,7 @@ type Options struct {
 	Prefixes []netip.Prefix `json:"-"`
 
 	Services
+	Masquerade
 }
 
 // Defaults are the production paths.
@@ -88,6 +89,8 @@ func Defaults() Options {
 		WireGuardNodeToNode: true,
 		WireGuardDeviceKind: "auto",
 		HostRouting:         "bpf",
+
+		Masquerade: Masquerade{Masquerade: true},
 	}
 }
 
@@ -142,6 +145,7 @@ func Parse(args []string, stderr io.Writer) (*Options, error) {
 	fs.DurationVar(&o.WireGuardKeyMaxAge, "wireguard-key-max-age", 0, "rotate the WireGuard key when it is older than this (0: only when <state-dir>/wireguard.rotate is created)")
 	fs.StringVar(&o.OTLPEndpoint, "otlp-endpoint", "", "export OpenTelemetry traces of CNI verbs over OTLP/gRPC to host:port (plaintext) or a URL (https://…); default: the OTEL_EXPORTER_OTLP_* variables, else no tracing")
 	o.Services.register(fs)
+	o.Masquerade.register(fs)
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -217,6 +221,7 @@ func (o *Options) applyFlags(flags *Options, explicit map[string]bool) {
 		"wireguard-key-max-age":   func() { o.WireGuardKeyMaxAge = flags.WireGuardKeyMaxAge },
 	}
 	o.Services.applyFlags(&flags.Services, set)
+	o.Masquerade.applyFlags(&flags.Masquerade, set)
 	for name := range explicit {
 		if f := set[name]; f != nil {
 			f()
@@ -260,6 +265,9 @@ func (o *Options) validate() error {
 		return err
 	}
 	if err := o.Services.validate(); err != nil {
+		return err
+	}
+	if err := o.Masquerade.validate(); err != nil {
 		return err
 	}
 	_, err := process.ParseLevel(o.LogLevel)

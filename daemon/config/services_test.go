@@ -40,23 +40,23 @@ func TestServiceCIDRs(t *testing.T) {
 // are refused at parse time, naming the flag; repeats count once.
 func TestServiceCIDRsLimit(t *testing.T) {
 	var cidrs []string
-	for i := range maxServiceCIDRs {
+	for i := range MaxServiceCIDRs {
 		cidrs = append(cidrs, fmt.Sprintf("10.%d.0.0/16", i))
 	}
 	cidrs = append(cidrs, "10.0.0.1/16") // the first again
 	if _, err := Parse([]string{"--service-cidrs", strings.Join(cidrs, ",")}, io.Discard); err != nil {
-		t.Fatalf("%d ranges: %v", maxServiceCIDRs, err)
+		t.Fatalf("%d ranges: %v", MaxServiceCIDRs, err)
 	}
 	cidrs = append(cidrs, "fd00:96::/108")
 	_, err := Parse([]string{"--service-cidrs", strings.Join(cidrs, ",")}, io.Discard)
 	if want := "service-cidrs: 65 ranges, at most 64"; err == nil || err.Error() != want {
-		t.Fatalf("%d ranges: got %v, want %q", maxServiceCIDRs+1, err, want)
+		t.Fatalf("%d ranges: got %v, want %q", MaxServiceCIDRs+1, err, want)
 	}
 	spec, err := bpf.LoadCoordino()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n := spec.Maps[bpf.CoordinoMapCdoSvcCidrs].MaxEntries; n != maxServiceCIDRs {
-		t.Errorf("cdo_svc_cidrs holds %d, maxServiceCIDRs says %d", n, maxServiceCIDRs)
+	if n := spec.Maps[bpf.CoordinoMapCdoSvcCidrs].MaxEntries; n != MaxServiceCIDRs {
+		t.Errorf("cdo_svc_cidrs holds %d, MaxServiceCIDRs says %d", n, MaxServiceCIDRs)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"reflect"
 	"slices"
 	"strings"
+	"sync"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
@@ -69,6 +70,9 @@ var errNoServiceCIDRs = errors.New("no Service CIDRs configured (--service-cidrs
 // The config flags that tell the tc programs to defer to the stage are the
 // map writer's; setup is given the function that writes them.
 type services struct {
+	// mu guards cidrs, hookErr and stage: SetServiceCIDRs changes them
+	// while packets' verdicts are explained.
+	mu       sync.RWMutex
 	cidrs    []netip.Prefix
 	disabled bool // Config.NoServiceHook
 	features *kernel.Features
@@ -83,6 +87,8 @@ type services struct {
 	// stage is the one attached.
 	hookErr error
 	stage   ServiceStage
+	// setFlags writes the tc programs' config flags (the map writer's).
+	setFlags func(mask, set uint32) error
 }
 
 // setup writes the Service CIDRs and attaches the post-DNAT stage
@@ -92,6 +98,40 @@ type services struct {
 // programs drop Service traffic of egress-isolated pods instead (fail
 // closed); the error says why. Only an error writing the maps fails Open.
 func (sv *services) setup(setFlags func(mask, set uint32) error) error {
+	sv.mu.Lock()
+	defer sv.mu.Unlock()
+	sv.setFlags = setFlags
+	return sv.setupLocked()
+}
+
+// SetServiceCIDRs replaces the Service CIDRs (the Kubernetes mode's
+// ServiceCIDR objects, with the flag's): the map, the stage and the flags
+// are set up again as at Open, which attaches the new stage before the
+// old one goes.
+func (d *Datapath) SetServiceCIDRs(cidrs []netip.Prefix) error {
+	sv := d.svc
+	sv.mu.Lock()
+	defer sv.mu.Unlock()
+	sorted := func(ps []netip.Prefix) []netip.Prefix {
+		out := make([]netip.Prefix, 0, len(ps))
+		for _, p := range ps {
+			if !slices.Contains(out, p.Masked()) {
+				out = append(out, p.Masked())
+			}
+		}
+		slices.SortFunc(out, func(a, b netip.Prefix) int { return strings.Compare(a.String(), b.String()) })
+		return out
+	}
+	if slices.Equal(sorted(cidrs), sorted(sv.cidrs)) {
+		return nil
+	}
+	sv.cidrs = sorted(cidrs)
+	return sv.setupLocked()
+}
+
+// setupLocked is setup; callers hold mu.
+func (sv *services) setupLocked() error {
+	setFlags := sv.setFlags
 	if err := sv.writeServiceCIDRs(sv.cidrs); err != nil {
 		return err
 	}
@@ -193,7 +233,11 @@ func (d *Datapath) ServiceHookError() error {
 }
 
 // status is the stage attached and, if none, why.
-func (sv *services) status() (ServiceStage, error) { return sv.stage, sv.hookErr }
+func (sv *services) status() (ServiceStage, error) {
+	sv.mu.RLock()
+	defer sv.mu.RUnlock()
+	return sv.stage, sv.hookErr
+}
 
 // attachServiceHook loads the post-DNAT program on the tc object's maps and
 // links it to PREROUTING for both families. The links are pinned, so a
@@ -383,6 +427,8 @@ func (d *Datapath) ServiceAddress(addr netip.Addr) bool {
 }
 
 func (sv *services) contains(addr netip.Addr) bool {
+	sv.mu.RLock()
+	defer sv.mu.RUnlock()
 	addr = addr.Unmap()
 	for _, p := range sv.cidrs {
 		if p.Contains(addr) {

@@ -569,3 +569,26 @@ func testServiceIPBlockExceptAfterDNAT(t *testing.T, cfg Config) {
 	c.policies(clientEgressTo(`{ipBlock: {cidr: 10.96.0.0/16, except: [10.96.0.10/32]}}`))
 	c.expectService(false, "a", "tcp")
 }
+
+// TestServiceCIDRsSetLive: Service ranges learnt after Open (the API's
+// ServiceCIDR objects) take effect at once: before, the Service address is
+// judged (denied: only the backend is allowed); after, the backend is; and
+// a range withdrawn is judged on the Service address again.
+func TestServiceCIDRsSetLive(t *testing.T) {
+	c := newClusterWith(t, Config{AttachMode: AttachTC}, false)
+	dnatToServer(t)
+	c.policies(clientEgressTo(`{podSelector: {matchLabels: {app: server}}}`))
+	c.expectService(false, "a", "tcp")
+	if err := c.dp.SetServiceCIDRs([]netip.Prefix{svcCIDR}); err != nil {
+		t.Fatal(err)
+	}
+	if !c.dp.ServiceAddress(svcIP) || c.dp.ServiceHookError() != nil {
+		t.Fatalf("after SetServiceCIDRs: %s a Service address %v, hook error %v", svcIP, c.dp.ServiceAddress(svcIP), c.dp.ServiceHookError())
+	}
+	c.expectService(true, "a", "tcp")
+	c.expectService(true, "a", "udp")
+	if err := c.dp.SetServiceCIDRs(nil); err != nil {
+		t.Fatal(err)
+	}
+	c.expectService(false, "a", "tcp")
+}

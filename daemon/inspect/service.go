@@ -43,6 +43,8 @@ type Config struct {
 	// encryption, peers and their WireGuard handshakes), whose state the
 	// daemon's cross-node code owns.
 	CrossNode func() *inspectv1.CrossNode
+	// Masquerade, if set, reports the NAT of traffic leaving the cluster.
+	Masquerade func() *inspectv1.Masquerade
 	// KernelFeatures, if set, is the kernel feature table the daemon probed
 	// at start; nil reports an empty table.
 	KernelFeatures func() []*inspectv1.KernelFeature

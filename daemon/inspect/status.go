@@ -66,6 +66,12 @@ func (s *Service) GetStatus(context.Context, *inspectv1.GetStatusRequest) (*insp
 			}
 		}
 	}
+	if s.cfg.Masquerade != nil {
+		st.Masquerade = s.cfg.Masquerade()
+		if p := st.Masquerade.GetProblem(); p != "" {
+			problems = append(problems, "masquerade: "+p)
+		}
+	}
 	if dp := s.cfg.Datapath; dp != nil {
 		st.Identities = uint32(len(dp.Identities()))
 		rev, invalid := dp.PolicyRevision()

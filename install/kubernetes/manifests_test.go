@@ -138,6 +138,14 @@ func TestOverlays(t *testing.T) {
 				t.Error("daemon has lifecycle hooks; uninstall must be explicit")
 			}
 			checkDaemon(t, daemon)
+			// Chained: the primary CNI decides how pods leave the cluster.
+			if got, want := slices.Contains(daemon.Args, "--masquerade=false"), mode == "chained"; got != want {
+				t.Errorf("daemon args %v: --masquerade=false present %v, want %v", daemon.Args, got, want)
+			}
+			// The Service ranges come from the API, not a guess.
+			if n := countPrefix(daemon.Args, "--service-cidrs"); n != 0 {
+				t.Errorf("daemon args %v hard-code a Service range", daemon.Args)
+			}
 			checkMounts(t, spec)
 		})
 	}

@@ -119,6 +119,9 @@ func TestCoordinoctlAgainstLiveDaemon(t *testing.T) {
 		if len(st.Blocks) != 1 || st.Blocks[0].Cidr != "10.94.0.0/24" || st.Blocks[0].Used != 3 || st.Blocks[0].Free != st.Blocks[0].Size-3 {
 			t.Fatalf("blocks = %v", st.Blocks)
 		}
+		if m := st.Masquerade; !m.GetEnabled() || !slices.Contains(m.GetSources(), "10.94.0.0/24") || m.GetProblem() != "" {
+			t.Fatalf("masquerade = %v, want on for the node's pod CIDR", m)
+		}
 		maps := map[string]*inspectv1.MapPressure{}
 		for _, m := range st.Maps {
 			maps[m.Name] = m

@@ -16,6 +16,7 @@ import (
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
+	"github.com/coordino/coordino/daemon/masquerade"
 	"github.com/coordino/coordino/daemon/netsetup"
 	"github.com/coordino/coordino/test/harness"
 )
@@ -131,6 +132,10 @@ func TestUninstallRemovesNodeState(t *testing.T) {
 				t.Fatalf("b→a under default deny: %v", o)
 			}
 
+			masq := &masquerade.Table{NetNS: int(n.NS.Fd())}
+			if _, ok, err := masq.Counters(); err != nil || !ok {
+				t.Fatalf("masquerade table before uninstall: there %v, %v; want there (on by default)", ok, err)
+			}
 			if out, err := uninstallNode(t, n); err == nil || !strings.Contains(out, "still running") {
 				t.Fatalf("uninstall with the daemon running: %v\n%s", err, out)
 			}
@@ -163,6 +168,9 @@ func TestUninstallRemovesNodeState(t *testing.T) {
 			}
 			if pins, err := n.Pins(); err != nil || len(pins) != 0 {
 				t.Errorf("netns pins left: %v %v", pins, err)
+			}
+			if _, ok, err := masq.Counters(); err != nil || ok {
+				t.Errorf("masquerade table after uninstall: there %v, %v", ok, err)
 			}
 			// Nothing of the daemon's is left in its run and state dirs.
 			for _, dir := range []string{n.RunDir, n.StateDir} {

@@ -145,6 +145,26 @@ func (c *cluster) service(t *testing.T, ns, name string, port int32, backend *po
 	return netip.MustParseAddr(svc.Spec.ClusterIP)
 }
 
+// exposeService makes Service name a LoadBalancer with an external IP and
+// a load-balancer ingress IP.
+func (c *cluster) exposeService(t *testing.T, ns, name string, external, lb netip.Addr) {
+	t.Helper()
+	svc, err := c.kube.CoreV1().Services(ns).Get(bg(t), name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc.Spec.ExternalIPs = []string{external.String()}
+	// kube-proxy reads load-balancer IPs of LoadBalancer Services only.
+	svc.Spec.Type = corev1.ServiceTypeLoadBalancer
+	if svc, err = c.kube.CoreV1().Services(ns).Update(bg(t), svc, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	svc.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{IP: lb.String()}}
+	if _, err := c.kube.CoreV1().Services(ns).UpdateStatus(bg(t), svc, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // node creates the Node object kube-proxy reads its addresses from.
 func (c *cluster) node(t *testing.T, n *k8sNode) {
 	t.Helper()
@@ -274,11 +294,17 @@ func TestServicesWithKubeProxy(t *testing.T) {
 	}
 	svc := c.service(t, ns, "svc", 80, backend, node.Name)
 	svc2 := c.service(t, ns, "svc2", 81, backend2, node.Name)
+	// svc's external IP and a load-balancer IP in its status: kube-proxy
+	// translates both to backend, and client's egress is decided there.
+	extIP, lbIP := netip.MustParseAddr("203.0.113.10"), netip.MustParseAddr("203.0.113.20")
+	c.exposeService(t, ns, "svc", extIP, lbIP)
 
 	matrix := []svcProbe{
 		{client, svc, 80, "tcp", harness.Reached, "egress allows the backend"},
 		{client, svc, 80, "udp", harness.Reached, "egress allows the backend"},
 		{client, svc2, 81, "tcp", harness.Blocked, "ipBlock allows the ClusterIP, not the backend"},
+		{client, extIP, 80, "tcp", harness.Reached, "externalIP: egress allows the backend"},
+		{client, lbIP, 80, "tcp", harness.Reached, "load-balancer IP: egress allows the backend"},
 		{other, svc, 80, "tcp", harness.Blocked, "backend's ingress sees other, not the node"},
 		{other, svc, 80, "udp", harness.Blocked, "backend's ingress sees other, not the node"},
 		{other, svc2, 81, "tcp", harness.Reached, "nothing isolated"},

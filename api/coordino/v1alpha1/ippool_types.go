@@ -77,7 +77,19 @@ type IPPoolSpec struct {
 	// Disabled stops new blocks from this pool; blocks already held stay.
 	// +optional
 	Disabled bool `json:"disabled,omitempty"`
+
+	// NatOutgoing masquerades the pool's pods' traffic to destinations
+	// outside the cluster (every pod CIDR, node address and Service range,
+	// and the daemons' non-masquerade CIDRs) to their node's address.
+	// Unset means true; false lets them leave with their own address, for
+	// pods routed in the network beyond the nodes. Daemons with
+	// --masquerade=false masquerade no pool.
+	// +optional
+	NatOutgoing *bool `json:"natOutgoing,omitempty"`
 }
+
+// NATOutgoing reports the pool's natOutgoing (true when unset).
+func (s *IPPoolSpec) NATOutgoing() bool { return s.NatOutgoing == nil || *s.NatOutgoing }
 
 // IPPoolStatus is written by the leader controller.
 type IPPoolStatus struct {

@@ -56,6 +56,7 @@ func runStatus(ctx context.Context, c *client, _ []string) error {
 			row(w, label, fmt.Sprintf("%s  %d/%d used (%s), %d free%s", b.Cidr, b.Used, b.Size, percent(b.Used, b.Size), b.Free, capNote(b.Cidr)))
 		}
 		crossNode(w, st.CrossNode, time.Now())
+		masquerade(w, st.Masquerade)
 		for i, m := range st.Maps {
 			label := " "
 			if i == 0 {
@@ -207,6 +208,26 @@ func crossNode(w io.Writer, x *inspectv1.CrossNode, now time.Time) {
 		}
 		row(w, label, line)
 	}
+}
+
+// masquerade shows the NAT of traffic leaving the cluster and what it
+// counted, with the conntrack failures that port exhaustion shows as.
+func masquerade(w io.Writer, m *inspectv1.Masquerade) {
+	if m == nil {
+		return
+	}
+	if !m.Enabled {
+		row(w, "Masquerade:", "off (pods leave the cluster with their own address)")
+		return
+	}
+	row(w, "Masquerade:", fmt.Sprintf("on: %d IPv4, %d IPv6 connections; conntrack insert failures %d, drops %d",
+		m.ConnectionsIpv4, m.ConnectionsIpv6, m.ConntrackInsertFailed, m.ConntrackDrop))
+	row(w, " ", "sources "+orDash(strings.Join(m.Sources, ",")))
+	if len(m.Exempt) > 0 {
+		row(w, " ", "exempt (natOutgoing false) "+strings.Join(m.Exempt, ","))
+	}
+	row(w, " ", "Service ranges "+orDash(strings.Join(m.ServiceCidrs, ",")))
+	row(w, " ", "non-masquerade "+orDash(strings.Join(m.NonMasqueradeCidrs, ",")))
 }
 
 // kernelFeatures shows the daemon's kernel feature table, and for each

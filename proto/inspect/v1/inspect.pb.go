@@ -92,7 +92,9 @@ type Status struct {
 	// the daemon probes.
 	KernelFeatures []*KernelFeature `protobuf:"bytes,17,rep,name=kernel_features,json=kernelFeatures,proto3" json:"kernel_features,omitempty"`
 	// How pods of other nodes are reached.
-	CrossNode     *CrossNode `protobuf:"bytes,18,opt,name=cross_node,json=crossNode,proto3" json:"cross_node,omitempty"`
+	CrossNode *CrossNode `protobuf:"bytes,18,opt,name=cross_node,json=crossNode,proto3" json:"cross_node,omitempty"`
+	// The NAT of traffic leaving the cluster.
+	Masquerade    *Masquerade `protobuf:"bytes,19,opt,name=masquerade,proto3" json:"masquerade,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -253,6 +255,138 @@ func (x *Status) GetCrossNode() *CrossNode {
 	return nil
 }
 
+func (x *Status) GetMasquerade() *Masquerade {
+	if x != nil {
+		return x.Masquerade
+	}
+	return nil
+}
+
+// Masquerade is the NAT of pods' traffic leaving the cluster (--masquerade).
+type Masquerade struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Enabled bool                   `protobuf:"varint,1,opt,name=enabled,proto3" json:"enabled,omitempty"`
+	// Pod CIDRs masqueraded, and those exempt (IPPools with natOutgoing false).
+	Sources []string `protobuf:"bytes,2,rep,name=sources,proto3" json:"sources,omitempty"`
+	Exempt  []string `protobuf:"bytes,3,rep,name=exempt,proto3" json:"exempt,omitempty"`
+	// Destinations never masqueraded besides pod CIDRs and node addresses:
+	// Service ranges and the non-masquerade CIDRs.
+	ServiceCidrs       []string `protobuf:"bytes,4,rep,name=service_cidrs,json=serviceCidrs,proto3" json:"service_cidrs,omitempty"`
+	NonMasqueradeCidrs []string `protobuf:"bytes,5,rep,name=non_masquerade_cidrs,json=nonMasqueradeCidrs,proto3" json:"non_masquerade_cidrs,omitempty"`
+	// Connections masqueraded since the table was made, per family.
+	ConnectionsIpv4 uint64 `protobuf:"varint,6,opt,name=connections_ipv4,json=connectionsIpv4,proto3" json:"connections_ipv4,omitempty"`
+	ConnectionsIpv6 uint64 `protobuf:"varint,7,opt,name=connections_ipv6,json=connectionsIpv6,proto3" json:"connections_ipv6,omitempty"`
+	// The host conntrack's insert failures (a NAT port clash or exhaustion:
+	// the connection's first packet is dropped, no established flow is) and
+	// drops, since boot of the node's network namespace.
+	ConntrackInsertFailed uint64 `protobuf:"varint,8,opt,name=conntrack_insert_failed,json=conntrackInsertFailed,proto3" json:"conntrack_insert_failed,omitempty"`
+	ConntrackDrop         uint64 `protobuf:"varint,9,opt,name=conntrack_drop,json=conntrackDrop,proto3" json:"conntrack_drop,omitempty"`
+	// Why the table is not as configured, e.g. a failed update.
+	Problem       string `protobuf:"bytes,10,opt,name=problem,proto3" json:"problem,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Masquerade) Reset() {
+	*x = Masquerade{}
+	mi := &file_proto_inspect_v1_inspect_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Masquerade) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Masquerade) ProtoMessage() {}
+
+func (x *Masquerade) ProtoReflect() protoreflect.Message {
+	mi := &file_proto_inspect_v1_inspect_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Masquerade.ProtoReflect.Descriptor instead.
+func (*Masquerade) Descriptor() ([]byte, []int) {
+	return file_proto_inspect_v1_inspect_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *Masquerade) GetEnabled() bool {
+	if x != nil {
+		return x.Enabled
+	}
+	return false
+}
+
+func (x *Masquerade) GetSources() []string {
+	if x != nil {
+		return x.Sources
+	}
+	return nil
+}
+
+func (x *Masquerade) GetExempt() []string {
+	if x != nil {
+		return x.Exempt
+	}
+	return nil
+}
+
+func (x *Masquerade) GetServiceCidrs() []string {
+	if x != nil {
+		return x.ServiceCidrs
+	}
+	return nil
+}
+
+func (x *Masquerade) GetNonMasqueradeCidrs() []string {
+	if x != nil {
+		return x.NonMasqueradeCidrs
+	}
+	return nil
+}
+
+func (x *Masquerade) GetConnectionsIpv4() uint64 {
+	if x != nil {
+		return x.ConnectionsIpv4
+	}
+	return 0
+}
+
+func (x *Masquerade) GetConnectionsIpv6() uint64 {
+	if x != nil {
+		return x.ConnectionsIpv6
+	}
+	return 0
+}
+
+func (x *Masquerade) GetConntrackInsertFailed() uint64 {
+	if x != nil {
+		return x.ConntrackInsertFailed
+	}
+	return 0
+}
+
+func (x *Masquerade) GetConntrackDrop() uint64 {
+	if x != nil {
+		return x.ConntrackDrop
+	}
+	return 0
+}
+
+func (x *Masquerade) GetProblem() string {
+	if x != nil {
+		return x.Problem
+	}
+	return ""
+}
+
 // KernelFeature is one row of the daemon's kernel feature table.
 type KernelFeature struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
@@ -268,7 +402,7 @@ type KernelFeature struct {
 
 func (x *KernelFeature) Reset() {
 	*x = KernelFeature{}
-	mi := &file_proto_inspect_v1_inspect_proto_msgTypes[2]
+	mi := &file_proto_inspect_v1_inspect_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -280,7 +414,7 @@ func (x *KernelFeature) String() string {
 func (*KernelFeature) ProtoMessage() {}
 
 func (x *KernelFeature) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_inspect_v1_inspect_proto_msgTypes[2]
+	mi := &file_proto_inspect_v1_inspect_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -293,7 +427,7 @@ func (x *KernelFeature) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KernelFeature.ProtoReflect.Descriptor instead.
 func (*KernelFeature) Descriptor() ([]byte, []int) {
-	return file_proto_inspect_v1_inspect_proto_rawDescGZIP(), []int{2}
+	return file_proto_inspect_v1_inspect_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *KernelFeature) GetName() string {
@@ -346,7 +480,7 @@ type CrossNode struct {
 
 func (x *CrossNode) Reset() {
 	*x = CrossNode{}
-	mi := &file_proto_inspect_v1_inspect_proto_msgTypes[3]
+	mi := &file_proto_inspect_v1_inspect_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -358,7 +492,7 @@ func (x *CrossNode) String() string {
 func (*CrossNode) ProtoMessage() {}
 
 func (x *CrossNode) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_inspect_v1_inspect_proto_msgTypes[3]
+	mi := &file_proto_inspect_v1_inspect_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -371,7 +505,7 @@ func (x *CrossNode) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CrossNode.ProtoReflect.Descriptor instead.
 func (*CrossNode) Descriptor() ([]byte, []int) {
-	return file_proto_inspect_v1_inspect_proto_rawDescGZIP(), []int{3}
+	return file_proto_inspect_v1_inspect_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *CrossNode) GetRouting() string {
@@ -433,7 +567,7 @@ type Peer struct {
 
 func (x *Peer) Reset() {
 	*x = Peer{}
-	mi := &file_proto_inspect_v1_inspect_proto_msgTypes[4]
+	mi := &file_proto_inspect_v1_inspect_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -445,7 +579,7 @@ func (x *Peer) String() string {
 func (*Peer) ProtoMessage() {}
 
 func (x *Peer) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_inspect_v1_inspect_proto_msgTypes[4]
+	mi := &file_proto_inspect_v1_inspect_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -458,7 +592,7 @@ func (x *Peer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Peer.ProtoReflect.Descriptor instead.
 func (*Peer) Descriptor() ([]byte, []int) {
-	return file_proto_inspect_v1_inspect_proto_rawDescGZIP(), []int{4}
+	return file_proto_inspect_v1_inspect_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *Peer) GetName() string {
@@ -536,7 +670,7 @@ type Block struct {
 
 func (x *Block) Reset() {
 	*x = Block{}
-	mi := &file_proto_inspect_v1_inspect_proto_msgTypes[5]
+	mi := &file_proto_inspect_v1_inspect_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -548,7 +682,7 @@ func (x *Block) String() string {
 func (*Block) ProtoMessage() {}
 
 func (x *Block) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_inspect_v1_inspect_proto_msgTypes[5]
+	mi := &file_proto_inspect_v1_inspect_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -561,7 +695,7 @@ func (x *Block) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Block.ProtoReflect.Descriptor instead.
 func (*Block) Descriptor() ([]byte, []int) {
-	return file_proto_inspect_v1_inspect_proto_rawDescGZIP(), []int{5}
+	return file_proto_inspect_v1_inspect_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *Block) GetCidr() string {
@@ -608,7 +742,7 @@ type MapPressure struct {
 
 func (x *MapPressure) Reset() {
 	*x = MapPressure{}
-	mi := &file_proto_inspect_v1_inspect_proto_msgTypes[6]
+	mi := &file_proto_inspect_v1_inspect_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -620,7 +754,7 @@ func (x *MapPressure) String() string {
 func (*MapPressure) ProtoMessage() {}
 
 func (x *MapPressure) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_inspect_v1_inspect_proto_msgTypes[6]
+	mi := &file_proto_inspect_v1_inspect_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -633,7 +767,7 @@ func (x *MapPressure) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MapPressure.ProtoReflect.Descriptor instead.
 func (*MapPressure) Descriptor() ([]byte, []int) {
-	return file_proto_inspect_v1_inspect_proto_rawDescGZIP(), []int{6}
+	return file_proto_inspect_v1_inspect_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *MapPressure) GetName() string {
@@ -679,7 +813,7 @@ type ListEndpointsRequest struct {
 
 func (x *ListEndpointsRequest) Reset() {
 	*x = ListEndpointsRequest{}
-	mi := &file_proto_inspect_v1_inspect_proto_msgTypes[7]
+	mi := &file_proto_inspect_v1_inspect_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -691,7 +825,7 @@ func (x *ListEndpointsRequest) String() string {
 func (*ListEndpointsRequest) ProtoMessage() {}
 
 func (x *ListEndpointsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_inspect_v1_inspect_proto_msgTypes[7]
+	mi := &file_proto_inspect_v1_inspect_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -704,7 +838,7 @@ func (x *ListEndpointsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListEndpointsRequest.ProtoReflect.Descriptor instead.
 func (*ListEndpointsRequest) Descriptor() ([]byte, []int) {
-	return file_proto_inspect_v1_inspect_proto_rawDescGZIP(), []int{7}
+	return file_proto_inspect_v1_inspect_proto_rawDescGZIP(), []int{8}
 }
 
 type ListEndpointsResponse struct {
@@ -716,7 +850,7 @@ type ListEndpointsResponse struct {
 
 func (x *ListEndpointsResponse) Reset() {
 	*x = ListEndpointsResponse{}
-	mi := &file_proto_inspect_v1_inspect_proto_msgTypes[8]
+	mi := &file_proto_inspect_v1_inspect_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -728,7 +862,7 @@ func (x *ListEndpointsResponse) String() string {
 func (*ListEndpointsResponse) ProtoMessage() {}
 
 func (x *ListEndpointsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_inspect_v1_inspect_proto_msgTypes[8]
+	mi := &file_proto_inspect_v1_inspect_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -741,7 +875,7 @@ func (x *ListEndpointsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListEndpointsResponse.ProtoReflect.Descriptor instead.
 func (*ListEndpointsResponse) Descriptor() ([]byte, []int) {
-	return file_proto_inspect_v1_inspect_proto_rawDescGZIP(), []int{8}
+	return file_proto_inspect_v1_inspect_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *ListEndpointsResponse) GetEndpoints() []*Endpoint {
@@ -760,7 +894,7 @@ type GetEndpointRequest struct {
 
 func (x *GetEndpointRequest) Reset() {
 	*x = GetEndpointRequest{}
-	mi := &file_proto_inspect_v1_inspect_proto_msgTypes[9]
+	mi := &file_proto_inspect_v1_inspect_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -772,7 +906,7 @@ func (x *GetEndpointRequest) String() string {
 func (*GetEndpointRequest) ProtoMessage() {}
 
 func (x *GetEndpointRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_inspect_v1_inspect_proto_msgTypes[9]
+	mi := &file_proto_inspect_v1_inspect_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -785,7 +919,7 @@ func (x *GetEndpointRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetEndpointRequest.ProtoReflect.Descriptor instead.
 func (*GetEndpointRequest) Descriptor() ([]byte, []int) {
-	return file_proto_inspect_v1_inspect_proto_rawDescGZIP(), []int{9}
+	return file_proto_inspect_v1_inspect_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *GetEndpointRequest) GetQuery() string {
@@ -824,7 +958,7 @@ type Endpoint struct {
 
 func (x *Endpoint) Reset() {
 	*x = Endpoint{}
-	mi := &file_proto_inspect_v1_inspect_proto_msgTypes[10]
+	mi := &file_proto_inspect_v1_inspect_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -836,7 +970,7 @@ func (x *Endpoint) String() string {
 func (*Endpoint) ProtoMessage() {}
 
 func (x *Endpoint) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_inspect_v1_inspect_proto_msgTypes[10]
+	mi := &file_proto_inspect_v1_inspect_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -849,7 +983,7 @@ func (x *Endpoint) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Endpoint.ProtoReflect.Descriptor instead.
 func (*Endpoint) Descriptor() ([]byte, []int) {
-	return file_proto_inspect_v1_inspect_proto_rawDescGZIP(), []int{10}
+	return file_proto_inspect_v1_inspect_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *Endpoint) GetKey() string {
@@ -986,7 +1120,7 @@ type ListIdentitiesRequest struct {
 
 func (x *ListIdentitiesRequest) Reset() {
 	*x = ListIdentitiesRequest{}
-	mi := &file_proto_inspect_v1_inspect_proto_msgTypes[11]
+	mi := &file_proto_inspect_v1_inspect_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -998,7 +1132,7 @@ func (x *ListIdentitiesRequest) String() string {
 func (*ListIdentitiesRequest) ProtoMessage() {}
 
 func (x *ListIdentitiesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_inspect_v1_inspect_proto_msgTypes[11]
+	mi := &file_proto_inspect_v1_inspect_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1011,7 +1145,7 @@ func (x *ListIdentitiesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListIdentitiesRequest.ProtoReflect.Descriptor instead.
 func (*ListIdentitiesRequest) Descriptor() ([]byte, []int) {
-	return file_proto_inspect_v1_inspect_proto_rawDescGZIP(), []int{11}
+	return file_proto_inspect_v1_inspect_proto_rawDescGZIP(), []int{12}
 }
 
 type ListIdentitiesResponse struct {
@@ -1023,7 +1157,7 @@ type ListIdentitiesResponse struct {
 
 func (x *ListIdentitiesResponse) Reset() {
 	*x = ListIdentitiesResponse{}
-	mi := &file_proto_inspect_v1_inspect_proto_msgTypes[12]
+	mi := &file_proto_inspect_v1_inspect_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1035,7 +1169,7 @@ func (x *ListIdentitiesResponse) String() string {
 func (*ListIdentitiesResponse) ProtoMessage() {}
 
 func (x *ListIdentitiesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_inspect_v1_inspect_proto_msgTypes[12]
+	mi := &file_proto_inspect_v1_inspect_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1048,7 +1182,7 @@ func (x *ListIdentitiesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListIdentitiesResponse.ProtoReflect.Descriptor instead.
 func (*ListIdentitiesResponse) Descriptor() ([]byte, []int) {
-	return file_proto_inspect_v1_inspect_proto_rawDescGZIP(), []int{12}
+	return file_proto_inspect_v1_inspect_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ListIdentitiesResponse) GetIdentities() []*Identity {
@@ -1071,7 +1205,7 @@ type Identity struct {
 
 func (x *Identity) Reset() {
 	*x = Identity{}
-	mi := &file_proto_inspect_v1_inspect_proto_msgTypes[13]
+	mi := &file_proto_inspect_v1_inspect_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1083,7 +1217,7 @@ func (x *Identity) String() string {
 func (*Identity) ProtoMessage() {}
 
 func (x *Identity) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_inspect_v1_inspect_proto_msgTypes[13]
+	mi := &file_proto_inspect_v1_inspect_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1096,7 +1230,7 @@ func (x *Identity) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Identity.ProtoReflect.Descriptor instead.
 func (*Identity) Descriptor() ([]byte, []int) {
-	return file_proto_inspect_v1_inspect_proto_rawDescGZIP(), []int{13}
+	return file_proto_inspect_v1_inspect_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *Identity) GetId() uint32 {
@@ -1135,7 +1269,7 @@ type GetIPAMRequest struct {
 
 func (x *GetIPAMRequest) Reset() {
 	*x = GetIPAMRequest{}
-	mi := &file_proto_inspect_v1_inspect_proto_msgTypes[14]
+	mi := &file_proto_inspect_v1_inspect_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1147,7 +1281,7 @@ func (x *GetIPAMRequest) String() string {
 func (*GetIPAMRequest) ProtoMessage() {}
 
 func (x *GetIPAMRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_inspect_v1_inspect_proto_msgTypes[14]
+	mi := &file_proto_inspect_v1_inspect_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1160,7 +1294,7 @@ func (x *GetIPAMRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetIPAMRequest.ProtoReflect.Descriptor instead.
 func (*GetIPAMRequest) Descriptor() ([]byte, []int) {
-	return file_proto_inspect_v1_inspect_proto_rawDescGZIP(), []int{14}
+	return file_proto_inspect_v1_inspect_proto_rawDescGZIP(), []int{15}
 }
 
 type IPAM struct {
@@ -1173,7 +1307,7 @@ type IPAM struct {
 
 func (x *IPAM) Reset() {
 	*x = IPAM{}
-	mi := &file_proto_inspect_v1_inspect_proto_msgTypes[15]
+	mi := &file_proto_inspect_v1_inspect_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1185,7 +1319,7 @@ func (x *IPAM) String() string {
 func (*IPAM) ProtoMessage() {}
 
 func (x *IPAM) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_inspect_v1_inspect_proto_msgTypes[15]
+	mi := &file_proto_inspect_v1_inspect_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1198,7 +1332,7 @@ func (x *IPAM) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IPAM.ProtoReflect.Descriptor instead.
 func (*IPAM) Descriptor() ([]byte, []int) {
-	return file_proto_inspect_v1_inspect_proto_rawDescGZIP(), []int{15}
+	return file_proto_inspect_v1_inspect_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *IPAM) GetBlocks() []*Block {
@@ -1226,7 +1360,7 @@ type Allocation struct {
 
 func (x *Allocation) Reset() {
 	*x = Allocation{}
-	mi := &file_proto_inspect_v1_inspect_proto_msgTypes[16]
+	mi := &file_proto_inspect_v1_inspect_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1238,7 +1372,7 @@ func (x *Allocation) String() string {
 func (*Allocation) ProtoMessage() {}
 
 func (x *Allocation) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_inspect_v1_inspect_proto_msgTypes[16]
+	mi := &file_proto_inspect_v1_inspect_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1251,7 +1385,7 @@ func (x *Allocation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Allocation.ProtoReflect.Descriptor instead.
 func (*Allocation) Descriptor() ([]byte, []int) {
-	return file_proto_inspect_v1_inspect_proto_rawDescGZIP(), []int{16}
+	return file_proto_inspect_v1_inspect_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *Allocation) GetIp() string {
@@ -1289,7 +1423,7 @@ type ExplainPolicyRequest struct {
 
 func (x *ExplainPolicyRequest) Reset() {
 	*x = ExplainPolicyRequest{}
-	mi := &file_proto_inspect_v1_inspect_proto_msgTypes[17]
+	mi := &file_proto_inspect_v1_inspect_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1301,7 +1435,7 @@ func (x *ExplainPolicyRequest) String() string {
 func (*ExplainPolicyRequest) ProtoMessage() {}
 
 func (x *ExplainPolicyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_inspect_v1_inspect_proto_msgTypes[17]
+	mi := &file_proto_inspect_v1_inspect_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1314,7 +1448,7 @@ func (x *ExplainPolicyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExplainPolicyRequest.ProtoReflect.Descriptor instead.
 func (*ExplainPolicyRequest) Descriptor() ([]byte, []int) {
-	return file_proto_inspect_v1_inspect_proto_rawDescGZIP(), []int{17}
+	return file_proto_inspect_v1_inspect_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ExplainPolicyRequest) GetFrom() string {
@@ -1360,7 +1494,7 @@ type PolicyExplanation struct {
 
 func (x *PolicyExplanation) Reset() {
 	*x = PolicyExplanation{}
-	mi := &file_proto_inspect_v1_inspect_proto_msgTypes[18]
+	mi := &file_proto_inspect_v1_inspect_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1372,7 +1506,7 @@ func (x *PolicyExplanation) String() string {
 func (*PolicyExplanation) ProtoMessage() {}
 
 func (x *PolicyExplanation) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_inspect_v1_inspect_proto_msgTypes[18]
+	mi := &file_proto_inspect_v1_inspect_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1385,7 +1519,7 @@ func (x *PolicyExplanation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PolicyExplanation.ProtoReflect.Descriptor instead.
 func (*PolicyExplanation) Descriptor() ([]byte, []int) {
-	return file_proto_inspect_v1_inspect_proto_rawDescGZIP(), []int{18}
+	return file_proto_inspect_v1_inspect_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *PolicyExplanation) GetSrc() string {
@@ -1451,7 +1585,7 @@ type DirectionVerdict struct {
 
 func (x *DirectionVerdict) Reset() {
 	*x = DirectionVerdict{}
-	mi := &file_proto_inspect_v1_inspect_proto_msgTypes[19]
+	mi := &file_proto_inspect_v1_inspect_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1463,7 +1597,7 @@ func (x *DirectionVerdict) String() string {
 func (*DirectionVerdict) ProtoMessage() {}
 
 func (x *DirectionVerdict) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_inspect_v1_inspect_proto_msgTypes[19]
+	mi := &file_proto_inspect_v1_inspect_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1476,7 +1610,7 @@ func (x *DirectionVerdict) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DirectionVerdict.ProtoReflect.Descriptor instead.
 func (*DirectionVerdict) Descriptor() ([]byte, []int) {
-	return file_proto_inspect_v1_inspect_proto_rawDescGZIP(), []int{19}
+	return file_proto_inspect_v1_inspect_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *DirectionVerdict) GetDirection() string {
@@ -1566,7 +1700,7 @@ type ListRecentFlowsRequest struct {
 
 func (x *ListRecentFlowsRequest) Reset() {
 	*x = ListRecentFlowsRequest{}
-	mi := &file_proto_inspect_v1_inspect_proto_msgTypes[20]
+	mi := &file_proto_inspect_v1_inspect_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1578,7 +1712,7 @@ func (x *ListRecentFlowsRequest) String() string {
 func (*ListRecentFlowsRequest) ProtoMessage() {}
 
 func (x *ListRecentFlowsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_inspect_v1_inspect_proto_msgTypes[20]
+	mi := &file_proto_inspect_v1_inspect_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1591,7 +1725,7 @@ func (x *ListRecentFlowsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRecentFlowsRequest.ProtoReflect.Descriptor instead.
 func (*ListRecentFlowsRequest) Descriptor() ([]byte, []int) {
-	return file_proto_inspect_v1_inspect_proto_rawDescGZIP(), []int{20}
+	return file_proto_inspect_v1_inspect_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ListRecentFlowsRequest) GetSinceUnixNano() int64 {
@@ -1610,7 +1744,7 @@ type ListRecentFlowsResponse struct {
 
 func (x *ListRecentFlowsResponse) Reset() {
 	*x = ListRecentFlowsResponse{}
-	mi := &file_proto_inspect_v1_inspect_proto_msgTypes[21]
+	mi := &file_proto_inspect_v1_inspect_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1622,7 +1756,7 @@ func (x *ListRecentFlowsResponse) String() string {
 func (*ListRecentFlowsResponse) ProtoMessage() {}
 
 func (x *ListRecentFlowsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_inspect_v1_inspect_proto_msgTypes[21]
+	mi := &file_proto_inspect_v1_inspect_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1635,7 +1769,7 @@ func (x *ListRecentFlowsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRecentFlowsResponse.ProtoReflect.Descriptor instead.
 func (*ListRecentFlowsResponse) Descriptor() ([]byte, []int) {
-	return file_proto_inspect_v1_inspect_proto_rawDescGZIP(), []int{21}
+	return file_proto_inspect_v1_inspect_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ListRecentFlowsResponse) GetFlows() []*v1.FlowEvent {
@@ -1653,7 +1787,7 @@ type CollectDiagnosticsRequest struct {
 
 func (x *CollectDiagnosticsRequest) Reset() {
 	*x = CollectDiagnosticsRequest{}
-	mi := &file_proto_inspect_v1_inspect_proto_msgTypes[22]
+	mi := &file_proto_inspect_v1_inspect_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1665,7 +1799,7 @@ func (x *CollectDiagnosticsRequest) String() string {
 func (*CollectDiagnosticsRequest) ProtoMessage() {}
 
 func (x *CollectDiagnosticsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_inspect_v1_inspect_proto_msgTypes[22]
+	mi := &file_proto_inspect_v1_inspect_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1678,7 +1812,7 @@ func (x *CollectDiagnosticsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CollectDiagnosticsRequest.ProtoReflect.Descriptor instead.
 func (*CollectDiagnosticsRequest) Descriptor() ([]byte, []int) {
-	return file_proto_inspect_v1_inspect_proto_rawDescGZIP(), []int{22}
+	return file_proto_inspect_v1_inspect_proto_rawDescGZIP(), []int{23}
 }
 
 type Diagnostics struct {
@@ -1690,7 +1824,7 @@ type Diagnostics struct {
 
 func (x *Diagnostics) Reset() {
 	*x = Diagnostics{}
-	mi := &file_proto_inspect_v1_inspect_proto_msgTypes[23]
+	mi := &file_proto_inspect_v1_inspect_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1702,7 +1836,7 @@ func (x *Diagnostics) String() string {
 func (*Diagnostics) ProtoMessage() {}
 
 func (x *Diagnostics) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_inspect_v1_inspect_proto_msgTypes[23]
+	mi := &file_proto_inspect_v1_inspect_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1715,7 +1849,7 @@ func (x *Diagnostics) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Diagnostics.ProtoReflect.Descriptor instead.
 func (*Diagnostics) Descriptor() ([]byte, []int) {
-	return file_proto_inspect_v1_inspect_proto_rawDescGZIP(), []int{23}
+	return file_proto_inspect_v1_inspect_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *Diagnostics) GetFiles() []*DiagnosticFile {
@@ -1735,7 +1869,7 @@ type DiagnosticFile struct {
 
 func (x *DiagnosticFile) Reset() {
 	*x = DiagnosticFile{}
-	mi := &file_proto_inspect_v1_inspect_proto_msgTypes[24]
+	mi := &file_proto_inspect_v1_inspect_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1747,7 +1881,7 @@ func (x *DiagnosticFile) String() string {
 func (*DiagnosticFile) ProtoMessage() {}
 
 func (x *DiagnosticFile) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_inspect_v1_inspect_proto_msgTypes[24]
+	mi := &file_proto_inspect_v1_inspect_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1760,7 +1894,7 @@ func (x *DiagnosticFile) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DiagnosticFile.ProtoReflect.Descriptor instead.
 func (*DiagnosticFile) Descriptor() ([]byte, []int) {
-	return file_proto_inspect_v1_inspect_proto_rawDescGZIP(), []int{24}
+	return file_proto_inspect_v1_inspect_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *DiagnosticFile) GetName() string {
@@ -1782,7 +1916,7 @@ var File_proto_inspect_v1_inspect_proto protoreflect.FileDescriptor
 const file_proto_inspect_v1_inspect_proto_rawDesc = "" +
 	"\n" +
 	"\x1eproto/inspect/v1/inspect.proto\x12\x13coordino.inspect.v1\x1a\x18proto/flow/v1/flow.proto\"\x12\n" +
-	"\x10GetStatusRequest\"\xd9\x05\n" +
+	"\x10GetStatusRequest\"\x9a\x06\n" +
 	"\x06Status\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\tR\aversion\x12\x1b\n" +
 	"\tnode_name\x18\x02 \x01(\tR\bnodeName\x12\x12\n" +
@@ -1806,7 +1940,23 @@ const file_proto_inspect_v1_inspect_proto_rawDesc = "" +
 	"\fstarted_unix\x18\x10 \x01(\x03R\vstartedUnix\x12K\n" +
 	"\x0fkernel_features\x18\x11 \x03(\v2\".coordino.inspect.v1.KernelFeatureR\x0ekernelFeatures\x12=\n" +
 	"\n" +
-	"cross_node\x18\x12 \x01(\v2\x1e.coordino.inspect.v1.CrossNodeR\tcrossNode\"q\n" +
+	"cross_node\x18\x12 \x01(\v2\x1e.coordino.inspect.v1.CrossNodeR\tcrossNode\x12?\n" +
+	"\n" +
+	"masquerade\x18\x13 \x01(\v2\x1f.coordino.inspect.v1.MasqueradeR\n" +
+	"masquerade\"\xfe\x02\n" +
+	"\n" +
+	"Masquerade\x12\x18\n" +
+	"\aenabled\x18\x01 \x01(\bR\aenabled\x12\x18\n" +
+	"\asources\x18\x02 \x03(\tR\asources\x12\x16\n" +
+	"\x06exempt\x18\x03 \x03(\tR\x06exempt\x12#\n" +
+	"\rservice_cidrs\x18\x04 \x03(\tR\fserviceCidrs\x120\n" +
+	"\x14non_masquerade_cidrs\x18\x05 \x03(\tR\x12nonMasqueradeCidrs\x12)\n" +
+	"\x10connections_ipv4\x18\x06 \x01(\x04R\x0fconnectionsIpv4\x12)\n" +
+	"\x10connections_ipv6\x18\a \x01(\x04R\x0fconnectionsIpv6\x126\n" +
+	"\x17conntrack_insert_failed\x18\b \x01(\x04R\x15conntrackInsertFailed\x12%\n" +
+	"\x0econntrack_drop\x18\t \x01(\x04R\rconntrackDrop\x12\x18\n" +
+	"\aproblem\x18\n" +
+	" \x01(\tR\aproblem\"q\n" +
 	"\rKernelFeature\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1c\n" +
 	"\tavailable\x18\x02 \x01(\bR\tavailable\x12\x16\n" +
@@ -1952,73 +2102,75 @@ func file_proto_inspect_v1_inspect_proto_rawDescGZIP() []byte {
 	return file_proto_inspect_v1_inspect_proto_rawDescData
 }
 
-var file_proto_inspect_v1_inspect_proto_msgTypes = make([]protoimpl.MessageInfo, 27)
+var file_proto_inspect_v1_inspect_proto_msgTypes = make([]protoimpl.MessageInfo, 28)
 var file_proto_inspect_v1_inspect_proto_goTypes = []any{
 	(*GetStatusRequest)(nil),          // 0: coordino.inspect.v1.GetStatusRequest
 	(*Status)(nil),                    // 1: coordino.inspect.v1.Status
-	(*KernelFeature)(nil),             // 2: coordino.inspect.v1.KernelFeature
-	(*CrossNode)(nil),                 // 3: coordino.inspect.v1.CrossNode
-	(*Peer)(nil),                      // 4: coordino.inspect.v1.Peer
-	(*Block)(nil),                     // 5: coordino.inspect.v1.Block
-	(*MapPressure)(nil),               // 6: coordino.inspect.v1.MapPressure
-	(*ListEndpointsRequest)(nil),      // 7: coordino.inspect.v1.ListEndpointsRequest
-	(*ListEndpointsResponse)(nil),     // 8: coordino.inspect.v1.ListEndpointsResponse
-	(*GetEndpointRequest)(nil),        // 9: coordino.inspect.v1.GetEndpointRequest
-	(*Endpoint)(nil),                  // 10: coordino.inspect.v1.Endpoint
-	(*ListIdentitiesRequest)(nil),     // 11: coordino.inspect.v1.ListIdentitiesRequest
-	(*ListIdentitiesResponse)(nil),    // 12: coordino.inspect.v1.ListIdentitiesResponse
-	(*Identity)(nil),                  // 13: coordino.inspect.v1.Identity
-	(*GetIPAMRequest)(nil),            // 14: coordino.inspect.v1.GetIPAMRequest
-	(*IPAM)(nil),                      // 15: coordino.inspect.v1.IPAM
-	(*Allocation)(nil),                // 16: coordino.inspect.v1.Allocation
-	(*ExplainPolicyRequest)(nil),      // 17: coordino.inspect.v1.ExplainPolicyRequest
-	(*PolicyExplanation)(nil),         // 18: coordino.inspect.v1.PolicyExplanation
-	(*DirectionVerdict)(nil),          // 19: coordino.inspect.v1.DirectionVerdict
-	(*ListRecentFlowsRequest)(nil),    // 20: coordino.inspect.v1.ListRecentFlowsRequest
-	(*ListRecentFlowsResponse)(nil),   // 21: coordino.inspect.v1.ListRecentFlowsResponse
-	(*CollectDiagnosticsRequest)(nil), // 22: coordino.inspect.v1.CollectDiagnosticsRequest
-	(*Diagnostics)(nil),               // 23: coordino.inspect.v1.Diagnostics
-	(*DiagnosticFile)(nil),            // 24: coordino.inspect.v1.DiagnosticFile
-	nil,                               // 25: coordino.inspect.v1.Endpoint.LabelsEntry
-	nil,                               // 26: coordino.inspect.v1.Identity.LabelsEntry
-	(*v1.FlowEvent)(nil),              // 27: coordino.flow.v1.FlowEvent
+	(*Masquerade)(nil),                // 2: coordino.inspect.v1.Masquerade
+	(*KernelFeature)(nil),             // 3: coordino.inspect.v1.KernelFeature
+	(*CrossNode)(nil),                 // 4: coordino.inspect.v1.CrossNode
+	(*Peer)(nil),                      // 5: coordino.inspect.v1.Peer
+	(*Block)(nil),                     // 6: coordino.inspect.v1.Block
+	(*MapPressure)(nil),               // 7: coordino.inspect.v1.MapPressure
+	(*ListEndpointsRequest)(nil),      // 8: coordino.inspect.v1.ListEndpointsRequest
+	(*ListEndpointsResponse)(nil),     // 9: coordino.inspect.v1.ListEndpointsResponse
+	(*GetEndpointRequest)(nil),        // 10: coordino.inspect.v1.GetEndpointRequest
+	(*Endpoint)(nil),                  // 11: coordino.inspect.v1.Endpoint
+	(*ListIdentitiesRequest)(nil),     // 12: coordino.inspect.v1.ListIdentitiesRequest
+	(*ListIdentitiesResponse)(nil),    // 13: coordino.inspect.v1.ListIdentitiesResponse
+	(*Identity)(nil),                  // 14: coordino.inspect.v1.Identity
+	(*GetIPAMRequest)(nil),            // 15: coordino.inspect.v1.GetIPAMRequest
+	(*IPAM)(nil),                      // 16: coordino.inspect.v1.IPAM
+	(*Allocation)(nil),                // 17: coordino.inspect.v1.Allocation
+	(*ExplainPolicyRequest)(nil),      // 18: coordino.inspect.v1.ExplainPolicyRequest
+	(*PolicyExplanation)(nil),         // 19: coordino.inspect.v1.PolicyExplanation
+	(*DirectionVerdict)(nil),          // 20: coordino.inspect.v1.DirectionVerdict
+	(*ListRecentFlowsRequest)(nil),    // 21: coordino.inspect.v1.ListRecentFlowsRequest
+	(*ListRecentFlowsResponse)(nil),   // 22: coordino.inspect.v1.ListRecentFlowsResponse
+	(*CollectDiagnosticsRequest)(nil), // 23: coordino.inspect.v1.CollectDiagnosticsRequest
+	(*Diagnostics)(nil),               // 24: coordino.inspect.v1.Diagnostics
+	(*DiagnosticFile)(nil),            // 25: coordino.inspect.v1.DiagnosticFile
+	nil,                               // 26: coordino.inspect.v1.Endpoint.LabelsEntry
+	nil,                               // 27: coordino.inspect.v1.Identity.LabelsEntry
+	(*v1.FlowEvent)(nil),              // 28: coordino.flow.v1.FlowEvent
 }
 var file_proto_inspect_v1_inspect_proto_depIdxs = []int32{
-	5,  // 0: coordino.inspect.v1.Status.blocks:type_name -> coordino.inspect.v1.Block
-	6,  // 1: coordino.inspect.v1.Status.maps:type_name -> coordino.inspect.v1.MapPressure
-	2,  // 2: coordino.inspect.v1.Status.kernel_features:type_name -> coordino.inspect.v1.KernelFeature
-	3,  // 3: coordino.inspect.v1.Status.cross_node:type_name -> coordino.inspect.v1.CrossNode
-	4,  // 4: coordino.inspect.v1.CrossNode.peers:type_name -> coordino.inspect.v1.Peer
-	10, // 5: coordino.inspect.v1.ListEndpointsResponse.endpoints:type_name -> coordino.inspect.v1.Endpoint
-	25, // 6: coordino.inspect.v1.Endpoint.labels:type_name -> coordino.inspect.v1.Endpoint.LabelsEntry
-	13, // 7: coordino.inspect.v1.ListIdentitiesResponse.identities:type_name -> coordino.inspect.v1.Identity
-	26, // 8: coordino.inspect.v1.Identity.labels:type_name -> coordino.inspect.v1.Identity.LabelsEntry
-	5,  // 9: coordino.inspect.v1.IPAM.blocks:type_name -> coordino.inspect.v1.Block
-	16, // 10: coordino.inspect.v1.IPAM.allocations:type_name -> coordino.inspect.v1.Allocation
-	19, // 11: coordino.inspect.v1.PolicyExplanation.steps:type_name -> coordino.inspect.v1.DirectionVerdict
-	27, // 12: coordino.inspect.v1.ListRecentFlowsResponse.flows:type_name -> coordino.flow.v1.FlowEvent
-	24, // 13: coordino.inspect.v1.Diagnostics.files:type_name -> coordino.inspect.v1.DiagnosticFile
-	0,  // 14: coordino.inspect.v1.Inspector.GetStatus:input_type -> coordino.inspect.v1.GetStatusRequest
-	7,  // 15: coordino.inspect.v1.Inspector.ListEndpoints:input_type -> coordino.inspect.v1.ListEndpointsRequest
-	9,  // 16: coordino.inspect.v1.Inspector.GetEndpoint:input_type -> coordino.inspect.v1.GetEndpointRequest
-	11, // 17: coordino.inspect.v1.Inspector.ListIdentities:input_type -> coordino.inspect.v1.ListIdentitiesRequest
-	14, // 18: coordino.inspect.v1.Inspector.GetIPAM:input_type -> coordino.inspect.v1.GetIPAMRequest
-	17, // 19: coordino.inspect.v1.Inspector.ExplainPolicy:input_type -> coordino.inspect.v1.ExplainPolicyRequest
-	20, // 20: coordino.inspect.v1.Inspector.ListRecentFlows:input_type -> coordino.inspect.v1.ListRecentFlowsRequest
-	22, // 21: coordino.inspect.v1.Inspector.CollectDiagnostics:input_type -> coordino.inspect.v1.CollectDiagnosticsRequest
-	1,  // 22: coordino.inspect.v1.Inspector.GetStatus:output_type -> coordino.inspect.v1.Status
-	8,  // 23: coordino.inspect.v1.Inspector.ListEndpoints:output_type -> coordino.inspect.v1.ListEndpointsResponse
-	10, // 24: coordino.inspect.v1.Inspector.GetEndpoint:output_type -> coordino.inspect.v1.Endpoint
-	12, // 25: coordino.inspect.v1.Inspector.ListIdentities:output_type -> coordino.inspect.v1.ListIdentitiesResponse
-	15, // 26: coordino.inspect.v1.Inspector.GetIPAM:output_type -> coordino.inspect.v1.IPAM
-	18, // 27: coordino.inspect.v1.Inspector.ExplainPolicy:output_type -> coordino.inspect.v1.PolicyExplanation
-	21, // 28: coordino.inspect.v1.Inspector.ListRecentFlows:output_type -> coordino.inspect.v1.ListRecentFlowsResponse
-	23, // 29: coordino.inspect.v1.Inspector.CollectDiagnostics:output_type -> coordino.inspect.v1.Diagnostics
-	22, // [22:30] is the sub-list for method output_type
-	14, // [14:22] is the sub-list for method input_type
-	14, // [14:14] is the sub-list for extension type_name
-	14, // [14:14] is the sub-list for extension extendee
-	0,  // [0:14] is the sub-list for field type_name
+	6,  // 0: coordino.inspect.v1.Status.blocks:type_name -> coordino.inspect.v1.Block
+	7,  // 1: coordino.inspect.v1.Status.maps:type_name -> coordino.inspect.v1.MapPressure
+	3,  // 2: coordino.inspect.v1.Status.kernel_features:type_name -> coordino.inspect.v1.KernelFeature
+	4,  // 3: coordino.inspect.v1.Status.cross_node:type_name -> coordino.inspect.v1.CrossNode
+	2,  // 4: coordino.inspect.v1.Status.masquerade:type_name -> coordino.inspect.v1.Masquerade
+	5,  // 5: coordino.inspect.v1.CrossNode.peers:type_name -> coordino.inspect.v1.Peer
+	11, // 6: coordino.inspect.v1.ListEndpointsResponse.endpoints:type_name -> coordino.inspect.v1.Endpoint
+	26, // 7: coordino.inspect.v1.Endpoint.labels:type_name -> coordino.inspect.v1.Endpoint.LabelsEntry
+	14, // 8: coordino.inspect.v1.ListIdentitiesResponse.identities:type_name -> coordino.inspect.v1.Identity
+	27, // 9: coordino.inspect.v1.Identity.labels:type_name -> coordino.inspect.v1.Identity.LabelsEntry
+	6,  // 10: coordino.inspect.v1.IPAM.blocks:type_name -> coordino.inspect.v1.Block
+	17, // 11: coordino.inspect.v1.IPAM.allocations:type_name -> coordino.inspect.v1.Allocation
+	20, // 12: coordino.inspect.v1.PolicyExplanation.steps:type_name -> coordino.inspect.v1.DirectionVerdict
+	28, // 13: coordino.inspect.v1.ListRecentFlowsResponse.flows:type_name -> coordino.flow.v1.FlowEvent
+	25, // 14: coordino.inspect.v1.Diagnostics.files:type_name -> coordino.inspect.v1.DiagnosticFile
+	0,  // 15: coordino.inspect.v1.Inspector.GetStatus:input_type -> coordino.inspect.v1.GetStatusRequest
+	8,  // 16: coordino.inspect.v1.Inspector.ListEndpoints:input_type -> coordino.inspect.v1.ListEndpointsRequest
+	10, // 17: coordino.inspect.v1.Inspector.GetEndpoint:input_type -> coordino.inspect.v1.GetEndpointRequest
+	12, // 18: coordino.inspect.v1.Inspector.ListIdentities:input_type -> coordino.inspect.v1.ListIdentitiesRequest
+	15, // 19: coordino.inspect.v1.Inspector.GetIPAM:input_type -> coordino.inspect.v1.GetIPAMRequest
+	18, // 20: coordino.inspect.v1.Inspector.ExplainPolicy:input_type -> coordino.inspect.v1.ExplainPolicyRequest
+	21, // 21: coordino.inspect.v1.Inspector.ListRecentFlows:input_type -> coordino.inspect.v1.ListRecentFlowsRequest
+	23, // 22: coordino.inspect.v1.Inspector.CollectDiagnostics:input_type -> coordino.inspect.v1.CollectDiagnosticsRequest
+	1,  // 23: coordino.inspect.v1.Inspector.GetStatus:output_type -> coordino.inspect.v1.Status
+	9,  // 24: coordino.inspect.v1.Inspector.ListEndpoints:output_type -> coordino.inspect.v1.ListEndpointsResponse
+	11, // 25: coordino.inspect.v1.Inspector.GetEndpoint:output_type -> coordino.inspect.v1.Endpoint
+	13, // 26: coordino.inspect.v1.Inspector.ListIdentities:output_type -> coordino.inspect.v1.ListIdentitiesResponse
+	16, // 27: coordino.inspect.v1.Inspector.GetIPAM:output_type -> coordino.inspect.v1.IPAM
+	19, // 28: coordino.inspect.v1.Inspector.ExplainPolicy:output_type -> coordino.inspect.v1.PolicyExplanation
+	22, // 29: coordino.inspect.v1.Inspector.ListRecentFlows:output_type -> coordino.inspect.v1.ListRecentFlowsResponse
+	24, // 30: coordino.inspect.v1.Inspector.CollectDiagnostics:output_type -> coordino.inspect.v1.Diagnostics
+	23, // [23:31] is the sub-list for method output_type
+	15, // [15:23] is the sub-list for method input_type
+	15, // [15:15] is the sub-list for extension type_name
+	15, // [15:15] is the sub-list for extension extendee
+	0,  // [0:15] is the sub-list for field type_name
 }
 
 func init() { file_proto_inspect_v1_inspect_proto_init() }
@@ -2032,7 +2184,7 @@ func file_proto_inspect_v1_inspect_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_proto_inspect_v1_inspect_proto_rawDesc), len(file_proto_inspect_v1_inspect_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   27,
+			NumMessages:   28,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
