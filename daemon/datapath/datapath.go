@@ -88,7 +88,7 @@ type Datapath struct {
 
 	// snapMu serialises UpdatePolicy; snap is the last applied snapshot.
 	snapMu sync.Mutex
-	snap   snapshotState
+	snap   policy.SnapshotState
 
 	// mu guards what follows, and the parts called under it.
 	mu     sync.Mutex
