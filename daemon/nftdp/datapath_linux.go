@@ -1,0 +1,565 @@
+package nftdp
+
+import (
+	"errors"
+	"fmt"
+	"maps"
+	"net/netip"
+	"slices"
+	"sync"
+
+	"github.com/google/nftables"
+	"go.uber.org/zap"
+	"golang.org/x/sys/unix"
+
+	"github.com/coordino/coordino/daemon/datapath/dpapi"
+	"github.com/coordino/coordino/daemon/identity"
+	"github.com/coordino/coordino/daemon/policy"
+)
+
+// ErrPolicyNotSynced is returned by AttachEndpoint before the first
+// UpdatePolicy: attaching earlier could leave a new pod briefly unprotected.
+var ErrPolicyNotSynced = errors.New("nftables datapath: policy not synced yet: call UpdatePolicy before attaching endpoints")
+
+// Config configures Open.
+type Config struct {
+	// StateDir keeps the endpoint records a restarted daemon adopts.
+	StateDir string
+	// NodeIPs are this node's addresses: traffic from them is the host
+	// identity, always allowed towards pods.
+	NodeIPs []netip.Addr
+	// Identities assigns endpoint identities; nil numbers label sets on
+	// this node (standalone).
+	Identities identity.Assigner
+	// Logger receives datapath logs; nil discards them.
+	Logger *zap.Logger
+	// NetNS is a file descriptor of the network namespace to program; 0
+	// is the caller's (tests program a namespace of their own).
+	NetNS int
+}
+
+// Datapath enforces policy with nftables. Its methods are safe for
+// concurrent use.
+type Datapath struct {
+	cfg   Config
+	log   *zap.Logger
+	conn  *nftables.Conn
+	lay   *layout
+	store recordStore
+
+	// snapMu serialises UpdatePolicy; snap is the last applied snapshot.
+	snapMu sync.Mutex
+	snap   policy.SnapshotState
+
+	// mu guards what follows.
+	mu     sync.Mutex
+	ids    identity.Assigner
+	cidrs  *identity.CIDRs
+	engine *policy.Engine
+	synced bool
+	eps    map[string]*record // by key
+	// podPorts are the named ports of this node's pods, by "namespace/name".
+	podPorts map[string][]policy.NamedPort
+	remote   map[netip.Addr]identity.ID
+	// unconfirmed are remote addresses adopted from the table at start that
+	// no remote source has confirmed yet (RemoteEndpointsSynced drops them).
+	unconfirmed map[netip.Addr]struct{}
+	nodeIPs     []netip.Addr
+	// groups indexes the engine's wanted keys by allow-set group.
+	groups map[group]map[policy.Key]struct{}
+	inst   installed
+	dirty  dirtySet
+	stats  stats
+}
+
+// installed mirrors what the table holds, so a flush writes differences.
+type installed struct {
+	ipcache map[netip.Addr]identity.ID
+	cidr    map[addrRange]identity.ID
+	allow   map[group]map[allowElem]struct{}
+	src     map[srcElem]struct{}
+	eps     map[string]epState // by host interface
+}
+
+// srcElem is one address a pod interface may send from.
+type srcElem struct {
+	ifname string
+	addr   netip.Addr
+}
+
+// epState is what an endpoint's chains were rendered from; the zero value
+// (an adopted chain) matches no endpoint, so the first flush rewrites it.
+type epState struct {
+	id  identity.ID
+	iso policy.Isolation
+}
+
+type dirtySet struct {
+	all     bool
+	addrs   map[netip.Addr]struct{}
+	groups  map[group]struct{}
+	cidr    bool
+	ifnames map[string]struct{}
+}
+
+func (s *dirtySet) reset() {
+	*s = dirtySet{addrs: map[netip.Addr]struct{}{}, groups: map[group]struct{}{}, ifnames: map[string]struct{}{}}
+}
+
+// Open creates the table, or adopts the one a previous run left with the
+// policy it holds in force, and the endpoint records of that run.
+func Open(cfg Config) (_ *Datapath, err error) {
+	if cfg.Logger == nil {
+		cfg.Logger = zap.NewNop()
+	}
+	if cfg.Identities == nil {
+		cfg.Identities = identity.NewAllocator()
+	}
+	var opts []nftables.ConnOption
+	if cfg.NetNS != 0 {
+		opts = append(opts, nftables.WithNetNSFd(cfg.NetNS))
+	}
+	conn, err := nftables.New(opts...)
+	if err != nil {
+		return nil, fmt.Errorf("nftables datapath: %w", err)
+	}
+	d := &Datapath{
+		cfg: cfg, log: cfg.Logger.Named("nftables"), conn: conn, lay: newLayout(),
+		store: recordStore{dir: cfg.StateDir},
+		ids:   cfg.Identities, cidrs: identity.NewCIDRs(),
+		eps: map[string]*record{}, podPorts: map[string][]policy.NamedPort{},
+		remote: map[netip.Addr]identity.ID{}, unconfirmed: map[netip.Addr]struct{}{},
+		nodeIPs: unmapAll(cfg.NodeIPs), groups: map[group]map[policy.Key]struct{}{},
+	}
+	d.engine = policy.NewEngine(d.cidrs)
+	d.dirty.reset()
+	if err := d.adoptTable(); err != nil {
+		return nil, err
+	}
+	if err := d.lay.ensure(d.conn); err != nil {
+		return nil, err
+	}
+	if err := d.conn.Flush(); err != nil {
+		return nil, fmt.Errorf("nftables datapath: create table inet %s (needs nf_tables, nft_ct, nft_meta, concatenated interval sets): %w", TableName, err)
+	}
+	if err := d.adoptRecords(); err != nil {
+		return nil, err
+	}
+	d.log.Info("nftables datapath opened", zap.String("table", "inet "+TableName),
+		zap.Int("adoptedEndpoints", len(d.eps)), zap.Int("adoptedAllowElements", d.inst.allowCount()))
+	return d, nil
+}
+
+func unmapAll(ips []netip.Addr) []netip.Addr {
+	out := make([]netip.Addr, 0, len(ips))
+	for _, ip := range ips {
+		out = append(out, ip.Unmap())
+	}
+	return out
+}
+
+func (in *installed) allowCount() int {
+	n := 0
+	for _, g := range in.allow {
+		n += len(g)
+	}
+	return n
+}
+
+// adoptTable reads what the table a previous run left holds into the
+// mirror; nothing is changed, so that policy stays in force until the
+// first snapshot's flush replaces it by difference.
+func (d *Datapath) adoptTable() error {
+	d.inst = installed{ipcache: map[netip.Addr]identity.ID{}, cidr: map[addrRange]identity.ID{},
+		allow: map[group]map[allowElem]struct{}{}, src: map[srcElem]struct{}{}, eps: map[string]epState{}}
+	if _, err := d.conn.ListTableOfFamily(TableName, nftables.TableFamilyINet); err != nil {
+		if errors.Is(err, unix.ENOENT) {
+			return nil
+		}
+		return fmt.Errorf("nftables datapath: look for table inet %s: %w", TableName, err)
+	}
+	sets, err := d.conn.GetSets(d.lay.table)
+	if err != nil {
+		return fmt.Errorf("nftables datapath: list sets of inet %s: %w", TableName, err)
+	}
+	for _, s := range sets {
+		if d.lay.sets[s.Name] == nil {
+			continue
+		}
+		elems, err := d.conn.GetSetElements(s)
+		if err != nil {
+			return fmt.Errorf("nftables datapath: read set %s: %w", s.Name, err)
+		}
+		for _, e := range elems {
+			d.inst.adopt(s.Name, e)
+		}
+	}
+	return nil
+}
+
+// adopt records one element read back from the kernel.
+func (in *installed) adopt(set string, e nftables.SetElement) {
+	switch set {
+	case setIpcache4, setIpcache6:
+		if a, ok := netip.AddrFromSlice(e.Key); ok && len(e.Val) == 4 {
+			in.ipcache[a] = identity.ID(beUint32(e.Val))
+		}
+	case setCIDR4, setCIDR6:
+		n := len(e.Key) - 4
+		lo, ok1 := netip.AddrFromSlice(e.Key[:max(n, 0)])
+		hi, ok2 := netip.AddrFromSlice(e.KeyEnd[:max(len(e.KeyEnd)-4, 0)])
+		if ok1 && ok2 && len(e.Val) == 4 {
+			in.cidr[addrRange{lo, hi}] = identity.ID(beUint32(e.Val))
+		}
+	case allowSet(policy.Ingress), allowSet(policy.Egress):
+		if el, ok := parseAllowElem(e.Key, e.KeyEnd); ok {
+			dir := policy.Ingress
+			if set == allowSet(policy.Egress) {
+				dir = policy.Egress
+			}
+			g := group{local: el.local, remote: el.remote, dir: dir}
+			if in.allow[g] == nil {
+				in.allow[g] = map[allowElem]struct{}{}
+			}
+			in.allow[g][el] = struct{}{}
+		}
+	case setSrc4, setSrc6:
+		if len(e.Key) > 16 {
+			if a, ok := netip.AddrFromSlice(e.Key[16:]); ok {
+				in.src[srcElem{ifname: cString(e.Key[:16]), addr: a}] = struct{}{}
+			}
+		}
+	case epsSet(policy.Egress):
+		in.eps[cString(e.Key)] = epState{}
+	}
+}
+
+func beUint32(b []byte) uint32 { return uint32(b[0])<<24 | uint32(b[1])<<16 | uint32(b[2])<<8 | uint32(b[3]) }
+
+func cString(b []byte) string {
+	if i := slices.Index(b, 0); i >= 0 {
+		b = b[:i]
+	}
+	return string(b)
+}
+
+// adoptRecords takes over the endpoints of the previous run: their
+// identities and named ports, and the remote pods its ipcache held (known
+// but unconfirmed until the remote source's first full view).
+func (d *Datapath) adoptRecords() error {
+	recs, err := d.store.load()
+	if err != nil {
+		return err
+	}
+	local := map[netip.Addr]bool{}
+	for _, r := range recs {
+		id := identity.Identity{ID: r.Identity, Namespace: r.Namespace, Labels: r.Labels}
+		if err := d.ids.Restore(id); err != nil {
+			return fmt.Errorf("nftables datapath: adopt endpoint %q: %w", r.Key, err)
+		}
+		d.engine.AddLocal(id)
+		d.feedNamedPorts(r)
+		d.eps[r.Key] = r
+		for _, ip := range r.IPs {
+			local[ip] = true
+		}
+	}
+	for a, id := range d.inst.ipcache {
+		if !local[a] && id >= identity.FirstPod && id <= identity.LastCluster {
+			d.remote[a] = id
+			d.unconfirmed[a] = struct{}{}
+		}
+	}
+	return nil
+}
+
+// Close releases the netlink connection. The table stays and keeps
+// enforcing policy until the next Open adopts it.
+func (d *Datapath) Close() error { return d.conn.CloseLasting() }
+
+// Remove deletes the datapath's table in the caller's network namespace
+// (uninstall); an absent table is fine.
+func Remove() error {
+	c, err := nftables.New()
+	if err != nil {
+		return fmt.Errorf("nftables datapath: %w", err)
+	}
+	if _, err := c.ListTableOfFamily(TableName, nftables.TableFamilyINet); err != nil {
+		if errors.Is(err, unix.ENOENT) {
+			return nil
+		}
+		return fmt.Errorf("nftables datapath: look for table inet %s: %w", TableName, err)
+	}
+	c.DelTable(&nftables.Table{Family: nftables.TableFamilyINet, Name: TableName})
+	if err := c.Flush(); err != nil && !errors.Is(err, unix.ENOENT) {
+		return fmt.Errorf("nftables datapath: remove table inet %s: %w", TableName, err)
+	}
+	return nil
+}
+
+// Installed reports whether the datapath's table exists in the caller's
+// network namespace.
+func Installed() (bool, error) {
+	c, err := nftables.New()
+	if err != nil {
+		return false, err
+	}
+	_, err = c.ListTableOfFamily(TableName, nftables.TableFamilyINet)
+	if errors.Is(err, unix.ENOENT) {
+		return false, nil
+	}
+	return err == nil, err
+}
+
+// --- endpoints (endpoint.Datapath) ---
+
+// AttachEndpoint resolves ep's identity and, in one transaction, its
+// chains, source addresses, ipcache entries and the policy its identity
+// brings; when it returns the endpoint is enforced from its first packet.
+// Repeating it for the same key updates the endpoint in place.
+func (d *Datapath) AttachEndpoint(ep dpapi.Endpoint) error {
+	r, err := newRecord(ep)
+	if err != nil {
+		return err
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if !d.synced {
+		return ErrPolicyNotSynced
+	}
+	old := d.eps[r.Key]
+	id, _, err := d.ids.Acquire(r.Namespace, r.Labels)
+	if err != nil {
+		return fmt.Errorf("endpoint %q: %w", r.Key, err)
+	}
+	r.Identity = id.ID
+	if ports, ok := d.podPorts[r.Pod]; ok && r.Pod != "" {
+		r.NamedPorts = slices.Clone(ports)
+	} else if old != nil && old.Pod == r.Pod {
+		r.NamedPorts = slices.Clone(old.NamedPorts)
+	}
+	// Record first: a crash after the table has it still finds it.
+	if err := d.store.put(r); err != nil {
+		d.ids.Release(r.Identity)
+		return err
+	}
+	d.engine.AddLocal(id)
+	d.feedNamedPorts(r)
+	if old != nil {
+		d.engine.RemoveLocal(old.Identity)
+		d.ids.Release(old.Identity)
+		d.markEndpoint(old)
+	}
+	d.eps[r.Key] = r
+	d.markEndpoint(r)
+	if err := d.flush(); err != nil {
+		// Nothing of this attach is in the kernel: undo it here too.
+		d.forget(r, old)
+		return fmt.Errorf("endpoint %q: %w", r.Key, err)
+	}
+	d.log.Debug("endpoint attached", zap.String("endpoint", r.Key), zap.String("interface", r.HostIfName),
+		zap.Uint32("identity", uint32(r.Identity)))
+	return nil
+}
+
+// forget undoes the bookkeeping of an attach whose transaction failed,
+// putting back the attachment it replaced.
+func (d *Datapath) forget(r, old *record) {
+	d.engine.RemoveNamedPorts(localPortsKey(r))
+	d.engine.RemoveLocal(r.Identity)
+	d.ids.Release(r.Identity)
+	delete(d.eps, r.Key)
+	_ = d.store.delete(r.Key)
+	if old != nil {
+		id := identity.Identity{ID: old.Identity, Namespace: old.Namespace, Labels: old.Labels}
+		if err := d.ids.Restore(id); err == nil {
+			d.engine.AddLocal(id)
+			d.feedNamedPorts(old)
+			d.eps[old.Key] = old
+			_ = d.store.put(old)
+		}
+	}
+	// What the engine recorded is dropped with the next flush's diff.
+}
+
+// DetachEndpoint removes ep's chains and entries; unknown keys are fine.
+func (d *Datapath) DetachEndpoint(ep dpapi.Endpoint) error {
+	if ep.Key == "" {
+		return errors.New("nftables datapath: detach: endpoint key is empty")
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	r := d.eps[ep.Key]
+	if r == nil {
+		return nil
+	}
+	delete(d.eps, r.Key)
+	d.engine.RemoveNamedPorts(localPortsKey(r))
+	d.engine.RemoveLocal(r.Identity)
+	d.ids.Release(r.Identity)
+	d.markEndpoint(r)
+	if err := d.flush(); err != nil {
+		return fmt.Errorf("endpoint %q: %w", r.Key, err)
+	}
+	return d.store.delete(r.Key)
+}
+
+// Endpoints returns the keys of all attached endpoints, including those
+// adopted from the previous run.
+func (d *Datapath) Endpoints() ([]string, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return slices.Sorted(maps.Keys(d.eps)), nil
+}
+
+// AttachCapacity never fails: sets grow as needed.
+func (d *Datapath) AttachCapacity() error { return nil }
+
+// markEndpoint queues r's chains and addresses.
+func (d *Datapath) markEndpoint(r *record) {
+	d.dirty.ifnames[r.HostIfName] = struct{}{}
+	for _, ip := range r.IPs {
+		d.dirty.addrs[ip] = struct{}{}
+	}
+}
+
+// SetNodeIPs replaces the node's addresses (the host identity).
+func (d *Datapath) SetNodeIPs(ips []netip.Addr) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	ips = unmapAll(ips)
+	for _, ip := range slices.Concat(d.nodeIPs, ips) {
+		d.dirty.addrs[ip] = struct{}{}
+	}
+	d.nodeIPs = ips
+	return d.flush()
+}
+
+// --- policy (controlplane.Sink) ---
+
+// UpdatePolicy replaces the policy snapshot: the objects that changed are
+// fed to the engine and the resulting differences written in one
+// transaction. Invalid policies are skipped and reported in the error;
+// valid ones are applied regardless.
+func (d *Datapath) UpdatePolicy(s policy.Snapshot) error {
+	d.snapMu.Lock()
+	defer d.snapMu.Unlock()
+	delta, invalid := d.snap.Diff(s)
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	delta.Feed(d.engine)
+	if !d.synced {
+		d.synced = true
+		d.dirty.all = true
+	}
+	if err := d.flush(); err != nil {
+		return fmt.Errorf("nftables datapath: apply policy: %w", errors.Join(err, invalid))
+	}
+	return invalid
+}
+
+// --- Kubernetes (k8s.Sink) ---
+
+// UpsertIdentity makes id known as a possible policy peer.
+func (d *Datapath) UpsertIdentity(id identity.Identity) error {
+	if id.ID < identity.FirstPod || id.ID.IsCIDR() {
+		return fmt.Errorf("nftables datapath: upsert identity %d: not a pod identity", id.ID)
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.engine.UpsertIdentity(id)
+	return d.flush()
+}
+
+// DeleteIdentity forgets an identity announced by UpsertIdentity.
+func (d *Datapath) DeleteIdentity(id identity.ID) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.engine.DeleteIdentity(id)
+	return d.flush()
+}
+
+func localPortsKey(r *record) string { return "local/" + r.Key }
+
+// feedNamedPorts tells the engine endpoint r's ports under its identity.
+func (d *Datapath) feedNamedPorts(r *record) {
+	if len(r.NamedPorts) == 0 {
+		d.engine.RemoveNamedPorts(localPortsKey(r))
+		return
+	}
+	d.engine.SetNamedPorts(policy.PodPorts{Key: localPortsKey(r), ID: r.Identity, Local: true, Ports: r.NamedPorts})
+}
+
+// SetPodNamedPorts sets the named container ports of this node's pod
+// ("namespace/name"); nil or empty forgets them.
+func (d *Datapath) SetPodNamedPorts(pod string, ports []policy.NamedPort) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if len(ports) == 0 {
+		delete(d.podPorts, pod)
+	} else {
+		d.podPorts[pod] = slices.Clone(ports)
+	}
+	for _, r := range d.eps {
+		if r.Pod != pod || slices.Equal(r.NamedPorts, ports) {
+			continue
+		}
+		r.NamedPorts = slices.Clone(ports)
+		d.feedNamedPorts(r)
+		if err := d.store.put(r); err != nil {
+			d.log.Warn("named ports not saved in the endpoint's record", zap.String("endpoint", r.Key), zap.Error(err))
+		}
+	}
+	return d.flush()
+}
+
+// SetPeerNamedPorts sets the named ports of a pod elsewhere holding
+// identity id; key names that pod uniquely. Nil or empty forgets them.
+func (d *Datapath) SetPeerNamedPorts(key string, id identity.ID, ports []policy.NamedPort) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if len(ports) == 0 {
+		d.engine.RemoveNamedPorts("peer/" + key)
+	} else {
+		d.engine.SetNamedPorts(policy.PodPorts{Key: "peer/" + key, ID: id, Ports: ports})
+	}
+	return d.flush()
+}
+
+// UpdateRemoteEndpoints sets the identity of the remote pod addresses in
+// upsert and forgets those in remove.
+func (d *Datapath) UpdateRemoteEndpoints(upsert map[netip.Addr]identity.ID, remove []netip.Addr) error {
+	for a, id := range upsert {
+		if id < identity.FirstPod || id > identity.LastCluster {
+			return fmt.Errorf("nftables datapath: remote endpoint %s: identity %d is not a cluster identity", a, id)
+		}
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for _, a := range remove {
+		a = a.Unmap()
+		delete(d.remote, a)
+		delete(d.unconfirmed, a)
+		d.dirty.addrs[a] = struct{}{}
+	}
+	for a, id := range upsert {
+		a = a.Unmap()
+		d.remote[a] = id
+		delete(d.unconfirmed, a)
+		d.dirty.addrs[a] = struct{}{}
+	}
+	return d.flush()
+}
+
+// RemoteEndpointsSynced drops the remote addresses adopted at start that
+// the remote source did not confirm.
+func (d *Datapath) RemoteEndpointsSynced() error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for a := range d.unconfirmed {
+		delete(d.remote, a)
+		d.dirty.addrs[a] = struct{}{}
+	}
+	clear(d.unconfirmed)
+	return d.flush()
+}
