@@ -6,9 +6,11 @@ import (
 	"maps"
 	"net/netip"
 	"slices"
+	"strings"
 	"sync"
 
 	"github.com/google/nftables"
+	"github.com/mdlayher/netlink"
 	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
 
@@ -43,7 +45,7 @@ type Config struct {
 type Datapath struct {
 	cfg   Config
 	log   *zap.Logger
-	conn  *nftables.Conn
+	conn  *nftables.Conn // reads
 	lay   *layout
 	store recordStore
 
@@ -67,18 +69,34 @@ type Datapath struct {
 	nodeIPs     []netip.Addr
 	// groups indexes the engine's wanted keys by allow-set group.
 	groups map[group]map[policy.Key]struct{}
-	inst   installed
-	dirty  dirtySet
-	stats  stats
+	// byRemote indexes the groups with keys by remote identity.
+	byRemote map[identity.ID]map[group]struct{}
+	// adoptedRemote are the remote pods the adopted table's pods maps name.
+	adoptedRemote map[netip.Addr]identity.ID
+	inst          installed
+	dirty         dirtySet
+	stats         stats
 }
 
 // installed mirrors what the table holds, so a flush writes differences.
 type installed struct {
-	ipcache map[netip.Addr]identity.ID
-	cidr    map[addrRange]identity.ID
-	allow   map[group]map[allowElem]struct{}
-	src     map[srcElem]struct{}
-	eps     map[string]epState // by host interface
+	host map[netip.Addr]struct{}
+	// pods are the pods maps' elements: by address, the chain each local
+	// identity's map jumps to.
+	pods  map[netip.Addr]map[localDir]string
+	cidrs map[cidrElem]string
+	pairs map[group]pairState
+	// locals are the identities whose maps and "any remote" chains exist.
+	locals map[identity.ID]bool
+	src    map[srcElem]struct{}
+	eps    map[string]epState // by host interface
+}
+
+// pairState is what an identity pair's chain holds: the elements it was
+// rendered from, unknown for a chain adopted at start.
+type pairState struct {
+	elems []allowElem
+	known bool
 }
 
 // srcElem is one address a pod interface may send from.
@@ -94,16 +112,21 @@ type epState struct {
 	iso policy.Isolation
 }
 
+// dirtySet is what the next flush compares.
 type dirtySet struct {
-	all     bool
+	all bool
+	// addrs whose owner may have changed; remotes whose pairs came or went.
 	addrs   map[netip.Addr]struct{}
+	remotes map[identity.ID]struct{}
 	groups  map[group]struct{}
 	cidr    bool
+	host    bool
 	ifnames map[string]struct{}
 }
 
 func (s *dirtySet) reset() {
-	*s = dirtySet{addrs: map[netip.Addr]struct{}{}, groups: map[group]struct{}{}, ifnames: map[string]struct{}{}}
+	*s = dirtySet{addrs: map[netip.Addr]struct{}{}, remotes: map[identity.ID]struct{}{},
+		groups: map[group]struct{}{}, ifnames: map[string]struct{}{}}
 }
 
 // Open creates the table, or adopts the one a previous run left with the
@@ -115,39 +138,53 @@ func Open(cfg Config) (_ *Datapath, err error) {
 	if cfg.Identities == nil {
 		cfg.Identities = identity.NewAllocator()
 	}
-	var opts []nftables.ConnOption
-	if cfg.NetNS != 0 {
-		opts = append(opts, nftables.WithNetNSFd(cfg.NetNS))
-	}
-	conn, err := nftables.New(opts...)
-	if err != nil {
-		return nil, fmt.Errorf("nftables datapath: %w", err)
-	}
 	d := &Datapath{
-		cfg: cfg, log: cfg.Logger.Named("nftables"), conn: conn, lay: newLayout(),
+		cfg: cfg, log: cfg.Logger.Named("nftables"), lay: newLayout(),
 		store: recordStore{dir: cfg.StateDir},
 		ids:   cfg.Identities, cidrs: identity.NewCIDRs(),
 		eps: map[string]*record{}, podPorts: map[string][]policy.NamedPort{},
 		remote: map[netip.Addr]identity.ID{}, unconfirmed: map[netip.Addr]struct{}{},
 		nodeIPs: unmapAll(cfg.NodeIPs), groups: map[group]map[policy.Key]struct{}{},
+		byRemote: map[identity.ID]map[group]struct{}{}, adoptedRemote: map[netip.Addr]identity.ID{},
+	}
+	if d.conn, err = d.newConn(); err != nil {
+		return nil, err
 	}
 	d.engine = policy.NewEngine(d.cidrs)
 	d.dirty.reset()
 	if err := d.adoptTable(); err != nil {
 		return nil, err
 	}
-	if err := d.lay.ensure(d.conn); err != nil {
+	c, err := d.newConn()
+	if err != nil {
 		return nil, err
 	}
-	if err := d.conn.Flush(); err != nil {
+	if err := d.lay.ensure(c); err != nil {
+		return nil, err
+	}
+	if err := c.Flush(); err != nil {
 		return nil, fmt.Errorf("nftables datapath: create table inet %s (needs nf_tables, nft_ct, nft_meta, concatenated interval sets): %w", TableName, err)
 	}
 	if err := d.adoptRecords(); err != nil {
 		return nil, err
 	}
 	d.log.Info("nftables datapath opened", zap.String("table", "inet "+TableName),
-		zap.Int("adoptedEndpoints", len(d.eps)), zap.Int("adoptedAllowElements", d.inst.allowCount()))
+		zap.Int("adoptedEndpoints", len(d.eps)), zap.Int("adoptedPairs", len(d.inst.pairs)))
 	return d, nil
+}
+
+// newConn opens a netlink connection to the configured namespace's
+// nftables; each transaction takes its own.
+func (d *Datapath) newConn() (*nftables.Conn, error) {
+	var opts []nftables.ConnOption
+	if d.cfg.NetNS != 0 {
+		opts = append(opts, nftables.WithNetNSFd(d.cfg.NetNS))
+	}
+	c, err := nftables.New(opts...)
+	if err != nil {
+		return nil, fmt.Errorf("nftables datapath: %w", err)
+	}
+	return c, nil
 }
 
 func unmapAll(ips []netip.Addr) []netip.Addr {
@@ -158,70 +195,108 @@ func unmapAll(ips []netip.Addr) []netip.Addr {
 	return out
 }
 
-func (in *installed) allowCount() int {
-	n := 0
-	for _, g := range in.allow {
-		n += len(g)
-	}
-	return n
-}
-
 // adoptTable reads what the table a previous run left holds into the
 // mirror; nothing is changed, so that policy stays in force until the
 // first snapshot's flush replaces it by difference.
 func (d *Datapath) adoptTable() error {
-	d.inst = installed{ipcache: map[netip.Addr]identity.ID{}, cidr: map[addrRange]identity.ID{},
-		allow: map[group]map[allowElem]struct{}{}, src: map[srcElem]struct{}{}, eps: map[string]epState{}}
+	d.inst = installed{host: map[netip.Addr]struct{}{}, pods: map[netip.Addr]map[localDir]string{},
+		cidrs: map[cidrElem]string{}, pairs: map[group]pairState{}, locals: map[identity.ID]bool{},
+		src: map[srcElem]struct{}{}, eps: map[string]epState{}}
 	if _, err := d.conn.ListTableOfFamily(TableName, nftables.TableFamilyINet); err != nil {
 		if errors.Is(err, unix.ENOENT) {
 			return nil
 		}
 		return fmt.Errorf("nftables datapath: look for table inet %s: %w", TableName, err)
 	}
+	chains, err := d.conn.ListChainsOfTableFamily(nftables.TableFamilyINet)
+	if err != nil {
+		return fmt.Errorf("nftables datapath: list chains of inet %s: %w", TableName, err)
+	}
+	for _, ch := range chains {
+		if g, ok := parsePairChain(ch.Name); ok && ch.Table.Name == TableName {
+			d.inst.pairs[g] = pairState{}
+		}
+	}
 	sets, err := d.conn.GetSets(d.lay.table)
 	if err != nil {
 		return fmt.Errorf("nftables datapath: list sets of inet %s: %w", TableName, err)
 	}
 	for _, s := range sets {
-		if d.lay.sets[s.Name] == nil {
+		local, dir, _, cidr, isLocal := parseLocalSet(s.Name)
+		if !isLocal && d.lay.sets[s.Name] == nil {
 			continue
 		}
 		elems, err := d.conn.GetSetElements(s)
 		if err != nil {
 			return fmt.Errorf("nftables datapath: read set %s: %w", s.Name, err)
 		}
+		if isLocal {
+			d.inst.locals[local] = true
+		}
 		for _, e := range elems {
-			d.inst.adopt(s.Name, e)
+			switch {
+			case isLocal && cidr:
+				d.adoptCIDR(localDir{local, dir}, e)
+			case isLocal:
+				d.adoptPod(localDir{local, dir}, e)
+			default:
+				d.inst.adopt(s.Name, e)
+			}
 		}
 	}
 	return nil
 }
 
-// adopt records one element read back from the kernel.
+// adoptPod records an element of a pods map, and the remote pod it names.
+func (d *Datapath) adoptPod(ld localDir, e nftables.SetElement) {
+	a, ok := netip.AddrFromSlice(e.Key)
+	chain := verdictChain(e.Val)
+	g, isPair := parsePairChain(chain)
+	if !ok || !isPair {
+		return
+	}
+	if d.inst.pods[a] == nil {
+		d.inst.pods[a] = map[localDir]string{}
+	}
+	d.inst.pods[a][ld] = chain
+	if g.remote >= identity.FirstPod && g.remote <= identity.LastCluster {
+		d.adoptedRemote[a] = g.remote
+	}
+}
+
+// adoptCIDR records an element of a cidrs map.
+func (d *Datapath) adoptCIDR(ld localDir, e nftables.SetElement) {
+	if len(e.Key) < 8 || len(e.KeyEnd) != len(e.Key) {
+		return
+	}
+	lo, ok1 := netip.AddrFromSlice(e.Key[:len(e.Key)-4])
+	hi, ok2 := netip.AddrFromSlice(e.KeyEnd[:len(e.KeyEnd)-4])
+	if chain := verdictChain(e.Val); ok1 && ok2 && chain != "" {
+		d.inst.cidrs[cidrElem{ld, addrRange{lo, hi}}] = chain
+	}
+}
+
+// verdictChain reads the chain of a verdict map element's data (the
+// nested verdict attributes).
+func verdictChain(b []byte) string {
+	ad, err := netlink.NewAttributeDecoder(b)
+	if err != nil {
+		return ""
+	}
+	for ad.Next() {
+		if ad.Type() == unix.NFTA_VERDICT_CHAIN {
+			return strings.TrimRight(ad.String(), "\x00")
+		}
+	}
+	return ""
+}
+
+// adopt records one element of a fixed set read back from the kernel.
 func (in *installed) adopt(set string, e nftables.SetElement) {
 	switch set {
-	case setIpcache4, setIpcache6:
-		if a, ok := netip.AddrFromSlice(e.Key); ok && len(e.Val) == 4 {
-			in.ipcache[a] = identity.ID(beUint32(e.Val))
-		}
-	case setCIDR4, setCIDR6:
-		n := len(e.Key) - 4
-		lo, ok1 := netip.AddrFromSlice(e.Key[:max(n, 0)])
-		hi, ok2 := netip.AddrFromSlice(e.KeyEnd[:max(len(e.KeyEnd)-4, 0)])
-		if ok1 && ok2 && len(e.Val) == 4 {
-			in.cidr[addrRange{lo, hi}] = identity.ID(beUint32(e.Val))
-		}
-	case allowSet(policy.Ingress), allowSet(policy.Egress):
-		if el, ok := parseAllowElem(e.Key, e.KeyEnd); ok {
-			dir := policy.Ingress
-			if set == allowSet(policy.Egress) {
-				dir = policy.Egress
-			}
-			g := group{local: el.local, remote: el.remote, dir: dir}
-			if in.allow[g] == nil {
-				in.allow[g] = map[allowElem]struct{}{}
-			}
-			in.allow[g][el] = struct{}{}
+	case setHost4, setHost6:
+		if a, ok := netip.AddrFromSlice(e.Key); ok {
+			in.host[a] = struct{}{}
 		}
 	case setSrc4, setSrc6:
 		if len(e.Key) > 16 {
@@ -234,7 +309,9 @@ func (in *installed) adopt(set string, e nftables.SetElement) {
 	}
 }
 
-func beUint32(b []byte) uint32 { return uint32(b[0])<<24 | uint32(b[1])<<16 | uint32(b[2])<<8 | uint32(b[3]) }
+func beUint32(b []byte) uint32 {
+	return uint32(b[0])<<24 | uint32(b[1])<<16 | uint32(b[2])<<8 | uint32(b[3])
+}
 
 func cString(b []byte) string {
 	if i := slices.Index(b, 0); i >= 0 {
@@ -264,8 +341,8 @@ func (d *Datapath) adoptRecords() error {
 			local[ip] = true
 		}
 	}
-	for a, id := range d.inst.ipcache {
-		if !local[a] && id >= identity.FirstPod && id <= identity.LastCluster {
+	for a, id := range d.adoptedRemote {
+		if !local[a] {
 			d.remote[a] = id
 			d.unconfirmed[a] = struct{}{}
 		}
@@ -275,7 +352,7 @@ func (d *Datapath) adoptRecords() error {
 
 // Close releases the netlink connection. The table stays and keeps
 // enforcing policy until the next Open adopts it.
-func (d *Datapath) Close() error { return d.conn.CloseLasting() }
+func (d *Datapath) Close() error { return nil }
 
 // Remove deletes the datapath's table in the caller's network namespace
 // (uninstall); an absent table is fine.

@@ -27,9 +27,9 @@ type group struct {
 // allowElem is one element of an allow set: a protocol range and a port
 // range for one identity pair.
 type allowElem struct {
-	local, remote   identity.ID
+	local, remote    identity.ID
 	protoLo, protoHi uint8
-	portLo, portHi  uint16
+	portLo, portHi   uint16
 }
 
 // keys encodes e as the start and end of its ranges.

@@ -17,17 +17,21 @@ import (
 // stats count the writer's transactions for metrics and status.
 type stats struct {
 	transactions, failures uint64
-	// lastOps is the number of operations of the last transaction.
+	// lastOps is the number of changes of the last transaction.
 	lastOps int
 }
 
-// txn is one transaction in the making: element removals first, then
-// chains and element additions, then chain removals (a chain goes once no
-// verdict map element jumps to it), and on success what the mirror learns.
+// txn is one transaction in the making, in phases: element removals, new
+// sets and chains, chain contents and element additions, chain removals (a
+// chain goes once no verdict map element or rule jumps to it), set and
+// remaining chain removals of identities gone; and on success what the
+// mirror learns.
 type txn struct {
-	pre, mid, post []func(c *nftables.Conn) error
-	commit         []func()
-	ops            int
+	pre, create, mid, post, last []func(c *nftables.Conn) error
+	commit                       []func()
+	ops                          int
+	// creating are the identities whose maps this transaction makes.
+	creating map[identity.ID]bool
 }
 
 func (t *txn) elems(s *nftables.Set, del bool, es []nftables.SetElement) {
@@ -42,6 +46,20 @@ func (t *txn) elems(s *nftables.Set, del bool, es []nftables.SetElement) {
 	}
 }
 
+// rewrite queues chain ch's content replaced by rules, creating ch if
+// needed: in one transaction no packet sees it half written.
+func (t *txn) rewrite(ch *nftables.Chain, rules [][]expr.Any) {
+	t.ops++
+	t.mid = append(t.mid, func(c *nftables.Conn) error {
+		c.AddChain(ch)
+		c.FlushChain(ch)
+		for _, e := range rules {
+			c.AddRule(&nftables.Rule{Table: ch.Table, Chain: ch, Exprs: e})
+		}
+		return nil
+	})
+}
+
 // flush writes what changed since the last flush in one transaction;
 // callers hold mu. Before the first snapshot it writes nothing; that
 // snapshot's flush compares everything (a restart's adopted table
@@ -54,30 +72,37 @@ func (d *Datapath) flush() error {
 	d.collect()
 	t := &txn{}
 	d.writeEndpoints(t)
-	d.writeIpcache(t)
+	d.writePairs(t)
+	d.writeHost(t)
+	d.writePods(t)
 	d.writeCIDRs(t)
-	d.writeAllow(t)
+	d.writeLocals(t)
 	if t.ops == 0 {
 		d.dirty.reset()
 		return nil
 	}
-	for _, phase := range [][]func(*nftables.Conn) error{t.pre, t.mid, t.post} {
+	// A connection of its own: a transaction that fails to build is
+	// dropped with it, nothing of it sent.
+	c, err := d.newConn()
+	if err != nil {
+		return err
+	}
+	for _, phase := range [][]func(*nftables.Conn) error{t.pre, t.create, t.mid, t.post, t.last} {
 		for _, op := range phase {
-			if err := op(d.conn); err != nil {
-				_ = d.conn.Flush() // discards the queued messages
+			if err := op(c); err != nil {
 				return fmt.Errorf("nftables datapath: build transaction: %w", err)
 			}
 		}
 	}
 	if testFailTransaction != nil && testFailTransaction() {
 		// A deletion of an element that does not exist: the kernel refuses
-		// the whole batch, as any real failure would.
-		_ = d.conn.SetDeleteElements(d.lay.sets[setIpcache4], []nftables.SetElement{{Key: []byte{0, 0, 0, 0}}})
+		// the whole batch, as it would any real failure.
+		_ = c.SetDeleteElements(d.lay.sets[setHost4], []nftables.SetElement{{Key: []byte{0, 0, 0, 0}}})
 	}
 	d.stats.transactions++
-	if err := d.conn.Flush(); err != nil {
+	if err := c.Flush(); err != nil {
 		d.stats.failures++
-		return fmt.Errorf("nftables datapath: transaction of %d changes: %w", t.ops, err)
+		return fmt.Errorf("nftables datapath: transaction of %d changes refused, previous policy kept: %w", t.ops, err)
 	}
 	for _, f := range t.commit {
 		f()
@@ -87,8 +112,8 @@ func (d *Datapath) flush() error {
 	return nil
 }
 
-// testFailTransaction, when set by a test, makes a transaction fail in
-// the kernel.
+// testFailTransaction, when set by a test, makes transactions fail in the
+// kernel.
 var testFailTransaction func() bool
 
 // collect turns what the engine touched into pending items. The first
@@ -100,19 +125,17 @@ func (d *Datapath) collect() {
 	}
 	if d.dirty.all {
 		clear(d.groups)
+		clear(d.byRemote)
 		d.engine.Keys(func(k policy.Key) { d.indexKey(k, true) })
 		for g := range d.groups {
 			d.dirty.groups[g] = struct{}{}
 		}
-		for g := range d.inst.allow {
+		for g := range d.inst.pairs {
 			d.dirty.groups[g] = struct{}{}
 		}
-		d.dirty.cidr = true
-		for a := range d.inst.ipcache {
+		d.dirty.cidr, d.dirty.host = true, true
+		for a := range d.inst.pods {
 			d.dirty.addrs[a] = struct{}{}
-		}
-		for _, ip := range d.nodeIPs {
-			d.dirty.addrs[ip] = struct{}{}
 		}
 		for a := range d.remote {
 			d.dirty.addrs[a] = struct{}{}
@@ -123,11 +146,20 @@ func (d *Datapath) collect() {
 		for _, r := range d.eps {
 			d.markEndpoint(r)
 		}
+		for g := range d.groups {
+			d.dirty.remotes[g.remote] = struct{}{}
+		}
 		return
 	}
 	for k := range ch.Keys {
 		d.indexKey(k, d.engine.WantsKey(k))
-		d.dirty.groups[group{local: k.Local, remote: k.Remote, dir: k.Dir}] = struct{}{}
+		g := group{local: k.Local, remote: k.Remote, dir: k.Dir}
+		d.dirty.groups[g] = struct{}{}
+		if g.remote.IsCIDR() {
+			d.dirty.cidr = true
+		} else if g.remote != identity.Any {
+			d.dirty.remotes[g.remote] = struct{}{}
+		}
 	}
 	if len(ch.Prefixes) > 0 {
 		d.dirty.cidr = true
@@ -141,23 +173,45 @@ func (d *Datapath) collect() {
 	}
 }
 
+// indexKey files (want) or unfiles a wanted key by group and remote.
 func (d *Datapath) indexKey(k policy.Key, want bool) {
 	g := group{local: k.Local, remote: k.Remote, dir: k.Dir}
 	if want {
 		if d.groups[g] == nil {
 			d.groups[g] = map[policy.Key]struct{}{}
+			if d.byRemote[g.remote] == nil {
+				d.byRemote[g.remote] = map[group]struct{}{}
+			}
+			d.byRemote[g.remote][g] = struct{}{}
 		}
 		d.groups[g][k] = struct{}{}
 		return
 	}
-	delete(d.groups[g], k)
-	if len(d.groups[g]) == 0 {
-		delete(d.groups, g)
+	if keys := d.groups[g]; keys != nil {
+		delete(keys, k)
+		if len(keys) == 0 {
+			delete(d.groups, g)
+			delete(d.byRemote[g.remote], g)
+			if len(d.byRemote[g.remote]) == 0 {
+				delete(d.byRemote, g.remote)
+			}
+		}
 	}
 }
 
-// owner is the identity the ipcache gives a: a local endpoint's, the
-// host's, or a remote pod's, in that order (as in eBPF mode).
+// localOwners maps the endpoints' addresses to their identities.
+func (d *Datapath) localOwners() map[netip.Addr]identity.ID {
+	local := map[netip.Addr]identity.ID{}
+	for _, r := range d.eps {
+		for _, ip := range r.IPs {
+			local[ip] = r.Identity
+		}
+	}
+	return local
+}
+
+// owner is the identity a peer address resolves to: a local endpoint's,
+// the host's, or a remote pod's, in that order (as in eBPF mode).
 func (d *Datapath) owner(a netip.Addr, local map[netip.Addr]identity.ID) (identity.ID, bool) {
 	if id, ok := local[a]; ok {
 		return id, true
@@ -169,109 +223,243 @@ func (d *Datapath) owner(a netip.Addr, local map[netip.Addr]identity.ID) (identi
 	return id, ok
 }
 
-func (d *Datapath) ipcacheSet(a netip.Addr) *nftables.Set {
-	if a.Is4() {
-		return d.lay.sets[setIpcache4]
-	}
-	return d.lay.sets[setIpcache6]
+// localDir is one local identity's direction: a pods or cidrs map.
+type localDir struct {
+	local identity.ID
+	dir   policy.Direction
 }
 
-func (d *Datapath) writeIpcache(t *txn) {
-	if len(d.dirty.addrs) == 0 {
-		return
-	}
-	local := map[netip.Addr]identity.ID{}
-	for _, r := range d.eps {
-		for _, ip := range r.IPs {
-			local[ip] = r.Identity
+// writePods brings the pods maps in line for every pending address: the
+// address jumps, in each local identity's map that has a pair with its
+// owner, to that pair's chain.
+func (d *Datapath) writePods(t *txn) {
+	local := d.localOwners()
+	if len(d.dirty.remotes) > 0 {
+		// Pairs with these identities came or went: all their addresses.
+		mark := func(a netip.Addr, id identity.ID) {
+			if _, ok := d.dirty.remotes[id]; ok {
+				d.dirty.addrs[a] = struct{}{}
+			}
+		}
+		for a, id := range local {
+			mark(a, id)
+		}
+		for _, a := range d.nodeIPs {
+			mark(a, identity.Host)
+		}
+		for a, id := range d.remote {
+			mark(a, id)
 		}
 	}
 	for a := range d.dirty.addrs {
-		want, ok := d.owner(a, local)
-		have, had := d.inst.ipcache[a]
-		if ok == had && want == have {
+		want := map[localDir]string{}
+		if id, ok := d.owner(a, local); ok {
+			for g := range d.byRemote[id] {
+				want[localDir{g.local, g.dir}] = pairChain(g)
+			}
+		}
+		have := d.inst.pods[a]
+		if maps.Equal(want, have) {
 			continue
 		}
-		s := d.ipcacheSet(a)
-		if had {
-			t.elems(s, true, []nftables.SetElement{{Key: a.AsSlice()}})
+		key := a.AsSlice()
+		for ld, chain := range have {
+			if want[ld] != chain {
+				t.elems(d.podsSetOf(ld, a), true, []nftables.SetElement{{Key: key}})
+			}
 		}
-		if ok {
-			t.elems(s, false, []nftables.SetElement{{Key: a.AsSlice(), Val: idBytes(want)}})
+		for ld, chain := range want {
+			if have[ld] != chain {
+				d.needLocal(t, ld.local)
+				t.elems(d.podsSetOf(ld, a), false, []nftables.SetElement{{Key: key,
+					VerdictData: &expr.Verdict{Kind: expr.VerdictJump, Chain: chain}}})
+			}
 		}
 		t.commit = append(t.commit, func() {
-			if ok {
-				d.inst.ipcache[a] = want
+			if len(want) == 0 {
+				delete(d.inst.pods, a)
 			} else {
-				delete(d.inst.ipcache, a)
+				d.inst.pods[a] = want
 			}
 		})
 	}
 }
 
+func (d *Datapath) podsSetOf(ld localDir, a netip.Addr) *nftables.Set {
+	return &nftables.Set{Table: d.lay.table, Name: podsSet(ld.local, ld.dir, a.Is6()), IsMap: true}
+}
+
+// cidrElem is one element of a cidrs map.
+type cidrElem struct {
+	localDir
+	r addrRange
+}
+
+func (e cidrElem) key() (start, end []byte) {
+	return append(e.r.lo.AsSlice(), 0, 0, 0, 0), append(e.r.hi.AsSlice(), 255, 0, 0, 0)
+}
+
+// writeCIDRs brings the cidrs maps in line after a change of the prefixes
+// in use or of a pair with a CIDR identity: each range of a CIDR identity
+// jumps, in each local identity's map with a pair with it, to that pair's
+// chain. Prefixes are few (ipBlocks), so it compares them all.
 func (d *Datapath) writeCIDRs(t *txn) {
 	if !d.dirty.cidr {
 		return
 	}
 	prefixes := map[netip.Prefix]identity.ID{}
 	d.engine.Prefixes(func(p netip.Prefix, id identity.ID) { prefixes[p] = id })
-	want := cidrRanges(prefixes)
-	set := func(r addrRange) *nftables.Set {
-		if r.lo.Is4() {
-			return d.lay.sets[setCIDR4]
-		}
-		return d.lay.sets[setCIDR6]
+	rangesOf := map[identity.ID][]addrRange{}
+	for r, id := range cidrRanges(prefixes) {
+		rangesOf[id] = append(rangesOf[id], r)
 	}
-	for r, id := range d.inst.cidr {
-		if w, ok := want[r]; !ok || w != id {
-			lo, hi := r.keys()
-			t.elems(set(r), true, []nftables.SetElement{{Key: lo, KeyEnd: hi}})
-		}
-	}
-	for r, id := range want {
-		if have, ok := d.inst.cidr[r]; !ok || have != id {
-			lo, hi := r.keys()
-			t.elems(set(r), false, []nftables.SetElement{{Key: lo, KeyEnd: hi, Val: idBytes(id)}})
-		}
-	}
-	t.commit = append(t.commit, func() { d.inst.cidr = want })
-}
-
-func (d *Datapath) writeAllow(t *txn) {
-	for g := range d.dirty.groups {
-		want := map[allowElem]struct{}{}
-		if keys := d.groups[g]; len(keys) > 0 {
-			for _, e := range groupElems(g, slices.Collect(maps.Keys(keys))) {
-				want[e] = struct{}{}
-			}
-		}
-		have := d.inst.allow[g]
-		s := d.lay.sets[allowSet(g.dir)]
-		var del, add []nftables.SetElement
-		for e := range have {
-			if _, ok := want[e]; !ok {
-				lo, hi := e.keys()
-				del = append(del, nftables.SetElement{Key: lo, KeyEnd: hi})
-			}
-		}
-		for e := range want {
-			if _, ok := have[e]; !ok {
-				lo, hi := e.keys()
-				add = append(add, nftables.SetElement{Key: lo, KeyEnd: hi})
-			}
-		}
-		if len(del)+len(add) == 0 {
+	want := map[cidrElem]string{}
+	for id, groups := range d.byRemote {
+		if !id.IsCIDR() {
 			continue
 		}
-		t.elems(s, true, del)
-		t.elems(s, false, add)
-		t.commit = append(t.commit, func() {
-			if len(want) == 0 {
-				delete(d.inst.allow, g)
-			} else {
-				d.inst.allow[g] = want
+		for g := range groups {
+			for _, r := range rangesOf[id] {
+				want[cidrElem{localDir{g.local, g.dir}, r}] = pairChain(g)
 			}
-		})
+		}
+	}
+	set := func(e cidrElem) *nftables.Set {
+		return &nftables.Set{Table: d.lay.table, Name: cidrsSet(e.local, e.dir, e.r.lo.Is6()), IsMap: true,
+			Interval: true, Concatenation: true}
+	}
+	for e, chain := range d.inst.cidrs {
+		if want[e] != chain {
+			lo, hi := e.key()
+			t.elems(set(e), true, []nftables.SetElement{{Key: lo, KeyEnd: hi}})
+		}
+	}
+	for e, chain := range want {
+		if d.inst.cidrs[e] != chain {
+			d.needLocal(t, e.local)
+			lo, hi := e.key()
+			t.elems(set(e), false, []nftables.SetElement{{Key: lo, KeyEnd: hi,
+				VerdictData: &expr.Verdict{Kind: expr.VerdictJump, Chain: chain}}})
+		}
+	}
+	t.commit = append(t.commit, func() { d.inst.cidrs = want })
+}
+
+// writeHost brings the host sets (this node's addresses that no endpoint
+// holds) in line.
+func (d *Datapath) writeHost(t *txn) {
+	if !d.dirty.host && len(d.dirty.addrs) == 0 {
+		return
+	}
+	local := d.localOwners()
+	want := map[netip.Addr]struct{}{}
+	for _, a := range d.nodeIPs {
+		if _, ok := local[a]; !ok {
+			want[a] = struct{}{}
+		}
+	}
+	set := func(a netip.Addr) *nftables.Set {
+		if a.Is4() {
+			return d.lay.sets[setHost4]
+		}
+		return d.lay.sets[setHost6]
+	}
+	changed := false
+	for a := range d.inst.host {
+		if _, ok := want[a]; !ok {
+			t.elems(set(a), true, []nftables.SetElement{{Key: a.AsSlice()}})
+			changed = true
+		}
+	}
+	for a := range want {
+		if _, ok := d.inst.host[a]; !ok {
+			t.elems(set(a), false, []nftables.SetElement{{Key: a.AsSlice()}})
+			changed = true
+		}
+	}
+	if changed {
+		t.commit = append(t.commit, func() { d.inst.host = want })
+	}
+}
+
+// writePairs brings each pending identity pair's chain in line with the
+// engine's keys. The chain of "any remote" lives as long as its local
+// identity (endpoint chains jump to it); the others as long as they allow
+// something.
+func (d *Datapath) writePairs(t *txn) {
+	for g := range d.dirty.groups {
+		var want []allowElem
+		if keys := d.groups[g]; len(keys) > 0 {
+			want = groupElems(g, slices.Collect(maps.Keys(keys)))
+		}
+		have, had := d.inst.pairs[g]
+		ch := &nftables.Chain{Table: d.lay.table, Name: pairChain(g)}
+		if len(want) == 0 && g.remote != identity.Any {
+			if had {
+				t.post = append(t.post, func(c *nftables.Conn) error { c.FlushChain(ch); c.DelChain(ch); return nil })
+				t.ops++
+				t.commit = append(t.commit, func() { delete(d.inst.pairs, g) })
+			}
+			continue
+		}
+		if had && have.known && slices.Equal(have.elems, want) {
+			continue
+		}
+		if len(want) == 0 && !d.inst.locals[g.local] {
+			continue // goes with its identity
+		}
+		d.needLocal(t, g.local)
+		t.rewrite(ch, pairRules(want))
+		t.commit = append(t.commit, func() { d.inst.pairs[g] = pairState{elems: want, known: true} })
+	}
+}
+
+// needLocal makes sure local's maps and "any remote" chains exist by the
+// time the transaction's rules and elements name them.
+func (d *Datapath) needLocal(t *txn, local identity.ID) {
+	if d.inst.locals[local] || t.creating[local] {
+		return
+	}
+	if t.creating == nil {
+		t.creating = map[identity.ID]bool{}
+	}
+	t.creating[local] = true
+	for _, dir := range []policy.Direction{policy.Ingress, policy.Egress} {
+		for _, s := range localSets(d.lay.table, local, dir) {
+			t.create = append(t.create, func(c *nftables.Conn) error { return c.AddSet(s, nil) })
+		}
+		ch := &nftables.Chain{Table: d.lay.table, Name: pairChain(group{local: local, remote: identity.Any, dir: dir})}
+		t.create = append(t.create, func(c *nftables.Conn) error { c.AddChain(ch); return nil })
+	}
+	t.ops++
+	t.commit = append(t.commit, func() { d.inst.locals[local] = true })
+}
+
+// writeLocals removes, last in the transaction, the maps and "any remote"
+// chains of identities that no endpoint holds and no pair names.
+func (d *Datapath) writeLocals(t *txn) {
+	used := map[identity.ID]bool{}
+	for _, r := range d.eps {
+		used[r.Identity] = true
+	}
+	for g := range d.groups {
+		used[g.local] = true
+	}
+	for local := range d.inst.locals {
+		if used[local] || t.creating[local] {
+			continue
+		}
+		for _, dir := range []policy.Direction{policy.Ingress, policy.Egress} {
+			g := group{local: local, remote: identity.Any, dir: dir}
+			ch := &nftables.Chain{Table: d.lay.table, Name: pairChain(g)}
+			t.last = append(t.last, func(c *nftables.Conn) error { c.FlushChain(ch); c.DelChain(ch); return nil })
+			for _, s := range localSets(d.lay.table, local, dir) {
+				t.last = append(t.last, func(c *nftables.Conn) error { c.DelSet(s); return nil })
+			}
+			t.commit = append(t.commit, func() { delete(d.inst.pairs, g) })
+		}
+		t.ops++
+		t.commit = append(t.commit, func() { delete(d.inst.locals, local) })
 	}
 }
 
@@ -290,31 +478,12 @@ func (d *Datapath) writeEndpoints(t *txn) {
 	for e := range d.inst.src {
 		srcByIf[e.ifname] = append(srcByIf[e.ifname], e)
 	}
+	dirs := []policy.Direction{policy.Ingress, policy.Egress}
 	for ifname := range d.dirty.ifnames {
 		r := byIf[ifname]
+		d.writeSources(t, ifname, r, srcByIf[ifname])
 		have, had := d.inst.eps[ifname]
-		// Source addresses.
-		wantSrc := map[srcElem]struct{}{}
-		if r != nil {
-			for _, ip := range r.IPs {
-				wantSrc[srcElem{ifname: ifname, addr: ip}] = struct{}{}
-			}
-		}
-		for _, e := range srcByIf[ifname] {
-			if _, ok := wantSrc[e]; !ok {
-				t.elems(d.srcSet(e.addr), true, []nftables.SetElement{{Key: e.key()}})
-				t.commit = append(t.commit, func() { delete(d.inst.src, e) })
-			}
-		}
-		for e := range wantSrc {
-			if _, ok := d.inst.src[e]; !ok {
-				t.elems(d.srcSet(e.addr), false, []nftables.SetElement{{Key: e.key()}})
-				t.commit = append(t.commit, func() { d.inst.src[e] = struct{}{} })
-			}
-		}
-		// Chains and verdict map elements.
 		key := []nftables.SetElement{{Key: ifnameBytes(ifname)}}
-		dirs := []policy.Direction{policy.Ingress, policy.Egress}
 		if r == nil {
 			if !had {
 				continue
@@ -324,7 +493,6 @@ func (d *Datapath) writeEndpoints(t *txn) {
 				t.elems(d.lay.sets[epsSet(dir)], true, key)
 				t.post = append(t.post, func(c *nftables.Conn) error { c.FlushChain(ch); c.DelChain(ch); return nil })
 			}
-			t.ops++
 			t.commit = append(t.commit, func() { delete(d.inst.eps, ifname) })
 			continue
 		}
@@ -332,26 +500,38 @@ func (d *Datapath) writeEndpoints(t *txn) {
 		if had && have == want {
 			continue
 		}
+		d.needLocal(t, want.id)
 		for _, dir := range dirs {
 			ch := &nftables.Chain{Table: d.lay.table, Name: endpointChain(ifname, dir)}
-			rules := endpointRules(dir, want.id, want.iso)
-			// Replaced whole in this transaction: no packet sees it empty.
-			t.mid = append(t.mid, func(c *nftables.Conn) error {
-				c.AddChain(ch)
-				c.FlushChain(ch)
-				for _, e := range rules {
-					c.AddRule(&nftables.Rule{Table: d.lay.table, Chain: ch, Exprs: e})
-				}
-				return nil
-			})
-			t.ops++
+			t.rewrite(ch, endpointRules(dir, want.id, want.iso))
 			if !had {
-				el := []nftables.SetElement{{Key: ifnameBytes(ifname),
-					VerdictData: &expr.Verdict{Kind: expr.VerdictJump, Chain: ch.Name}}}
-				t.elems(d.lay.sets[epsSet(dir)], false, el)
+				t.elems(d.lay.sets[epsSet(dir)], false, []nftables.SetElement{{Key: ifnameBytes(ifname),
+					VerdictData: &expr.Verdict{Kind: expr.VerdictJump, Chain: ch.Name}}})
 			}
 		}
 		t.commit = append(t.commit, func() { d.inst.eps[ifname] = want })
+	}
+}
+
+// writeSources brings the addresses ifname may send from in line with r.
+func (d *Datapath) writeSources(t *txn, ifname string, r *record, have []srcElem) {
+	want := map[srcElem]struct{}{}
+	if r != nil {
+		for _, ip := range r.IPs {
+			want[srcElem{ifname: ifname, addr: ip}] = struct{}{}
+		}
+	}
+	for _, e := range have {
+		if _, ok := want[e]; !ok {
+			t.elems(d.srcSet(e.addr), true, []nftables.SetElement{{Key: e.key()}})
+			t.commit = append(t.commit, func() { delete(d.inst.src, e) })
+		}
+	}
+	for e := range want {
+		if _, ok := d.inst.src[e]; !ok {
+			t.elems(d.srcSet(e.addr), false, []nftables.SetElement{{Key: e.key()}})
+			t.commit = append(t.commit, func() { d.inst.src[e] = struct{}{} })
+		}
 	}
 }
 

@@ -3,7 +3,6 @@ package nftdp
 import (
 	"encoding/binary"
 
-	"github.com/google/nftables"
 	"github.com/google/nftables/expr"
 	"golang.org/x/sys/unix"
 
@@ -11,29 +10,22 @@ import (
 	"github.com/coordino/coordino/daemon/policy"
 )
 
-// Registers of a policy lookup: the allow sets' key is local . remote .
-// protocol . port in four consecutive 32-bit registers, the address being
-// resolved sits after them.
-const (
-	regLocal  = 8 // NFT_REG32_00
-	regRemote = 9
-	regProto  = 10
-	regPort   = 11
-	regAddr   = 12 // 16 bytes for IPv6: 12-15
-	regIfname = 8  // 16 bytes: 8-11, then the address at 12
-)
+// regConcat starts the registers of a concatenated key (NFT_REG32_00):
+// each field in the next 32-bit registers, as nft lays them out.
+const regConcat = 8
 
 // family is one address family as the rules load it.
 type family struct {
-	nfproto             byte
-	addrLen             uint32
+	nfproto              byte
+	addrLen              uint32
 	srcOffset, dstOffset uint32
-	ipcache, cidr, src  string
+	v6                   bool
+	host, src            string
 }
 
 var families = []family{
-	{nfproto: unix.NFPROTO_IPV4, addrLen: 4, srcOffset: 12, dstOffset: 16, ipcache: setIpcache4, cidr: setCIDR4, src: setSrc4},
-	{nfproto: unix.NFPROTO_IPV6, addrLen: 16, srcOffset: 8, dstOffset: 24, ipcache: setIpcache6, cidr: setCIDR6, src: setSrc6},
+	{nfproto: unix.NFPROTO_IPV4, addrLen: 4, srcOffset: 12, dstOffset: 16, host: setHost4, src: setSrc4},
+	{nfproto: unix.NFPROTO_IPV6, addrLen: 16, srcOffset: 8, dstOffset: 24, v6: true, host: setHost6, src: setSrc6},
 }
 
 func (f family) match() []expr.Any {
@@ -55,45 +47,66 @@ func (f family) loadPeer(dir policy.Direction, reg uint32) expr.Any {
 
 func verdict(k expr.VerdictKind) expr.Any { return &expr.Verdict{Kind: k} }
 
-// remoteSource is where a policy lookup takes the remote identity from:
-// the peer's own identity, its CIDR identity, or any remote.
-type remoteSource int
-
-const (
-	remotePod remoteSource = iota
-	remoteCIDR
-	remoteAny
-)
-
-// policyRule is one lookup of the allow set of dir for the endpoint's
-// identity local: port protocols (TCP, UDP, SCTP) by destination port,
-// others with port 0, as the eBPF programs key them.
-func policyRule(f family, dir policy.Direction, local identity.ID, src remoteSource, ports bool) []expr.Any {
-	e := f.match()
-	e = append(e, &expr.Meta{Key: expr.MetaKeyL4PROTO, Register: regProto},
-		&expr.Lookup{SourceRegister: regProto, SetName: setPortProtos, Invert: !ports})
-	if ports {
-		e = append(e, &expr.Payload{DestRegister: regPort, Base: expr.PayloadBaseTransportHeader, Offset: 2, Len: 2})
-	} else {
-		e = append(e, &expr.Immediate{Register: regPort, Data: make([]byte, 4)})
+// peerRules send a packet of an isolated endpoint with identity local
+// to the chains of the identity pairs its peer belongs to: the peer's own
+// identity (pods map), the CIDR identity of its address (cidrs map), and
+// any remote. A rule allowing the packet accepts it there, else the next
+// one is asked, as the eBPF programs ask their policy map.
+func peerRules(dir policy.Direction, local identity.ID) [][]expr.Any {
+	var out [][]expr.Any
+	for _, f := range families {
+		e := f.match()
+		out = append(out, append(e, f.loadPeer(dir, 1),
+			&expr.Lookup{SourceRegister: 1, SetName: podsSet(local, dir, f.v6), DestRegister: 0, IsDestRegSet: true}))
 	}
-	e = append(e, &expr.Immediate{Register: regLocal, Data: idBytes(local)})
-	switch src {
-	case remotePod:
-		e = append(e, f.loadPeer(dir, regAddr),
-			&expr.Lookup{SourceRegister: regAddr, SetName: f.ipcache, DestRegister: regRemote, IsDestRegSet: true})
-	case remoteCIDR:
-		e = append(e, f.loadPeer(dir, regAddr),
-			&expr.Immediate{Register: regAddr + f.addrLen/4, Data: make([]byte, 4)},
-			&expr.Lookup{SourceRegister: regAddr, SetName: f.cidr, DestRegister: regRemote, IsDestRegSet: true})
-	case remoteAny:
-		e = append(e, &expr.Immediate{Register: regRemote, Data: idBytes(identity.Any)})
+	for _, f := range families {
+		e := f.match()
+		out = append(out, append(e, f.loadPeer(dir, regConcat),
+			&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: regConcat + f.addrLen/4},
+			&expr.Lookup{SourceRegister: regConcat, SetName: cidrsSet(local, dir, f.v6), DestRegister: 0, IsDestRegSet: true}))
 	}
-	return append(e, &expr.Lookup{SourceRegister: regLocal, SetName: allowSet(dir)}, verdict(expr.VerdictReturn))
+	return append(out, []expr.Any{&expr.Verdict{Kind: expr.VerdictJump, Chain: pairChain(group{local: local, remote: identity.Any, dir: dir})}})
 }
 
-// Endpoint chains. Allowed traffic returns to the hook's chain (other
-// stages still see it); denied traffic is counted and dropped.
+// pairRules is the content of an identity pair's chain: what its merged
+// elements allow. Port protocols match their destination port; others
+// have port 0, as the eBPF programs key them.
+func pairRules(elems []allowElem) [][]expr.Any {
+	var out [][]expr.Any
+	for _, el := range elems {
+		if el.protoLo != el.protoHi {
+			return [][]expr.Any{{verdict(expr.VerdictAccept)}}
+		}
+		e := []expr.Any{
+			&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: 1},
+			&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{el.protoLo}},
+		}
+		switch {
+		case !portProto(el.protoLo):
+			if el.portLo != 0 {
+				continue
+			}
+		case el.portLo == 0 && el.portHi == 65535:
+		case el.portLo == el.portHi:
+			e = append(e, &expr.Payload{DestRegister: 1, Base: expr.PayloadBaseTransportHeader, Offset: 2, Len: 2},
+				&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: binary.BigEndian.AppendUint16(nil, el.portLo)})
+		default:
+			e = append(e, &expr.Payload{DestRegister: 1, Base: expr.PayloadBaseTransportHeader, Offset: 2, Len: 2},
+				&expr.Range{Op: expr.CmpOpEq, Register: 1, FromData: binary.BigEndian.AppendUint16(nil, el.portLo),
+					ToData: binary.BigEndian.AppendUint16(nil, el.portHi)})
+		}
+		out = append(out, append(e, verdict(expr.VerdictAccept)))
+	}
+	return out
+}
+
+func portProto(p uint8) bool {
+	return p == policy.ProtoTCP || p == policy.ProtoUDP || p == policy.ProtoSCTP
+}
+
+// Endpoint chains. Allowed traffic is accepted, which ends only the hook
+// chain it came through (the other direction's chain, kube-proxy's and
+// others' still judge it); denied traffic is counted and dropped.
 
 // trackedRules let through replies of tracked connections and related
 // packets (ICMP errors): their connection was allowed when it began, and
@@ -104,14 +117,14 @@ func trackedRules() [][]expr.Any {
 		{
 			&expr.Ct{Register: 1, Key: expr.CtKeyDIRECTION},
 			&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{1}}, // IP_CT_DIR_REPLY
-			verdict(expr.VerdictReturn),
+			verdict(expr.VerdictAccept),
 		},
 		{
 			&expr.Ct{Register: 1, Key: expr.CtKeySTATE},
 			&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4,
 				Mask: binary.NativeEndian.AppendUint32(nil, expr.CtStateBitRELATED), Xor: make([]byte, 4)},
 			&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: make([]byte, 4)},
-			verdict(expr.VerdictReturn),
+			verdict(expr.VerdictAccept),
 		},
 	}
 }
@@ -122,30 +135,31 @@ func trackedRules() [][]expr.Any {
 func spoofRules() [][]expr.Any {
 	var out [][]expr.Any
 	v6 := families[1]
+	linkLocal := make([]byte, 16)
+	linkLocal[0], linkLocal[1] = 0xfe, 0x80
+	mask := make([]byte, 16)
+	mask[0], mask[1] = 0xff, 0xc0
 	for _, pfx := range []struct{ addr, mask []byte }{
-		{addr: []byte{0xfe, 0x80}, mask: []byte{0xff, 0xc0}}, // fe80::/10
-		{addr: make([]byte, 16), mask: nil},                 // ::
+		{addr: linkLocal, mask: mask}, // fe80::/10
+		{addr: make([]byte, 16)},      // ::
 	} {
 		e := v6.match()
 		e = append(e, &expr.Meta{Key: expr.MetaKeyL4PROTO, Register: 1},
 			&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{unix.IPPROTO_ICMPV6}},
 			&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseTransportHeader, Offset: 0, Len: 1},
-			&expr.Range{Op: expr.CmpOpEq, Register: 1, FromData: []byte{133}, ToData: []byte{137}})
+			&expr.Range{Op: expr.CmpOpEq, Register: 1, FromData: []byte{133}, ToData: []byte{137}},
+			&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: v6.srcOffset, Len: 16})
 		if pfx.mask != nil {
-			e = append(e, &expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: v6.srcOffset, Len: 2},
-				&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 2, Mask: pfx.mask, Xor: []byte{0, 0}},
-				&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: pfx.addr})
-		} else {
-			e = append(e, &expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: v6.srcOffset, Len: 16},
-				&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: pfx.addr})
+			e = append(e, &expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 16, Mask: pfx.mask, Xor: make([]byte, 16)})
 		}
-		out = append(out, append(e, verdict(expr.VerdictReturn)))
+		e = append(e, &expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: pfx.addr})
+		out = append(out, append(e, verdict(expr.VerdictAccept)))
 	}
 	for _, f := range families {
 		e := f.match()
-		e = append(e, &expr.Meta{Key: expr.MetaKeyIIFNAME, Register: regIfname},
-			&expr.Payload{DestRegister: regAddr, Base: expr.PayloadBaseNetworkHeader, Offset: f.srcOffset, Len: f.addrLen},
-			&expr.Lookup{SourceRegister: regIfname, SetName: f.src, Invert: true},
+		e = append(e, &expr.Meta{Key: expr.MetaKeyIIFNAME, Register: regConcat},
+			&expr.Payload{DestRegister: regConcat + 4, Base: expr.PayloadBaseNetworkHeader, Offset: f.srcOffset, Len: f.addrLen},
+			&expr.Lookup{SourceRegister: regConcat, SetName: f.src, Invert: true},
 			&expr.Counter{}, verdict(expr.VerdictDrop))
 		out = append(out, e)
 	}
@@ -158,11 +172,8 @@ func hostRules() [][]expr.Any {
 	var out [][]expr.Any
 	for _, f := range families {
 		e := f.match()
-		e = append(e, f.loadPeer(policy.Ingress, regAddr),
-			&expr.Lookup{SourceRegister: regAddr, SetName: f.ipcache, DestRegister: regRemote, IsDestRegSet: true},
-			&expr.Cmp{Op: expr.CmpOpEq, Register: regRemote, Data: idBytes(identity.Host)},
-			verdict(expr.VerdictReturn))
-		out = append(out, e)
+		out = append(out, append(e, f.loadPeer(policy.Ingress, 1),
+			&expr.Lookup{SourceRegister: 1, SetName: f.host}, verdict(expr.VerdictAccept)))
 	}
 	return out
 }
@@ -178,30 +189,21 @@ func endpointRules(dir policy.Direction, local identity.ID, iso policy.Isolation
 		out = append(out, hostRules()...)
 	}
 	if !iso.Has(dir) {
-		return append(out, []expr.Any{verdict(expr.VerdictReturn)})
+		return append(out, []expr.Any{verdict(expr.VerdictAccept)})
 	}
-	for _, ports := range []bool{true, false} {
-		for _, f := range families {
-			for _, src := range []remoteSource{remotePod, remoteCIDR, remoteAny} {
-				out = append(out, policyRule(f, dir, local, src, ports))
-			}
-		}
-	}
+	out = append(out, peerRules(dir, local)...)
 	return append(out, []expr.Any{&expr.Counter{}, verdict(expr.VerdictDrop)})
 }
 
-// dispatchRules is the content of a hook chain: the packet's pod
-// interfaces' chains, egress of the sender first.
-func dispatchRules(hook *nftables.ChainHook) [][]expr.Any {
-	out := [][]expr.Any{{
-		&expr.Meta{Key: expr.MetaKeyIIFNAME, Register: 1},
-		&expr.Lookup{SourceRegister: 1, SetName: epsSet(policy.Egress), DestRegister: 0, IsDestRegSet: true},
-	}}
-	if hook == nftables.ChainHookForward {
-		out = append(out, []expr.Any{
-			&expr.Meta{Key: expr.MetaKeyOIFNAME, Register: 1},
-			&expr.Lookup{SourceRegister: 1, SetName: epsSet(policy.Ingress), DestRegister: 0, IsDestRegSet: true},
-		})
+// dispatchRule is the content of a hook chain: the chain of the pod
+// interface the packet leaves (egress) or enters (ingress) through.
+func dispatchRule(dir policy.Direction) []expr.Any {
+	key := expr.MetaKeyOIFNAME
+	if dir == policy.Egress {
+		key = expr.MetaKeyIIFNAME
 	}
-	return out
+	return []expr.Any{
+		&expr.Meta{Key: key, Register: 1},
+		&expr.Lookup{SourceRegister: 1, SetName: epsSet(dir), DestRegister: 0, IsDestRegSet: true},
+	}
 }
