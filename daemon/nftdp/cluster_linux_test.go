@@ -87,6 +87,11 @@ func (c *cluster) addPod(name, ns string, labels map[string]string) {
 	c.t.Helper()
 	p := testnet.NewPod(c.t, name, podIPs[name], c.extraIPs(name)...)
 	c.pods[name] = p
+	if c.dual {
+		for _, port := range testnet.Ports {
+			p.ServeTCP(c.t, "tcp6", netip.AddrPortFrom(podIPs6[name], uint16(port)).String())
+		}
+	}
 	ep := dpapi.Endpoint{Key: "net/" + name + "-" + filepath.Base(c.t.Name()) + "/eth0", HostIfName: p.HostIfName,
 		HostIfIndex: p.HostIfIndex, IPs: p.IPs, Namespace: ns, Labels: labels}
 	if err := c.dp.AttachEndpoint(ep); err != nil {
