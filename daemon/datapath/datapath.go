@@ -28,6 +28,16 @@ const DefaultNamespace = "default"
 // UpdatePolicy: attaching earlier could leave a new pod briefly unprotected.
 var ErrPolicyNotSynced = errors.New("datapath: policy not synced yet: call UpdatePolicy before attaching endpoints")
 
+// LoadError says the eBPF datapath cannot run on this node: the kernel
+// refused its BPF objects (a verifier refusal, a missing program or map
+// type, no BTF, the memory lock) or there is no BPF filesystem. Unlike a
+// configuration or state error, another datapath can run where this one
+// cannot (--datapath=auto falls back to nftables on it).
+type LoadError struct{ Err error }
+
+func (e *LoadError) Error() string { return e.Err.Error() }
+func (e *LoadError) Unwrap() error { return e.Err }
+
 // Config configures Open.
 type Config struct {
 	// BPFDir is where maps and links are pinned, e.g. /sys/fs/bpf/coordino.
@@ -122,18 +132,18 @@ func Open(cfg Config) (_ *Datapath, err error) {
 		cfg.Logger = zap.NewNop()
 	}
 	if err := checkBPFFS(cfg.BPFDir); err != nil {
-		return nil, err
+		return nil, &LoadError{err}
 	}
 	if err := os.MkdirAll(filepath.Join(cfg.BPFDir, "links"), 0o700); err != nil {
 		return nil, fmt.Errorf("datapath: create links dir: %w", err)
 	}
 	// Kernels before 5.11 charge BPF memory to RLIMIT_MEMLOCK.
 	if err := rlimit.RemoveMemlock(); err != nil {
-		return nil, fmt.Errorf("datapath: raise memlock limit: %w", err)
+		return nil, &LoadError{fmt.Errorf("datapath: raise memlock limit: %w", err)}
 	}
 	spec, err := bpf.LoadCoordino()
 	if err != nil {
-		return nil, fmt.Errorf("datapath: load BPF spec: %w", err)
+		return nil, &LoadError{fmt.Errorf("datapath: load BPF spec: %w", err)}
 	}
 	if cfg.Features == nil {
 		cfg.Features = kernel.Probe()
@@ -178,9 +188,9 @@ func Open(cfg Config) (_ *Datapath, err error) {
 		}
 		var verr *ebpf.VerifierError
 		if errors.As(err, &verr) {
-			return nil, fmt.Errorf("datapath: load BPF programs: %+v", verr)
+			return nil, &LoadError{fmt.Errorf("datapath: load BPF programs: %+v", verr)}
 		}
-		return nil, fmt.Errorf("datapath: load BPF objects: %w", err)
+		return nil, &LoadError{fmt.Errorf("datapath: load BPF objects: %w", err)}
 	}
 	// From here on one cleanup undoes a failed Open: Close releases what
 	// is set and skips what is not. The pins stay for the next Open.

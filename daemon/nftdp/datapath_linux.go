@@ -11,6 +11,7 @@ import (
 
 	"github.com/google/nftables"
 	"github.com/mdlayher/netlink"
+	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
 
@@ -76,6 +77,9 @@ type Datapath struct {
 	inst          installed
 	dirty         dirtySet
 	stats         stats
+	// onLocalChange is told when endpoints or their identities change
+	// (this node's NodeEndpoints publisher); it must only signal.
+	onLocalChange func()
 }
 
 // installed mirrors what the table holds, so a flush writes differences.
@@ -434,6 +438,7 @@ func (d *Datapath) AttachEndpoint(ep dpapi.Endpoint) error {
 		d.forget(r, old)
 		return fmt.Errorf("endpoint %q: %w", r.Key, err)
 	}
+	d.localChanged()
 	d.log.Debug("endpoint attached", zap.String("endpoint", r.Key), zap.String("interface", r.HostIfName),
 		zap.Uint32("identity", uint32(r.Identity)))
 	return nil
@@ -475,10 +480,58 @@ func (d *Datapath) DetachEndpoint(ep dpapi.Endpoint) error {
 	d.engine.RemoveLocal(r.Identity)
 	d.ids.Release(r.Identity)
 	d.markEndpoint(r)
+	d.localChanged()
 	if err := d.flush(); err != nil {
 		return fmt.Errorf("endpoint %q: %w", r.Key, err)
 	}
 	return d.store.delete(r.Key)
+}
+
+func (d *Datapath) localChanged() {
+	if d.onLocalChange != nil {
+		d.onLocalChange()
+	}
+}
+
+// SetLocalChangeHook installs f, called whenever an endpoint is attached,
+// moved to another identity or detached. It runs under the datapath's
+// lock: it must only signal, never block or call back.
+func (d *Datapath) SetLocalChangeHook(f func()) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.onLocalChange = f
+}
+
+// LocalIdentities returns the identity each attached endpoint holds, by
+// endpoint key.
+func (d *Datapath) LocalIdentities() map[string]identity.ID {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	out := make(map[string]identity.ID, len(d.eps))
+	for k, r := range d.eps {
+		out[k] = r.Identity
+	}
+	return out
+}
+
+// Collectors are the datapath's metrics: its transactions and the ones
+// the kernel refused.
+func (d *Datapath) Collectors() []prometheus.Collector {
+	read := func(f func(stats) uint64) func() float64 {
+		return func() float64 {
+			d.mu.Lock()
+			defer d.mu.Unlock()
+			return float64(f(d.stats))
+		}
+	}
+	return []prometheus.Collector{
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "coordino_nftables_transactions_total",
+			Help: "nftables transactions the nftables datapath sent (one per policy, identity or endpoint change)."},
+			read(func(s stats) uint64 { return s.transactions })),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "coordino_nftables_transaction_failures_total",
+			Help: "nftables transactions the kernel refused; the previous policy stayed in force and the change is retried with the next one."},
+			read(func(s stats) uint64 { return s.failures })),
+	}
 }
 
 // Endpoints returns the keys of all attached endpoints, including those

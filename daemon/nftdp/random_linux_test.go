@@ -208,4 +208,3 @@ func (c *cluster) checkAgainstEngine(t *testing.T, s policy.Snapshot, round int)
 		}
 	}
 }
-

@@ -73,7 +73,7 @@ type Status struct {
 	Mode             string `protobuf:"bytes,3,opt,name=mode,proto3" json:"mode,omitempty"`
 	PrimaryEndpoints uint32 `protobuf:"varint,4,opt,name=primary_endpoints,json=primaryEndpoints,proto3" json:"primary_endpoints,omitempty"`
 	ChainedEndpoints uint32 `protobuf:"varint,5,opt,name=chained_endpoints,json=chainedEndpoints,proto3" json:"chained_endpoints,omitempty"`
-	// "tc", "tcx" or "none" (--no-datapath).
+	// "tc", "tcx", "nftables" or "none" (--no-datapath).
 	AttachMode      string         `protobuf:"bytes,6,opt,name=attach_mode,json=attachMode,proto3" json:"attach_mode,omitempty"`
 	Blocks          []*Block       `protobuf:"bytes,7,rep,name=blocks,proto3" json:"blocks,omitempty"`
 	Identities      uint32         `protobuf:"varint,8,opt,name=identities,proto3" json:"identities,omitempty"`
@@ -92,9 +92,14 @@ type Status struct {
 	// the daemon probes.
 	KernelFeatures []*KernelFeature `protobuf:"bytes,17,rep,name=kernel_features,json=kernelFeatures,proto3" json:"kernel_features,omitempty"`
 	// How pods of other nodes are reached.
-	CrossNode     *CrossNode `protobuf:"bytes,18,opt,name=cross_node,json=crossNode,proto3" json:"cross_node,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	CrossNode *CrossNode `protobuf:"bytes,18,opt,name=cross_node,json=crossNode,proto3" json:"cross_node,omitempty"`
+	// What enforces policy: "ebpf", "nftables" or "none" (--no-datapath).
+	Datapath string `protobuf:"bytes,19,opt,name=datapath,proto3" json:"datapath,omitempty"`
+	// Why --datapath=auto enforces with nftables: the eBPF datapath's load
+	// error. Empty when eBPF runs or nftables was asked for.
+	DatapathFallback string `protobuf:"bytes,20,opt,name=datapath_fallback,json=datapathFallback,proto3" json:"datapath_fallback,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *Status) Reset() {
@@ -251,6 +256,20 @@ func (x *Status) GetCrossNode() *CrossNode {
 		return x.CrossNode
 	}
 	return nil
+}
+
+func (x *Status) GetDatapath() string {
+	if x != nil {
+		return x.Datapath
+	}
+	return ""
+}
+
+func (x *Status) GetDatapathFallback() string {
+	if x != nil {
+		return x.DatapathFallback
+	}
+	return ""
 }
 
 // KernelFeature is one row of the daemon's kernel feature table.
@@ -1782,7 +1801,7 @@ var File_proto_inspect_v1_inspect_proto protoreflect.FileDescriptor
 const file_proto_inspect_v1_inspect_proto_rawDesc = "" +
 	"\n" +
 	"\x1eproto/inspect/v1/inspect.proto\x12\x13coordino.inspect.v1\x1a\x18proto/flow/v1/flow.proto\"\x12\n" +
-	"\x10GetStatusRequest\"\xd9\x05\n" +
+	"\x10GetStatusRequest\"\xa2\x06\n" +
 	"\x06Status\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\tR\aversion\x12\x1b\n" +
 	"\tnode_name\x18\x02 \x01(\tR\bnodeName\x12\x12\n" +
@@ -1806,7 +1825,9 @@ const file_proto_inspect_v1_inspect_proto_rawDesc = "" +
 	"\fstarted_unix\x18\x10 \x01(\x03R\vstartedUnix\x12K\n" +
 	"\x0fkernel_features\x18\x11 \x03(\v2\".coordino.inspect.v1.KernelFeatureR\x0ekernelFeatures\x12=\n" +
 	"\n" +
-	"cross_node\x18\x12 \x01(\v2\x1e.coordino.inspect.v1.CrossNodeR\tcrossNode\"q\n" +
+	"cross_node\x18\x12 \x01(\v2\x1e.coordino.inspect.v1.CrossNodeR\tcrossNode\x12\x1a\n" +
+	"\bdatapath\x18\x13 \x01(\tR\bdatapath\x12+\n" +
+	"\x11datapath_fallback\x18\x14 \x01(\tR\x10datapathFallback\"q\n" +
 	"\rKernelFeature\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1c\n" +
 	"\tavailable\x18\x02 \x01(\bR\tavailable\x12\x16\n" +
