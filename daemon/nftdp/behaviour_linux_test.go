@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/vishvananda/netlink"
 
@@ -229,5 +230,19 @@ func TestRemoveLeavesNoTable(t *testing.T) {
 	if ok, err := Installed(); ok || err != nil {
 		t.Fatalf("Installed after Remove = %v, %v", ok, err)
 	}
+	c.expect(true, "c>b tcp/80")
+}
+
+// TestLargeTransaction: a snapshot of 2,000 rules is one transaction of
+// thousands of changes, larger than a netlink socket's default buffers;
+// it applies whole.
+func TestLargeTransaction(t *testing.T) {
+	c := newCluster(t, false)
+	start := time.Now()
+	c.policies(manyRules(2000)...)
+	t.Logf("2,000 rules applied in %s", time.Since(start).Round(time.Millisecond))
+	c.expect(true, "a>b tcp/80")
+	c.expect(false, "c>b tcp/80", "a>b tcp/81")
+	c.policies()
 	c.expect(true, "c>b tcp/80")
 }

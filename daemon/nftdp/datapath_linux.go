@@ -180,7 +180,7 @@ func Open(cfg Config) (_ *Datapath, err error) {
 // newConn opens a netlink connection to the configured namespace's
 // nftables; each transaction takes its own.
 func (d *Datapath) newConn() (*nftables.Conn, error) {
-	var opts []nftables.ConnOption
+	opts := []nftables.ConnOption{nftables.WithSockOptions(bigBuffers)}
 	if d.cfg.NetNS != 0 {
 		opts = append(opts, nftables.WithNetNSFd(d.cfg.NetNS))
 	}
@@ -189,6 +189,35 @@ func (d *Datapath) newConn() (*nftables.Conn, error) {
 		return nil, fmt.Errorf("nftables datapath: %w", err)
 	}
 	return c, nil
+}
+
+// socketBuffer bounds one transaction: the kernel takes a batch in one
+// message, which must fit the socket's send buffer (the first snapshot of
+// 10,000 rules is megabytes), and answers each of its messages, which
+// must fit the receive buffer: a lost answer would leave a transaction
+// the kernel applied looking refused. Both are raised past the
+// net.core.[rw]mem_max sysctls as nft does; memory is only used as
+// messages need it.
+const socketBuffer = 256 << 20
+
+func bigBuffers(c *netlink.Conn) error {
+	raw, err := c.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var serr error
+	if err := raw.Control(func(fd uintptr) {
+		for _, opt := range [][2]int{{unix.SO_SNDBUFFORCE, unix.SO_SNDBUF}, {unix.SO_RCVBUFFORCE, unix.SO_RCVBUF}} {
+			err := unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, opt[0], socketBuffer)
+			if err != nil { // without CAP_NET_ADMIN: as much as the sysctl allows
+				err = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, opt[1], socketBuffer)
+			}
+			serr = errors.Join(serr, err)
+		}
+	}); err != nil {
+		return err
+	}
+	return serr
 }
 
 func unmapAll(ips []netip.Addr) []netip.Addr {
