@@ -342,10 +342,6 @@ func (in *installed) adopt(set string, e nftables.SetElement) {
 	}
 }
 
-func beUint32(b []byte) uint32 {
-	return uint32(b[0])<<24 | uint32(b[1])<<16 | uint32(b[2])<<8 | uint32(b[3])
-}
-
 func cString(b []byte) string {
 	if i := slices.Index(b, 0); i >= 0 {
 		b = b[:i]

@@ -2,7 +2,6 @@ package nftdp
 
 import (
 	"cmp"
-	"encoding/binary"
 	"net/netip"
 	"slices"
 
@@ -10,52 +9,20 @@ import (
 	"github.com/coordino/coordino/daemon/policy"
 )
 
-// The table's element encodings. Every field of a concatenated key sits in
-// a 32-bit register of its own, padded with zeros after the value, exactly
-// as the rules load it (rules.go); identities are big-endian.
-
-// idBytes encodes an identity as map data and key field.
-func idBytes(id identity.ID) []byte { return binary.BigEndian.AppendUint32(nil, uint32(id)) }
-
-// group is one (local, remote, direction) of the allow sets: the unit the
-// writer recomputes when the engine touches one of its keys.
+// group is one identity pair in one direction, (local, remote, dir): the
+// unit of a pair chain, which the writer recomputes when the engine
+// touches one of its keys.
 type group struct {
 	local, remote identity.ID
 	dir           policy.Direction
 }
 
-// allowElem is one element of an allow set: a protocol range and a port
-// range for one identity pair.
+// allowElem is one thing a pair allows: a protocol range and a port
+// range (one rule of its chain).
 type allowElem struct {
 	local, remote    identity.ID
 	protoLo, protoHi uint8
 	portLo, portHi   uint16
-}
-
-// keys encodes e as the start and end of its ranges.
-func (e allowElem) keys() (start, end []byte) {
-	enc := func(proto uint8, port uint16) []byte {
-		b := make([]byte, 16)
-		binary.BigEndian.PutUint32(b[0:], uint32(e.local))
-		binary.BigEndian.PutUint32(b[4:], uint32(e.remote))
-		b[8] = proto
-		binary.BigEndian.PutUint16(b[12:], port)
-		return b
-	}
-	return enc(e.protoLo, e.portLo), enc(e.protoHi, e.portHi)
-}
-
-// parseAllowElem decodes what keys encoded (adoption at start).
-func parseAllowElem(start, end []byte) (allowElem, bool) {
-	if len(start) != 16 || len(end) != 16 {
-		return allowElem{}, false
-	}
-	return allowElem{
-		local:   identity.ID(binary.BigEndian.Uint32(start[0:])),
-		remote:  identity.ID(binary.BigEndian.Uint32(start[4:])),
-		protoLo: start[8], protoHi: end[8],
-		portLo: binary.BigEndian.Uint16(start[12:]), portHi: binary.BigEndian.Uint16(end[12:]),
-	}, true
 }
 
 // groupElems renders the wanted keys of one group as disjoint elements:
@@ -155,11 +122,6 @@ func cidrRanges(prefixes map[netip.Prefix]identity.ID) map[addrRange]identity.ID
 		}
 	}
 	return out
-}
-
-// cidrKeys encodes a range as the start and end of an address . zero key.
-func (r addrRange) keys() (start, end []byte) {
-	return append(r.lo.AsSlice(), 0, 0, 0, 0), append(r.hi.AsSlice(), 0, 0, 0, 0)
 }
 
 // ifnameBytes is name as the kernel's iifname/oifname: IFNAMSIZ bytes.
