@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/nftables"
 	"github.com/vishvananda/netlink"
 
 	"github.com/coordino/coordino/daemon/internal/testnet"
@@ -245,4 +246,32 @@ func TestLargeTransaction(t *testing.T) {
 	c.expect(false, "c>b tcp/80", "a>b tcp/81")
 	c.policies()
 	c.expect(true, "c>b tcp/80")
+}
+
+// TestDetachRefusedThenRestart: a detach whose transaction the kernel
+// refuses still forgets the endpoint's record, so the next start does not
+// adopt it and its first snapshot removes its chains.
+func TestDetachRefusedThenRestart(t *testing.T) {
+	c := newCluster(t, false)
+	testFailTransaction = func() bool { return true }
+	t.Cleanup(func() { testFailTransaction = nil })
+	if err := c.dp.DetachEndpoint(c.eps["b"]); err == nil {
+		t.Fatal("detach succeeded with the transaction refused")
+	}
+	testFailTransaction = nil
+	c.dp.Close()
+	c.open()
+	if keys, _ := c.dp.Endpoints(); len(keys) != 2 {
+		t.Fatalf("adopted %v, want a and c only", keys)
+	}
+	c.policies()
+	chains, err := c.dp.conn.ListChainsOfTableFamily(nftables.TableFamilyINet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ch := range chains {
+		if strings.HasSuffix(ch.Name, c.pods["b"].HostIfName) {
+			t.Errorf("chain %s of the detached endpoint left", ch.Name)
+		}
+	}
 }

@@ -506,10 +506,13 @@ func (d *Datapath) DetachEndpoint(ep dpapi.Endpoint) error {
 	d.ids.Release(r.Identity)
 	d.markEndpoint(r)
 	d.localChanged()
+	// The record goes whatever the flush does: chains left by a refused
+	// transaction are pending, and a restart removes what no record names.
+	serr := d.store.delete(r.Key)
 	if err := d.flush(); err != nil {
-		return fmt.Errorf("endpoint %q: %w", r.Key, err)
+		return fmt.Errorf("endpoint %q: %w", r.Key, errors.Join(err, serr))
 	}
-	return d.store.delete(r.Key)
+	return serr
 }
 
 func (d *Datapath) localChanged() {
