@@ -552,7 +552,11 @@ func (d *Datapath) Collectors() []prometheus.Collector {
 			return float64(f(d.stats))
 		}
 	}
+	drops := prometheus.NewDesc("coordino_nftables_drops_total",
+		"Packets the nftables datapath dropped, by reason: spoofed (a pod sending from an address not its own), policy-ingress, policy-egress.",
+		[]string{"reason"}, nil)
 	return []prometheus.Collector{
+		&dropCollector{d: d, desc: drops},
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "coordino_nftables_transactions_total",
 			Help: "nftables transactions the nftables datapath sent (one per policy, identity or endpoint change)."},
 			read(func(s stats) uint64 { return s.transactions })),
@@ -720,4 +724,41 @@ func (d *Datapath) RemoteEndpointsSynced() error {
 	}
 	clear(d.unconfirmed)
 	return d.flush()
+}
+
+// dropCollector reads the table's drop counters at each scrape.
+type dropCollector struct {
+	d    *Datapath
+	desc *prometheus.Desc
+}
+
+func (c *dropCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
+
+func (c *dropCollector) Collect(ch chan<- prometheus.Metric) {
+	counts, err := c.d.Drops()
+	if err != nil {
+		ch <- prometheus.NewInvalidMetric(c.desc, err)
+		return
+	}
+	for reason, n := range counts {
+		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.CounterValue, float64(n), reason)
+	}
+}
+
+var dropReasons = map[string]string{dropsSpoofed: "spoofed", dropsIngress: "policy-ingress", dropsEgress: "policy-egress"}
+
+// Drops returns the packets dropped so far, by reason ("spoofed",
+// "policy-ingress", "policy-egress").
+func (d *Datapath) Drops() (map[string]uint64, error) {
+	objs, err := d.conn.GetObjects(d.lay.table)
+	if err != nil {
+		return nil, fmt.Errorf("nftables datapath: read drop counters: %w", err)
+	}
+	out := map[string]uint64{}
+	for _, o := range objs {
+		if c, ok := o.(*nftables.CounterObj); ok && dropReasons[c.Name] != "" {
+			out[dropReasons[c.Name]] = c.Packets
+		}
+	}
+	return out, nil
 }

@@ -160,7 +160,7 @@ func spoofRules() [][]expr.Any {
 		e = append(e, &expr.Meta{Key: expr.MetaKeyIIFNAME, Register: regConcat},
 			&expr.Payload{DestRegister: regConcat + 4, Base: expr.PayloadBaseNetworkHeader, Offset: f.srcOffset, Len: f.addrLen},
 			&expr.Lookup{SourceRegister: regConcat, SetName: f.src, Invert: true},
-			&expr.Counter{}, verdict(expr.VerdictDrop))
+			countDrop(dropsSpoofed), verdict(expr.VerdictDrop))
 		out = append(out, e)
 	}
 	return out
@@ -192,7 +192,7 @@ func endpointRules(dir policy.Direction, local identity.ID, iso policy.Isolation
 		return append(out, []expr.Any{verdict(expr.VerdictAccept)})
 	}
 	out = append(out, peerRules(dir, local)...)
-	return append(out, []expr.Any{&expr.Counter{}, verdict(expr.VerdictDrop)})
+	return append(out, []expr.Any{countDrop(dropCounter(dir)), verdict(expr.VerdictDrop)})
 }
 
 // dispatchRule is the content of a hook chain: the chain of the pod
@@ -206,4 +206,9 @@ func dispatchRule(dir policy.Direction) []expr.Any {
 		&expr.Meta{Key: key, Register: 1},
 		&expr.Lookup{SourceRegister: 1, SetName: epsSet(dir), DestRegister: 0, IsDestRegSet: true},
 	}
+}
+
+// countDrop counts a packet in the named counter of the table.
+func countDrop(counter string) expr.Any {
+	return &expr.Objref{Type: unix.NFT_OBJECT_COUNTER, Name: counter}
 }

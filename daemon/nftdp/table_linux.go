@@ -25,6 +25,20 @@ const (
 	setSrc6  = "src6"
 )
 
+// Named counters of the drops of all endpoints, by reason (metrics).
+const (
+	dropsSpoofed = "drops-spoofed"
+	dropsIngress = "drops-ingress"
+	dropsEgress  = "drops-egress"
+)
+
+func dropCounter(dir policy.Direction) string {
+	if dir == policy.Egress {
+		return dropsEgress
+	}
+	return dropsIngress
+}
+
 // Hook chains, all at filter priority like kube-proxy's and iptables'
 // filter tables: they see the packet after DNAT (prerouting, -100). Any
 // drop is final and an accept only ends the chain it is in, so their order
@@ -187,6 +201,9 @@ func (l *layout) ensure(c *nftables.Conn) error {
 		if err := c.AddSet(s, nil); err != nil {
 			return fmt.Errorf("nftables datapath: set %s: %w", s.Name, err)
 		}
+	}
+	for name := range dropReasons {
+		c.AddObj(&nftables.CounterObj{Table: l.table, Name: name})
 	}
 	for _, h := range l.hooks {
 		c.AddChain(h.chain)
