@@ -154,7 +154,7 @@ func TestSpoofedSourceDropped(t *testing.T) {
 	if err := dialFrom(spoofed); err == nil {
 		t.Fatalf("from %s, not a's address: got through", spoofed)
 	}
-	if drops, err := c.dp.Drops(); err != nil || drops["spoofed"] == 0 || drops["policy-ingress"] != 0 {
+	if drops, err := c.dp.Drops(); err != nil || drops["egress-spoofed"] == 0 || drops["ingress-policy-denied"] != 0 {
 		t.Errorf("drops %v (%v), want the spoofed SYNs counted", drops, err)
 	}
 	// The control: without the datapath the node routes it both ways.
@@ -217,7 +217,7 @@ func TestFailedTransactionKeepsPolicy(t *testing.T) {
 	}
 	c.expect(true, "a>b tcp/80")
 	c.expect(false, "c>b tcp/80", "a>b tcp/81")
-	if drops, err := c.dp.Drops(); err != nil || drops["policy-ingress"] == 0 {
+	if drops, err := c.dp.Drops(); err != nil || drops["ingress-policy-denied"] == 0 {
 		t.Errorf("drops %v (%v), want the denied SYNs counted", drops, err)
 	}
 	testFailTransaction = nil

@@ -542,8 +542,9 @@ func (d *Datapath) LocalIdentities() map[string]identity.ID {
 	return out
 }
 
-// Collectors are the datapath's metrics: its transactions and the ones
-// the kernel refused.
+// Collectors are the datapath's metrics: the policies of the last
+// snapshot (valid and invalid), its transactions and the ones the kernel
+// refused, its drops.
 func (d *Datapath) Collectors() []prometheus.Collector {
 	read := func(f func(stats) uint64) func() float64 {
 		return func() float64 {
@@ -552,11 +553,30 @@ func (d *Datapath) Collectors() []prometheus.Collector {
 			return float64(f(d.stats))
 		}
 	}
-	drops := prometheus.NewDesc("coordino_nftables_drops_total",
-		"Packets the nftables datapath dropped, by reason: spoofed (a pod sending from an address not its own), policy-ingress, policy-egress.",
-		[]string{"reason"}, nil)
+	descs := [2]*prometheus.Desc{
+		prometheus.NewDesc("coordino_datapath_packets_total",
+			"Packets the nftables datapath dropped, by direction (of the pod), verdict and reason (the eBPF datapath's names).",
+			[]string{"direction", "verdict", "reason"}, nil),
+		prometheus.NewDesc("coordino_datapath_bytes_total",
+			"Bytes the nftables datapath dropped, by direction (of the pod), verdict and reason.",
+			[]string{"direction", "verdict", "reason"}, nil),
+	}
+	snap := func(f func(*policy.SnapshotState) int) func() float64 {
+		return func() float64 {
+			d.snapMu.Lock()
+			defer d.snapMu.Unlock()
+			return float64(f(&d.snap))
+		}
+	}
 	return []prometheus.Collector{
-		&dropCollector{d: d, desc: drops},
+		&dropCollector{d: d, descs: descs},
+		// The eBPF datapath's names: dashboards and alerts hold for both.
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "coordino_policy_invalid",
+			Help: "Network policies skipped by the last compilation because they are invalid."},
+			snap(func(s *policy.SnapshotState) int { return len(s.Invalid) })),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "coordino_policies",
+			Help: "Valid network policies in the policy engine (the last snapshot applied)."},
+			snap(func(s *policy.SnapshotState) int { return len(s.Policies) })),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "coordino_nftables_transactions_total",
 			Help: "nftables transactions the nftables datapath sent (one per policy, identity or endpoint change)."},
 			read(func(s stats) uint64 { return s.transactions })),
@@ -728,36 +748,51 @@ func (d *Datapath) RemoteEndpointsSynced() error {
 
 // dropCollector reads the table's drop counters at each scrape.
 type dropCollector struct {
-	d    *Datapath
-	desc *prometheus.Desc
+	d     *Datapath
+	descs [2]*prometheus.Desc // packets, bytes
 }
 
-func (c *dropCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
+func (c *dropCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range c.descs {
+		ch <- d
+	}
+}
 
 func (c *dropCollector) Collect(ch chan<- prometheus.Metric) {
-	counts, err := c.d.Drops()
+	counts, err := c.d.drops()
 	if err != nil {
-		ch <- prometheus.NewInvalidMetric(c.desc, err)
+		for _, d := range c.descs {
+			ch <- prometheus.NewInvalidMetric(d, err)
+		}
 		return
 	}
-	for reason, n := range counts {
-		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.CounterValue, float64(n), reason)
+	for name, n := range counts {
+		dir, reason, _ := strings.Cut(name, "-")
+		ch <- prometheus.MustNewConstMetric(c.descs[0], prometheus.CounterValue, float64(n.Packets), dir, "dropped", reason)
+		ch <- prometheus.MustNewConstMetric(c.descs[1], prometheus.CounterValue, float64(n.Bytes), dir, "dropped", reason)
 	}
 }
 
-var dropReasons = map[string]string{dropsSpoofed: "spoofed", dropsIngress: "policy-ingress", dropsEgress: "policy-egress"}
-
-// Drops returns the packets dropped so far, by reason ("spoofed",
-// "policy-ingress", "policy-egress").
+// Drops returns the packets dropped so far by "<direction>-<reason>"
+// ("egress-spoofed", "ingress-policy-denied", "egress-policy-revoked"...).
 func (d *Datapath) Drops() (map[string]uint64, error) {
+	counts, err := d.drops()
+	out := map[string]uint64{}
+	for name, c := range counts {
+		out[name] = c.Packets
+	}
+	return out, err
+}
+
+func (d *Datapath) drops() (map[string]*nftables.CounterObj, error) {
 	objs, err := d.conn.GetObjects(d.lay.table)
 	if err != nil {
 		return nil, fmt.Errorf("nftables datapath: read drop counters: %w", err)
 	}
-	out := map[string]uint64{}
+	out := map[string]*nftables.CounterObj{}
 	for _, o := range objs {
-		if c, ok := o.(*nftables.CounterObj); ok && dropReasons[c.Name] != "" {
-			out[dropReasons[c.Name]] = c.Packets
+		if c, ok := o.(*nftables.CounterObj); ok && slices.Contains(dropCounters(), c.Name) {
+			out[c.Name] = c
 		}
 	}
 	return out, nil

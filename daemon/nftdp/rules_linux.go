@@ -192,7 +192,15 @@ func endpointRules(dir policy.Direction, local identity.ID, iso policy.Isolation
 		return append(out, []expr.Any{verdict(expr.VerdictAccept)})
 	}
 	out = append(out, peerRules(dir, local)...)
-	return append(out, []expr.Any{countDrop(dropCounter(dir)), verdict(expr.VerdictDrop)})
+	return append(out,
+		[]expr.Any{
+			&expr.Ct{Register: 1, Key: expr.CtKeySTATE},
+			&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4,
+				Mask: binary.NativeEndian.AppendUint32(nil, expr.CtStateBitESTABLISHED), Xor: make([]byte, 4)},
+			&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: make([]byte, 4)},
+			countDrop(dropCounter(dir, reasonRevoked)), verdict(expr.VerdictDrop),
+		},
+		[]expr.Any{countDrop(dropCounter(dir, reasonDenied)), verdict(expr.VerdictDrop)})
 }
 
 // dispatchRule is the content of a hook chain: the chain of the pod

@@ -25,18 +25,30 @@ const (
 	setSrc6  = "src6"
 )
 
-// Named counters of the drops of all endpoints, by reason (metrics).
+// Named counters of the drops of all endpoints, "<direction>-<reason>",
+// with the eBPF datapath's reason names (metrics).
 const (
-	dropsSpoofed = "drops-spoofed"
-	dropsIngress = "drops-ingress"
-	dropsEgress  = "drops-egress"
+	dropsSpoofed = "egress-spoofed"
+	reasonDenied = "policy-denied"
+	// A packet of a connection a policy allowed when it began and no
+	// longer allows.
+	reasonRevoked = "policy-revoked"
 )
 
-func dropCounter(dir policy.Direction) string {
+func dropCounter(dir policy.Direction, reason string) string {
 	if dir == policy.Egress {
-		return dropsEgress
+		return "egress-" + reason
 	}
-	return dropsIngress
+	return "ingress-" + reason
+}
+
+// dropCounters are the names of all drop counters.
+func dropCounters() []string {
+	out := []string{dropsSpoofed}
+	for _, dir := range []policy.Direction{policy.Ingress, policy.Egress} {
+		out = append(out, dropCounter(dir, reasonDenied), dropCounter(dir, reasonRevoked))
+	}
+	return out
 }
 
 // Hook chains, all at filter priority like kube-proxy's and iptables'
@@ -202,7 +214,7 @@ func (l *layout) ensure(c *nftables.Conn) error {
 			return fmt.Errorf("nftables datapath: set %s: %w", s.Name, err)
 		}
 	}
-	for name := range dropReasons {
+	for _, name := range dropCounters() {
 		c.AddObj(&nftables.CounterObj{Table: l.table, Name: name})
 	}
 	for _, h := range l.hooks {
