@@ -20,6 +20,7 @@ import (
 	"github.com/coordino/coordino/daemon/kernel"
 	"github.com/coordino/coordino/daemon/metrics"
 	"github.com/coordino/coordino/daemon/netsetup"
+	"github.com/coordino/coordino/daemon/nftdp"
 	"github.com/coordino/coordino/daemon/server"
 	"github.com/coordino/coordino/daemon/store"
 	"github.com/coordino/coordino/internal/process"
@@ -170,6 +171,11 @@ func (p *parts) startPolicy(ctx context.Context) error {
 		case err == nil:
 			p.dp, p.enforcer, p.choice = dp, dp, datapathChoice{kind: "ebpf"}
 			p.onStop(func() { dp.Close() }) // releases FDs; pins keep pods enforced while the daemon is away
+			// A table a previous nftables run left would keep enforcing
+			// that run's policy beside this one's: it goes once eBPF is in force.
+			if err := nftdp.Remove(); err != nil {
+				p.log.Error("the nftables datapath's table of a previous run is left", zap.Error(err))
+			}
 			return nil
 		case p.o.Datapath == "ebpf" || !errors.As(err, &refused):
 			return err

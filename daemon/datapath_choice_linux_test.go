@@ -148,3 +148,36 @@ func grepLines(s, sub string) string {
 	}
 	return strings.Join(out, "\n")
 }
+
+// TestEBPFRemovesLeftNFTablesTable: a node switched from nftables to eBPF
+// must not keep enforcing the nftables run's policy beside the new one.
+func TestEBPFRemovesLeftNFTablesTable(t *testing.T) {
+	privileged.Require(t)
+	dir := t.TempDir()
+	args := func(datapath string, bpfDir string) *config.Options {
+		o, err := config.Parse([]string{"--standalone", "--node-name", "n1", "--pod-cidr", "10.244.7.0/24", "--datapath", datapath,
+			"--run-dir", filepath.Join(dir, "run"), "--state-dir", filepath.Join(dir, "state"),
+			"--bpf-dir", bpfDir, "--metrics-addr", "127.0.0.1:0"}, io.Discard)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return o
+	}
+	p, err := start(context.Background(), args("nftables", filepath.Join(dir, "bpf")), zap.NewNop())
+	p.stop()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ok, _ := nftdp.Installed(); !ok {
+		t.Fatal("no nftables table after an nftables run")
+	}
+	t.Cleanup(func() { _ = nftdp.Remove() })
+	p, err = start(context.Background(), args("ebpf", testnet.BPFDir(t)), zap.NewNop())
+	defer p.stop()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := nftdp.Installed(); ok || err != nil {
+		t.Errorf("nftables table still installed under eBPF (%v)", err)
+	}
+}
