@@ -391,7 +391,7 @@ func Remove() error {
 		return fmt.Errorf("nftables datapath: %w", err)
 	}
 	if _, err := c.ListTableOfFamily(TableName, nftables.TableFamilyINet); err != nil {
-		if errors.Is(err, unix.ENOENT) {
+		if noTable(err) {
 			return nil
 		}
 		return fmt.Errorf("nftables datapath: look for table inet %s: %w", TableName, err)
@@ -403,6 +403,12 @@ func Remove() error {
 	return nil
 }
 
+// noTable reports whether err says there is no table: none of that name,
+// or no nf_tables in the kernel at all.
+func noTable(err error) bool {
+	return errors.Is(err, unix.ENOENT) || errors.Is(err, unix.EOPNOTSUPP) || errors.Is(err, unix.EPROTONOSUPPORT)
+}
+
 // Installed reports whether the datapath's table exists in the caller's
 // network namespace.
 func Installed() (bool, error) {
@@ -411,7 +417,7 @@ func Installed() (bool, error) {
 		return false, err
 	}
 	_, err = c.ListTableOfFamily(TableName, nftables.TableFamilyINet)
-	if errors.Is(err, unix.ENOENT) {
+	if err != nil && noTable(err) {
 		return false, nil
 	}
 	return err == nil, err
