@@ -12,6 +12,7 @@ import (
 	"github.com/google/nftables"
 	"github.com/mdlayher/netlink"
 	"github.com/prometheus/client_golang/prometheus"
+	vnetlink "github.com/vishvananda/netlink"
 	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
 
@@ -470,6 +471,7 @@ func (d *Datapath) AttachEndpoint(ep dpapi.Endpoint) error {
 		return fmt.Errorf("endpoint %q: %w", r.Key, err)
 	}
 	d.localChanged()
+	warnBridged(d.log, r)
 	d.log.Debug("endpoint attached", zap.String("endpoint", r.Key), zap.String("interface", r.HostIfName),
 		zap.Uint32("identity", uint32(r.Identity)))
 	return nil
@@ -802,4 +804,17 @@ func (d *Datapath) drops() (map[string]*nftables.CounterObj, error) {
 		}
 	}
 	return out, nil
+}
+
+// warnBridged says that a pod interface enslaved to a bridge (a chained
+// setup over a bridge CNI) is not enforced: traffic between the bridge's
+// ports never reaches the inet hooks, and routed traffic names the bridge,
+// not the port, unless br_netfilter is loaded.
+func warnBridged(log *zap.Logger, r *record) {
+	l, err := vnetlink.LinkByName(r.HostIfName)
+	if err != nil || l.Attrs().MasterIndex == 0 {
+		return
+	}
+	log.Warn("pod interface is a bridge port: the nftables datapath does not see its traffic (docs/architecture.md, the nftables datapath)",
+		zap.String("endpoint", r.Key), zap.String("interface", r.HostIfName))
 }
