@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/netip"
 	"os"
 	"path/filepath"
 	"time"
@@ -21,6 +20,7 @@ import (
 	"github.com/coordino/coordino/daemon/kernel"
 	"github.com/coordino/coordino/daemon/metrics"
 	"github.com/coordino/coordino/daemon/netsetup"
+	"github.com/coordino/coordino/daemon/nftdp"
 	"github.com/coordino/coordino/daemon/peers"
 	"github.com/coordino/coordino/daemon/server"
 	"github.com/coordino/coordino/daemon/store"
@@ -64,7 +64,9 @@ type parts struct {
 	masq     *masq
 	ranges   *clusterRanges
 	kube     *k8s.Source        // nil standalone
-	dp       *datapath.Datapath // nil with --no-datapath
+	dp       *datapath.Datapath // the eBPF datapath; nil with nftables or --no-datapath
+	enforcer enforcer           // the datapath enforcing policy; nil with --no-datapath
+	choice   datapathChoice
 	mgr      *endpoint.Manager
 	queueDir string
 	stops    []func()
@@ -147,7 +149,7 @@ func start(ctx context.Context, o *config.Options, log *zap.Logger) (*parts, err
 	if err := p.startEndpoints(ctx, mtuOverhead); err != nil {
 		return p, err
 	}
-	stopInspect, err := startInspect(ctx, o, p.st, p.pool, p.dp, p.hub, p.m, xn, p.masq, p.features, p.logs, p.log)
+	stopInspect, err := startInspect(ctx, o, p.st, p.pool, p.dp, p.choice, p.hub, p.m, xn, p.masq, p.features, p.logs, p.log)
 	if err != nil {
 		return p, err
 	}
@@ -169,28 +171,52 @@ func (p *parts) startMetrics() error {
 	return p.m.Register(p.features.Collector(), p.masq)
 }
 
-// startPolicy starts the datapath with its policy source, or without a
-// datapath only the Kubernetes source (its blocks and labels still serve
-// ADD); it returns once the first state is applied.
+// startPolicy starts the datapath --datapath names with its policy source
+// (auto: eBPF, else nftables where the kernel refuses the programs), or
+// without a datapath only the Kubernetes source (its blocks and labels
+// still serve ADD); it returns once the first state is applied.
 func (p *parts) startPolicy(ctx context.Context) error {
-	var services []netip.Prefix
-	if !p.o.NoDatapath {
-		services = p.ranges.initialServices(ctx)
+	defer p.registerChoice()
+	if p.o.NoDatapath {
+		p.choice = datapathChoice{kind: "none"}
+		p.log.Warn("datapath disabled (--no-datapath): NetworkPolicy is NOT enforced")
+		if p.kube == nil {
+			return nil
+		}
+		return runSource[k8s.Sink](ctx, p.kube, k8s.Discard{}, p.log)
 	}
-	dp, err := startDatapath(ctx, p.o, p.features, p.m, p.hub, p.log, p.kube, services)
+	if p.o.Datapath != "nftables" {
+		// Service ranges from the API, when they come within moments, so
+		// the post-DNAT stage starts with them.
+		dp, err := startEBPF(ctx, p.o, p.features, p.m, p.hub, p.log, p.kube, p.ranges.initialServices(ctx))
+		var refused *datapath.LoadError
+		switch {
+		case err == nil:
+			p.dp, p.enforcer, p.choice = dp, dp, datapathChoice{kind: "ebpf"}
+			p.ranges.bind(dp)
+			p.onStop(func() { dp.Close() }) // releases FDs; pins keep pods enforced while the daemon is away
+			// A table a previous nftables run left would keep enforcing
+			// that run's policy beside this one's: it goes once eBPF is in force.
+			if err := nftdp.Remove(); err != nil {
+				p.log.Error("the nftables datapath's table of a previous run is left", zap.Error(err))
+			}
+			return nil
+		case p.o.Datapath == "ebpf" || !errors.As(err, &refused):
+			return err
+		}
+		// Said once, here; status and the metric keep saying it.
+		p.choice = datapathChoice{kind: "nftables", fallback: err.Error()}
+		p.log.Warn("the eBPF datapath cannot run on this node; enforcing NetworkPolicy with nftables (--datapath=auto)", zap.Error(err))
+	} else {
+		p.choice = datapathChoice{kind: "nftables"}
+	}
+	dp, err := startNFTables(ctx, p.o, p.m, p.log, p.kube)
 	if err != nil {
 		return err
 	}
-	if dp != nil {
-		p.dp = dp
-		p.ranges.bind(dp)
-		p.onStop(func() { dp.Close() }) // releases FDs; pins keep pods enforced while the daemon is away
-		return nil
-	}
-	if p.kube == nil {
-		return nil
-	}
-	return runSource[k8s.Sink](ctx, p.kube, k8s.Discard{}, p.log)
+	p.enforcer = dp
+	p.onStop(func() { dp.Close() }) // the table stays in force while the daemon is away
+	return nil
 }
 
 // startEndpoints builds the endpoint manager, serves metrics, recovers
@@ -208,8 +234,8 @@ func (p *parts) startEndpoints(ctx context.Context, mtuOverhead int) error {
 		DeleteQueueDir: p.queueDir,
 	}
 	// Set only when there is one: a nil pointer in an interface is not a nil interface.
-	if p.dp != nil {
-		cfg.Datapath = p.dp
+	if p.enforcer != nil {
+		cfg.Datapath = p.enforcer
 	}
 	if p.kube != nil {
 		cfg.PodLabels = p.kube
@@ -227,7 +253,9 @@ func (p *parts) startEndpoints(ctx context.Context, mtuOverhead int) error {
 	if p.kube != nil {
 		// Only now may label and identity changes re-attach endpoints.
 		p.kube.SetRefresher(p.mgr.RefreshEndpoints)
-		publishEndpoints(ctx, p.kube, p.st, p.dp)
+		if p.enforcer != nil {
+			publishEndpoints(ctx, p.kube, p.st, p.enforcer)
+		}
 	}
 	return nil
 }

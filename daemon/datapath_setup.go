@@ -6,7 +6,10 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/vishvananda/netns"
 	"go.uber.org/zap"
@@ -14,10 +17,12 @@ import (
 	"github.com/coordino/coordino/daemon/config"
 	"github.com/coordino/coordino/daemon/controlplane"
 	"github.com/coordino/coordino/daemon/datapath"
+	"github.com/coordino/coordino/daemon/endpoint"
 	"github.com/coordino/coordino/daemon/flows"
 	"github.com/coordino/coordino/daemon/k8s"
 	"github.com/coordino/coordino/daemon/kernel"
 	"github.com/coordino/coordino/daemon/metrics"
+	"github.com/coordino/coordino/daemon/nftdp"
 	"github.com/coordino/coordino/daemon/nodeaddrs"
 	"github.com/coordino/coordino/daemon/policy"
 	"github.com/coordino/coordino/daemon/routewatch"
@@ -26,26 +31,51 @@ import (
 // bpffsRoot is where hosts normally mount the BPF filesystem.
 const bpffsRoot = "/sys/fs/bpf"
 
-// startDatapath loads (or adopts) the eBPF datapath and starts the policy
+// enforcer is what the daemon needs of the datapath enforcing policy,
+// whichever it is: the endpoint manager's seam, the Kubernetes source's
+// sink, the node's addresses (the host identity) and this node's
+// endpoints for publishing. *datapath.Datapath and *nftdp.Datapath are
+// enforcers.
+type enforcer interface {
+	endpoint.Datapath
+	k8s.Sink
+	SetNodeIPs([]netip.Addr) error
+	localPublisher
+}
+
+var (
+	_ enforcer = (*datapath.Datapath)(nil)
+	_ enforcer = (*nftdp.Datapath)(nil)
+)
+
+// datapathChoice says which datapath enforces policy on this node and, when
+// --datapath=auto did not take eBPF, why.
+type datapathChoice struct {
+	kind     string // "ebpf", "nftables" or "none"
+	fallback string
+}
+
+// openEBPF opens the eBPF datapath; tests replace it to make the load fail.
+var openEBPF = datapath.Open
+
+// startEBPF loads (or adopts) the eBPF datapath and starts the policy
 // source; it returns once the first policy snapshot is in the maps, so no
-// pod attached afterwards is ever unprotected. It returns nil with
-// --no-datapath.
-func startDatapath(ctx context.Context, o *config.Options, features *kernel.Features, m *metrics.Metrics, hub *flows.Hub, log *zap.Logger, kube *k8s.Source, serviceCIDRs []netip.Prefix) (_ *datapath.Datapath, err error) {
-	if o.NoDatapath {
-		log.Warn("eBPF datapath disabled (--no-datapath): NetworkPolicy is NOT enforced")
-		return nil, nil
-	}
+// pod attached afterwards is ever unprotected. A *datapath.LoadError says
+// the kernel (or a missing bpffs) refused it before anything started.
+// serviceCIDRs are the Service ranges known at start (the API's, else the
+// flag's).
+func startEBPF(ctx context.Context, o *config.Options, features *kernel.Features, m *metrics.Metrics, hub *flows.Hub, log *zap.Logger, kube *k8s.Source, serviceCIDRs []netip.Prefix) (_ *datapath.Datapath, err error) {
 	// Many hosts do not mount bpffs; pins elsewhere are the operator's business.
 	if strings.HasPrefix(filepath.Clean(o.BPFDir)+"/", bpffsRoot+"/") {
 		if err := datapath.MountBPFFS(bpffsRoot); err != nil {
-			return nil, err
+			return nil, &datapath.LoadError{Err: err}
 		}
 	}
 	nodeIPs, err := nodeaddrs.List()
 	if err != nil {
 		return nil, err
 	}
-	dp, err := datapath.Open(datapath.Config{BPFDir: o.BPFDir, AttachMode: datapath.AttachMode(o.AttachMode), Logger: log, NodeIPs: nodeIPs,
+	dp, err := openEBPF(datapath.Config{BPFDir: o.BPFDir, AttachMode: datapath.AttachMode(o.AttachMode), Logger: log, NodeIPs: nodeIPs,
 		ConntrackSize: o.ConntrackSize, Identities: identityAssigner(kube),
 		MapSizes: datapath.MapSizes{Endpoints: o.EndpointsMapSize, Ipcache: o.IpcacheMapSize, Policy: o.PolicyMapSize,
 			SourceAddrs: o.SourceMapSize, Frags: o.FragMapSize, NodeIsolation: o.NodeIsolationMapSize},
@@ -63,26 +93,7 @@ func startDatapath(ctx context.Context, o *config.Options, features *kernel.Feat
 	if err := m.Register(dp.Collectors()...); err != nil {
 		return nil, err
 	}
-	if kube == nil {
-		// No remote source will confirm what a Kubernetes-mode run left.
-		if err := dp.RemoteEndpointsSynced(); err != nil {
-			return nil, err
-		}
-	}
-	if kube != nil {
-		if err := runSource[k8s.Sink](ctx, kube, dp, log); err != nil {
-			return nil, err
-		}
-	} else if o.PolicyDir == "" {
-		if err := dp.UpdatePolicy(policy.Snapshot{}); err != nil {
-			return nil, err
-		}
-	} else if err := startPolicySource(ctx, o.PolicyDir, o.StateDir, dp, m, log); err != nil {
-		return nil, err
-	}
-	// A chained primary's bridge gateway, for one, appears only at its
-	// first ADD, and traffic from it (kubelet probes) must stay allowed.
-	if err := nodeaddrs.Watch(ctx, netns.None(), nodeIPs, dp.SetNodeIPs, log); err != nil {
+	if err := feedPolicy(ctx, o, dp, nodeIPs, m, log, kube); err != nil {
 		return nil, err
 	}
 	// Host routing's programs remember the FIB's answers per flow: a change
@@ -101,7 +112,55 @@ func startDatapath(ctx context.Context, o *config.Options, features *kernel.Feat
 	return dp, nil
 }
 
-func startPolicySource(ctx context.Context, dir, stateDir string, dp *datapath.Datapath, m *metrics.Metrics, log *zap.Logger) error {
+// startNFTables opens (or adopts) the nftables datapath and starts the
+// policy source; like startEBPF it returns once the first policy is in
+// force.
+func startNFTables(ctx context.Context, o *config.Options, m *metrics.Metrics, log *zap.Logger, kube *k8s.Source) (*nftdp.Datapath, error) {
+	nodeIPs, err := nodeaddrs.List()
+	if err != nil {
+		return nil, err
+	}
+	dp, err := nftdp.Open(nftdp.Config{StateDir: filepath.Join(o.StateDir, "nftables"), NodeIPs: nodeIPs,
+		Identities: identityAssigner(kube), Logger: log})
+	if err != nil {
+		return nil, err
+	}
+	if err := m.Register(dp.Collectors()...); err != nil {
+		return nil, err
+	}
+	if err := feedPolicy(ctx, o, dp, nodeIPs, m, log, kube); err != nil {
+		return nil, err
+	}
+	return dp, nil
+}
+
+// feedPolicy starts the policy source into dp, whichever datapath it is,
+// and returns once the first snapshot is applied; then it keeps the node's
+// addresses (the host identity) current.
+func feedPolicy(ctx context.Context, o *config.Options, dp enforcer, nodeIPs []netip.Addr, m *metrics.Metrics, log *zap.Logger, kube *k8s.Source) error {
+	if kube == nil {
+		// No remote source will confirm what a Kubernetes-mode run left.
+		if err := dp.RemoteEndpointsSynced(); err != nil {
+			return err
+		}
+	}
+	if kube != nil {
+		if err := runSource[k8s.Sink](ctx, kube, dp, log); err != nil {
+			return err
+		}
+	} else if o.PolicyDir == "" {
+		if err := dp.UpdatePolicy(policy.Snapshot{}); err != nil {
+			return err
+		}
+	} else if err := startPolicySource(ctx, o.PolicyDir, o.StateDir, dp, m, log); err != nil {
+		return err
+	}
+	// A chained primary's bridge gateway, for one, appears only at its
+	// first ADD, and traffic from it (kubelet probes) must stay allowed.
+	return nodeaddrs.Watch(ctx, netns.None(), nodeIPs, dp.SetNodeIPs, log)
+}
+
+func startPolicySource(ctx context.Context, dir, stateDir string, sink controlplane.Sink, m *metrics.Metrics, log *zap.Logger) error {
 	src := controlplane.NewStandalone(dir, log.Named("policy"))
 	// The last valid version of each file outlives restarts (a file broken at
 	// start-up keeps its protection).
@@ -109,7 +168,7 @@ func startPolicySource(ctx context.Context, dir, stateDir string, dp *datapath.D
 	if err := m.Register(src.Collectors()...); err != nil {
 		return err
 	}
-	if err := runSource[controlplane.Sink](ctx, src, dp, log); err != nil {
+	if err := runSource[controlplane.Sink](ctx, src, sink, log); err != nil {
 		return fmt.Errorf("policy dir %s: %w", dir, err)
 	}
 	return nil
@@ -152,4 +211,20 @@ func startFlows(ctx context.Context, path string, dp *datapath.Datapath, hub *fl
 		}
 	}()
 	return nil
+}
+
+// registerChoice exports which datapath enforces policy, and whether
+// --datapath=auto fell back from eBPF, as coordino_datapath_info.
+func (p *parts) registerChoice() {
+	if p.choice.kind == "" {
+		return // start failed before a choice
+	}
+	g := prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "coordino_datapath_info",
+		Help: "1 for the datapath enforcing policy on this node (ebpf, nftables, none); fallback is true when --datapath=auto could not load eBPF (the reason is in the log and coordinoctl status).",
+	}, []string{"datapath", "fallback"})
+	g.WithLabelValues(p.choice.kind, strconv.FormatBool(p.choice.fallback != "")).Set(1)
+	if err := p.m.Register(g); err != nil {
+		p.log.Error("datapath metric not registered", zap.Error(err))
+	}
 }

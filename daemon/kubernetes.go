@@ -9,7 +9,6 @@ import (
 
 	"github.com/coordino/coordino/daemon/config"
 	"github.com/coordino/coordino/daemon/controlplane"
-	"github.com/coordino/coordino/daemon/datapath"
 	"github.com/coordino/coordino/daemon/endpoint"
 	"github.com/coordino/coordino/daemon/identity"
 	"github.com/coordino/coordino/daemon/ipam"
@@ -85,11 +84,19 @@ func runSource[S controlplane.Sink](ctx context.Context, src controlplane.Source
 	}
 }
 
+// localPublisher is what publishing this node's endpoints needs of the
+// datapath: their identities, and a signal when they change.
+type localPublisher interface {
+	SetLocalChangeHook(func())
+	LocalIdentities() map[string]identity.ID
+}
+
 // publishEndpoints makes the Kubernetes source publish this node's
 // endpoints (addresses from the store, identities as the datapath enforces
 // them) in its NodeEndpoints, again after every attach and detach. Without
 // a datapath there are no identities, and nothing is published.
-func publishEndpoints(ctx context.Context, kube *k8s.Source, st *store.Store, dp *datapath.Datapath) {
+
+func publishEndpoints(ctx context.Context, kube *k8s.Source, st *store.Store, dp localPublisher) {
 	if kube == nil || dp == nil {
 		return
 	}

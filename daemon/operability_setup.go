@@ -23,7 +23,7 @@ import (
 
 // startInspect serves the read-only inspection socket for coordinoctl and
 // registers the metrics of the same facts (DEL queue, BPF map fill).
-func startInspect(ctx context.Context, o *config.Options, st *store.Store, pool *ipam.Pool, dp *datapath.Datapath, hub *flows.Hub, m *metrics.Metrics, xn *crossNode, masq *masq, features *kernel.Features, logs *inspect.LogRing, log *zap.Logger) (stop func(), err error) {
+func startInspect(ctx context.Context, o *config.Options, st *store.Store, pool *ipam.Pool, dp *datapath.Datapath, choice datapathChoice, hub *flows.Hub, m *metrics.Metrics, xn *crossNode, masq *masq, features *kernel.Features, logs *inspect.LogRing, log *zap.Logger) (stop func(), err error) {
 	queueDir := filepath.Join(o.RunDir, wire.DeleteQueueDir)
 	collectors := []prometheus.Collector{metrics.NewDeleteQueueCollector(queueDir)}
 	if dp != nil {
@@ -40,17 +40,19 @@ func startInspect(ctx context.Context, o *config.Options, st *store.Store, pool 
 		return nil, err
 	}
 	svc := inspect.New(inspect.Config{
-		NodeName:   o.NodeName,
-		Standalone: o.Standalone,
-		AttachMode: o.AttachMode,
-		RunDir:     o.RunDir,
-		QueueDir:   queueDir,
-		Store:      st,
-		Pool:       pool,
-		Datapath:   dp,
-		Hub:        hub,
-		CrossNode:  xn.inspect,
-		Masquerade: masq.inspect,
+		NodeName:         o.NodeName,
+		Standalone:       o.Standalone,
+		AttachMode:       o.AttachMode,
+		RunDir:           o.RunDir,
+		QueueDir:         queueDir,
+		Store:            st,
+		Pool:             pool,
+		Datapath:         dp,
+		DatapathKind:     choice.kind,
+		DatapathFallback: choice.fallback,
+		Hub:              hub,
+		CrossNode:        xn.inspect,
+		Masquerade:       masq.inspect,
 		KernelFeatures: func() []*inspectv1.KernelFeature {
 			var out []*inspectv1.KernelFeature
 			for _, f := range features.List() {

@@ -16,6 +16,7 @@ import (
 
 	"github.com/coordino/coordino/daemon/masquerade"
 	"github.com/coordino/coordino/daemon/netns"
+	"github.com/coordino/coordino/daemon/nftdp"
 	"github.com/coordino/coordino/daemon/postdnat"
 	"github.com/coordino/coordino/proto/cni/v1/wire"
 )
@@ -33,9 +34,10 @@ const ourFilterPrefix = "cdo_"
 //  2. per interface, detach both programs back to back: the whole clsact
 //     qdisc when it holds only Coordino's filters (one atomic step), else
 //     Coordino's two filters; then each endpoint's two tcx link pins;
-//  3. remove the nftables post-DNAT stage (older kernels), the masquerade
-//     table and the BPF dir
-//     (maps are freed once no program holds them);
+//  3. remove the nftables post-DNAT stage (older kernels), the nftables
+//     datapath's table (--datapath=nftables, or auto's fallback), the
+//     masquerade table and the BPF dir (maps are freed once no program
+//     holds them);
 //  4. unmount and remove the netns pins (pods keep their namespaces through
 //     the runtime's handles);
 //  5. remove the rest of the run dir's entries (sockets, the deletion queue:
@@ -61,6 +63,9 @@ func RemoveNodeState(s NodeState, log *zap.Logger) error {
 	// The nftables post-DNAT stage holds the last reference to its
 	// program and, through it, the maps: it goes before the pins.
 	if err := postdnat.Remove(); err != nil {
+		return err
+	}
+	if err := nftdp.Remove(); err != nil {
 		return err
 	}
 	// Established masqueraded flows keep their conntrack entries until

@@ -27,8 +27,11 @@ type Options struct {
 	LogLevel    string   `json:"logLevel"`
 	PolicyDir   string   `json:"policyDir"`
 	AttachMode  string   `json:"attachMode"`
-	NoDatapath  bool     `json:"noDatapath"`
-	FlowLog     string   `json:"flowLog"`
+	// Datapath enforces policy: ebpf, nftables, or auto (eBPF, and
+	// nftables where the kernel refuses the BPF programs).
+	Datapath   string `json:"datapath"`
+	NoDatapath bool   `json:"noDatapath"`
+	FlowLog    string `json:"flowLog"`
 	// ConntrackSize is the capacity of the datapath's conntrack table.
 	ConntrackSize int `json:"conntrackSize"`
 	// Capacities of the other BPF maps; 0 takes the datapath's default
@@ -79,6 +82,7 @@ func Defaults() Options {
 		MetricsAddr: "127.0.0.1:9962",
 		LogLevel:    "info",
 		AttachMode:  "tc",
+		Datapath:    "auto",
 		// Mirrors datapath.DefaultConntrackSize (config does not import the datapath).
 		ConntrackSize: 1 << 18,
 
@@ -124,6 +128,7 @@ func Parse(args []string, stderr io.Writer) (*Options, error) {
 	fs.StringVar(&o.LogLevel, "log-level", o.LogLevel, process.LevelUsage)
 	fs.StringVar(&o.PolicyDir, "policy-dir", "", "standalone: directory of NetworkPolicy and Namespace YAML files")
 	fs.StringVar(&o.AttachMode, "attach-mode", o.AttachMode, "how eBPF attaches to pod interfaces: tc (clsact + cls_bpf) or tcx (falls back to tc without kernel support)")
+	fs.StringVar(&o.Datapath, "datapath", o.Datapath, "what enforces NetworkPolicy: ebpf, nftables (the inet coordino-policy table; no BPF at all), or auto (eBPF, falling back to nftables when the kernel refuses the BPF programs or has no bpffs)")
 	fs.BoolVar(&o.NoDatapath, "no-datapath", false, "do not load eBPF: connectivity without policy enforcement")
 	fs.StringVar(&o.FlowLog, "flow-log", "", "append flow events as JSON lines to this file (\"-\": stdout)")
 	fs.IntVar(&o.ConntrackSize, "conntrack-size", o.ConntrackSize, "capacity of the eBPF conntrack table (flows of pods with an isolated direction; about 120 bytes each)")
@@ -200,6 +205,7 @@ func (o *Options) applyFlags(flags *Options, explicit map[string]bool) {
 		"policy-dir":              func() { o.PolicyDir = flags.PolicyDir },
 		"attach-mode":             func() { o.AttachMode = flags.AttachMode },
 		"no-datapath":             func() { o.NoDatapath = flags.NoDatapath },
+		"datapath":                func() { o.Datapath = flags.Datapath },
 		"flow-log":                func() { o.FlowLog = flags.FlowLog },
 		"kubeconfig":              func() { o.Kubeconfig = flags.Kubeconfig },
 		"conntrack-size":          func() { o.ConntrackSize = flags.ConntrackSize },
@@ -260,6 +266,11 @@ func (o *Options) validate() error {
 	}
 	if o.AttachMode != "tc" && o.AttachMode != "tcx" {
 		return fmt.Errorf("attach-mode %q: want tc or tcx", o.AttachMode)
+	}
+	switch o.Datapath {
+	case "ebpf", "nftables", "auto":
+	default:
+		return fmt.Errorf("datapath %q: want ebpf, nftables or auto", o.Datapath)
 	}
 	if err := o.validateCrossNode(); err != nil {
 		return err

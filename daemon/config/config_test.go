@@ -37,11 +37,23 @@ func TestErrorsNameTheOption(t *testing.T) {
 		"--log-level loud":                 "log-level",
 		"--config " + bad:                  "podRange",
 		"--policy-dir relative":            "policy-dir",
+		"--standalone --datapath iptables": "datapath \"iptables\": want ebpf, nftables or auto",
 	} {
 		_, err := Parse(strings.Fields(args), io.Discard)
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("Parse(%s) err = %v, want mention of %q", args, err, want)
 		}
+	}
+}
+
+func TestDatapathDefaultsToAuto(t *testing.T) {
+	o, err := Parse([]string{"--standalone"}, io.Discard)
+	if err != nil || o.Datapath != "auto" {
+		t.Fatalf("default datapath = %q (%v), want auto", o.Datapath, err)
+	}
+	o, err = Parse([]string{"--standalone", "--datapath", "nftables"}, io.Discard)
+	if err != nil || o.Datapath != "nftables" {
+		t.Fatalf("--datapath nftables = %q (%v)", o.Datapath, err)
 	}
 }
 

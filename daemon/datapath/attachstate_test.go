@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/coordino/coordino/daemon/datapath/internal/testnet"
+	"github.com/coordino/coordino/daemon/internal/testnet"
 )
 
 // A daemon killed after recording an endpoint but before AttachEndpoint

@@ -14,7 +14,7 @@ import (
 
 	coordinov1alpha1 "github.com/coordino/coordino/api/coordino/v1alpha1"
 	"github.com/coordino/coordino/bpf"
-	"github.com/coordino/coordino/daemon/datapath/internal/testnet"
+	"github.com/coordino/coordino/daemon/internal/testnet"
 	"github.com/coordino/coordino/daemon/policy"
 )
 

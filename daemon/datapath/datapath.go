@@ -29,6 +29,16 @@ const DefaultNamespace = "default"
 // UpdatePolicy: attaching earlier could leave a new pod briefly unprotected.
 var ErrPolicyNotSynced = errors.New("datapath: policy not synced yet: call UpdatePolicy before attaching endpoints")
 
+// LoadError says the eBPF datapath cannot run on this node: the kernel
+// refused its BPF objects (a verifier refusal, a missing program or map
+// type, no BTF, the memory lock) or there is no BPF filesystem. Unlike a
+// configuration or state error, another datapath can run where this one
+// cannot (--datapath=auto falls back to nftables on it).
+type LoadError struct{ Err error }
+
+func (e *LoadError) Error() string { return e.Err.Error() }
+func (e *LoadError) Unwrap() error { return e.Err }
+
 // Config configures Open.
 type Config struct {
 	// BPFDir is where maps and links are pinned, e.g. /sys/fs/bpf/coordino.
@@ -89,7 +99,7 @@ type Datapath struct {
 
 	// snapMu serialises UpdatePolicy; snap is the last applied snapshot.
 	snapMu sync.Mutex
-	snap   snapshotState
+	snap   policy.SnapshotState
 
 	// mu guards what follows, and the parts called under it.
 	mu     sync.Mutex
@@ -128,7 +138,7 @@ func Open(cfg Config) (_ *Datapath, err error) {
 		cfg.Logger = zap.NewNop()
 	}
 	if err := checkBPFFS(cfg.BPFDir); err != nil {
-		return nil, err
+		return nil, &LoadError{err}
 	}
 	// Before any pin is touched: pins too new to read stay as they are.
 	pinSchema, err := checkPinSchema(cfg.BPFDir)
@@ -140,11 +150,11 @@ func Open(cfg Config) (_ *Datapath, err error) {
 	}
 	// Kernels before 5.11 charge BPF memory to RLIMIT_MEMLOCK.
 	if err := rlimit.RemoveMemlock(); err != nil {
-		return nil, fmt.Errorf("datapath: raise memlock limit: %w", err)
+		return nil, &LoadError{fmt.Errorf("datapath: raise memlock limit: %w", err)}
 	}
 	spec, err := bpf.LoadCoordino()
 	if err != nil {
-		return nil, fmt.Errorf("datapath: load BPF spec: %w", err)
+		return nil, &LoadError{fmt.Errorf("datapath: load BPF spec: %w", err)}
 	}
 	if cfg.Features == nil {
 		cfg.Features = kernel.Probe()
@@ -191,9 +201,9 @@ func Open(cfg Config) (_ *Datapath, err error) {
 		}
 		var verr *ebpf.VerifierError
 		if errors.As(err, &verr) {
-			return nil, fmt.Errorf("datapath: load BPF programs: %+v", verr)
+			return nil, &LoadError{fmt.Errorf("datapath: load BPF programs: %+v", verr)}
 		}
-		return nil, fmt.Errorf("datapath: load BPF objects: %w", err)
+		return nil, &LoadError{fmt.Errorf("datapath: load BPF objects: %w", err)}
 	}
 	// From here on one cleanup undoes a failed Open: Close releases what
 	// is set and skips what is not. The pins stay for the next Open.

@@ -14,7 +14,7 @@ import (
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/asm"
 	"github.com/cilium/ebpf/link"
-	"github.com/coordino/coordino/daemon/datapath/internal/testnet"
+	"github.com/coordino/coordino/daemon/internal/testnet"
 	"github.com/coordino/coordino/daemon/policy"
 	"github.com/coordino/coordino/test/privileged"
 	"github.com/prometheus/client_golang/prometheus"

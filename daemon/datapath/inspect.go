@@ -94,7 +94,7 @@ func labelString(m map[string]string) string {
 // the number of policies of the last snapshot skipped as invalid.
 func (d *Datapath) PolicyRevision() (revision uint32, invalid int) {
 	d.snapMu.Lock()
-	invalid = len(d.snap.invalid)
+	invalid = len(d.snap.Invalid)
 	d.snapMu.Unlock()
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -213,8 +213,8 @@ func (d *Datapath) Decide(hostIfIndex int, dir policy.Direction, peer netip.Addr
 // node's identities (peers known only from a cluster source are not named).
 func (d *Datapath) Provenance(dec Decision, dir policy.Direction, peer netip.Addr, proto uint8, port uint16) (selectedBy, allowedBy []string) {
 	d.snapMu.Lock()
-	objs := slices.Collect(maps.Values(d.snap.policies))
-	namespaces := slices.Collect(maps.Values(d.snap.namespaces))
+	objs := slices.Collect(maps.Values(d.snap.Policies))
+	namespaces := slices.Collect(maps.Values(d.snap.Namespaces))
 	d.snapMu.Unlock()
 	slices.SortFunc(objs, func(a, b policy.Object) int { return strings.Compare(a.Key, b.Key) })
 	d.mu.Lock()

@@ -16,8 +16,8 @@ import (
 
 	coordinov1alpha1 "github.com/coordino/coordino/api/coordino/v1alpha1"
 	"github.com/coordino/coordino/api/policyir"
-	"github.com/coordino/coordino/daemon/datapath/internal/testnet"
 	"github.com/coordino/coordino/daemon/identity"
+	"github.com/coordino/coordino/daemon/internal/testnet"
 	"github.com/coordino/coordino/daemon/policy"
 	"github.com/coordino/coordino/test/policygen"
 	"github.com/coordino/coordino/test/privileged"

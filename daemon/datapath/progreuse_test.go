@@ -9,7 +9,7 @@ import (
 	"github.com/cilium/ebpf"
 	"go.uber.org/zap/zaptest"
 
-	"github.com/coordino/coordino/daemon/datapath/internal/testnet"
+	"github.com/coordino/coordino/daemon/internal/testnet"
 	"github.com/coordino/coordino/test/privileged"
 )
 

@@ -12,7 +12,7 @@ import (
 	"go.uber.org/zap/zaptest"
 
 	"github.com/coordino/coordino/bpf"
-	"github.com/coordino/coordino/daemon/datapath/internal/testnet"
+	"github.com/coordino/coordino/daemon/internal/testnet"
 	"github.com/coordino/coordino/daemon/policy"
 	"github.com/coordino/coordino/internal/schema"
 	"github.com/coordino/coordino/test/privileged"

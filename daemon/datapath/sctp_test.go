@@ -3,7 +3,7 @@ package datapath
 import (
 	"testing"
 
-	"github.com/coordino/coordino/daemon/datapath/internal/testnet"
+	"github.com/coordino/coordino/daemon/internal/testnet"
 	"github.com/coordino/coordino/test/privileged"
 )
 

@@ -36,9 +36,12 @@ type Config struct {
 	QueueDir string
 	Store    *store.Store
 	Pool     *ipam.Pool
-	// Datapath is nil with --no-datapath.
+	// Datapath is the eBPF datapath: nil with nftables or --no-datapath.
 	Datapath *datapath.Datapath
-	Hub      *flows.Hub
+	// DatapathKind is what enforces policy ("ebpf", "nftables", "none");
+	// DatapathFallback why --datapath=auto did not take eBPF.
+	DatapathKind, DatapathFallback string
+	Hub                            *flows.Hub
 	// CrossNode, if set, reports the cross-node datapath (routing,
 	// encryption, peers and their WireGuard handshakes), whose state the
 	// daemon's cross-node code owns.

@@ -31,13 +31,15 @@ const (
 func (s *Service) GetStatus(context.Context, *inspectv1.GetStatusRequest) (*inspectv1.Status, error) {
 	usage := s.cfg.Pool.Usage()
 	st := &inspectv1.Status{
-		Version:      Version(),
-		NodeName:     s.cfg.NodeName,
-		Mode:         "kubernetes",
-		ControlPlane: "static (--pod-cidr, --policy-dir)",
-		AttachMode:   s.cfg.AttachMode,
-		StartedUnix:  s.started.Unix(),
-		Blocks:       blocks(usage),
+		Version:          Version(),
+		NodeName:         s.cfg.NodeName,
+		Mode:             "kubernetes",
+		ControlPlane:     "static (--pod-cidr, --policy-dir)",
+		AttachMode:       s.cfg.AttachMode,
+		StartedUnix:      s.started.Unix(),
+		Blocks:           blocks(usage),
+		Datapath:         s.cfg.DatapathKind,
+		DatapathFallback: s.cfg.DatapathFallback,
 	}
 	if s.cfg.Standalone {
 		st.Mode = "standalone"
@@ -93,9 +95,11 @@ func (s *Service) GetStatus(context.Context, *inspectv1.GetStatusRequest) (*insp
 				problems = append(problems, fmt.Sprintf("BPF map %s is %d%% full (%d/%d)", u.Name, 100*u.Entries/u.Capacity, u.Entries, u.Capacity))
 			}
 		}
+	} else if s.cfg.DatapathKind == "nftables" {
+		st.AttachMode = "nftables"
 	} else {
 		st.AttachMode = "none"
-		problems = append(problems, "eBPF datapath disabled (--no-datapath): NetworkPolicy is not enforced")
+		problems = append(problems, "datapath disabled (--no-datapath): NetworkPolicy is not enforced")
 	}
 	n, oldest, err := metrics.DeleteQueue(s.cfg.QueueDir)
 	if err != nil {

@@ -22,6 +22,7 @@ import (
 type mode struct {
 	name    string
 	tcx     bool   // --attach-mode=tcx instead of the default clsact + cls_bpf
+	nft     bool   // --datapath=nftables: no BPF, the inet coordino-policy table
 	chained bool   // [bridge + host-local, coordino] instead of Coordino as primary
 	subnet  string // pod CIDR (primary) or the bridge's host-local range (chained)
 	subnet6 string // IPv6 pod CIDR next to subnet: dual-stack pods (primary only)
@@ -32,6 +33,7 @@ var (
 	primaryTC  = mode{name: "primary-tc", subnet: "10.181.0.0/24"}
 	primaryTCX = mode{name: "primary-tcx", tcx: true, subnet: "10.182.0.0/24"}
 	chained    = mode{name: "chained-bridge", chained: true, subnet: "10.183.0.0/24"}
+	primaryNFT = mode{name: "primary-nftables", nft: true, subnet: "10.184.0.0/24"}
 )
 
 // bed is one node with the nine matrix pods.
@@ -103,6 +105,9 @@ func newBed(t *testing.T, m mode) *bed {
 	}
 	if m.tcx {
 		opts.ExtraArgs = append(opts.ExtraArgs, "--attach-mode=tcx")
+	}
+	if m.nft {
+		opts.ExtraArgs = append(opts.ExtraArgs, "--datapath=nftables")
 	}
 	n, err := harness.NewNode(filepath.Join(dir, "node"), "node-"+harness.RandomSuffix(6), opts)
 	if err != nil {
@@ -281,7 +286,8 @@ func (b *bed) apply(docs string) error {
 }
 
 // checkAttachMode asserts the programs on every host interface use the
-// mode's attach method: tcx links, or cls_bpf filters on clsact.
+// mode's attach method: tcx links, cls_bpf filters on clsact, or none
+// (nftables).
 func (b *bed) checkAttachMode() {
 	t := b.t
 	for _, p := range pods {
@@ -296,8 +302,11 @@ func (b *bed) checkAttachMode() {
 		}
 		filters := fin + fout
 		want := [3]int{0, 0, 2}
-		if b.mode.tcx {
+		switch {
+		case b.mode.tcx:
 			want = [3]int{1, 1, 0}
+		case b.mode.nft:
+			want = [3]int{0, 0, 0}
 		}
 		if got := [3]int{in, out, filters}; got != want {
 			t.Fatalf("%s (%s): tcx ingress/egress programs and cls_bpf filters = %v, want %v", p, bp.hostIf, got, want)

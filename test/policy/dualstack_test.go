@@ -100,12 +100,19 @@ func TestDualStackCases(t *testing.T) {
 
 // TestDualStack runs the representative cases over IPv6 and IPv4 at once
 // on one dual-stack node, then the first-packet check over IPv6.
-func TestDualStack(t *testing.T) {
+func TestDualStack(t *testing.T) { runDualStack(t, dualStack) }
+
+// TestDualStackNFTables is the same on --datapath=nftables.
+func TestDualStackNFTables(t *testing.T) {
+	runDualStack(t, mode{name: "dual-stack-nftables", nft: true, subnet: "10.185.0.0/24", subnet6: "fd00:185::/64"})
+}
+
+func runDualStack(t *testing.T, m mode) {
 	cs, err := dualStackCases()
 	if err != nil {
 		t.Fatal(err)
 	}
-	b := newBed(t, dualStack)
+	b := newBed(t, m)
 	b.checkAttachMode()
 	t.Run("matrix", func(t *testing.T) {
 		for _, c := range cs {

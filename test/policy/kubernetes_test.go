@@ -34,8 +34,15 @@ var kubernetesMode = mode{name: "kubernetes", k8s: true, subnet: "10.184.0.0/24"
 
 // TestKubernetesMode runs the whole matrix through the API, then a policy
 // update under traffic and a pod denied from its first packet.
-func TestKubernetesMode(t *testing.T) {
-	b := newBed(t, kubernetesMode)
+func TestKubernetesMode(t *testing.T) { runKubernetes(t, kubernetesMode) }
+
+// TestKubernetesModeNFTables is the same on --datapath=nftables.
+func TestKubernetesModeNFTables(t *testing.T) {
+	runKubernetes(t, mode{name: "kubernetes-nftables", k8s: true, nft: true, subnet: "10.185.0.0/24"})
+}
+
+func runKubernetes(t *testing.T, m mode) {
+	b := newBed(t, m)
 	t.Run("matrix", func(t *testing.T) {
 		for _, c := range cases {
 			t.Run(c.name, func(t *testing.T) { b.runCase(t, c) })

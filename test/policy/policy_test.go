@@ -13,6 +13,10 @@ func TestPrimaryTC(t *testing.T)  { runMode(t, primaryTC, true) }
 func TestPrimaryTCX(t *testing.T) { runMode(t, primaryTCX, false) }
 func TestChained(t *testing.T)    { runMode(t, chained, false) }
 
+// TestPrimaryNFTables runs every case on the nftables datapath: the
+// semantics are the engine's, but the rendering is all its own.
+func TestPrimaryNFTables(t *testing.T) { runMode(t, primaryNFT, true) }
+
 func runMode(t *testing.T, m mode, all bool) {
 	b := newBed(t, m)
 	b.checkAttachMode()

@@ -41,7 +41,7 @@ func runStatus(ctx context.Context, c *client, _ []string) error {
 		row(w, "Node:", fmt.Sprintf("%s (%s mode, control plane %s)", st.NodeName, st.Mode, st.ControlPlane))
 		row(w, "Version:", st.Version)
 		row(w, "Up since:", time.Unix(st.StartedUnix, 0).UTC().Format(time.RFC3339))
-		row(w, "Datapath:", "attach mode "+st.AttachMode)
+		datapathRows(w, st)
 		row(w, "Endpoints:", fmt.Sprintf("%d primary, %d chained", st.PrimaryEndpoints, st.ChainedEndpoints))
 		row(w, "Identities:", st.Identities)
 		row(w, "Policy revision:", fmt.Sprintf("%d (%d invalid policies)", st.PolicyRevision, st.InvalidPolicies))
@@ -273,3 +273,17 @@ func isolation(e *inspectv1.Endpoint) string {
 }
 
 func sortedKeys(m map[string]string) []string { return slices.Sorted(maps.Keys(m)) }
+
+// datapathRows says what enforces policy and, when --datapath=auto fell
+// back to nftables, why.
+func datapathRows(w io.Writer, st *inspectv1.Status) {
+	switch st.Datapath {
+	case "", "ebpf":
+		row(w, "Datapath:", "eBPF, attach mode "+st.AttachMode)
+	default:
+		row(w, "Datapath:", st.Datapath)
+	}
+	if st.DatapathFallback != "" {
+		row(w, "Fallback:", "--datapath=auto could not load eBPF: "+st.DatapathFallback)
+	}
+}

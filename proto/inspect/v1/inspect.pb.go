@@ -73,7 +73,7 @@ type Status struct {
 	Mode             string `protobuf:"bytes,3,opt,name=mode,proto3" json:"mode,omitempty"`
 	PrimaryEndpoints uint32 `protobuf:"varint,4,opt,name=primary_endpoints,json=primaryEndpoints,proto3" json:"primary_endpoints,omitempty"`
 	ChainedEndpoints uint32 `protobuf:"varint,5,opt,name=chained_endpoints,json=chainedEndpoints,proto3" json:"chained_endpoints,omitempty"`
-	// "tc", "tcx" or "none" (--no-datapath).
+	// "tc", "tcx", "nftables" or "none" (--no-datapath).
 	AttachMode      string         `protobuf:"bytes,6,opt,name=attach_mode,json=attachMode,proto3" json:"attach_mode,omitempty"`
 	Blocks          []*Block       `protobuf:"bytes,7,rep,name=blocks,proto3" json:"blocks,omitempty"`
 	Identities      uint32         `protobuf:"varint,8,opt,name=identities,proto3" json:"identities,omitempty"`
@@ -94,9 +94,14 @@ type Status struct {
 	// How pods of other nodes are reached.
 	CrossNode *CrossNode `protobuf:"bytes,18,opt,name=cross_node,json=crossNode,proto3" json:"cross_node,omitempty"`
 	// The NAT of traffic leaving the cluster.
-	Masquerade    *Masquerade `protobuf:"bytes,19,opt,name=masquerade,proto3" json:"masquerade,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Masquerade *Masquerade `protobuf:"bytes,19,opt,name=masquerade,proto3" json:"masquerade,omitempty"`
+	// What enforces policy: "ebpf", "nftables" or "none" (--no-datapath).
+	Datapath string `protobuf:"bytes,20,opt,name=datapath,proto3" json:"datapath,omitempty"`
+	// Why --datapath=auto enforces with nftables: the eBPF datapath's load
+	// error. Empty when eBPF runs or nftables was asked for.
+	DatapathFallback string `protobuf:"bytes,21,opt,name=datapath_fallback,json=datapathFallback,proto3" json:"datapath_fallback,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *Status) Reset() {
@@ -260,6 +265,20 @@ func (x *Status) GetMasquerade() *Masquerade {
 		return x.Masquerade
 	}
 	return nil
+}
+
+func (x *Status) GetDatapath() string {
+	if x != nil {
+		return x.Datapath
+	}
+	return ""
+}
+
+func (x *Status) GetDatapathFallback() string {
+	if x != nil {
+		return x.DatapathFallback
+	}
+	return ""
 }
 
 // Masquerade is the NAT of pods' traffic leaving the cluster (--masquerade).
@@ -1916,7 +1935,7 @@ var File_proto_inspect_v1_inspect_proto protoreflect.FileDescriptor
 const file_proto_inspect_v1_inspect_proto_rawDesc = "" +
 	"\n" +
 	"\x1eproto/inspect/v1/inspect.proto\x12\x13coordino.inspect.v1\x1a\x18proto/flow/v1/flow.proto\"\x12\n" +
-	"\x10GetStatusRequest\"\x9a\x06\n" +
+	"\x10GetStatusRequest\"\xe3\x06\n" +
 	"\x06Status\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\tR\aversion\x12\x1b\n" +
 	"\tnode_name\x18\x02 \x01(\tR\bnodeName\x12\x12\n" +
@@ -1943,7 +1962,9 @@ const file_proto_inspect_v1_inspect_proto_rawDesc = "" +
 	"cross_node\x18\x12 \x01(\v2\x1e.coordino.inspect.v1.CrossNodeR\tcrossNode\x12?\n" +
 	"\n" +
 	"masquerade\x18\x13 \x01(\v2\x1f.coordino.inspect.v1.MasqueradeR\n" +
-	"masquerade\"\xfe\x02\n" +
+	"masquerade\x12\x1a\n" +
+	"\bdatapath\x18\x14 \x01(\tR\bdatapath\x12+\n" +
+	"\x11datapath_fallback\x18\x15 \x01(\tR\x10datapathFallback\"\xfe\x02\n" +
 	"\n" +
 	"Masquerade\x12\x18\n" +
 	"\aenabled\x18\x01 \x01(\bR\aenabled\x12\x18\n" +

@@ -1,0 +1,545 @@
+package nftdp
+
+import (
+	"fmt"
+	"maps"
+	"net/netip"
+	"slices"
+
+	"github.com/google/nftables"
+	"github.com/google/nftables/expr"
+	"go.uber.org/zap"
+
+	"github.com/coordino/coordino/daemon/identity"
+	"github.com/coordino/coordino/daemon/policy"
+)
+
+// stats count the writer's transactions for metrics and status.
+type stats struct {
+	transactions, failures uint64
+	// lastOps is the number of changes of the last transaction.
+	lastOps int
+}
+
+// txn is one transaction in the making, in phases: element removals, new
+// sets and chains, chain contents and element additions, chain removals (a
+// chain goes once no verdict map element or rule jumps to it), set and
+// remaining chain removals of identities gone; and on success what the
+// mirror learns.
+type txn struct {
+	pre, create, mid, post, last []func(c *nftables.Conn) error
+	commit                       []func()
+	ops                          int
+	// creating are the identities whose maps this transaction makes.
+	creating map[identity.ID]bool
+}
+
+func (t *txn) elems(s *nftables.Set, del bool, es []nftables.SetElement) {
+	if len(es) == 0 {
+		return
+	}
+	t.ops += len(es)
+	if del {
+		t.pre = append(t.pre, func(c *nftables.Conn) error { return c.SetDeleteElements(s, es) })
+	} else {
+		t.mid = append(t.mid, func(c *nftables.Conn) error { return c.SetAddElements(s, es) })
+	}
+}
+
+// rewrite queues chain ch's content replaced by rules, creating ch if
+// needed: in one transaction no packet sees it half written.
+func (t *txn) rewrite(ch *nftables.Chain, rules [][]expr.Any) {
+	t.ops++
+	t.mid = append(t.mid, func(c *nftables.Conn) error {
+		c.AddChain(ch)
+		c.FlushChain(ch)
+		for _, e := range rules {
+			c.AddRule(&nftables.Rule{Table: ch.Table, Chain: ch, Exprs: e})
+		}
+		return nil
+	})
+}
+
+// flush writes what changed since the last flush in one transaction;
+// callers hold mu. Before the first snapshot it writes nothing; that
+// snapshot's flush compares everything (a restart's adopted table
+// included). On failure the kernel keeps the previous state whole, and
+// what was pending stays pending for the next flush.
+func (d *Datapath) flush() error {
+	if !d.synced {
+		return nil
+	}
+	d.collect()
+	t := &txn{}
+	d.writeEndpoints(t)
+	d.writePairs(t)
+	d.writeHost(t)
+	d.writePods(t)
+	d.writeCIDRs(t)
+	d.writeLocals(t)
+	if t.ops == 0 {
+		d.dirty.reset()
+		return nil
+	}
+	// A connection of its own: a transaction that fails to build is
+	// dropped with it, nothing of it sent.
+	c, err := d.newConn()
+	if err != nil {
+		return err
+	}
+	for _, phase := range [][]func(*nftables.Conn) error{t.pre, t.create, t.mid, t.post, t.last} {
+		for _, op := range phase {
+			if err := op(c); err != nil {
+				return fmt.Errorf("nftables datapath: build transaction: %w", err)
+			}
+		}
+	}
+	if testFailTransaction != nil && testFailTransaction() {
+		// A deletion of an element that does not exist: the kernel refuses
+		// the whole batch, as it would any real failure.
+		_ = c.SetDeleteElements(d.lay.sets[setHost4], []nftables.SetElement{{Key: []byte{0, 0, 0, 0}}})
+	}
+	d.stats.transactions++
+	if err := c.Flush(); err != nil {
+		d.stats.failures++
+		return fmt.Errorf("nftables datapath: transaction of %d changes refused, previous policy kept: %w", t.ops, err)
+	}
+	for _, f := range t.commit {
+		f()
+	}
+	d.stats.lastOps = t.ops
+	d.dirty.reset()
+	return nil
+}
+
+// testFailTransaction, when set by a test, makes transactions fail in the
+// kernel.
+var testFailTransaction func() bool
+
+// collect turns what the engine touched into pending items. The first
+// flush takes everything the engine wants and everything the table holds.
+func (d *Datapath) collect() {
+	ch := d.engine.TakeChanges()
+	for _, err := range d.engine.TakeErrors() {
+		d.log.Error("policy not fully applied", zap.Error(err))
+	}
+	if d.dirty.all {
+		clear(d.groups)
+		clear(d.byRemote)
+		d.engine.Keys(func(k policy.Key) { d.indexKey(k, true) })
+		for g := range d.groups {
+			d.dirty.groups[g] = struct{}{}
+		}
+		for g := range d.inst.pairs {
+			d.dirty.groups[g] = struct{}{}
+		}
+		d.dirty.cidr, d.dirty.host = true, true
+		for a := range d.inst.pods {
+			d.dirty.addrs[a] = struct{}{}
+		}
+		for a := range d.remote {
+			d.dirty.addrs[a] = struct{}{}
+		}
+		for ifname := range d.inst.eps {
+			d.dirty.ifnames[ifname] = struct{}{}
+		}
+		for _, r := range d.eps {
+			d.markEndpoint(r)
+		}
+		for g := range d.groups {
+			d.dirty.remotes[g.remote] = struct{}{}
+		}
+		return
+	}
+	for k := range ch.Keys {
+		d.indexKey(k, d.engine.WantsKey(k))
+		g := group{local: k.Local, remote: k.Remote, dir: k.Dir}
+		d.dirty.groups[g] = struct{}{}
+		if g.remote.IsCIDR() {
+			d.dirty.cidr = true
+		} else if g.remote != identity.Any {
+			d.dirty.remotes[g.remote] = struct{}{}
+		}
+	}
+	if len(ch.Prefixes) > 0 {
+		d.dirty.cidr = true
+	}
+	for id := range ch.Isolation {
+		for _, r := range d.eps {
+			if r.Identity == id {
+				d.dirty.ifnames[r.HostIfName] = struct{}{}
+			}
+		}
+	}
+}
+
+// indexKey files (want) or unfiles a wanted key by group and remote.
+func (d *Datapath) indexKey(k policy.Key, want bool) {
+	g := group{local: k.Local, remote: k.Remote, dir: k.Dir}
+	if want {
+		if d.groups[g] == nil {
+			d.groups[g] = map[policy.Key]struct{}{}
+			if d.byRemote[g.remote] == nil {
+				d.byRemote[g.remote] = map[group]struct{}{}
+			}
+			d.byRemote[g.remote][g] = struct{}{}
+		}
+		d.groups[g][k] = struct{}{}
+		return
+	}
+	if keys := d.groups[g]; keys != nil {
+		delete(keys, k)
+		if len(keys) == 0 {
+			delete(d.groups, g)
+			delete(d.byRemote[g.remote], g)
+			if len(d.byRemote[g.remote]) == 0 {
+				delete(d.byRemote, g.remote)
+			}
+		}
+	}
+}
+
+// localOwners maps the endpoints' addresses to their identities.
+func (d *Datapath) localOwners() map[netip.Addr]identity.ID {
+	local := map[netip.Addr]identity.ID{}
+	for _, r := range d.eps {
+		for _, ip := range r.IPs {
+			local[ip] = r.Identity
+		}
+	}
+	return local
+}
+
+// owner is the identity a peer address resolves to: a local endpoint's,
+// the host's, or a remote pod's, in that order (as in eBPF mode).
+func (d *Datapath) owner(a netip.Addr, local map[netip.Addr]identity.ID) (identity.ID, bool) {
+	if id, ok := local[a]; ok {
+		return id, true
+	}
+	if slices.Contains(d.nodeIPs, a) {
+		return identity.Host, true
+	}
+	id, ok := d.remote[a]
+	return id, ok
+}
+
+// localDir is one local identity's direction: a pods or cidrs map.
+type localDir struct {
+	local identity.ID
+	dir   policy.Direction
+}
+
+// writePods brings the pods maps in line for every pending address: the
+// address jumps, in each local identity's map that has a pair with its
+// owner, to that pair's chain.
+func (d *Datapath) writePods(t *txn) {
+	local := d.localOwners()
+	if len(d.dirty.remotes) > 0 {
+		// Pairs with these identities came or went: all their addresses.
+		mark := func(a netip.Addr, id identity.ID) {
+			if _, ok := d.dirty.remotes[id]; ok {
+				d.dirty.addrs[a] = struct{}{}
+			}
+		}
+		for a, id := range local {
+			mark(a, id)
+		}
+		for _, a := range d.nodeIPs {
+			mark(a, identity.Host)
+		}
+		for a, id := range d.remote {
+			mark(a, id)
+		}
+	}
+	for a := range d.dirty.addrs {
+		want := map[localDir]string{}
+		if id, ok := d.owner(a, local); ok {
+			for g := range d.byRemote[id] {
+				want[localDir{g.local, g.dir}] = pairChain(g)
+			}
+		}
+		have := d.inst.pods[a]
+		if maps.Equal(want, have) {
+			continue
+		}
+		key := a.AsSlice()
+		for ld, chain := range have {
+			if want[ld] != chain {
+				t.elems(d.podsSetOf(ld, a), true, []nftables.SetElement{{Key: key}})
+			}
+		}
+		for ld, chain := range want {
+			if have[ld] != chain {
+				d.needLocal(t, ld.local)
+				t.elems(d.podsSetOf(ld, a), false, []nftables.SetElement{{Key: key,
+					VerdictData: &expr.Verdict{Kind: expr.VerdictJump, Chain: chain}}})
+			}
+		}
+		t.commit = append(t.commit, func() {
+			if len(want) == 0 {
+				delete(d.inst.pods, a)
+			} else {
+				d.inst.pods[a] = want
+			}
+		})
+	}
+}
+
+func (d *Datapath) podsSetOf(ld localDir, a netip.Addr) *nftables.Set {
+	return &nftables.Set{Table: d.lay.table, Name: podsSet(ld.local, ld.dir, a.Is6()), IsMap: true}
+}
+
+// cidrElem is one element of a cidrs map.
+type cidrElem struct {
+	localDir
+	r addrRange
+}
+
+func (e cidrElem) key() (start, end []byte) {
+	return append(e.r.lo.AsSlice(), 0, 0, 0, 0), append(e.r.hi.AsSlice(), 255, 0, 0, 0)
+}
+
+// writeCIDRs brings the cidrs maps in line after a change of the prefixes
+// in use or of a pair with a CIDR identity: each range of a CIDR identity
+// jumps, in each local identity's map with a pair with it, to that pair's
+// chain. Prefixes are few (ipBlocks), so it compares them all.
+func (d *Datapath) writeCIDRs(t *txn) {
+	if !d.dirty.cidr {
+		return
+	}
+	prefixes := map[netip.Prefix]identity.ID{}
+	d.engine.Prefixes(func(p netip.Prefix, id identity.ID) { prefixes[p] = id })
+	rangesOf := map[identity.ID][]addrRange{}
+	for r, id := range cidrRanges(prefixes) {
+		rangesOf[id] = append(rangesOf[id], r)
+	}
+	want := map[cidrElem]string{}
+	for id, groups := range d.byRemote {
+		if !id.IsCIDR() {
+			continue
+		}
+		for g := range groups {
+			for _, r := range rangesOf[id] {
+				want[cidrElem{localDir{g.local, g.dir}, r}] = pairChain(g)
+			}
+		}
+	}
+	set := func(e cidrElem) *nftables.Set {
+		return &nftables.Set{Table: d.lay.table, Name: cidrsSet(e.local, e.dir, e.r.lo.Is6()), IsMap: true,
+			Interval: true, Concatenation: true}
+	}
+	for e, chain := range d.inst.cidrs {
+		if want[e] != chain {
+			lo, hi := e.key()
+			t.elems(set(e), true, []nftables.SetElement{{Key: lo, KeyEnd: hi}})
+		}
+	}
+	for e, chain := range want {
+		if d.inst.cidrs[e] != chain {
+			d.needLocal(t, e.local)
+			lo, hi := e.key()
+			t.elems(set(e), false, []nftables.SetElement{{Key: lo, KeyEnd: hi,
+				VerdictData: &expr.Verdict{Kind: expr.VerdictJump, Chain: chain}}})
+		}
+	}
+	t.commit = append(t.commit, func() { d.inst.cidrs = want })
+}
+
+// writeHost brings the host sets (this node's addresses that no endpoint
+// holds) in line.
+func (d *Datapath) writeHost(t *txn) {
+	if !d.dirty.host && len(d.dirty.addrs) == 0 {
+		return
+	}
+	local := d.localOwners()
+	want := map[netip.Addr]struct{}{}
+	for _, a := range d.nodeIPs {
+		if _, ok := local[a]; !ok {
+			want[a] = struct{}{}
+		}
+	}
+	set := func(a netip.Addr) *nftables.Set {
+		if a.Is4() {
+			return d.lay.sets[setHost4]
+		}
+		return d.lay.sets[setHost6]
+	}
+	changed := false
+	for a := range d.inst.host {
+		if _, ok := want[a]; !ok {
+			t.elems(set(a), true, []nftables.SetElement{{Key: a.AsSlice()}})
+			changed = true
+		}
+	}
+	for a := range want {
+		if _, ok := d.inst.host[a]; !ok {
+			t.elems(set(a), false, []nftables.SetElement{{Key: a.AsSlice()}})
+			changed = true
+		}
+	}
+	if changed {
+		t.commit = append(t.commit, func() { d.inst.host = want })
+	}
+}
+
+// writePairs brings each pending identity pair's chain in line with the
+// engine's keys. The chain of "any remote" lives as long as its local
+// identity (endpoint chains jump to it); the others as long as they allow
+// something.
+func (d *Datapath) writePairs(t *txn) {
+	for g := range d.dirty.groups {
+		var want []allowElem
+		if keys := d.groups[g]; len(keys) > 0 {
+			want = groupElems(g, slices.Collect(maps.Keys(keys)))
+		}
+		have, had := d.inst.pairs[g]
+		ch := &nftables.Chain{Table: d.lay.table, Name: pairChain(g)}
+		if len(want) == 0 && g.remote != identity.Any {
+			if had {
+				t.post = append(t.post, func(c *nftables.Conn) error { c.FlushChain(ch); c.DelChain(ch); return nil })
+				t.ops++
+				t.commit = append(t.commit, func() { delete(d.inst.pairs, g) })
+			}
+			continue
+		}
+		if had && have.known && slices.Equal(have.elems, want) {
+			continue
+		}
+		if len(want) == 0 && !d.inst.locals[g.local] {
+			continue // goes with its identity
+		}
+		d.needLocal(t, g.local)
+		t.rewrite(ch, pairRules(want))
+		t.commit = append(t.commit, func() { d.inst.pairs[g] = pairState{elems: want, known: true} })
+	}
+}
+
+// needLocal makes sure local's maps and "any remote" chains exist by the
+// time the transaction's rules and elements name them.
+func (d *Datapath) needLocal(t *txn, local identity.ID) {
+	if d.inst.locals[local] || t.creating[local] {
+		return
+	}
+	if t.creating == nil {
+		t.creating = map[identity.ID]bool{}
+	}
+	t.creating[local] = true
+	for _, dir := range []policy.Direction{policy.Ingress, policy.Egress} {
+		for _, s := range localSets(d.lay.table, local, dir) {
+			t.create = append(t.create, func(c *nftables.Conn) error { return c.AddSet(s, nil) })
+		}
+		ch := &nftables.Chain{Table: d.lay.table, Name: pairChain(group{local: local, remote: identity.Any, dir: dir})}
+		t.create = append(t.create, func(c *nftables.Conn) error { c.AddChain(ch); return nil })
+	}
+	t.ops++
+	t.commit = append(t.commit, func() { d.inst.locals[local] = true })
+}
+
+// writeLocals removes, last in the transaction, the maps and "any remote"
+// chains of identities that no endpoint holds and no pair names.
+func (d *Datapath) writeLocals(t *txn) {
+	used := map[identity.ID]bool{}
+	for _, r := range d.eps {
+		used[r.Identity] = true
+	}
+	for g := range d.groups {
+		used[g.local] = true
+	}
+	for local := range d.inst.locals {
+		if used[local] || t.creating[local] {
+			continue
+		}
+		for _, dir := range []policy.Direction{policy.Ingress, policy.Egress} {
+			g := group{local: local, remote: identity.Any, dir: dir}
+			ch := &nftables.Chain{Table: d.lay.table, Name: pairChain(g)}
+			t.last = append(t.last, func(c *nftables.Conn) error { c.FlushChain(ch); c.DelChain(ch); return nil })
+			for _, s := range localSets(d.lay.table, local, dir) {
+				t.last = append(t.last, func(c *nftables.Conn) error { c.DelSet(s); return nil })
+			}
+			t.commit = append(t.commit, func() { delete(d.inst.pairs, g) })
+		}
+		t.ops++
+		t.commit = append(t.commit, func() { delete(d.inst.locals, local) })
+	}
+}
+
+// writeEndpoints brings each pending interface's chains, verdict map
+// elements and source addresses in line with its endpoint (or removes
+// them, the endpoint gone).
+func (d *Datapath) writeEndpoints(t *txn) {
+	if len(d.dirty.ifnames) == 0 {
+		return
+	}
+	byIf := map[string]*record{}
+	for _, r := range d.eps {
+		byIf[r.HostIfName] = r
+	}
+	srcByIf := map[string][]srcElem{}
+	for e := range d.inst.src {
+		srcByIf[e.ifname] = append(srcByIf[e.ifname], e)
+	}
+	dirs := []policy.Direction{policy.Ingress, policy.Egress}
+	for ifname := range d.dirty.ifnames {
+		r := byIf[ifname]
+		d.writeSources(t, ifname, r, srcByIf[ifname])
+		have, had := d.inst.eps[ifname]
+		key := []nftables.SetElement{{Key: ifnameBytes(ifname)}}
+		if r == nil {
+			if !had {
+				continue
+			}
+			for _, dir := range dirs {
+				ch := &nftables.Chain{Table: d.lay.table, Name: endpointChain(ifname, dir)}
+				t.elems(d.lay.sets[epsSet(dir)], true, key)
+				t.post = append(t.post, func(c *nftables.Conn) error { c.FlushChain(ch); c.DelChain(ch); return nil })
+			}
+			t.commit = append(t.commit, func() { delete(d.inst.eps, ifname) })
+			continue
+		}
+		want := epState{id: r.Identity, iso: d.engine.Isolation(r.Identity)}
+		if had && have == want {
+			continue
+		}
+		d.needLocal(t, want.id)
+		for _, dir := range dirs {
+			ch := &nftables.Chain{Table: d.lay.table, Name: endpointChain(ifname, dir)}
+			t.rewrite(ch, endpointRules(dir, want.id, want.iso))
+			if !had {
+				t.elems(d.lay.sets[epsSet(dir)], false, []nftables.SetElement{{Key: ifnameBytes(ifname),
+					VerdictData: &expr.Verdict{Kind: expr.VerdictJump, Chain: ch.Name}}})
+			}
+		}
+		t.commit = append(t.commit, func() { d.inst.eps[ifname] = want })
+	}
+}
+
+// writeSources brings the addresses ifname may send from in line with r.
+func (d *Datapath) writeSources(t *txn, ifname string, r *record, have []srcElem) {
+	want := map[srcElem]struct{}{}
+	if r != nil {
+		for _, ip := range r.IPs {
+			want[srcElem{ifname: ifname, addr: ip}] = struct{}{}
+		}
+	}
+	for _, e := range have {
+		if _, ok := want[e]; !ok {
+			t.elems(d.srcSet(e.addr), true, []nftables.SetElement{{Key: e.key()}})
+			t.commit = append(t.commit, func() { delete(d.inst.src, e) })
+		}
+	}
+	for e := range want {
+		if _, ok := d.inst.src[e]; !ok {
+			t.elems(d.srcSet(e.addr), false, []nftables.SetElement{{Key: e.key()}})
+			t.commit = append(t.commit, func() { d.inst.src[e] = struct{}{} })
+		}
+	}
+}
+
+func (d *Datapath) srcSet(a netip.Addr) *nftables.Set {
+	if a.Is4() {
+		return d.lay.sets[setSrc4]
+	}
+	return d.lay.sets[setSrc6]
+}
+
+func (e srcElem) key() []byte { return append(ifnameBytes(e.ifname), e.addr.AsSlice()...) }

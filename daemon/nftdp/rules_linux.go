@@ -1,0 +1,222 @@
+package nftdp
+
+import (
+	"encoding/binary"
+
+	"github.com/google/nftables/expr"
+	"golang.org/x/sys/unix"
+
+	"github.com/coordino/coordino/daemon/identity"
+	"github.com/coordino/coordino/daemon/policy"
+)
+
+// regConcat starts the registers of a concatenated key (NFT_REG32_00):
+// each field in the next 32-bit registers, as nft lays them out.
+const regConcat = 8
+
+// family is one address family as the rules load it.
+type family struct {
+	nfproto              byte
+	addrLen              uint32
+	srcOffset, dstOffset uint32
+	v6                   bool
+	host, src            string
+}
+
+var families = []family{
+	{nfproto: unix.NFPROTO_IPV4, addrLen: 4, srcOffset: 12, dstOffset: 16, host: setHost4, src: setSrc4},
+	{nfproto: unix.NFPROTO_IPV6, addrLen: 16, srcOffset: 8, dstOffset: 24, v6: true, host: setHost6, src: setSrc6},
+}
+
+func (f family) match() []expr.Any {
+	return []expr.Any{
+		&expr.Meta{Key: expr.MetaKeyNFPROTO, Register: 1},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{f.nfproto}},
+	}
+}
+
+// loadPeer loads the address of the packet's peer in direction dir: the
+// source of what reaches the pod, the destination of what it sends.
+func (f family) loadPeer(dir policy.Direction, reg uint32) expr.Any {
+	off := f.srcOffset
+	if dir == policy.Egress {
+		off = f.dstOffset
+	}
+	return &expr.Payload{DestRegister: reg, Base: expr.PayloadBaseNetworkHeader, Offset: off, Len: f.addrLen}
+}
+
+func verdict(k expr.VerdictKind) expr.Any { return &expr.Verdict{Kind: k} }
+
+// peerRules send a packet of an isolated endpoint with identity local
+// to the chains of the identity pairs its peer belongs to: the peer's own
+// identity (pods map), the CIDR identity of its address (cidrs map), and
+// any remote. A rule allowing the packet accepts it there, else the next
+// one is asked, as the eBPF programs ask their policy map.
+func peerRules(dir policy.Direction, local identity.ID) [][]expr.Any {
+	var out [][]expr.Any
+	for _, f := range families {
+		e := f.match()
+		out = append(out, append(e, f.loadPeer(dir, 1),
+			&expr.Lookup{SourceRegister: 1, SetName: podsSet(local, dir, f.v6), DestRegister: 0, IsDestRegSet: true}))
+	}
+	for _, f := range families {
+		e := f.match()
+		out = append(out, append(e, f.loadPeer(dir, regConcat),
+			&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: regConcat + f.addrLen/4},
+			&expr.Lookup{SourceRegister: regConcat, SetName: cidrsSet(local, dir, f.v6), DestRegister: 0, IsDestRegSet: true}))
+	}
+	return append(out, []expr.Any{&expr.Verdict{Kind: expr.VerdictJump, Chain: pairChain(group{local: local, remote: identity.Any, dir: dir})}})
+}
+
+// pairRules is the content of an identity pair's chain: what its merged
+// elements allow. Port protocols match their destination port; others
+// have port 0, as the eBPF programs key them.
+func pairRules(elems []allowElem) [][]expr.Any {
+	var out [][]expr.Any
+	for _, el := range elems {
+		if el.protoLo != el.protoHi {
+			return [][]expr.Any{{verdict(expr.VerdictAccept)}}
+		}
+		e := []expr.Any{
+			&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: 1},
+			&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{el.protoLo}},
+		}
+		switch {
+		case !portProto(el.protoLo):
+			if el.portLo != 0 {
+				continue
+			}
+		case el.portLo == 0 && el.portHi == 65535:
+		case el.portLo == el.portHi:
+			e = append(e, &expr.Payload{DestRegister: 1, Base: expr.PayloadBaseTransportHeader, Offset: 2, Len: 2},
+				&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: binary.BigEndian.AppendUint16(nil, el.portLo)})
+		default:
+			e = append(e, &expr.Payload{DestRegister: 1, Base: expr.PayloadBaseTransportHeader, Offset: 2, Len: 2},
+				&expr.Range{Op: expr.CmpOpEq, Register: 1, FromData: binary.BigEndian.AppendUint16(nil, el.portLo),
+					ToData: binary.BigEndian.AppendUint16(nil, el.portHi)})
+		}
+		out = append(out, append(e, verdict(expr.VerdictAccept)))
+	}
+	return out
+}
+
+func portProto(p uint8) bool {
+	return p == policy.ProtoTCP || p == policy.ProtoUDP || p == policy.ProtoSCTP
+}
+
+// Endpoint chains. Allowed traffic is accepted, which ends only the hook
+// chain it came through (the other direction's chain, kube-proxy's and
+// others' still judge it); denied traffic is counted and dropped.
+
+// trackedRules let through replies of tracked connections and related
+// packets (ICMP errors): their connection was allowed when it began, and
+// every packet of the opening direction is judged by the policy in force,
+// so a revoked rule cuts existing connections as it does in eBPF mode.
+func trackedRules() [][]expr.Any {
+	return [][]expr.Any{
+		{
+			&expr.Ct{Register: 1, Key: expr.CtKeyDIRECTION},
+			&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{1}}, // IP_CT_DIR_REPLY
+			verdict(expr.VerdictAccept),
+		},
+		{
+			&expr.Ct{Register: 1, Key: expr.CtKeySTATE},
+			&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4,
+				Mask: binary.NativeEndian.AppendUint32(nil, expr.CtStateBitRELATED), Xor: make([]byte, 4)},
+			&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: make([]byte, 4)},
+			verdict(expr.VerdictAccept),
+		},
+	}
+}
+
+// spoofRules drop what the pod sends from an address not its own on
+// interface ifname; IPv6 neighbour discovery from link-local or
+// unspecified sources (the gateway's, never forwarded) passes.
+func spoofRules() [][]expr.Any {
+	var out [][]expr.Any
+	v6 := families[1]
+	linkLocal := make([]byte, 16)
+	linkLocal[0], linkLocal[1] = 0xfe, 0x80
+	mask := make([]byte, 16)
+	mask[0], mask[1] = 0xff, 0xc0
+	for _, pfx := range []struct{ addr, mask []byte }{
+		{addr: linkLocal, mask: mask}, // fe80::/10
+		{addr: make([]byte, 16)},      // ::
+	} {
+		e := v6.match()
+		e = append(e, &expr.Meta{Key: expr.MetaKeyL4PROTO, Register: 1},
+			&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{unix.IPPROTO_ICMPV6}},
+			&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseTransportHeader, Offset: 0, Len: 1},
+			&expr.Range{Op: expr.CmpOpEq, Register: 1, FromData: []byte{133}, ToData: []byte{137}},
+			&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: v6.srcOffset, Len: 16})
+		if pfx.mask != nil {
+			e = append(e, &expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 16, Mask: pfx.mask, Xor: make([]byte, 16)})
+		}
+		e = append(e, &expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: pfx.addr})
+		out = append(out, append(e, verdict(expr.VerdictAccept)))
+	}
+	for _, f := range families {
+		e := f.match()
+		e = append(e, &expr.Meta{Key: expr.MetaKeyIIFNAME, Register: regConcat},
+			&expr.Payload{DestRegister: regConcat + 4, Base: expr.PayloadBaseNetworkHeader, Offset: f.srcOffset, Len: f.addrLen},
+			&expr.Lookup{SourceRegister: regConcat, SetName: f.src, Invert: true},
+			countDrop(dropsSpoofed), verdict(expr.VerdictDrop))
+		out = append(out, e)
+	}
+	return out
+}
+
+// hostRules let everything from this node's addresses reach the pod
+// (kubelet probes), as in eBPF mode.
+func hostRules() [][]expr.Any {
+	var out [][]expr.Any
+	for _, f := range families {
+		e := f.match()
+		out = append(out, append(e, f.loadPeer(policy.Ingress, 1),
+			&expr.Lookup{SourceRegister: 1, SetName: f.host}, verdict(expr.VerdictAccept)))
+	}
+	return out
+}
+
+// endpointRules is the whole content of an endpoint's chain for dir.
+func endpointRules(dir policy.Direction, local identity.ID, iso policy.Isolation) [][]expr.Any {
+	var out [][]expr.Any
+	if dir == policy.Egress {
+		out = append(out, spoofRules()...)
+	}
+	out = append(out, trackedRules()...)
+	if dir == policy.Ingress {
+		out = append(out, hostRules()...)
+	}
+	if !iso.Has(dir) {
+		return append(out, []expr.Any{verdict(expr.VerdictAccept)})
+	}
+	out = append(out, peerRules(dir, local)...)
+	return append(out,
+		[]expr.Any{
+			&expr.Ct{Register: 1, Key: expr.CtKeySTATE},
+			&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4,
+				Mask: binary.NativeEndian.AppendUint32(nil, expr.CtStateBitESTABLISHED), Xor: make([]byte, 4)},
+			&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: make([]byte, 4)},
+			countDrop(dropCounter(dir, reasonRevoked)), verdict(expr.VerdictDrop),
+		},
+		[]expr.Any{countDrop(dropCounter(dir, reasonDenied)), verdict(expr.VerdictDrop)})
+}
+
+// dispatchRule is the content of a hook chain: the chain of the pod
+// interface the packet leaves (egress) or enters (ingress) through.
+func dispatchRule(dir policy.Direction) []expr.Any {
+	key := expr.MetaKeyOIFNAME
+	if dir == policy.Egress {
+		key = expr.MetaKeyIIFNAME
+	}
+	return []expr.Any{
+		&expr.Meta{Key: key, Register: 1},
+		&expr.Lookup{SourceRegister: 1, SetName: epsSet(dir), DestRegister: 0, IsDestRegSet: true},
+	}
+}
+
+// countDrop counts a packet in the named counter of the table.
+func countDrop(counter string) expr.Any {
+	return &expr.Objref{Type: unix.NFT_OBJECT_COUNTER, Name: counter}
+}
