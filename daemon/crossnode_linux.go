@@ -2,12 +2,16 @@ package daemon
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 
 	"go.uber.org/zap"
 
+	"github.com/coordino/coordino/daemon/bgp"
 	"github.com/coordino/coordino/daemon/config"
 	"github.com/coordino/coordino/daemon/kernel"
 	"github.com/coordino/coordino/daemon/netsetup"
@@ -77,11 +81,21 @@ func startCrossNode(ctx context.Context, o *config.Options, features *kernel.Fea
 		if err := wireguard.RemoveStale(wireguard.Config{Device: o.WireGuardDevice, RunDir: o.RunDir}, log); err != nil {
 			log.Error("removing WireGuard state of an earlier run", zap.Error(err))
 		}
-		r, err := routing.New(routing.Config{Mode: o.Routing, Self: o.NodeName, UnderlayMTU: underlayMTU}, log)
+		mode := o.Routing
+		if mode == "bgp" {
+			// The router still removes what a direct or vxlan run left.
+			mode = routing.Direct
+		}
+		r, err := routing.New(routing.Config{Mode: mode, Self: o.NodeName, UnderlayMTU: underlayMTU}, log)
 		if err != nil {
 			return 0, nil, err
 		}
 		apply = r.Apply
+		if o.Routing == "bgp" {
+			if apply, err = startBGP(ctx, o, initial, r, log); err != nil {
+				return 0, nil, err
+			}
+		}
 	}
 	applyLogged := func(s peers.Set) {
 		s = routable(s, o.NodeName)
@@ -120,4 +134,42 @@ func startCrossNode(ctx context.Context, o *config.Options, features *kernel.Fea
 		return 0, nil, fmt.Errorf("underlay MTU %d leaves no room for a %d-byte tunnel overhead", underlayMTU, overhead)
 	}
 	return overhead, xn, nil
+}
+
+// startBGP runs the node's BGP speaker (--routing=bgp) and returns the
+// apply of the peer set: the speaker announces the node's own blocks and
+// learns the others' from the fabric, so the router keeps only the node's
+// own entry (which removes what another mode's run left).
+func startBGP(ctx context.Context, o *config.Options, initial peers.Set, r *routing.Router, log *zap.Logger) (func(peers.Set) error, error) {
+	cfg, err := bgp.FileConfig(o.BGPConfig)
+	if err != nil {
+		return nil, err
+	}
+	addrs, err := nodeaddrs.List()
+	if err != nil {
+		return nil, fmt.Errorf("bgp: node addresses: %w", err)
+	}
+	var routerID netip.Addr
+	for _, a := range addrs {
+		if a.Is4() {
+			routerID = a
+			break
+		}
+	}
+	sp, err := bgp.Start(ctx, cfg, o.NodeName, o.StateDir, routerID, log)
+	if err != nil {
+		return nil, err
+	}
+	return func(s peers.Set) error {
+		self := s[o.NodeName]
+		blocks := slices.Clone(o.Prefixes)
+		nodeAddrs := addrs
+		if self != nil {
+			blocks = append(blocks, self.Blocks...)
+			nodeAddrs = append(slices.Clone(addrs), self.Addresses...)
+		}
+		slices.SortFunc(blocks, netip.Prefix.Compare)
+		blocks = slices.Compact(blocks)
+		return errors.Join(r.Apply(peers.Set{o.NodeName: self}), sp.SetLocal(blocks, nodeAddrs, o.ServicePrefixes))
+	}, nil
 }
