@@ -71,6 +71,11 @@ func Start(ctx context.Context, cfg Config, self, stateDir string, routerID neti
 		kick: make(chan struct{}, 1), announced: map[netip.Prefix]*apiutil.Path{},
 		eor: map[netip.Addr]map[bgp.Family]bool{}, rejected: map[netip.Prefix]string{},
 	}
+	// The state dir may not exist yet on a node's first start; without it
+	// the marker is lost and every restart would prune at once.
+	if err := os.MkdirAll(stateDir, 0o700); err != nil {
+		return nil, fmt.Errorf("bgp: state dir %s: %w", stateDir, err)
+	}
 	marker := filepath.Join(stateDir, startedFile)
 	_, err := os.Stat(marker)
 	restarting := err == nil
