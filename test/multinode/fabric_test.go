@@ -64,7 +64,7 @@ func (n *node) fabricAddr(v6 bool) netip.Addr { return rackAddr(rackOf(n.index),
 // fabric is a cluster whose underlay namespace is the FRR router.
 type fabric struct {
 	*cluster
-	frrDir string
+	frrDir  string
 	bridges [2]string
 }
 
@@ -321,8 +321,8 @@ func (f *fabric) vtysh(command string) ([]byte, error) {
 
 // routerRoute is one prefix of FRR's BGP table.
 type routerRoute struct {
-	Valid bool `json:"valid"`
-	Stale bool `json:"stale"`
+	Valid    bool `json:"valid"`
+	Stale    bool `json:"stale"`
 	Nexthops []struct {
 		IP string `json:"ip"`
 	} `json:"nexthops"`
