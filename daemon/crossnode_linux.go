@@ -92,7 +92,7 @@ func startCrossNode(ctx context.Context, o *config.Options, features *kernel.Fea
 		}
 		apply = r.Apply
 		if o.Routing == "bgp" {
-			if apply, err = startBGP(ctx, o, initial, r, log); err != nil {
+			if apply, xn.st.bgp, err = startBGP(ctx, o, r, log); err != nil {
 				return 0, nil, err
 			}
 		}
@@ -140,14 +140,14 @@ func startCrossNode(ctx context.Context, o *config.Options, features *kernel.Fea
 // apply of the peer set: the speaker announces the node's own blocks and
 // learns the others' from the fabric, so the router keeps only the node's
 // own entry (which removes what another mode's run left).
-func startBGP(ctx context.Context, o *config.Options, initial peers.Set, r *routing.Router, log *zap.Logger) (func(peers.Set) error, error) {
+func startBGP(ctx context.Context, o *config.Options, r *routing.Router, log *zap.Logger) (func(peers.Set) error, *bgp.Speaker, error) {
 	cfg, err := bgp.FileConfig(o.BGPConfig)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	addrs, err := nodeaddrs.List()
 	if err != nil {
-		return nil, fmt.Errorf("bgp: node addresses: %w", err)
+		return nil, nil, fmt.Errorf("bgp: node addresses: %w", err)
 	}
 	var routerID netip.Addr
 	for _, a := range addrs {
@@ -158,7 +158,7 @@ func startBGP(ctx context.Context, o *config.Options, initial peers.Set, r *rout
 	}
 	sp, err := bgp.Start(ctx, cfg, o.NodeName, o.StateDir, routerID, log)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	return func(s peers.Set) error {
 		self := s[o.NodeName]
@@ -171,5 +171,5 @@ func startBGP(ctx context.Context, o *config.Options, initial peers.Set, r *rout
 		slices.SortFunc(blocks, netip.Prefix.Compare)
 		blocks = slices.Compact(blocks)
 		return errors.Join(r.Apply(peers.Set{o.NodeName: self}), sp.SetLocal(blocks, nodeAddrs, o.ServicePrefixes))
-	}, nil
+	}, sp, nil
 }

@@ -1,8 +1,11 @@
 package daemon
 
 import (
+	"context"
 	"sync"
+	"time"
 
+	"github.com/coordino/coordino/daemon/bgp"
 	"github.com/coordino/coordino/daemon/peers"
 	"github.com/coordino/coordino/daemon/wireguard"
 	inspectv1 "github.com/coordino/coordino/proto/inspect/v1"
@@ -14,6 +17,7 @@ import (
 type crossNodeStatus struct {
 	self, routing, encryption string
 	dev                       *wireguard.Device // nil without encryption
+	bgp                       *bgp.Speaker      // nil without --routing=bgp
 
 	mu      sync.Mutex
 	applied peers.Set
@@ -78,6 +82,26 @@ func (c *crossNodeStatus) status(publishedKey string) *inspectv1.CrossNode {
 			}
 		}
 		out.Peers = append(out.Peers, p)
+	}
+	out.BgpNeighbors = c.bgpNeighbors()
+	return out
+}
+
+// bgpNeighbors are the speaker's sessions; an error shows as one entry.
+func (c *crossNodeStatus) bgpNeighbors() []*inspectv1.BGPNeighbor {
+	if c.bgp == nil {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	ns, err := c.bgp.Neighbors(ctx)
+	if err != nil {
+		return []*inspectv1.BGPNeighbor{{Problem: err.Error()}}
+	}
+	var out []*inspectv1.BGPNeighbor
+	for _, n := range ns {
+		out = append(out, &inspectv1.BGPNeighbor{Address: n.Address.String(), Asn: n.ASN, State: n.State,
+			Received: n.Received, Accepted: n.Accepted, Sent: n.Sent, Problem: n.Problem})
 	}
 	return out
 }

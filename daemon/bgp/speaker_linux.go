@@ -451,3 +451,59 @@ func sessionState(st bgp.FSMState) string {
 	}
 	return "Unknown"
 }
+
+// Neighbor is one session as coordinoctl status shows it (never with its
+// password).
+type Neighbor struct {
+	Address                  netip.Addr
+	ASN                      uint32
+	State                    string
+	Received, Accepted, Sent uint64
+	Problem                  string
+}
+
+// Neighbors reports every configured session, by address.
+func (s *Speaker) Neighbors(ctx context.Context) ([]Neighbor, error) {
+	var out []Neighbor
+	err := s.srv.ListPeer(ctx, &api.ListPeerRequest{EnableAdvertised: true}, func(p *api.Peer) {
+		if p.Conf == nil || p.State == nil {
+			return
+		}
+		a, _ := netip.ParseAddr(p.Conf.NeighborAddress)
+		n := Neighbor{Address: a, ASN: p.Conf.PeerAsn, State: apiSessionState(p.State.SessionState)}
+		for _, af := range p.AfiSafis {
+			if af.State != nil {
+				n.Received += af.State.Received
+				n.Accepted += af.State.Accepted
+				n.Sent += af.State.Advertised
+			}
+		}
+		if p.State.SessionState != api.PeerState_SESSION_STATE_ESTABLISHED {
+			n.Problem = p.State.DisconnectMessage
+		}
+		out = append(out, n)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("bgp: list sessions: %w", err)
+	}
+	slices.SortFunc(out, func(a, b Neighbor) int { return a.Address.Compare(b.Address) })
+	return out, nil
+}
+
+func apiSessionState(st api.PeerState_SessionState) string {
+	switch st {
+	case api.PeerState_SESSION_STATE_IDLE:
+		return "Idle"
+	case api.PeerState_SESSION_STATE_CONNECT:
+		return "Connect"
+	case api.PeerState_SESSION_STATE_ACTIVE:
+		return "Active"
+	case api.PeerState_SESSION_STATE_OPENSENT:
+		return "OpenSent"
+	case api.PeerState_SESSION_STATE_OPENCONFIRM:
+		return "OpenConfirm"
+	case api.PeerState_SESSION_STATE_ESTABLISHED:
+		return "Established"
+	}
+	return "Unknown"
+}

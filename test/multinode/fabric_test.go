@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"os/user"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"syscall"
@@ -40,6 +41,10 @@ var (
 	// router for both (FRR treats a hold-timer expiry as a restart).
 	fabricHold    = 9 * time.Second
 	fabricRestart = 10 * time.Second
+	// fabricPassword protects node1's IPv4 session; no log may show it.
+	fabricPassword = "md5-fabric-s3cret"
+	// unansweredPeer is a peer of node1 that does not exist.
+	unansweredPeer = netip.MustParseAddr("198.51.100.200")
 )
 
 var bgpMode = mode{name: "bgp", routing: "bgp", encryption: "none"}
@@ -74,6 +79,7 @@ func TestFabricBGP(t *testing.T) {
 	t.Run("routes-in-router-and-kernels", f.checkRoutes)
 	t.Run("pods-across-racks", func(t *testing.T) { checkReachability(t, f.cluster) })
 	t.Run("own-block-from-peer-not-installed", f.checkHijackRefused)
+	t.Run("status-md5-unanswered-peer", f.checkStatus)
 	t.Run("daemon-sigkill-graceful-restart", f.checkGracefulRestart)
 	t.Run("node-removed-withdrawn-within-hold-plus-restart-time", f.checkNodeRemoved)
 }
@@ -155,6 +161,15 @@ func (f *fabric) addNode() *node {
 	r := rackOf(i)
 	cfg := fmt.Sprintf("localASN: %d\nrestartTimeSeconds: %d\npeers:\n- {address: %q, asn: %d, holdTimeSeconds: %d, families: [IPv4]}\n- {address: %q, asn: %d, holdTimeSeconds: %d, families: [IPv6]}\n",
 		64601+i, int(fabricRestart/time.Second), rackAddr(r, 254, false), routerASN, int(fabricHold/time.Second), rackAddr(r, 254, true), routerASN, int(fabricHold/time.Second))
+	if i == 1 {
+		// node1: TCP MD5 on its IPv4 session, and a peer nobody answers for.
+		pw := filepath.Join(dir, "bgp.password")
+		if err := os.WriteFile(pw, []byte(fabricPassword+"\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		cfg = strings.Replace(cfg, "families: [IPv4]}", fmt.Sprintf("families: [IPv4], passwordFile: %q}", pw), 1)
+		cfg += fmt.Sprintf("- {address: %q, asn: %d, holdTimeSeconds: 9}\n", unansweredPeer, routerASN)
+	}
 	if err := os.WriteFile(filepath.Join(dir, "bgp.yaml"), []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -249,6 +264,9 @@ func (f *fabric) startFRR() {
 	for _, n := range f.nodes {
 		for _, v6 := range []bool{false, true} {
 			fmt.Fprintf(&b, " neighbor %s remote-as %d\n", n.fabricAddr(v6), 64601+n.index)
+		}
+		if n.index == 1 {
+			fmt.Fprintf(&b, " neighbor %s password %s\n", n.fabricAddr(false), fabricPassword)
 		}
 	}
 	for _, v6 := range []bool{false, true} {
@@ -582,4 +600,40 @@ func logLines(n *node, subs ...string) string {
 		}
 	}
 	return strings.Join(out, "\n")
+}
+
+// checkStatus: coordinoctl status shows each session with its state and
+// prefix counts; node1's MD5 session is up, its unanswered peer is not and
+// nothing is learned from it; no log holds the password.
+func (f *fabric) checkStatus(t *testing.T) {
+	n1 := f.nodes[1]
+	var out string
+	if err := eventually(10*time.Second, func() error {
+		o, err := exec.Command(filepath.Join(harness.BinDir(), "coordinoctl"), "status", "--socket", filepath.Join(n1.RunDir, "inspect.sock")).CombinedOutput()
+		out = string(o)
+		if err != nil {
+			return fmt.Errorf("coordinoctl status: %v: %s", err, o)
+		}
+		for _, re := range []string{
+			// One block of the session's family sent.
+			fmt.Sprintf(`(?m)^(BGP:)?\s+%s  AS %d  Established  [1-9]\d* received, [1-9]\d* accepted, 1 sent$`, regexp.QuoteMeta(rackAddr(0, 254, false).String()), routerASN),
+			fmt.Sprintf(`(?m)^(BGP:)?\s+%s  AS %d  Established  [1-9]\d* received, [1-9]\d* accepted, 1 sent$`, regexp.QuoteMeta(rackAddr(0, 254, true).String()), routerASN),
+			fmt.Sprintf(`(?m)^(BGP:)?\s+%s  AS %d  (Idle|Connect|Active)  0 received, 0 accepted, 0 sent`, regexp.QuoteMeta(unansweredPeer.String()), routerASN),
+		} {
+			if !regexp.MustCompile(re).MatchString(out) {
+				return fmt.Errorf("no line matching %s", re)
+			}
+		}
+		return nil
+	}); err != nil {
+		t.Errorf("%v\n%s", err, out)
+	}
+	if strings.Contains(out, fabricPassword) {
+		t.Error("coordinoctl status shows the MD5 password")
+	}
+	for _, n := range f.nodes {
+		if n.LogContains(fabricPassword) {
+			t.Errorf("%s's daemon log holds the MD5 password", n.Name)
+		}
+	}
 }
