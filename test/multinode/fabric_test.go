@@ -71,6 +71,7 @@ type fabric struct {
 	*cluster
 	frrDir  string
 	bridges [2]string
+	extra   int
 }
 
 // TestFabricBGP: make test-fabric (docs/cluster.md).
@@ -97,10 +98,14 @@ func requireFRR(t *testing.T) {
 	}
 }
 
-func newFabric(t *testing.T, count int) *fabric {
+func newFabric(t *testing.T, count int) *fabric { return newFabricWith(t, count, 0) }
+
+// newFabricWith has the router announce extra /28s of its own (from
+// 10.200.0.0 on), as a fabric with that many other blocks would.
+func newFabricWith(t *testing.T, count, extra int) *fabric {
 	requireFRR(t)
 	c := newUnderlay(t, bgpMode)
-	f := &fabric{cluster: c, bridges: [2]string{c.bridge, "br-" + harness.RandomSuffix(6)}}
+	f := &fabric{cluster: c, extra: extra, bridges: [2]string{c.bridge, "br-" + harness.RandomSuffix(6)}}
 	if err := c.underlay.Do(func(ns.NetNS) error {
 		br := &netlink.Bridge{LinkAttrs: netlink.LinkAttrs{Name: f.bridges[1], MTU: 1500}}
 		if err := netlink.LinkAdd(br); err != nil {
@@ -273,6 +278,9 @@ func (f *fabric) startFRR() {
 		fmt.Fprintf(&b, " address-family ipv%d unicast\n", 4+2*b2i(v6))
 		if !v6 {
 			fmt.Fprintf(&b, "  network %s\n", hijack)
+			for _, p := range extraPrefixes(f.extra) {
+				fmt.Fprintf(&b, "  network %s\n", p)
+			}
 		}
 		for _, n := range f.nodes {
 			fmt.Fprintf(&b, "  neighbor %s activate\n", n.fabricAddr(v6))
@@ -636,4 +644,14 @@ func (f *fabric) checkStatus(t *testing.T) {
 			t.Errorf("%s's daemon log holds the MD5 password", n.Name)
 		}
 	}
+}
+
+// extraPrefixes are n consecutive /28s from 10.200.0.0 on.
+func extraPrefixes(n int) []netip.Prefix {
+	out := make([]netip.Prefix, n)
+	for i := range out {
+		a := uint32(10)<<24 | 200<<16 | uint32(i)<<4
+		out[i] = netip.PrefixFrom(netip.AddrFrom4([4]byte{byte(a >> 24), byte(a >> 16), byte(a >> 8), byte(a)}), 28)
+	}
+	return out
 }
