@@ -45,6 +45,7 @@ type Speaker struct {
 	srv      *server.BgpServer
 
 	kick chan struct{}
+	gr   *api.GracefulRestart
 	// restarting: routes installed by the previous run are kept (not
 	// pruned) until every peer has re-sent its table or the restart
 	// time has passed.
@@ -92,6 +93,7 @@ func Start(ctx context.Context, cfg Config, self, stateDir string, routerID neti
 	s.srv = server.NewBgpServer(server.LoggerOption(slog.New(zapslog.NewHandler(s.log.Named("gobgp").Core())), lvl))
 	go s.srv.Serve()
 	gr := &api.GracefulRestart{Enabled: true, RestartTime: uint32(cfg.RestartTime / time.Second), DeferralTime: uint32(cfg.RestartTime / time.Second)}
+	s.gr = gr
 	if err := s.srv.StartBgp(ctx, &api.StartBgpRequest{Global: &api.Global{
 		Asn: cfg.LocalASN, RouterId: routerID.String(), ListenPort: cfg.ListenPort, GracefulRestart: gr,
 	}}); err != nil {
@@ -107,13 +109,10 @@ func Start(ctx context.Context, cfg Config, self, stateDir string, routerID neti
 		return nil, fmt.Errorf("bgp: watch: %w", err)
 	}
 	for _, p := range cfg.Peers {
-		if err := s.srv.AddPeer(ctx, &api.AddPeerRequest{Peer: peerRequest(p, gr, restarting)}); err != nil {
+		if err := s.addPeer(ctx, p, restarting); err != nil {
 			s.srv.Stop()
-			return nil, fmt.Errorf("bgp: peer %s (ASN %d): %w", p.Address, p.ASN, err)
+			return nil, err
 		}
-		s.eor[p.Address] = map[bgp.Family]bool{}
-		s.log.Info("peer configured", zap.Stringer("peer", p.Address), zap.Uint32("asn", p.ASN), zap.Uint16("port", p.Port),
-			zap.Bool("md5", p.Password != ""), zap.Duration("hold", p.HoldTime), zap.Bool("ipv4", p.IPv4), zap.Bool("ipv6", p.IPv6))
 	}
 	if err := os.WriteFile(marker, nil, 0o600); err != nil {
 		s.log.Warn("graceful-restart marker not written: the next start prunes at once", zap.Error(err))
@@ -122,6 +121,65 @@ func Start(ctx context.Context, cfg Config, self, stateDir string, routerID neti
 		zap.Bool("gracefulRestart", restarting), zap.Duration("restartTime", cfg.RestartTime))
 	go s.run(ctx)
 	return s, nil
+}
+
+func (s *Speaker) addPeer(ctx context.Context, p Peer, restarting bool) error {
+	if err := s.srv.AddPeer(ctx, &api.AddPeerRequest{Peer: peerRequest(p, s.gr, restarting)}); err != nil {
+		return fmt.Errorf("bgp: peer %s (ASN %d): %w", p.Address, p.ASN, err)
+	}
+	s.eor[p.Address] = map[bgp.Family]bool{}
+	s.log.Info("peer configured", zap.Stringer("peer", p.Address), zap.Uint32("asn", p.ASN), zap.Uint16("port", p.Port),
+		zap.Bool("md5", p.Password != ""), zap.Duration("hold", p.HoldTime), zap.Bool("ipv4", p.IPv4), zap.Bool("ipv6", p.IPv6))
+	return nil
+}
+
+// Configure applies a changed configuration to the running speaker: peers
+// that left are removed (their routes with them), new ones added, changed
+// ones re-created. The local ASN, listen port and restart time are the
+// speaker's identity: changing them needs a daemon restart, and Configure
+// refuses, naming the field.
+func (s *Speaker) Configure(ctx context.Context, cfg Config) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch {
+	case cfg.LocalASN != s.cfg.LocalASN:
+		return fmt.Errorf("bgp: localASN %d -> %d: takes effect at the daemon's next start", s.cfg.LocalASN, cfg.LocalASN)
+	case cfg.ListenPort != s.cfg.ListenPort:
+		return fmt.Errorf("bgp: listenPort %d -> %d: takes effect at the daemon's next start", s.cfg.ListenPort, cfg.ListenPort)
+	case cfg.RestartTime != s.cfg.RestartTime:
+		return fmt.Errorf("bgp: restartTimeSeconds %v -> %v: takes effect at the daemon's next start", s.cfg.RestartTime, cfg.RestartTime)
+	}
+	want := map[netip.Addr]Peer{}
+	for _, p := range cfg.Peers {
+		want[p.Address] = p
+	}
+	var errs []error
+	for _, old := range s.cfg.Peers {
+		if p, ok := want[old.Address]; ok && p == old {
+			continue
+		}
+		if err := s.srv.DeletePeer(ctx, &api.DeletePeerRequest{Address: old.Address.String()}); err != nil {
+			errs = append(errs, fmt.Errorf("bgp: remove peer %s: %w", old.Address, err))
+			continue
+		}
+		delete(s.eor, old.Address)
+		s.log.Info("peer removed", zap.Stringer("peer", old.Address))
+	}
+	have := map[netip.Addr]Peer{}
+	for _, p := range s.cfg.Peers {
+		have[p.Address] = p
+	}
+	for _, p := range cfg.Peers {
+		if old, ok := have[p.Address]; ok && old == p {
+			continue
+		}
+		if err := s.addPeer(ctx, p, false); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	s.cfg.Peers = cfg.Peers
+	s.poke()
+	return errors.Join(errs...)
 }
 
 func peerRequest(p Peer, gr *api.GracefulRestart, restarting bool) *api.Peer {
