@@ -2,16 +2,12 @@ package daemon
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"net/netip"
 	"os"
 	"path/filepath"
-	"slices"
 
 	"go.uber.org/zap"
 
-	"github.com/coordino/coordino/daemon/bgp"
 	"github.com/coordino/coordino/daemon/config"
 	"github.com/coordino/coordino/daemon/kernel"
 	"github.com/coordino/coordino/daemon/netsetup"
@@ -92,9 +88,11 @@ func startCrossNode(ctx context.Context, o *config.Options, features *kernel.Fea
 		}
 		apply = r.Apply
 		if o.Routing == "bgp" {
-			if apply, xn.st.bgp, err = startBGP(ctx, o, r, log); err != nil {
+			b, err := startBGP(ctx, o, r, log)
+			if err != nil {
 				return 0, nil, err
 			}
+			apply, xn.st.bgp = b.apply, b
 		}
 	}
 	applyLogged := func(s peers.Set) {
@@ -134,42 +132,4 @@ func startCrossNode(ctx context.Context, o *config.Options, features *kernel.Fea
 		return 0, nil, fmt.Errorf("underlay MTU %d leaves no room for a %d-byte tunnel overhead", underlayMTU, overhead)
 	}
 	return overhead, xn, nil
-}
-
-// startBGP runs the node's BGP speaker (--routing=bgp) and returns the
-// apply of the peer set: the speaker announces the node's own blocks and
-// learns the others' from the fabric, so the router keeps only the node's
-// own entry (which removes what another mode's run left).
-func startBGP(ctx context.Context, o *config.Options, r *routing.Router, log *zap.Logger) (func(peers.Set) error, *bgp.Speaker, error) {
-	cfg, err := bgp.FileConfig(o.BGPConfig)
-	if err != nil {
-		return nil, nil, err
-	}
-	addrs, err := nodeaddrs.List()
-	if err != nil {
-		return nil, nil, fmt.Errorf("bgp: node addresses: %w", err)
-	}
-	var routerID netip.Addr
-	for _, a := range addrs {
-		if a.Is4() {
-			routerID = a
-			break
-		}
-	}
-	sp, err := bgp.Start(ctx, cfg, o.NodeName, o.StateDir, routerID, log)
-	if err != nil {
-		return nil, nil, err
-	}
-	return func(s peers.Set) error {
-		self := s[o.NodeName]
-		blocks := slices.Clone(o.Prefixes)
-		nodeAddrs := addrs
-		if self != nil {
-			blocks = append(blocks, self.Blocks...)
-			nodeAddrs = append(slices.Clone(addrs), self.Addresses...)
-		}
-		slices.SortFunc(blocks, netip.Prefix.Compare)
-		blocks = slices.Compact(blocks)
-		return errors.Join(r.Apply(peers.Set{o.NodeName: self}), sp.SetLocal(blocks, nodeAddrs, o.ServicePrefixes))
-	}, sp, nil
 }

@@ -5,7 +5,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/coordino/coordino/daemon/bgp"
 	"github.com/coordino/coordino/daemon/peers"
 	"github.com/coordino/coordino/daemon/wireguard"
 	inspectv1 "github.com/coordino/coordino/proto/inspect/v1"
@@ -17,7 +16,7 @@ import (
 type crossNodeStatus struct {
 	self, routing, encryption string
 	dev                       *wireguard.Device // nil without encryption
-	bgp                       *bgp.Speaker      // nil without --routing=bgp
+	bgp                       *bgpNode          // nil without --routing=bgp
 
 	mu      sync.Mutex
 	applied peers.Set
@@ -89,12 +88,13 @@ func (c *crossNodeStatus) status(publishedKey string) *inspectv1.CrossNode {
 
 // bgpNeighbors are the speaker's sessions; an error shows as one entry.
 func (c *crossNodeStatus) bgpNeighbors() []*inspectv1.BGPNeighbor {
-	if c.bgp == nil {
+	sp := c.bgp.speaker()
+	if sp == nil {
 		return nil
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	ns, err := c.bgp.Neighbors(ctx)
+	ns, err := sp.Neighbors(ctx)
 	if err != nil {
 		return []*inspectv1.BGPNeighbor{{Problem: err.Error()}}
 	}

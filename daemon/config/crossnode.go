@@ -15,8 +15,11 @@ func (o *Options) validateCrossNode() error {
 	if o.Routing == "bgp" && o.Encryption != "none" {
 		return fmt.Errorf("routing bgp with encryption %q: the fabric routes pod addresses, WireGuard routes them onto its device; choose one", o.Encryption)
 	}
-	if o.Routing == "bgp" && (o.BGPConfig == "" || !filepath.IsAbs(o.BGPConfig)) {
-		return fmt.Errorf("bgp-config %q: routing bgp needs the speaker's file as an absolute path", o.BGPConfig)
+	if o.Routing == "bgp" && o.Standalone && o.BGPConfig == "" {
+		return fmt.Errorf("bgp-config: routing bgp in standalone mode needs the speaker's file (Kubernetes mode reads BGPPeerPolicies)")
+	}
+	if o.BGPConfig != "" && !filepath.IsAbs(o.BGPConfig) {
+		return fmt.Errorf("bgp-config %q must be an absolute path", o.BGPConfig)
 	}
 	if o.PeersFile != "" && !filepath.IsAbs(o.PeersFile) {
 		return fmt.Errorf("peers-file %q must be an absolute path", o.PeersFile)

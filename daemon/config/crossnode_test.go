@@ -30,7 +30,7 @@ func TestCrossNodeFlags(t *testing.T) {
 		want string
 	}{
 		{[]string{"--routing", "ospf"}, "routing"},
-		{[]string{"--routing", "bgp"}, "bgp-config"},
+		{[]string{"--standalone", "--pod-cidr", "10.0.0.0/24", "--routing", "bgp"}, "bgp-config"},
 		{[]string{"--routing", "bgp", "--bgp-config", "bgp.yaml"}, "bgp-config"},
 		{[]string{"--routing", "bgp", "--bgp-config", "/etc/bgp.yaml", "--encryption", "wireguard"}, "encryption"},
 		{[]string{"--encryption", "ipsec"}, "encryption"},
