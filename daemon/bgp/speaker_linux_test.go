@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/osrg/gobgp/v4/api"
 	"go.uber.org/zap"
 )
 
@@ -65,5 +66,42 @@ func TestConfigureAddsRemovesAndRefusesIdentityChanges(t *testing.T) {
 	}
 	if got := neighborAddrs(t, s); !slices.Equal(got, []string{"127.0.0.3", "127.0.0.4"}) {
 		t.Errorf("a refused Configure changed the peers: %v", got)
+	}
+}
+
+// The session carries the peer's families only, each with its prefix
+// limit and graceful restart, the password, and the restart bit only when
+// the speaker restarts.
+func TestPeerRequest(t *testing.T) {
+	p := loopbackPeer(2, 65000)
+	p.IPv4, p.IPv6, p.MaxPrefixes, p.Password = false, true, 7, "pw"
+	gr := &api.GracefulRestart{Enabled: true, RestartTime: 60}
+	for _, restarting := range []bool{false, true} {
+		r := peerRequest(p, gr, restarting)
+		if len(r.AfiSafis) != 1 || r.AfiSafis[0].Config.Family.Afi != api.Family_AFI_IP6 {
+			t.Fatalf("families %v, want IPv6 only", r.AfiSafis)
+		}
+		if l := r.AfiSafis[0].PrefixLimits; l == nil || l.MaxPrefixes != 7 {
+			t.Errorf("prefix limit %v, want 7", l)
+		}
+		if !r.AfiSafis[0].MpGracefulRestart.Config.Enabled || !r.GracefulRestart.Enabled || r.GracefulRestart.RestartTime != 60 || r.GracefulRestart.LocalRestarting != restarting {
+			t.Errorf("graceful restart %v (restarting %v)", r.GracefulRestart, restarting)
+		}
+		if r.Conf.AuthPassword != "pw" || r.Transport.RemotePort != 1 || r.Timers.Config.HoldTime != 9 {
+			t.Errorf("conf %v transport %v timers %v", r.Conf, r.Transport, r.Timers)
+		}
+	}
+}
+
+// A learned path is routed via its next hop, through RTA_VIA when the next
+// hop's family differs from the prefix's.
+func TestKernelRoute(t *testing.T) {
+	r := kernelRoute(learned{dst: netip.MustParsePrefix("10.1.0.0/24"), nextHop: netip.MustParseAddr("192.0.2.254")})
+	if r.Gw.String() != "192.0.2.254" || r.Via != nil || r.Dst.String() != "10.1.0.0/24" {
+		t.Errorf("same family: %+v", r)
+	}
+	r = kernelRoute(learned{dst: netip.MustParsePrefix("10.1.0.0/24"), nextHop: netip.MustParseAddr("2001:db8::fe")})
+	if r.Gw != nil || r.Via == nil || !strings.Contains(r.Via.String(), "2001:db8::fe") {
+		t.Errorf("IPv4 via IPv6: %+v", r)
 	}
 }
