@@ -375,16 +375,15 @@ func (s *Speaker) run(ctx context.Context) {
 	}
 }
 
-// learned is one best path to install.
-type learned struct {
+// learnedPath is one best path to install.
+type learnedPath struct {
 	dst     netip.Prefix
 	nextHop netip.Addr
-	peer    netip.Addr
 }
 
-// Learned returns the best paths from peers (not this node's own).
-func (s *Speaker) Learned() ([]learned, error) {
-	var out []learned
+// learnedPaths returns the best paths from peers (not this node's own).
+func (s *Speaker) learnedPaths() ([]learnedPath, error) {
+	var out []learnedPath
 	for _, fam := range []bgp.Family{bgp.RF_IPv4_UC, bgp.RF_IPv6_UC} {
 		err := s.srv.ListPath(apiutil.ListPathRequest{TableType: api.TableType_TABLE_TYPE_GLOBAL, Family: fam}, func(nlri bgp.NLRI, paths []*apiutil.Path) {
 			pfx, ok := nlri.(*bgp.IPAddrPrefix)
@@ -395,7 +394,7 @@ func (s *Speaker) Learned() ([]learned, error) {
 				if !p.Best || p.Withdrawal || p.IsNexthopInvalid || !p.PeerAddress.IsValid() || p.PeerAddress.IsUnspecified() {
 					continue
 				}
-				out = append(out, learned{dst: pfx.Prefix.Masked(), nextHop: nextHopOf(p).Unmap(), peer: p.PeerAddress.Unmap()})
+				out = append(out, learnedPath{dst: pfx.Prefix.Masked(), nextHop: nextHopOf(p).Unmap()})
 			}
 		})
 		if err != nil {
@@ -408,7 +407,7 @@ func (s *Speaker) Learned() ([]learned, error) {
 // sync installs the learned best paths the guard allows and, unless a
 // graceful restart is still waiting for its peers, removes the others.
 func (s *Speaker) sync() error {
-	paths, err := s.Learned()
+	paths, err := s.learnedPaths()
 	if err != nil {
 		return err
 	}
@@ -460,7 +459,7 @@ func (s *Speaker) allEndOfRIB() bool {
 
 // kernelRoute is the route for one learned path: via the next hop of the
 // prefix's family, or through RTA_VIA when the families differ.
-func kernelRoute(l learned) netlink.Route {
+func kernelRoute(l learnedPath) netlink.Route {
 	r := netlink.Route{Dst: ipNet(l.dst)}
 	if l.nextHop.Is6() == l.dst.Addr().Is6() {
 		r.Gw = l.nextHop.AsSlice()

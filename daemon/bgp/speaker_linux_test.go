@@ -96,11 +96,11 @@ func TestPeerRequest(t *testing.T) {
 // A learned path is routed via its next hop, through RTA_VIA when the next
 // hop's family differs from the prefix's.
 func TestKernelRoute(t *testing.T) {
-	r := kernelRoute(learned{dst: netip.MustParsePrefix("10.1.0.0/24"), nextHop: netip.MustParseAddr("192.0.2.254")})
+	r := kernelRoute(learnedPath{dst: netip.MustParsePrefix("10.1.0.0/24"), nextHop: netip.MustParseAddr("192.0.2.254")})
 	if r.Gw.String() != "192.0.2.254" || r.Via != nil || r.Dst.String() != "10.1.0.0/24" {
 		t.Errorf("same family: %+v", r)
 	}
-	r = kernelRoute(learned{dst: netip.MustParsePrefix("10.1.0.0/24"), nextHop: netip.MustParseAddr("2001:db8::fe")})
+	r = kernelRoute(learnedPath{dst: netip.MustParsePrefix("10.1.0.0/24"), nextHop: netip.MustParseAddr("2001:db8::fe")})
 	if r.Gw != nil || r.Via == nil || !strings.Contains(r.Via.String(), "2001:db8::fe") {
 		t.Errorf("IPv4 via IPv6: %+v", r)
 	}
