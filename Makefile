@@ -84,7 +84,7 @@ test-kernels: deps build ref-plugins
 	$(BIN)/kernels/kernels -kernels "$(KERNELS)" -suites "$(SUITES)" -run "$(RUN)" -host-note "$(HOST_NOTE)" $(if $(V),-v) $(if $(NO_CONNTRACK),-no-conntrack)
 
 # The BGP fabric alone (docs/cluster.md): two racks behind an FRR router,
-# nodes with --routing=bgp (about 50 s; also part of make test).
+# nodes with --routing=bgp (about 30 s; also part of make test).
 test-fabric: deps build ref-plugins
 	hack/fabric-deps.sh
 	$(GO) test -count=1 -v -run '^TestFabricBGP$$' ./test/multinode/

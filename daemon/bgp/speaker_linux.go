@@ -56,8 +56,11 @@ type Speaker struct {
 	announced map[netip.Prefix]*apiutil.Path
 	eor       map[netip.Addr]map[bgp.Family]bool
 	rejected  map[netip.Prefix]string
-	installed int
-	pruning   bool
+	// downReason is why each session last left Established or failed to
+	// reach it (GoBGP's list of peers keeps it only for some reasons).
+	downReason map[netip.Addr]string
+	installed  int
+	pruning    bool
 }
 
 // Start runs a speaker for the node self with cfg; stateDir keeps the
@@ -71,6 +74,7 @@ func Start(ctx context.Context, cfg Config, self, stateDir string, routerID neti
 		cfg: cfg, self: self, stateDir: stateDir, log: log.Named("bgp"),
 		kick: make(chan struct{}, 1), announced: map[netip.Prefix]*apiutil.Path{},
 		eor: map[netip.Addr]map[bgp.Family]bool{}, rejected: map[netip.Prefix]string{},
+		downReason: map[netip.Addr]string{},
 	}
 	// The state dir may not exist yet on a node's first start; without it
 	// the marker is lost and every restart would prune at once.
@@ -247,6 +251,9 @@ func (s *Speaker) peerEvent(ev *apiutil.WatchEventMessage_PeerEvent) {
 	s.mu.Lock()
 	if m, ok := s.eor[st.NeighborAddress.Unmap()]; ok {
 		clear(m)
+	}
+	if st.SessionState == bgp.BGP_FSM_IDLE && st.DisconnectMessage != "" {
+		s.downReason[st.NeighborAddress.Unmap()] = st.DisconnectMessage
 	}
 	s.mu.Unlock()
 	s.poke()
@@ -537,6 +544,11 @@ func (s *Speaker) Neighbors(ctx context.Context) ([]Neighbor, error) {
 		}
 		if p.State.SessionState != api.PeerState_SESSION_STATE_ESTABLISHED {
 			n.Problem = p.State.DisconnectMessage
+			s.mu.Lock()
+			if r := s.downReason[a]; r != "" {
+				n.Problem = r
+			}
+			s.mu.Unlock()
 		}
 		out = append(out, n)
 	})

@@ -83,6 +83,7 @@ func TestFabricBGP(t *testing.T) {
 	t.Run("status-md5-unanswered-peer", f.checkStatus)
 	t.Run("daemon-sigkill-graceful-restart", f.checkGracefulRestart)
 	t.Run("node-removed-withdrawn-within-hold-plus-restart-time", f.checkNodeRemoved)
+	t.Run("wrong-asn-refused-nothing-installed", f.checkWrongASN)
 }
 
 // requireFRR skips (fails under CI=true) without FRR: hack/fabric-deps.sh
@@ -654,4 +655,60 @@ func extraPrefixes(n int) []netip.Prefix {
 		out[i] = netip.PrefixFrom(netip.AddrFrom4([4]byte{byte(a >> 24), byte(a >> 16), byte(a >> 8), byte(a)}), 28)
 	}
 	return out
+}
+
+// checkWrongASN adds node3 to rack 2 configured with a wrong AS for the
+// router: it refuses the router's OPEN, its status says why, nothing is
+// installed on it, and it announces nothing to the others.
+func (f *fabric) checkWrongASN(t *testing.T) {
+	n3 := f.addNode()
+	cfgPath := filepath.Join(n3.Dir, "bgp.yaml")
+	data, err := os.ReadFile(cfgPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wrong := strings.Replace(string(data), fmt.Sprintf("asn: %d", routerASN), "asn: 65099", 1)
+	if err := os.WriteFile(cfgPath, []byte(wrong), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	addr := n3.fabricAddr(false)
+	if _, err := f.vtysh(fmt.Sprintf("conf t\nrouter bgp %d\nneighbor %s remote-as %d\naddress-family ipv4 unicast\nneighbor %s activate", routerASN, addr, 64601+n3.index, addr)); err != nil {
+		// vtysh takes one command per -c; fall back to that form.
+		out, err := exec.Command("vtysh", "--vty_socket", f.frrDir, "-c", "conf t", "-c", fmt.Sprintf("router bgp %d", routerASN),
+			"-c", fmt.Sprintf("neighbor %s remote-as %d", addr, 64601+n3.index), "-c", "address-family ipv4 unicast",
+			"-c", fmt.Sprintf("neighbor %s activate", addr)).CombinedOutput()
+		if err != nil {
+			t.Fatalf("configure the router for node3: %v: %s", err, out)
+		}
+	}
+	f.startDaemon(n3)
+	var out string
+	if err := eventually(20*time.Second, func() error {
+		o, err := exec.Command(filepath.Join(harness.BinDir(), "coordinoctl"), "status", "--socket", filepath.Join(n3.RunDir, "inspect.sock")).CombinedOutput()
+		out = string(o)
+		if err != nil {
+			return fmt.Errorf("coordinoctl status: %v", err)
+		}
+		re := fmt.Sprintf(`(?m)^BGP:\s+%s  AS 65099  (Idle|Connect|Active|OpenSent)  0 received, 0 accepted, 0 sent  \(bad-peer-as\)$`, regexp.QuoteMeta(rackAddr(1, 254, false).String()))
+		if !regexp.MustCompile(re).MatchString(out) {
+			return fmt.Errorf("no line matching %s", re)
+		}
+		return nil
+	}); err != nil {
+		t.Errorf("%v\n%s", err, out)
+	}
+	krs, err := kernelRoutes(n3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(krs) != 0 {
+		t.Errorf("node3 installed %d routes over a refused session", len(krs))
+	}
+	tbl, err := f.routerTable(false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rs := tbl[n3.blocks()[0].String()]; len(rs) > 0 {
+		t.Errorf("the router learned node3's block over a refused session: %+v", rs)
+	}
 }
