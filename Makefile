@@ -6,7 +6,7 @@ BIN := bin
 BINARIES := coordino coordino-daemon coordino-install coordino-controller coordinoctl coordino-wireguard
 REF_PLUGINS := bridge host-local ptp portmap macvlan
 
-.PHONY: all build ref-plugins deps generate generate-proto generate-bpf generate-api check-generated test e2e-runtime testbed-up testbed-down test-unit test-e2e test-kernels demo bench bench-controller fuzz lint clean
+.PHONY: all build ref-plugins deps generate generate-proto generate-bpf generate-api check-generated test e2e-runtime testbed-up testbed-down test-unit test-e2e test-fabric test-kernels demo bench bench-controller fuzz lint clean
 
 all: build
 
@@ -72,6 +72,7 @@ lint:
 # cores): `make e2e-runtime`.
 test: deps build ref-plugins lint check-generated previous-release
 	test/testbed/build.sh etcd kube-apiserver kube-proxy  # test/apiserver: real API server tests; test/k8smode: kube-proxy
+	hack/fabric-deps.sh  # test/multinode TestFabricBGP: FRR as the racks' router
 	$(GO) test -count=1 -timeout 20m $$($(GO) list ./... | grep -v /test/runtime)
 	test/testbed/deps.sh
 	test/testbed/build.sh cri
@@ -91,6 +92,12 @@ test-kernels: deps build ref-plugins
 	hack/kernels-deps.sh
 	$(GO) build -o $(BIN)/kernels/kernels ./test/kernels/cmd/kernels
 	$(BIN)/kernels/kernels -kernels "$(KERNELS)" -suites "$(SUITES)" -run "$(RUN)" -host-note "$(HOST_NOTE)" $(if $(V),-v) $(if $(NO_CONNTRACK),-no-conntrack)
+
+# The BGP fabric alone (docs/cluster.md): two racks behind an FRR router,
+# nodes with --routing=bgp (about 30 s; also part of make test).
+test-fabric: deps build ref-plugins
+	hack/fabric-deps.sh
+	$(GO) test -count=1 -v -run '^TestFabricBGP$$' ./test/multinode/
 
 # Everything of the runtime e2e: crictl, kubelet, restarts, latency.
 e2e-runtime: deps build ref-plugins

@@ -77,11 +77,23 @@ func startCrossNode(ctx context.Context, o *config.Options, features *kernel.Fea
 		if err := wireguard.RemoveStale(wireguard.Config{Device: o.WireGuardDevice, RunDir: o.RunDir}, log); err != nil {
 			log.Error("removing WireGuard state of an earlier run", zap.Error(err))
 		}
-		r, err := routing.New(routing.Config{Mode: o.Routing, Self: o.NodeName, UnderlayMTU: underlayMTU}, log)
+		mode := o.Routing
+		if mode == "bgp" {
+			// The router still removes what a direct or vxlan run left.
+			mode = routing.Direct
+		}
+		r, err := routing.New(routing.Config{Mode: mode, Self: o.NodeName, UnderlayMTU: underlayMTU}, log)
 		if err != nil {
 			return 0, nil, err
 		}
 		apply = r.Apply
+		if o.Routing == "bgp" {
+			b, err := startBGP(ctx, o, r, log)
+			if err != nil {
+				return 0, nil, err
+			}
+			apply, xn.st.bgp = b.apply, b
+		}
 	}
 	applyLogged := func(s peers.Set) {
 		s = routable(s, o.NodeName)

@@ -1,8 +1,11 @@
 package daemon
 
 import (
+	"context"
 	"sync"
+	"time"
 
+	coordinov1alpha1 "github.com/coordino/coordino/api/coordino/v1alpha1"
 	"github.com/coordino/coordino/daemon/peers"
 	"github.com/coordino/coordino/daemon/wireguard"
 	inspectv1 "github.com/coordino/coordino/proto/inspect/v1"
@@ -14,6 +17,7 @@ import (
 type crossNodeStatus struct {
 	self, routing, encryption string
 	dev                       *wireguard.Device // nil without encryption
+	bgp                       *bgpNode          // nil without --routing=bgp
 
 	mu      sync.Mutex
 	applied peers.Set
@@ -78,6 +82,55 @@ func (c *crossNodeStatus) status(publishedKey string) *inspectv1.CrossNode {
 			}
 		}
 		out.Peers = append(out.Peers, p)
+	}
+	out.BgpNeighbors = c.bgpNeighbors()
+	return out
+}
+
+// bgpStatus is the node's NodeConfig status.bgp: its sessions (nil
+// without --routing=bgp, or before a speaker runs).
+func (x *crossNode) bgpStatus() []coordinov1alpha1.BGPSessionStatus {
+	if x == nil {
+		return nil
+	}
+	sp := x.st.bgp.speaker()
+	if sp == nil {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	ns, err := sp.Neighbors(ctx)
+	if err != nil {
+		return nil
+	}
+	var out []coordinov1alpha1.BGPSessionStatus
+	for _, n := range ns[:min(len(ns), 64)] {
+		msg := n.Problem
+		if len(msg) > 256 {
+			msg = msg[:256]
+		}
+		out = append(out, coordinov1alpha1.BGPSessionStatus{Address: n.Address.String(), ASN: int64(n.ASN), State: n.State,
+			Received: int64(n.Received), Accepted: int64(n.Accepted), Sent: int64(n.Sent), Message: msg})
+	}
+	return out
+}
+
+// bgpNeighbors are the speaker's sessions; an error shows as one entry.
+func (c *crossNodeStatus) bgpNeighbors() []*inspectv1.BGPNeighbor {
+	sp := c.bgp.speaker()
+	if sp == nil {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	ns, err := sp.Neighbors(ctx)
+	if err != nil {
+		return []*inspectv1.BGPNeighbor{{Problem: err.Error()}}
+	}
+	var out []*inspectv1.BGPNeighbor
+	for _, n := range ns {
+		out = append(out, &inspectv1.BGPNeighbor{Address: n.Address.String(), Asn: n.ASN, State: n.State,
+			Received: n.Received, Accepted: n.Accepted, Sent: n.Sent, Problem: n.Problem})
 	}
 	return out
 }

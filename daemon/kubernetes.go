@@ -48,6 +48,7 @@ func newKubernetesSource(o *config.Options, pool *ipam.Pool, m *metrics.Metrics,
 			return ips
 		},
 		WireGuard: xn.wireGuardStatus,
+		BGP:       xn.bgpStatus,
 	})
 	if err != nil {
 		return nil, err

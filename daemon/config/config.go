@@ -48,9 +48,12 @@ type Options struct {
 	Kubeconfig string `json:"kubeconfig"`
 
 	// Cross-node datapath (see daemon/routing, daemon/wireguard).
-	Routing             string `json:"routing"`
-	Encryption          string `json:"encryption"`
-	PeersFile           string `json:"peersFile"`
+	Routing    string `json:"routing"`
+	Encryption string `json:"encryption"`
+	PeersFile  string `json:"peersFile"`
+	// BGPConfig is the BGP speaker's file with --routing=bgp (the fields
+	// of a BGPPeerPolicy's spec, see daemon/bgp).
+	BGPConfig           string `json:"bgpConfig"`
 	WireGuardDevice     string `json:"wireGuardDevice"`
 	WireGuardPort       int    `json:"wireGuardPort"`
 	WireGuardNodeToNode bool   `json:"wireGuardNodeToNode"`
@@ -139,7 +142,8 @@ func Parse(args []string, stderr io.Writer) (*Options, error) {
 	fs.IntVar(&o.FragMapSize, "frag-map-size", 0, "capacity of the eBPF IP fragment table (LRU; a later fragment whose first was evicted is dropped) (0: 16384)")
 	fs.IntVar(&o.NodeIsolationMapSize, "node-isolation-map-size", 0, "capacity of the eBPF node isolation map (NodeIsolationPolicy ports; a port range takes up to 30 entries per protocol); when full, node isolation fails closed and is retried (0: 4096)")
 	fs.StringVar(&o.Kubeconfig, "kubeconfig", "", "Kubernetes mode: kubeconfig file of the API client (default: in-cluster service account)")
-	fs.StringVar(&o.Routing, "routing", o.Routing, "how pods reach pods on other nodes: direct (routes via peer node addresses) or vxlan")
+	fs.StringVar(&o.Routing, "routing", o.Routing, "how pods reach pods on other nodes: direct (routes via peer node addresses), vxlan, or bgp (blocks announced to and learned from the fabric's routers, see --bgp-config)")
+	fs.StringVar(&o.BGPConfig, "bgp-config", "", "with --routing=bgp: YAML/JSON file of the BGP speaker (localASN, peers; the spec of a BGPPeerPolicy)")
 	fs.StringVar(&o.Encryption, "encryption", o.Encryption, "none, or wireguard (encrypts cross-node traffic; --routing is then not used)")
 	fs.StringVar(&o.PeersFile, "peers-file", "", "standalone: YAML/JSON file of all nodes (addresses, blocks, WireGuard keys), watched for changes")
 	fs.StringVar(&o.WireGuardDevice, "wireguard-device", o.WireGuardDevice, "WireGuard interface name (userspace devices share /var/run/wireguard: unique per host)")
@@ -219,6 +223,7 @@ func (o *Options) applyFlags(flags *Options, explicit map[string]bool) {
 		"routing":                 func() { o.Routing = flags.Routing },
 		"encryption":              func() { o.Encryption = flags.Encryption },
 		"peers-file":              func() { o.PeersFile = flags.PeersFile },
+		"bgp-config":              func() { o.BGPConfig = flags.BGPConfig },
 		"wireguard-device":        func() { o.WireGuardDevice = flags.WireGuardDevice },
 		"wireguard-port":          func() { o.WireGuardPort = flags.WireGuardPort },
 		"wireguard-node-to-node":  func() { o.WireGuardNodeToNode = flags.WireGuardNodeToNode },

@@ -6,11 +6,20 @@ import (
 )
 
 func (o *Options) validateCrossNode() error {
-	if o.Routing != "direct" && o.Routing != "vxlan" {
-		return fmt.Errorf("routing %q: want direct or vxlan", o.Routing)
+	if o.Routing != "direct" && o.Routing != "vxlan" && o.Routing != "bgp" {
+		return fmt.Errorf("routing %q: want direct, vxlan or bgp", o.Routing)
 	}
 	if o.Encryption != "none" && o.Encryption != "wireguard" {
 		return fmt.Errorf("encryption %q: want none or wireguard", o.Encryption)
+	}
+	if o.Routing == "bgp" && o.Encryption != "none" {
+		return fmt.Errorf("routing bgp with encryption %q: the fabric routes pod addresses, WireGuard routes them onto its device; choose one", o.Encryption)
+	}
+	if o.Routing == "bgp" && o.Standalone && o.BGPConfig == "" {
+		return fmt.Errorf("bgp-config: routing bgp in standalone mode needs the speaker's file (Kubernetes mode reads BGPPeerPolicies)")
+	}
+	if o.BGPConfig != "" && !filepath.IsAbs(o.BGPConfig) {
+		return fmt.Errorf("bgp-config %q must be an absolute path", o.BGPConfig)
 	}
 	if o.PeersFile != "" && !filepath.IsAbs(o.PeersFile) {
 		return fmt.Errorf("peers-file %q must be an absolute path", o.PeersFile)

@@ -14,6 +14,10 @@ func TestCrossNodeFlags(t *testing.T) {
 	if o.Routing != "vxlan" || o.Encryption != "wireguard" || o.PeersFile != "/etc/coordino/peers.yaml" || o.WireGuardDevice != "wg-a" || o.WireGuardPort != 51999 || o.WireGuardNodeToNode || o.HostRouting != "legacy" || o.WireGuardDeviceKind != "kernel" {
 		t.Fatalf("parsed %+v", o)
 	}
+	b, err := Parse([]string{"--routing", "bgp", "--bgp-config", "/etc/coordino/bgp.yaml"}, io.Discard)
+	if err != nil || b.Routing != "bgp" || b.BGPConfig != "/etc/coordino/bgp.yaml" {
+		t.Fatalf("bgp: %+v, %v", b, err)
+	}
 	d, err := Parse(nil, io.Discard)
 	if err != nil {
 		t.Fatal(err)
@@ -25,7 +29,10 @@ func TestCrossNodeFlags(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"--routing", "bgp"}, "routing"},
+		{[]string{"--routing", "ospf"}, "routing"},
+		{[]string{"--standalone", "--pod-cidr", "10.0.0.0/24", "--routing", "bgp"}, "bgp-config"},
+		{[]string{"--routing", "bgp", "--bgp-config", "bgp.yaml"}, "bgp-config"},
+		{[]string{"--routing", "bgp", "--bgp-config", "/etc/bgp.yaml", "--encryption", "wireguard"}, "encryption"},
 		{[]string{"--encryption", "ipsec"}, "encryption"},
 		{[]string{"--peers-file", "peers.yaml"}, "peers-file"},
 		{[]string{"--wireguard-device", "a-name-longer-than-15"}, "wireguard-device"},

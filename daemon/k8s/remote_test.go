@@ -206,6 +206,15 @@ func TestStatusEqualSeesWireGuard(t *testing.T) {
 	}
 }
 
+func TestStatusEqualSeesBGP(t *testing.T) {
+	a := coordinov1alpha1.NodeConfigStatus{BGP: []coordinov1alpha1.BGPSessionStatus{{Address: "192.0.2.254", ASN: 65000, State: "Active"}}}
+	b := *a.DeepCopy()
+	b.BGP[0].State, b.BGP[0].Received = "Established", 3
+	if statusEqual(a, b) {
+		t.Fatal("a BGP session coming up is not a status change")
+	}
+}
+
 // portSink also keeps remote named ports, like the datapath.
 type portSink struct {
 	recordingSink

@@ -69,6 +69,8 @@ type Config struct {
 	// WireGuard returns the status.wireGuard to publish given the node's
 	// addresses (nil: no encryption); may be nil.
 	WireGuard func(addrs []netip.Addr) *coordinov1alpha1.WireGuardStatus
+	// BGP returns the status.bgp to publish (nil without --routing=bgp).
+	BGP func() []coordinov1alpha1.BGPSessionStatus
 }
 
 // Refresher re-attaches stored endpoints that update reports changed
@@ -616,11 +618,14 @@ func (s *Source) status(nc *coordinov1alpha1.NodeConfig) coordinov1alpha1.NodeCo
 			st.WireGuard = s.cfg.WireGuard(addrs)
 		}
 	}
+	if s.cfg.BGP != nil {
+		st.BGP = s.cfg.BGP()
+	}
 	st.ObservedGeneration = s.applied.Load()
 	return st
 }
 
 func statusEqual(a, b coordinov1alpha1.NodeConfigStatus) bool {
 	return slices.Equal(a.Blocks, b.Blocks) && slices.Equal(a.Addresses, b.Addresses) && a.ObservedGeneration == b.ObservedGeneration &&
-		equality.Semantic.DeepEqual(a.WireGuard, b.WireGuard)
+		equality.Semantic.DeepEqual(a.WireGuard, b.WireGuard) && equality.Semantic.DeepEqual(a.BGP, b.BGP)
 }

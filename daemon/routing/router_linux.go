@@ -217,7 +217,14 @@ func (r *Router) removeVXLAN() error {
 // SyncTable makes the routes carrying RouteProtocol in table exactly want
 // (their Table and Protocol are set here), touching only those that differ.
 func SyncTable(table int, want []netlink.Route, log *zap.Logger) []error {
-	have, err := netlink.RouteListFiltered(netlink.FAMILY_ALL, &netlink.Route{Protocol: RouteProtocol, Table: table}, netlink.RT_FILTER_PROTOCOL|netlink.RT_FILTER_TABLE)
+	return SyncProtocol(table, RouteProtocol, want, true, log)
+}
+
+// SyncProtocol makes the routes carrying proto in table match want (their
+// Table and Protocol are set here), touching only those that differ; routes
+// of proto that want does not list are removed only when prune is set.
+func SyncProtocol(table int, proto netlink.RouteProtocol, want []netlink.Route, prune bool, log *zap.Logger) []error {
+	have, err := netlink.RouteListFiltered(netlink.FAMILY_ALL, &netlink.Route{Protocol: proto, Table: table}, netlink.RT_FILTER_PROTOCOL|netlink.RT_FILTER_TABLE)
 	if err != nil {
 		return []error{fmt.Errorf("list routes: %w", err)}
 	}
@@ -230,7 +237,7 @@ func SyncTable(table int, want []netlink.Route, log *zap.Logger) []error {
 	var errs []error
 	wanted := map[string]bool{}
 	for _, w := range want {
-		w.Table, w.Protocol = table, RouteProtocol
+		w.Table, w.Protocol = table, proto
 		key := w.Dst.String()
 		wanted[key] = true
 		if h, ok := byDst[key]; ok && sameRoute(h, w) {
@@ -243,7 +250,7 @@ func SyncTable(table int, want []netlink.Route, log *zap.Logger) []error {
 		log.Debug("route set", zap.String("dst", key), zap.Stringer("gw", w.Gw), zap.Any("via", w.Via), zap.Int("link", w.LinkIndex))
 	}
 	for key, h := range byDst {
-		if wanted[key] {
+		if wanted[key] || !prune {
 			continue
 		}
 		if err := netlink.RouteDel(&h); err != nil {

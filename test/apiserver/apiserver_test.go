@@ -121,6 +121,29 @@ func TestCRDValidation(t *testing.T) {
 	if _, err := cs.IPBlocks().Update(ctx, blk, metav1.UpdateOptions{}); err == nil {
 		t.Error("IPBlock Released -> Active accepted")
 	}
+
+	// BGPPeerPolicy: the API server holds the daemon's ranges.
+	bgpPolicy := func(name string, mutate func(*coordinov1alpha1.BGPPeerPolicySpec)) error {
+		spec := coordinov1alpha1.BGPPeerPolicySpec{LocalASN: 64512, Peers: []coordinov1alpha1.BGPPeer{{Address: "192.0.2.254", ASN: 65000, Families: []string{"IPv4", "IPv6"}}}}
+		mutate(&spec)
+		_, err := cs.BGPPeerPolicies().Create(ctx, &coordinov1alpha1.BGPPeerPolicy{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: spec}, metav1.CreateOptions{})
+		return err
+	}
+	if err := bgpPolicy("ok", func(*coordinov1alpha1.BGPPeerPolicySpec) {}); err != nil {
+		t.Errorf("valid BGPPeerPolicy rejected: %v", err)
+	}
+	for name, mutate := range map[string]func(*coordinov1alpha1.BGPPeerPolicySpec){
+		"asn-zero":   func(s *coordinov1alpha1.BGPPeerPolicySpec) { s.LocalASN = 0 },
+		"no-peers":   func(s *coordinov1alpha1.BGPPeerPolicySpec) { s.Peers = nil },
+		"family":     func(s *coordinov1alpha1.BGPPeerPolicySpec) { s.Peers[0].Families = []string{"IPX"} },
+		"hold":       func(s *coordinov1alpha1.BGPPeerPolicySpec) { s.Peers[0].HoldTimeSeconds = 2 },
+		"restart":    func(s *coordinov1alpha1.BGPPeerPolicySpec) { s.RestartTimeSeconds = 5000 },
+		"listenport": func(s *coordinov1alpha1.BGPPeerPolicySpec) { s.ListenPort = -2 },
+	} {
+		if err := bgpPolicy(name, mutate); err == nil {
+			t.Errorf("BGPPeerPolicy %s accepted", name)
+		}
+	}
 }
 
 // TestServiceAccountConfig checks that the returned configuration really

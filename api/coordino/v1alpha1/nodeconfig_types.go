@@ -75,6 +75,12 @@ type NodeConfigStatus struct {
 	// WireGuard is set when the node encrypts pod traffic.
 	// +optional
 	WireGuard *WireGuardStatus `json:"wireGuard,omitempty"`
+	// BGP lists the node's BGP sessions when it routes with --routing=bgp.
+	// +optional
+	// +listType=map
+	// +listMapKey=address
+	// +kubebuilder:validation:MaxItems=64
+	BGP []BGPSessionStatus `json:"bgp,omitempty"`
 	// +optional
 	// +listType=map
 	// +listMapKey=type
@@ -104,6 +110,32 @@ type WireGuardStatus struct {
 	// +kubebuilder:validation:MaxLength=64
 	// +optional
 	Endpoint string `json:"endpoint,omitempty"`
+}
+
+// BGPSessionStatus is one BGP session of the node's speaker.
+type BGPSessionStatus struct {
+	// Address is the peer's.
+	// +kubebuilder:validation:MaxLength=39
+	Address string `json:"address"`
+	// +kubebuilder:validation:Minimum=0
+	ASN int64 `json:"asn"`
+	// State: Idle, Connect, Active, OpenSent, OpenConfirm or Established.
+	// +kubebuilder:validation:MaxLength=16
+	State string `json:"state"`
+	// Prefixes received from the peer, accepted of them, and sent to it.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	Received int64 `json:"received,omitempty"`
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	Accepted int64 `json:"accepted,omitempty"`
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	Sent int64 `json:"sent,omitempty"`
+	// Message says why the session last went down, when not Established.
+	// +optional
+	// +kubebuilder:validation:MaxLength=256
+	Message string `json:"message,omitempty"`
 }
 
 // NodeConfigList is a list of NodeConfigs.

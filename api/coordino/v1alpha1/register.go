@@ -33,6 +33,7 @@ func addKnownTypes(scheme *runtime.Scheme) error {
 		&PolicyIR{}, &PolicyIRList{},
 		&NodeIsolationPolicy{}, &NodeIsolationPolicyList{},
 		&NodeEndpoints{}, &NodeEndpointsList{},
+		&BGPPeerPolicy{}, &BGPPeerPolicyList{},
 	)
 	metav1.AddToGroupVersion(scheme, SchemeGroupVersion)
 	return nil

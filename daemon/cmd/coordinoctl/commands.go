@@ -187,6 +187,21 @@ func crossNode(w io.Writer, x *inspectv1.CrossNode, now time.Time) {
 	if x.Encryption == "wireguard" {
 		row(w, "WireGuard:", fmt.Sprintf("%s device, public key %s", x.WireguardDevice, x.PublicKey))
 	}
+	for i, n := range x.BgpNeighbors {
+		label := " "
+		if i == 0 {
+			label = "BGP:"
+		}
+		line := fmt.Sprintf("%s  AS %d  %s  %d received, %d accepted, %d sent", orDash(n.Address), n.Asn, orDash(n.State), n.Received, n.Accepted, n.Sent)
+		if n.Problem != "" {
+			line += "  (" + n.Problem + ")"
+		}
+		row(w, label, line)
+	}
+	if x.Routing == "bgp" {
+		// Other nodes' blocks come from the fabric, not from a peer set.
+		return
+	}
 	if len(x.Peers) == 0 {
 		row(w, "Peers:", "none")
 	}

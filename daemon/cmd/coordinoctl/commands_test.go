@@ -24,6 +24,33 @@ func (d statusDaemon) GetStatus(context.Context, *inspectv1.GetStatusRequest) (*
 // status shows the cross-node datapath with handshake ages, the kernel
 // feature table (what a missing feature costs), and why an IPv6 /64 has
 // 65,536 addresses.
+// status in bgp routing shows each session (state, prefix counts, why it
+// is down) and no peer list: the fabric, not a peer set, brings the blocks.
+func TestStatusShowsBGPSessions(t *testing.T) {
+	st := &inspectv1.Status{NodeName: "n1", Mode: "standalone", CrossNode: &inspectv1.CrossNode{Routing: "bgp", Encryption: "none",
+		BgpNeighbors: []*inspectv1.BGPNeighbor{
+			{Address: "192.0.2.254", Asn: 65000, State: "Established", Received: 4, Accepted: 3, Sent: 1},
+			{Address: "192.0.2.200", Asn: 65001, State: "Active", Problem: "bad peer AS"},
+		}}}
+	sock := serveGRPC(t, func(g *grpc.Server) { inspectv1.RegisterInspectorServer(g, statusDaemon{st: st}) })
+	code, out, stderr, _ := runTimed("status", "--socket", sock)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	for _, re := range []string{
+		`(?m)^Cross-node:\s+routing bgp, encryption none$`,
+		`(?m)^BGP:\s+192\.0\.2\.254  AS 65000  Established  4 received, 3 accepted, 1 sent$`,
+		`(?m)^\s+192\.0\.2\.200  AS 65001  Active  0 received, 0 accepted, 0 sent  \(bad peer AS\)$`,
+	} {
+		if !regexp.MustCompile(re).MatchString(out) {
+			t.Errorf("no line matching %s in:\n%s", re, out)
+		}
+	}
+	if strings.Contains(out, "Peers:") {
+		t.Errorf("bgp routing lists a peer set:\n%s", out)
+	}
+}
+
 func TestStatusShowsCrossNodeKernelFeaturesAndBlockCap(t *testing.T) {
 	st := &inspectv1.Status{
 		NodeName: "n1", Mode: "standalone", Verdict: "degraded", AttachMode: "tcx",

@@ -492,7 +492,9 @@ type CrossNode struct {
 	// "kernel" or "userspace" WireGuard device; empty without encryption.
 	WireguardDevice string `protobuf:"bytes,4,opt,name=wireguard_device,json=wireguardDevice,proto3" json:"wireguard_device,omitempty"`
 	// The other nodes, by name.
-	Peers         []*Peer `protobuf:"bytes,5,rep,name=peers,proto3" json:"peers,omitempty"`
+	Peers []*Peer `protobuf:"bytes,5,rep,name=peers,proto3" json:"peers,omitempty"`
+	// With routing "bgp": the speaker's sessions, by address.
+	BgpNeighbors  []*BGPNeighbor `protobuf:"bytes,6,rep,name=bgp_neighbors,json=bgpNeighbors,proto3" json:"bgp_neighbors,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -562,6 +564,110 @@ func (x *CrossNode) GetPeers() []*Peer {
 	return nil
 }
 
+func (x *CrossNode) GetBgpNeighbors() []*BGPNeighbor {
+	if x != nil {
+		return x.BgpNeighbors
+	}
+	return nil
+}
+
+// BGPNeighbor is one BGP session of the node's speaker (--routing=bgp).
+type BGPNeighbor struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Address string                 `protobuf:"bytes,1,opt,name=address,proto3" json:"address,omitempty"`
+	Asn     uint32                 `protobuf:"varint,2,opt,name=asn,proto3" json:"asn,omitempty"`
+	// Idle, Connect, Active, OpenSent, OpenConfirm or Established.
+	State string `protobuf:"bytes,3,opt,name=state,proto3" json:"state,omitempty"`
+	// Prefixes received from the peer, accepted of them, and sent to it,
+	// over its families.
+	Received uint64 `protobuf:"varint,4,opt,name=received,proto3" json:"received,omitempty"`
+	Accepted uint64 `protobuf:"varint,5,opt,name=accepted,proto3" json:"accepted,omitempty"`
+	Sent     uint64 `protobuf:"varint,6,opt,name=sent,proto3" json:"sent,omitempty"`
+	// Why the session last went down, when it is not Established.
+	Problem       string `protobuf:"bytes,7,opt,name=problem,proto3" json:"problem,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BGPNeighbor) Reset() {
+	*x = BGPNeighbor{}
+	mi := &file_proto_inspect_v1_inspect_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BGPNeighbor) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BGPNeighbor) ProtoMessage() {}
+
+func (x *BGPNeighbor) ProtoReflect() protoreflect.Message {
+	mi := &file_proto_inspect_v1_inspect_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BGPNeighbor.ProtoReflect.Descriptor instead.
+func (*BGPNeighbor) Descriptor() ([]byte, []int) {
+	return file_proto_inspect_v1_inspect_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *BGPNeighbor) GetAddress() string {
+	if x != nil {
+		return x.Address
+	}
+	return ""
+}
+
+func (x *BGPNeighbor) GetAsn() uint32 {
+	if x != nil {
+		return x.Asn
+	}
+	return 0
+}
+
+func (x *BGPNeighbor) GetState() string {
+	if x != nil {
+		return x.State
+	}
+	return ""
+}
+
+func (x *BGPNeighbor) GetReceived() uint64 {
+	if x != nil {
+		return x.Received
+	}
+	return 0
+}
+
+func (x *BGPNeighbor) GetAccepted() uint64 {
+	if x != nil {
+		return x.Accepted
+	}
+	return 0
+}
+
+func (x *BGPNeighbor) GetSent() uint64 {
+	if x != nil {
+		return x.Sent
+	}
+	return 0
+}
+
+func (x *BGPNeighbor) GetProblem() string {
+	if x != nil {
+		return x.Problem
+	}
+	return ""
+}
+
 // Peer is another node as the cross-node datapath last applied it.
 type Peer struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -586,7 +692,7 @@ type Peer struct {
 
 func (x *Peer) Reset() {
 	*x = Peer{}
-	mi := &file_proto_inspect_v1_inspect_proto_msgTypes[5]
+	mi := &file_proto_inspect_v1_inspect_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -598,7 +704,7 @@ func (x *Peer) String() string {
 func (*Peer) ProtoMessage() {}
 
 func (x *Peer) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_inspect_v1_inspect_proto_msgTypes[5]
+	mi := &file_proto_inspect_v1_inspect_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -611,7 +717,7 @@ func (x *Peer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Peer.ProtoReflect.Descriptor instead.
 func (*Peer) Descriptor() ([]byte, []int) {
-	return file_proto_inspect_v1_inspect_proto_rawDescGZIP(), []int{5}
+	return file_proto_inspect_v1_inspect_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *Peer) GetName() string {
@@ -689,7 +795,7 @@ type Block struct {
 
 func (x *Block) Reset() {
 	*x = Block{}
-	mi := &file_proto_inspect_v1_inspect_proto_msgTypes[6]
+	mi := &file_proto_inspect_v1_inspect_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -701,7 +807,7 @@ func (x *Block) String() string {
 func (*Block) ProtoMessage() {}
 
 func (x *Block) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_inspect_v1_inspect_proto_msgTypes[6]
+	mi := &file_proto_inspect_v1_inspect_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -714,7 +820,7 @@ func (x *Block) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Block.ProtoReflect.Descriptor instead.
 func (*Block) Descriptor() ([]byte, []int) {
-	return file_proto_inspect_v1_inspect_proto_rawDescGZIP(), []int{6}
+	return file_proto_inspect_v1_inspect_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *Block) GetCidr() string {
@@ -761,7 +867,7 @@ type MapPressure struct {
 
 func (x *MapPressure) Reset() {
 	*x = MapPressure{}
-	mi := &file_proto_inspect_v1_inspect_proto_msgTypes[7]
+	mi := &file_proto_inspect_v1_inspect_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -773,7 +879,7 @@ func (x *MapPressure) String() string {
 func (*MapPressure) ProtoMessage() {}
 
 func (x *MapPressure) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_inspect_v1_inspect_proto_msgTypes[7]
+	mi := &file_proto_inspect_v1_inspect_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -786,7 +892,7 @@ func (x *MapPressure) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MapPressure.ProtoReflect.Descriptor instead.
 func (*MapPressure) Descriptor() ([]byte, []int) {
-	return file_proto_inspect_v1_inspect_proto_rawDescGZIP(), []int{7}
+	return file_proto_inspect_v1_inspect_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *MapPressure) GetName() string {
@@ -832,7 +938,7 @@ type ListEndpointsRequest struct {
 
 func (x *ListEndpointsRequest) Reset() {
 	*x = ListEndpointsRequest{}
-	mi := &file_proto_inspect_v1_inspect_proto_msgTypes[8]
+	mi := &file_proto_inspect_v1_inspect_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -844,7 +950,7 @@ func (x *ListEndpointsRequest) String() string {
 func (*ListEndpointsRequest) ProtoMessage() {}
 
 func (x *ListEndpointsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_inspect_v1_inspect_proto_msgTypes[8]
+	mi := &file_proto_inspect_v1_inspect_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -857,7 +963,7 @@ func (x *ListEndpointsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListEndpointsRequest.ProtoReflect.Descriptor instead.
 func (*ListEndpointsRequest) Descriptor() ([]byte, []int) {
-	return file_proto_inspect_v1_inspect_proto_rawDescGZIP(), []int{8}
+	return file_proto_inspect_v1_inspect_proto_rawDescGZIP(), []int{9}
 }
 
 type ListEndpointsResponse struct {
@@ -869,7 +975,7 @@ type ListEndpointsResponse struct {
 
 func (x *ListEndpointsResponse) Reset() {
 	*x = ListEndpointsResponse{}
-	mi := &file_proto_inspect_v1_inspect_proto_msgTypes[9]
+	mi := &file_proto_inspect_v1_inspect_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -881,7 +987,7 @@ func (x *ListEndpointsResponse) String() string {
 func (*ListEndpointsResponse) ProtoMessage() {}
 
 func (x *ListEndpointsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_inspect_v1_inspect_proto_msgTypes[9]
+	mi := &file_proto_inspect_v1_inspect_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -894,7 +1000,7 @@ func (x *ListEndpointsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListEndpointsResponse.ProtoReflect.Descriptor instead.
 func (*ListEndpointsResponse) Descriptor() ([]byte, []int) {
-	return file_proto_inspect_v1_inspect_proto_rawDescGZIP(), []int{9}
+	return file_proto_inspect_v1_inspect_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ListEndpointsResponse) GetEndpoints() []*Endpoint {
@@ -913,7 +1019,7 @@ type GetEndpointRequest struct {
 
 func (x *GetEndpointRequest) Reset() {
 	*x = GetEndpointRequest{}
-	mi := &file_proto_inspect_v1_inspect_proto_msgTypes[10]
+	mi := &file_proto_inspect_v1_inspect_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -925,7 +1031,7 @@ func (x *GetEndpointRequest) String() string {
 func (*GetEndpointRequest) ProtoMessage() {}
 
 func (x *GetEndpointRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_inspect_v1_inspect_proto_msgTypes[10]
+	mi := &file_proto_inspect_v1_inspect_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -938,7 +1044,7 @@ func (x *GetEndpointRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetEndpointRequest.ProtoReflect.Descriptor instead.
 func (*GetEndpointRequest) Descriptor() ([]byte, []int) {
-	return file_proto_inspect_v1_inspect_proto_rawDescGZIP(), []int{10}
+	return file_proto_inspect_v1_inspect_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *GetEndpointRequest) GetQuery() string {
@@ -977,7 +1083,7 @@ type Endpoint struct {
 
 func (x *Endpoint) Reset() {
 	*x = Endpoint{}
-	mi := &file_proto_inspect_v1_inspect_proto_msgTypes[11]
+	mi := &file_proto_inspect_v1_inspect_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -989,7 +1095,7 @@ func (x *Endpoint) String() string {
 func (*Endpoint) ProtoMessage() {}
 
 func (x *Endpoint) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_inspect_v1_inspect_proto_msgTypes[11]
+	mi := &file_proto_inspect_v1_inspect_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1002,7 +1108,7 @@ func (x *Endpoint) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Endpoint.ProtoReflect.Descriptor instead.
 func (*Endpoint) Descriptor() ([]byte, []int) {
-	return file_proto_inspect_v1_inspect_proto_rawDescGZIP(), []int{11}
+	return file_proto_inspect_v1_inspect_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *Endpoint) GetKey() string {
@@ -1139,7 +1245,7 @@ type ListIdentitiesRequest struct {
 
 func (x *ListIdentitiesRequest) Reset() {
 	*x = ListIdentitiesRequest{}
-	mi := &file_proto_inspect_v1_inspect_proto_msgTypes[12]
+	mi := &file_proto_inspect_v1_inspect_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1151,7 +1257,7 @@ func (x *ListIdentitiesRequest) String() string {
 func (*ListIdentitiesRequest) ProtoMessage() {}
 
 func (x *ListIdentitiesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_inspect_v1_inspect_proto_msgTypes[12]
+	mi := &file_proto_inspect_v1_inspect_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1164,7 +1270,7 @@ func (x *ListIdentitiesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListIdentitiesRequest.ProtoReflect.Descriptor instead.
 func (*ListIdentitiesRequest) Descriptor() ([]byte, []int) {
-	return file_proto_inspect_v1_inspect_proto_rawDescGZIP(), []int{12}
+	return file_proto_inspect_v1_inspect_proto_rawDescGZIP(), []int{13}
 }
 
 type ListIdentitiesResponse struct {
@@ -1176,7 +1282,7 @@ type ListIdentitiesResponse struct {
 
 func (x *ListIdentitiesResponse) Reset() {
 	*x = ListIdentitiesResponse{}
-	mi := &file_proto_inspect_v1_inspect_proto_msgTypes[13]
+	mi := &file_proto_inspect_v1_inspect_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1188,7 +1294,7 @@ func (x *ListIdentitiesResponse) String() string {
 func (*ListIdentitiesResponse) ProtoMessage() {}
 
 func (x *ListIdentitiesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_inspect_v1_inspect_proto_msgTypes[13]
+	mi := &file_proto_inspect_v1_inspect_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1201,7 +1307,7 @@ func (x *ListIdentitiesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListIdentitiesResponse.ProtoReflect.Descriptor instead.
 func (*ListIdentitiesResponse) Descriptor() ([]byte, []int) {
-	return file_proto_inspect_v1_inspect_proto_rawDescGZIP(), []int{13}
+	return file_proto_inspect_v1_inspect_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ListIdentitiesResponse) GetIdentities() []*Identity {
@@ -1224,7 +1330,7 @@ type Identity struct {
 
 func (x *Identity) Reset() {
 	*x = Identity{}
-	mi := &file_proto_inspect_v1_inspect_proto_msgTypes[14]
+	mi := &file_proto_inspect_v1_inspect_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1236,7 +1342,7 @@ func (x *Identity) String() string {
 func (*Identity) ProtoMessage() {}
 
 func (x *Identity) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_inspect_v1_inspect_proto_msgTypes[14]
+	mi := &file_proto_inspect_v1_inspect_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1249,7 +1355,7 @@ func (x *Identity) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Identity.ProtoReflect.Descriptor instead.
 func (*Identity) Descriptor() ([]byte, []int) {
-	return file_proto_inspect_v1_inspect_proto_rawDescGZIP(), []int{14}
+	return file_proto_inspect_v1_inspect_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *Identity) GetId() uint32 {
@@ -1288,7 +1394,7 @@ type GetIPAMRequest struct {
 
 func (x *GetIPAMRequest) Reset() {
 	*x = GetIPAMRequest{}
-	mi := &file_proto_inspect_v1_inspect_proto_msgTypes[15]
+	mi := &file_proto_inspect_v1_inspect_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1300,7 +1406,7 @@ func (x *GetIPAMRequest) String() string {
 func (*GetIPAMRequest) ProtoMessage() {}
 
 func (x *GetIPAMRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_inspect_v1_inspect_proto_msgTypes[15]
+	mi := &file_proto_inspect_v1_inspect_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1313,7 +1419,7 @@ func (x *GetIPAMRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetIPAMRequest.ProtoReflect.Descriptor instead.
 func (*GetIPAMRequest) Descriptor() ([]byte, []int) {
-	return file_proto_inspect_v1_inspect_proto_rawDescGZIP(), []int{15}
+	return file_proto_inspect_v1_inspect_proto_rawDescGZIP(), []int{16}
 }
 
 type IPAM struct {
@@ -1326,7 +1432,7 @@ type IPAM struct {
 
 func (x *IPAM) Reset() {
 	*x = IPAM{}
-	mi := &file_proto_inspect_v1_inspect_proto_msgTypes[16]
+	mi := &file_proto_inspect_v1_inspect_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1338,7 +1444,7 @@ func (x *IPAM) String() string {
 func (*IPAM) ProtoMessage() {}
 
 func (x *IPAM) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_inspect_v1_inspect_proto_msgTypes[16]
+	mi := &file_proto_inspect_v1_inspect_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1351,7 +1457,7 @@ func (x *IPAM) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IPAM.ProtoReflect.Descriptor instead.
 func (*IPAM) Descriptor() ([]byte, []int) {
-	return file_proto_inspect_v1_inspect_proto_rawDescGZIP(), []int{16}
+	return file_proto_inspect_v1_inspect_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *IPAM) GetBlocks() []*Block {
@@ -1379,7 +1485,7 @@ type Allocation struct {
 
 func (x *Allocation) Reset() {
 	*x = Allocation{}
-	mi := &file_proto_inspect_v1_inspect_proto_msgTypes[17]
+	mi := &file_proto_inspect_v1_inspect_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1391,7 +1497,7 @@ func (x *Allocation) String() string {
 func (*Allocation) ProtoMessage() {}
 
 func (x *Allocation) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_inspect_v1_inspect_proto_msgTypes[17]
+	mi := &file_proto_inspect_v1_inspect_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1404,7 +1510,7 @@ func (x *Allocation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Allocation.ProtoReflect.Descriptor instead.
 func (*Allocation) Descriptor() ([]byte, []int) {
-	return file_proto_inspect_v1_inspect_proto_rawDescGZIP(), []int{17}
+	return file_proto_inspect_v1_inspect_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *Allocation) GetIp() string {
@@ -1442,7 +1548,7 @@ type ExplainPolicyRequest struct {
 
 func (x *ExplainPolicyRequest) Reset() {
 	*x = ExplainPolicyRequest{}
-	mi := &file_proto_inspect_v1_inspect_proto_msgTypes[18]
+	mi := &file_proto_inspect_v1_inspect_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1454,7 +1560,7 @@ func (x *ExplainPolicyRequest) String() string {
 func (*ExplainPolicyRequest) ProtoMessage() {}
 
 func (x *ExplainPolicyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_inspect_v1_inspect_proto_msgTypes[18]
+	mi := &file_proto_inspect_v1_inspect_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1467,7 +1573,7 @@ func (x *ExplainPolicyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExplainPolicyRequest.ProtoReflect.Descriptor instead.
 func (*ExplainPolicyRequest) Descriptor() ([]byte, []int) {
-	return file_proto_inspect_v1_inspect_proto_rawDescGZIP(), []int{18}
+	return file_proto_inspect_v1_inspect_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ExplainPolicyRequest) GetFrom() string {
@@ -1513,7 +1619,7 @@ type PolicyExplanation struct {
 
 func (x *PolicyExplanation) Reset() {
 	*x = PolicyExplanation{}
-	mi := &file_proto_inspect_v1_inspect_proto_msgTypes[19]
+	mi := &file_proto_inspect_v1_inspect_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1525,7 +1631,7 @@ func (x *PolicyExplanation) String() string {
 func (*PolicyExplanation) ProtoMessage() {}
 
 func (x *PolicyExplanation) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_inspect_v1_inspect_proto_msgTypes[19]
+	mi := &file_proto_inspect_v1_inspect_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1538,7 +1644,7 @@ func (x *PolicyExplanation) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PolicyExplanation.ProtoReflect.Descriptor instead.
 func (*PolicyExplanation) Descriptor() ([]byte, []int) {
-	return file_proto_inspect_v1_inspect_proto_rawDescGZIP(), []int{19}
+	return file_proto_inspect_v1_inspect_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *PolicyExplanation) GetSrc() string {
@@ -1604,7 +1710,7 @@ type DirectionVerdict struct {
 
 func (x *DirectionVerdict) Reset() {
 	*x = DirectionVerdict{}
-	mi := &file_proto_inspect_v1_inspect_proto_msgTypes[20]
+	mi := &file_proto_inspect_v1_inspect_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1616,7 +1722,7 @@ func (x *DirectionVerdict) String() string {
 func (*DirectionVerdict) ProtoMessage() {}
 
 func (x *DirectionVerdict) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_inspect_v1_inspect_proto_msgTypes[20]
+	mi := &file_proto_inspect_v1_inspect_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1629,7 +1735,7 @@ func (x *DirectionVerdict) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DirectionVerdict.ProtoReflect.Descriptor instead.
 func (*DirectionVerdict) Descriptor() ([]byte, []int) {
-	return file_proto_inspect_v1_inspect_proto_rawDescGZIP(), []int{20}
+	return file_proto_inspect_v1_inspect_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *DirectionVerdict) GetDirection() string {
@@ -1719,7 +1825,7 @@ type ListRecentFlowsRequest struct {
 
 func (x *ListRecentFlowsRequest) Reset() {
 	*x = ListRecentFlowsRequest{}
-	mi := &file_proto_inspect_v1_inspect_proto_msgTypes[21]
+	mi := &file_proto_inspect_v1_inspect_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1731,7 +1837,7 @@ func (x *ListRecentFlowsRequest) String() string {
 func (*ListRecentFlowsRequest) ProtoMessage() {}
 
 func (x *ListRecentFlowsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_inspect_v1_inspect_proto_msgTypes[21]
+	mi := &file_proto_inspect_v1_inspect_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1744,7 +1850,7 @@ func (x *ListRecentFlowsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRecentFlowsRequest.ProtoReflect.Descriptor instead.
 func (*ListRecentFlowsRequest) Descriptor() ([]byte, []int) {
-	return file_proto_inspect_v1_inspect_proto_rawDescGZIP(), []int{21}
+	return file_proto_inspect_v1_inspect_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ListRecentFlowsRequest) GetSinceUnixNano() int64 {
@@ -1763,7 +1869,7 @@ type ListRecentFlowsResponse struct {
 
 func (x *ListRecentFlowsResponse) Reset() {
 	*x = ListRecentFlowsResponse{}
-	mi := &file_proto_inspect_v1_inspect_proto_msgTypes[22]
+	mi := &file_proto_inspect_v1_inspect_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1775,7 +1881,7 @@ func (x *ListRecentFlowsResponse) String() string {
 func (*ListRecentFlowsResponse) ProtoMessage() {}
 
 func (x *ListRecentFlowsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_inspect_v1_inspect_proto_msgTypes[22]
+	mi := &file_proto_inspect_v1_inspect_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1788,7 +1894,7 @@ func (x *ListRecentFlowsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRecentFlowsResponse.ProtoReflect.Descriptor instead.
 func (*ListRecentFlowsResponse) Descriptor() ([]byte, []int) {
-	return file_proto_inspect_v1_inspect_proto_rawDescGZIP(), []int{22}
+	return file_proto_inspect_v1_inspect_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ListRecentFlowsResponse) GetFlows() []*v1.FlowEvent {
@@ -1806,7 +1912,7 @@ type CollectDiagnosticsRequest struct {
 
 func (x *CollectDiagnosticsRequest) Reset() {
 	*x = CollectDiagnosticsRequest{}
-	mi := &file_proto_inspect_v1_inspect_proto_msgTypes[23]
+	mi := &file_proto_inspect_v1_inspect_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1818,7 +1924,7 @@ func (x *CollectDiagnosticsRequest) String() string {
 func (*CollectDiagnosticsRequest) ProtoMessage() {}
 
 func (x *CollectDiagnosticsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_inspect_v1_inspect_proto_msgTypes[23]
+	mi := &file_proto_inspect_v1_inspect_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1831,7 +1937,7 @@ func (x *CollectDiagnosticsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CollectDiagnosticsRequest.ProtoReflect.Descriptor instead.
 func (*CollectDiagnosticsRequest) Descriptor() ([]byte, []int) {
-	return file_proto_inspect_v1_inspect_proto_rawDescGZIP(), []int{23}
+	return file_proto_inspect_v1_inspect_proto_rawDescGZIP(), []int{24}
 }
 
 type Diagnostics struct {
@@ -1843,7 +1949,7 @@ type Diagnostics struct {
 
 func (x *Diagnostics) Reset() {
 	*x = Diagnostics{}
-	mi := &file_proto_inspect_v1_inspect_proto_msgTypes[24]
+	mi := &file_proto_inspect_v1_inspect_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1855,7 +1961,7 @@ func (x *Diagnostics) String() string {
 func (*Diagnostics) ProtoMessage() {}
 
 func (x *Diagnostics) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_inspect_v1_inspect_proto_msgTypes[24]
+	mi := &file_proto_inspect_v1_inspect_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1868,7 +1974,7 @@ func (x *Diagnostics) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Diagnostics.ProtoReflect.Descriptor instead.
 func (*Diagnostics) Descriptor() ([]byte, []int) {
-	return file_proto_inspect_v1_inspect_proto_rawDescGZIP(), []int{24}
+	return file_proto_inspect_v1_inspect_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *Diagnostics) GetFiles() []*DiagnosticFile {
@@ -1888,7 +1994,7 @@ type DiagnosticFile struct {
 
 func (x *DiagnosticFile) Reset() {
 	*x = DiagnosticFile{}
-	mi := &file_proto_inspect_v1_inspect_proto_msgTypes[25]
+	mi := &file_proto_inspect_v1_inspect_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1900,7 +2006,7 @@ func (x *DiagnosticFile) String() string {
 func (*DiagnosticFile) ProtoMessage() {}
 
 func (x *DiagnosticFile) ProtoReflect() protoreflect.Message {
-	mi := &file_proto_inspect_v1_inspect_proto_msgTypes[25]
+	mi := &file_proto_inspect_v1_inspect_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1913,7 +2019,7 @@ func (x *DiagnosticFile) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DiagnosticFile.ProtoReflect.Descriptor instead.
 func (*DiagnosticFile) Descriptor() ([]byte, []int) {
-	return file_proto_inspect_v1_inspect_proto_rawDescGZIP(), []int{25}
+	return file_proto_inspect_v1_inspect_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *DiagnosticFile) GetName() string {
@@ -1982,7 +2088,7 @@ const file_proto_inspect_v1_inspect_proto_rawDesc = "" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1c\n" +
 	"\tavailable\x18\x02 \x01(\bR\tavailable\x12\x16\n" +
 	"\x06detail\x18\x03 \x01(\tR\x06detail\x12\x16\n" +
-	"\x06effect\x18\x04 \x01(\tR\x06effect\"\xc0\x01\n" +
+	"\x06effect\x18\x04 \x01(\tR\x06effect\"\x87\x02\n" +
 	"\tCrossNode\x12\x18\n" +
 	"\arouting\x18\x01 \x01(\tR\arouting\x12\x1e\n" +
 	"\n" +
@@ -1991,7 +2097,16 @@ const file_proto_inspect_v1_inspect_proto_rawDesc = "" +
 	"\n" +
 	"public_key\x18\x03 \x01(\tR\tpublicKey\x12)\n" +
 	"\x10wireguard_device\x18\x04 \x01(\tR\x0fwireguardDevice\x12/\n" +
-	"\x05peers\x18\x05 \x03(\v2\x19.coordino.inspect.v1.PeerR\x05peers\"\x8b\x02\n" +
+	"\x05peers\x18\x05 \x03(\v2\x19.coordino.inspect.v1.PeerR\x05peers\x12E\n" +
+	"\rbgp_neighbors\x18\x06 \x03(\v2 .coordino.inspect.v1.BGPNeighborR\fbgpNeighbors\"\xb5\x01\n" +
+	"\vBGPNeighbor\x12\x18\n" +
+	"\aaddress\x18\x01 \x01(\tR\aaddress\x12\x10\n" +
+	"\x03asn\x18\x02 \x01(\rR\x03asn\x12\x14\n" +
+	"\x05state\x18\x03 \x01(\tR\x05state\x12\x1a\n" +
+	"\breceived\x18\x04 \x01(\x04R\breceived\x12\x1a\n" +
+	"\baccepted\x18\x05 \x01(\x04R\baccepted\x12\x12\n" +
+	"\x04sent\x18\x06 \x01(\x04R\x04sent\x12\x18\n" +
+	"\aproblem\x18\a \x01(\tR\aproblem\"\x8b\x02\n" +
 	"\x04Peer\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1c\n" +
 	"\taddresses\x18\x02 \x03(\tR\taddresses\x12\x16\n" +
@@ -2123,75 +2238,77 @@ func file_proto_inspect_v1_inspect_proto_rawDescGZIP() []byte {
 	return file_proto_inspect_v1_inspect_proto_rawDescData
 }
 
-var file_proto_inspect_v1_inspect_proto_msgTypes = make([]protoimpl.MessageInfo, 28)
+var file_proto_inspect_v1_inspect_proto_msgTypes = make([]protoimpl.MessageInfo, 29)
 var file_proto_inspect_v1_inspect_proto_goTypes = []any{
 	(*GetStatusRequest)(nil),          // 0: coordino.inspect.v1.GetStatusRequest
 	(*Status)(nil),                    // 1: coordino.inspect.v1.Status
 	(*Masquerade)(nil),                // 2: coordino.inspect.v1.Masquerade
 	(*KernelFeature)(nil),             // 3: coordino.inspect.v1.KernelFeature
 	(*CrossNode)(nil),                 // 4: coordino.inspect.v1.CrossNode
-	(*Peer)(nil),                      // 5: coordino.inspect.v1.Peer
-	(*Block)(nil),                     // 6: coordino.inspect.v1.Block
-	(*MapPressure)(nil),               // 7: coordino.inspect.v1.MapPressure
-	(*ListEndpointsRequest)(nil),      // 8: coordino.inspect.v1.ListEndpointsRequest
-	(*ListEndpointsResponse)(nil),     // 9: coordino.inspect.v1.ListEndpointsResponse
-	(*GetEndpointRequest)(nil),        // 10: coordino.inspect.v1.GetEndpointRequest
-	(*Endpoint)(nil),                  // 11: coordino.inspect.v1.Endpoint
-	(*ListIdentitiesRequest)(nil),     // 12: coordino.inspect.v1.ListIdentitiesRequest
-	(*ListIdentitiesResponse)(nil),    // 13: coordino.inspect.v1.ListIdentitiesResponse
-	(*Identity)(nil),                  // 14: coordino.inspect.v1.Identity
-	(*GetIPAMRequest)(nil),            // 15: coordino.inspect.v1.GetIPAMRequest
-	(*IPAM)(nil),                      // 16: coordino.inspect.v1.IPAM
-	(*Allocation)(nil),                // 17: coordino.inspect.v1.Allocation
-	(*ExplainPolicyRequest)(nil),      // 18: coordino.inspect.v1.ExplainPolicyRequest
-	(*PolicyExplanation)(nil),         // 19: coordino.inspect.v1.PolicyExplanation
-	(*DirectionVerdict)(nil),          // 20: coordino.inspect.v1.DirectionVerdict
-	(*ListRecentFlowsRequest)(nil),    // 21: coordino.inspect.v1.ListRecentFlowsRequest
-	(*ListRecentFlowsResponse)(nil),   // 22: coordino.inspect.v1.ListRecentFlowsResponse
-	(*CollectDiagnosticsRequest)(nil), // 23: coordino.inspect.v1.CollectDiagnosticsRequest
-	(*Diagnostics)(nil),               // 24: coordino.inspect.v1.Diagnostics
-	(*DiagnosticFile)(nil),            // 25: coordino.inspect.v1.DiagnosticFile
-	nil,                               // 26: coordino.inspect.v1.Endpoint.LabelsEntry
-	nil,                               // 27: coordino.inspect.v1.Identity.LabelsEntry
-	(*v1.FlowEvent)(nil),              // 28: coordino.flow.v1.FlowEvent
+	(*BGPNeighbor)(nil),               // 5: coordino.inspect.v1.BGPNeighbor
+	(*Peer)(nil),                      // 6: coordino.inspect.v1.Peer
+	(*Block)(nil),                     // 7: coordino.inspect.v1.Block
+	(*MapPressure)(nil),               // 8: coordino.inspect.v1.MapPressure
+	(*ListEndpointsRequest)(nil),      // 9: coordino.inspect.v1.ListEndpointsRequest
+	(*ListEndpointsResponse)(nil),     // 10: coordino.inspect.v1.ListEndpointsResponse
+	(*GetEndpointRequest)(nil),        // 11: coordino.inspect.v1.GetEndpointRequest
+	(*Endpoint)(nil),                  // 12: coordino.inspect.v1.Endpoint
+	(*ListIdentitiesRequest)(nil),     // 13: coordino.inspect.v1.ListIdentitiesRequest
+	(*ListIdentitiesResponse)(nil),    // 14: coordino.inspect.v1.ListIdentitiesResponse
+	(*Identity)(nil),                  // 15: coordino.inspect.v1.Identity
+	(*GetIPAMRequest)(nil),            // 16: coordino.inspect.v1.GetIPAMRequest
+	(*IPAM)(nil),                      // 17: coordino.inspect.v1.IPAM
+	(*Allocation)(nil),                // 18: coordino.inspect.v1.Allocation
+	(*ExplainPolicyRequest)(nil),      // 19: coordino.inspect.v1.ExplainPolicyRequest
+	(*PolicyExplanation)(nil),         // 20: coordino.inspect.v1.PolicyExplanation
+	(*DirectionVerdict)(nil),          // 21: coordino.inspect.v1.DirectionVerdict
+	(*ListRecentFlowsRequest)(nil),    // 22: coordino.inspect.v1.ListRecentFlowsRequest
+	(*ListRecentFlowsResponse)(nil),   // 23: coordino.inspect.v1.ListRecentFlowsResponse
+	(*CollectDiagnosticsRequest)(nil), // 24: coordino.inspect.v1.CollectDiagnosticsRequest
+	(*Diagnostics)(nil),               // 25: coordino.inspect.v1.Diagnostics
+	(*DiagnosticFile)(nil),            // 26: coordino.inspect.v1.DiagnosticFile
+	nil,                               // 27: coordino.inspect.v1.Endpoint.LabelsEntry
+	nil,                               // 28: coordino.inspect.v1.Identity.LabelsEntry
+	(*v1.FlowEvent)(nil),              // 29: coordino.flow.v1.FlowEvent
 }
 var file_proto_inspect_v1_inspect_proto_depIdxs = []int32{
-	6,  // 0: coordino.inspect.v1.Status.blocks:type_name -> coordino.inspect.v1.Block
-	7,  // 1: coordino.inspect.v1.Status.maps:type_name -> coordino.inspect.v1.MapPressure
+	7,  // 0: coordino.inspect.v1.Status.blocks:type_name -> coordino.inspect.v1.Block
+	8,  // 1: coordino.inspect.v1.Status.maps:type_name -> coordino.inspect.v1.MapPressure
 	3,  // 2: coordino.inspect.v1.Status.kernel_features:type_name -> coordino.inspect.v1.KernelFeature
 	4,  // 3: coordino.inspect.v1.Status.cross_node:type_name -> coordino.inspect.v1.CrossNode
 	2,  // 4: coordino.inspect.v1.Status.masquerade:type_name -> coordino.inspect.v1.Masquerade
-	5,  // 5: coordino.inspect.v1.CrossNode.peers:type_name -> coordino.inspect.v1.Peer
-	11, // 6: coordino.inspect.v1.ListEndpointsResponse.endpoints:type_name -> coordino.inspect.v1.Endpoint
-	26, // 7: coordino.inspect.v1.Endpoint.labels:type_name -> coordino.inspect.v1.Endpoint.LabelsEntry
-	14, // 8: coordino.inspect.v1.ListIdentitiesResponse.identities:type_name -> coordino.inspect.v1.Identity
-	27, // 9: coordino.inspect.v1.Identity.labels:type_name -> coordino.inspect.v1.Identity.LabelsEntry
-	6,  // 10: coordino.inspect.v1.IPAM.blocks:type_name -> coordino.inspect.v1.Block
-	17, // 11: coordino.inspect.v1.IPAM.allocations:type_name -> coordino.inspect.v1.Allocation
-	20, // 12: coordino.inspect.v1.PolicyExplanation.steps:type_name -> coordino.inspect.v1.DirectionVerdict
-	28, // 13: coordino.inspect.v1.ListRecentFlowsResponse.flows:type_name -> coordino.flow.v1.FlowEvent
-	25, // 14: coordino.inspect.v1.Diagnostics.files:type_name -> coordino.inspect.v1.DiagnosticFile
-	0,  // 15: coordino.inspect.v1.Inspector.GetStatus:input_type -> coordino.inspect.v1.GetStatusRequest
-	8,  // 16: coordino.inspect.v1.Inspector.ListEndpoints:input_type -> coordino.inspect.v1.ListEndpointsRequest
-	10, // 17: coordino.inspect.v1.Inspector.GetEndpoint:input_type -> coordino.inspect.v1.GetEndpointRequest
-	12, // 18: coordino.inspect.v1.Inspector.ListIdentities:input_type -> coordino.inspect.v1.ListIdentitiesRequest
-	15, // 19: coordino.inspect.v1.Inspector.GetIPAM:input_type -> coordino.inspect.v1.GetIPAMRequest
-	18, // 20: coordino.inspect.v1.Inspector.ExplainPolicy:input_type -> coordino.inspect.v1.ExplainPolicyRequest
-	21, // 21: coordino.inspect.v1.Inspector.ListRecentFlows:input_type -> coordino.inspect.v1.ListRecentFlowsRequest
-	23, // 22: coordino.inspect.v1.Inspector.CollectDiagnostics:input_type -> coordino.inspect.v1.CollectDiagnosticsRequest
-	1,  // 23: coordino.inspect.v1.Inspector.GetStatus:output_type -> coordino.inspect.v1.Status
-	9,  // 24: coordino.inspect.v1.Inspector.ListEndpoints:output_type -> coordino.inspect.v1.ListEndpointsResponse
-	11, // 25: coordino.inspect.v1.Inspector.GetEndpoint:output_type -> coordino.inspect.v1.Endpoint
-	13, // 26: coordino.inspect.v1.Inspector.ListIdentities:output_type -> coordino.inspect.v1.ListIdentitiesResponse
-	16, // 27: coordino.inspect.v1.Inspector.GetIPAM:output_type -> coordino.inspect.v1.IPAM
-	19, // 28: coordino.inspect.v1.Inspector.ExplainPolicy:output_type -> coordino.inspect.v1.PolicyExplanation
-	22, // 29: coordino.inspect.v1.Inspector.ListRecentFlows:output_type -> coordino.inspect.v1.ListRecentFlowsResponse
-	24, // 30: coordino.inspect.v1.Inspector.CollectDiagnostics:output_type -> coordino.inspect.v1.Diagnostics
-	23, // [23:31] is the sub-list for method output_type
-	15, // [15:23] is the sub-list for method input_type
-	15, // [15:15] is the sub-list for extension type_name
-	15, // [15:15] is the sub-list for extension extendee
-	0,  // [0:15] is the sub-list for field type_name
+	6,  // 5: coordino.inspect.v1.CrossNode.peers:type_name -> coordino.inspect.v1.Peer
+	5,  // 6: coordino.inspect.v1.CrossNode.bgp_neighbors:type_name -> coordino.inspect.v1.BGPNeighbor
+	12, // 7: coordino.inspect.v1.ListEndpointsResponse.endpoints:type_name -> coordino.inspect.v1.Endpoint
+	27, // 8: coordino.inspect.v1.Endpoint.labels:type_name -> coordino.inspect.v1.Endpoint.LabelsEntry
+	15, // 9: coordino.inspect.v1.ListIdentitiesResponse.identities:type_name -> coordino.inspect.v1.Identity
+	28, // 10: coordino.inspect.v1.Identity.labels:type_name -> coordino.inspect.v1.Identity.LabelsEntry
+	7,  // 11: coordino.inspect.v1.IPAM.blocks:type_name -> coordino.inspect.v1.Block
+	18, // 12: coordino.inspect.v1.IPAM.allocations:type_name -> coordino.inspect.v1.Allocation
+	21, // 13: coordino.inspect.v1.PolicyExplanation.steps:type_name -> coordino.inspect.v1.DirectionVerdict
+	29, // 14: coordino.inspect.v1.ListRecentFlowsResponse.flows:type_name -> coordino.flow.v1.FlowEvent
+	26, // 15: coordino.inspect.v1.Diagnostics.files:type_name -> coordino.inspect.v1.DiagnosticFile
+	0,  // 16: coordino.inspect.v1.Inspector.GetStatus:input_type -> coordino.inspect.v1.GetStatusRequest
+	9,  // 17: coordino.inspect.v1.Inspector.ListEndpoints:input_type -> coordino.inspect.v1.ListEndpointsRequest
+	11, // 18: coordino.inspect.v1.Inspector.GetEndpoint:input_type -> coordino.inspect.v1.GetEndpointRequest
+	13, // 19: coordino.inspect.v1.Inspector.ListIdentities:input_type -> coordino.inspect.v1.ListIdentitiesRequest
+	16, // 20: coordino.inspect.v1.Inspector.GetIPAM:input_type -> coordino.inspect.v1.GetIPAMRequest
+	19, // 21: coordino.inspect.v1.Inspector.ExplainPolicy:input_type -> coordino.inspect.v1.ExplainPolicyRequest
+	22, // 22: coordino.inspect.v1.Inspector.ListRecentFlows:input_type -> coordino.inspect.v1.ListRecentFlowsRequest
+	24, // 23: coordino.inspect.v1.Inspector.CollectDiagnostics:input_type -> coordino.inspect.v1.CollectDiagnosticsRequest
+	1,  // 24: coordino.inspect.v1.Inspector.GetStatus:output_type -> coordino.inspect.v1.Status
+	10, // 25: coordino.inspect.v1.Inspector.ListEndpoints:output_type -> coordino.inspect.v1.ListEndpointsResponse
+	12, // 26: coordino.inspect.v1.Inspector.GetEndpoint:output_type -> coordino.inspect.v1.Endpoint
+	14, // 27: coordino.inspect.v1.Inspector.ListIdentities:output_type -> coordino.inspect.v1.ListIdentitiesResponse
+	17, // 28: coordino.inspect.v1.Inspector.GetIPAM:output_type -> coordino.inspect.v1.IPAM
+	20, // 29: coordino.inspect.v1.Inspector.ExplainPolicy:output_type -> coordino.inspect.v1.PolicyExplanation
+	23, // 30: coordino.inspect.v1.Inspector.ListRecentFlows:output_type -> coordino.inspect.v1.ListRecentFlowsResponse
+	25, // 31: coordino.inspect.v1.Inspector.CollectDiagnostics:output_type -> coordino.inspect.v1.Diagnostics
+	24, // [24:32] is the sub-list for method output_type
+	16, // [16:24] is the sub-list for method input_type
+	16, // [16:16] is the sub-list for extension type_name
+	16, // [16:16] is the sub-list for extension extendee
+	0,  // [0:16] is the sub-list for field type_name
 }
 
 func init() { file_proto_inspect_v1_inspect_proto_init() }
@@ -2205,7 +2322,7 @@ func file_proto_inspect_v1_inspect_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_proto_inspect_v1_inspect_proto_rawDesc), len(file_proto_inspect_v1_inspect_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   28,
+			NumMessages:   29,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -39,6 +39,8 @@ func (f *genericInformer) Lister() cache.GenericLister {
 func (f *sharedInformerFactory) ForResource(resource schema.GroupVersionResource) (GenericInformer, error) {
 	switch resource {
 	// Group=coordino.io, Version=v1alpha1
+	case v1alpha1.SchemeGroupVersion.WithResource("bgppeerpolicies"):
+		return &genericInformer{resource: resource.GroupResource(), informer: f.Coordino().V1alpha1().BGPPeerPolicies().Informer()}, nil
 	case v1alpha1.SchemeGroupVersion.WithResource("ipblocks"):
 		return &genericInformer{resource: resource.GroupResource(), informer: f.Coordino().V1alpha1().IPBlocks().Informer()}, nil
 	case v1alpha1.SchemeGroupVersion.WithResource("ippools"):

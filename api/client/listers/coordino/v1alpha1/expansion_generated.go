@@ -4,6 +4,10 @@
 
 package v1alpha1
 
+// BGPPeerPolicyListerExpansion allows custom methods to be added to
+// BGPPeerPolicyLister.
+type BGPPeerPolicyListerExpansion interface{}
+
 // IPBlockListerExpansion allows custom methods to be added to
 // IPBlockLister.
 type IPBlockListerExpansion interface{}

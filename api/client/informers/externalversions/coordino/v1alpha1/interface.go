@@ -10,6 +10,8 @@ import (
 
 // Interface provides access to all the informers in this group version.
 type Interface interface {
+	// BGPPeerPolicies returns a BGPPeerPolicyInformer.
+	BGPPeerPolicies() TypedBGPPeerPolicyInformer
 	// IPBlocks returns a IPBlockInformer.
 	IPBlocks() TypedIPBlockInformer
 	// IPPools returns a IPPoolInformer.
@@ -35,6 +37,11 @@ type version struct {
 // New returns a new Interface.
 func New(f internalinterfaces.SharedInformerFactory, namespace string, tweakListOptions internalinterfaces.TweakListOptionsFunc) Interface {
 	return &version{factory: f, namespace: namespace, tweakListOptions: tweakListOptions}
+}
+
+// BGPPeerPolicies returns a TypedBGPPeerPolicyInformer.
+func (v *version) BGPPeerPolicies() TypedBGPPeerPolicyInformer {
+	return &bGPPeerPolicyInformer{factory: v.factory, tweakListOptions: v.tweakListOptions}
 }
 
 // IPBlocks returns a TypedIPBlockInformer.

@@ -14,6 +14,7 @@ import (
 
 type CoordinoV1alpha1Interface interface {
 	RESTClient() rest.Interface
+	BGPPeerPoliciesGetter
 	IPBlocksGetter
 	IPPoolsGetter
 	IdentitiesGetter
@@ -26,6 +27,10 @@ type CoordinoV1alpha1Interface interface {
 // CoordinoV1alpha1Client is used to interact with features provided by the coordino.io group.
 type CoordinoV1alpha1Client struct {
 	restClient rest.Interface
+}
+
+func (c *CoordinoV1alpha1Client) BGPPeerPolicies() BGPPeerPolicyInterface {
+	return newBGPPeerPolicies(c)
 }
 
 func (c *CoordinoV1alpha1Client) IPBlocks() IPBlockInterface {

@@ -4,6 +4,8 @@
 
 package v1alpha1
 
+type BGPPeerPolicyExpansion interface{}
+
 type IPBlockExpansion interface{}
 
 type IPPoolExpansion interface{}

@@ -14,6 +14,10 @@ type FakeCoordinoV1alpha1 struct {
 	*testing.Fake
 }
 
+func (c *FakeCoordinoV1alpha1) BGPPeerPolicies() v1alpha1.BGPPeerPolicyInterface {
+	return newFakeBGPPeerPolicies(c)
+}
+
 func (c *FakeCoordinoV1alpha1) IPBlocks() v1alpha1.IPBlockInterface {
 	return newFakeIPBlocks(c)
 }

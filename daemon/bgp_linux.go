@@ -1,0 +1,226 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"reflect"
+	"slices"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/coordino/coordino/api/client/clientset/versioned"
+	coordinov1alpha1 "github.com/coordino/coordino/api/coordino/v1alpha1"
+	"github.com/coordino/coordino/daemon/bgp"
+	"github.com/coordino/coordino/daemon/config"
+	"github.com/coordino/coordino/daemon/k8s"
+	"github.com/coordino/coordino/daemon/nodeaddrs"
+	"github.com/coordino/coordino/daemon/peers"
+	"github.com/coordino/coordino/daemon/routing"
+)
+
+// bgpPolicyPoll is how often Kubernetes mode re-reads the BGPPeerPolicies
+// and the node's labels (a fabric's configuration changes rarely).
+const bgpPolicyPoll = 10 * time.Second
+
+// defaultBGPSecretNamespace holds the MD5 password Secrets unless
+// POD_NAMESPACE names the daemon's own namespace.
+const defaultBGPSecretNamespace = "coordino-system"
+
+// bgpNode is --routing=bgp in the daemon: the speaker (started once the
+// configuration is known: at once from --bgp-config, or from the node's
+// BGPPeerPolicy in Kubernetes mode) and the node's own blocks and
+// addresses it announces.
+type bgpNode struct {
+	o   *config.Options
+	r   *routing.Router
+	log *zap.Logger
+
+	mu    sync.Mutex
+	sp    *bgp.Speaker
+	self  *peers.Node
+	addrs []netip.Addr
+	// applied is the spec last configured from the API (nil: none yet).
+	applied *coordinov1alpha1.BGPPeerPolicySpec
+}
+
+// startBGP starts the speaker from --bgp-config, or in Kubernetes mode
+// without it follows the BGPPeerPolicy that selects this node.
+func startBGP(ctx context.Context, o *config.Options, r *routing.Router, log *zap.Logger) (*bgpNode, error) {
+	b := &bgpNode{o: o, r: r, log: log}
+	addrs, err := nodeaddrs.List()
+	if err != nil {
+		return nil, fmt.Errorf("bgp: node addresses: %w", err)
+	}
+	b.addrs = addrs
+	if o.BGPConfig != "" {
+		cfg, err := bgp.FileConfig(o.BGPConfig)
+		if err != nil {
+			return nil, err
+		}
+		if err := b.configure(ctx, cfg); err != nil {
+			return nil, err
+		}
+		return b, nil
+	}
+	rc, err := k8s.RestConfig(o.Kubeconfig)
+	if err != nil {
+		return nil, err
+	}
+	cl, err := versioned.NewForConfig(rc)
+	if err != nil {
+		return nil, err
+	}
+	kube, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		return nil, err
+	}
+	go b.followPolicies(ctx, cl, kube)
+	return b, nil
+}
+
+func (b *bgpNode) speaker() *bgp.Speaker {
+	if b == nil {
+		return nil
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.sp
+}
+
+// apply takes the peer set: only this node's entry matters (the others'
+// blocks come from the fabric); the router keeps no peer routes, which
+// removes what a direct run left.
+func (b *bgpNode) apply(s peers.Set) error {
+	b.mu.Lock()
+	b.self = s[b.o.NodeName]
+	b.mu.Unlock()
+	return errors.Join(b.r.Apply(peers.Set{b.o.NodeName: s[b.o.NodeName]}), b.announce())
+}
+
+// announce gives the speaker, once running, the node's blocks (flags and
+// peer set) and addresses.
+func (b *bgpNode) announce() error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.sp == nil {
+		return nil
+	}
+	blocks := slices.Clone(b.o.Prefixes)
+	addrs := slices.Clone(b.addrs)
+	if b.self != nil {
+		blocks = append(blocks, b.self.Blocks...)
+		addrs = append(addrs, b.self.Addresses...)
+	}
+	slices.SortFunc(blocks, netip.Prefix.Compare)
+	return b.sp.SetLocal(slices.Compact(blocks), addrs, b.o.ServicePrefixes)
+}
+
+// configure starts the speaker with cfg, or reconfigures the running one.
+func (b *bgpNode) configure(ctx context.Context, cfg bgp.Config) error {
+	b.mu.Lock()
+	sp := b.sp
+	b.mu.Unlock()
+	if sp != nil {
+		return sp.Configure(ctx, cfg)
+	}
+	var routerID netip.Addr
+	for _, a := range b.addrs {
+		if a.Is4() {
+			routerID = a
+			break
+		}
+	}
+	sp, err := bgp.Start(ctx, cfg, b.o.NodeName, b.o.StateDir, routerID, b.log)
+	if err != nil {
+		return err
+	}
+	b.mu.Lock()
+	b.sp = sp
+	b.mu.Unlock()
+	return b.announce()
+}
+
+// followPolicies configures the speaker from the BGPPeerPolicy selecting
+// this node, re-reading every bgpPolicyPoll. Until one selects it the node
+// runs no speaker (and keeps what a previous run installed).
+func (b *bgpNode) followPolicies(ctx context.Context, cl versioned.Interface, kube kubernetes.Interface) {
+	ns := os.Getenv("POD_NAMESPACE")
+	if ns == "" {
+		ns = defaultBGPSecretNamespace
+	}
+	t := time.NewTicker(bgpPolicyPoll)
+	defer t.Stop()
+	for {
+		if err := b.syncPolicy(ctx, cl, kube, ns); err != nil {
+			b.log.Error("BGP configuration from the API not applied", zap.Error(err))
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+func (b *bgpNode) syncPolicy(ctx context.Context, cl versioned.Interface, kube kubernetes.Interface, ns string) error {
+	node, err := kube.CoreV1().Nodes().Get(ctx, b.o.NodeName, metav1.GetOptions{})
+	if err != nil {
+		return fmt.Errorf("node %s: %w", b.o.NodeName, err)
+	}
+	list, err := cl.CoordinoV1alpha1().BGPPeerPolicies().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return fmt.Errorf("list BGPPeerPolicies: %w", err)
+	}
+	pol, ignored := bgp.Select(list.Items, node.Labels)
+	if pol == nil {
+		b.mu.Lock()
+		had := b.applied != nil
+		b.mu.Unlock()
+		if had {
+			return fmt.Errorf("no BGPPeerPolicy selects node %s any more: the speaker keeps its last configuration until the daemon restarts", b.o.NodeName)
+		}
+		return nil
+	}
+	if len(ignored) > 0 {
+		b.log.Warn("BGPPeerPolicies also select this node and are ignored", zap.String("policy", pol.Name), zap.Strings("ignored", ignored))
+	}
+	b.mu.Lock()
+	same := b.applied != nil && reflect.DeepEqual(*b.applied, pol.Spec)
+	b.mu.Unlock()
+	if same {
+		return nil
+	}
+	cfg, err := bgp.FromSpec(pol.Spec, func(p coordinov1alpha1.BGPPeer) (string, error) {
+		if p.PasswordSecretRef == nil {
+			return "", fmt.Errorf("passwordFile: only in --bgp-config; a BGPPeerPolicy takes passwordSecretRef")
+		}
+		sec, err := kube.CoreV1().Secrets(ns).Get(ctx, p.PasswordSecretRef.Name, metav1.GetOptions{})
+		if err != nil {
+			return "", fmt.Errorf("passwordSecretRef: Secret %s/%s: %w", ns, p.PasswordSecretRef.Name, err)
+		}
+		v, ok := sec.Data[p.PasswordSecretRef.Key]
+		if !ok {
+			return "", fmt.Errorf("passwordSecretRef: Secret %s/%s has no key %q", ns, p.PasswordSecretRef.Name, p.PasswordSecretRef.Key)
+		}
+		return string(v), nil
+	})
+	if err != nil {
+		return fmt.Errorf("BGPPeerPolicy %s: %w", pol.Name, err)
+	}
+	if err := b.configure(ctx, cfg); err != nil {
+		return fmt.Errorf("BGPPeerPolicy %s: %w", pol.Name, err)
+	}
+	spec := pol.Spec.DeepCopy()
+	b.mu.Lock()
+	b.applied = spec
+	b.mu.Unlock()
+	b.log.Info("BGP configured from BGPPeerPolicy", zap.String("policy", pol.Name), zap.Int("peers", len(cfg.Peers)))
+	return nil
+}
