@@ -228,13 +228,36 @@ func ServeUDPEcho(netns ns.NetNS, addr netip.Addr, port int) (stop func(), err e
 // each one until the peer closes: a long-lived connection for tests that
 // watch a flow across restarts and policy changes.
 func ServeTCPEcho(netns ns.NetNS, addr netip.Addr, port int) (stop func(), err error) {
+	return ServeTCP(netns, netip.AddrPortFrom(addr, uint16(port)), func(c net.Conn) {
+		buf := make([]byte, 64<<10)
+		for {
+			n, err := c.Read(buf)
+			if err != nil {
+				return
+			}
+			if _, err := c.Write(buf[:n]); err != nil {
+				return
+			}
+		}
+	})
+}
+
+// ServeTCP accepts TCP connections on at inside netns (an unspecified
+// address listens on every address of both families) and runs handle on
+// each, closing it when handle returns. stop closes the listener and every
+// open connection.
+func ServeTCP(netns ns.NetNS, at netip.AddrPort, handle func(net.Conn)) (stop func(), err error) {
 	var l net.Listener
 	if err := netns.Do(func(ns.NetNS) error {
+		addr := at.String()
+		if !at.Addr().IsValid() || at.Addr().IsUnspecified() {
+			addr = fmt.Sprintf(":%d", at.Port())
+		}
 		var lerr error
-		l, lerr = net.Listen("tcp", netip.AddrPortFrom(addr, uint16(port)).String())
+		l, lerr = net.Listen("tcp", addr)
 		return lerr
 	}); err != nil {
-		return nil, fmt.Errorf("listen tcp on %v:%d: %w", addr, port, err)
+		return nil, fmt.Errorf("listen tcp on %v: %w", at, err)
 	}
 	var (
 		mu    sync.Mutex
@@ -251,16 +274,7 @@ func ServeTCPEcho(netns ns.NetNS, addr netip.Addr, port int) (stop func(), err e
 			mu.Unlock()
 			go func() {
 				defer func() { mu.Lock(); delete(conns, c); mu.Unlock(); c.Close() }()
-				buf := make([]byte, 64<<10)
-				for {
-					n, err := c.Read(buf)
-					if err != nil {
-						return
-					}
-					if _, err := c.Write(buf[:n]); err != nil {
-						return
-					}
-				}
+				handle(c)
 			}()
 		}
 	}()

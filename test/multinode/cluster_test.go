@@ -295,12 +295,17 @@ func (c *cluster) plug(n *node) error {
 	}); err != nil {
 		return err
 	}
+	return c.bridgePort(port, c.bridge)
+}
+
+// bridgePort makes the underlay's interface port a port of bridge, up.
+func (c *cluster) bridgePort(port, bridge string) error {
 	return c.underlay.Do(func(ns.NetNS) error {
 		l, err := netlink.LinkByName(port)
 		if err != nil {
 			return err
 		}
-		br, err := netlink.LinkByName(c.bridge)
+		br, err := netlink.LinkByName(bridge)
 		if err != nil {
 			return err
 		}

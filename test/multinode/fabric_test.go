@@ -226,20 +226,7 @@ func (f *fabric) addNode() *node {
 	}); err != nil {
 		t.Fatalf("%s uplink: %v", name, err)
 	}
-	if err := c.underlay.Do(func(ns.NetNS) error {
-		l, err := netlink.LinkByName(port)
-		if err != nil {
-			return err
-		}
-		br, err := netlink.LinkByName(f.bridges[r])
-		if err != nil {
-			return err
-		}
-		if err := netlink.LinkSetMaster(l, br); err != nil {
-			return err
-		}
-		return netlink.LinkSetUp(l)
-	}); err != nil {
+	if err := c.bridgePort(port, f.bridges[r]); err != nil {
 		t.Fatalf("%s rack port: %v", name, err)
 	}
 	return n

@@ -117,20 +117,7 @@ func newOutside(t *testing.T, c *cluster) *outside {
 	}); err != nil {
 		t.Fatalf("outside host: %v", err)
 	}
-	if err := c.underlay.Do(func(ns.NetNS) error {
-		l, err := netlink.LinkByName(port)
-		if err != nil {
-			return err
-		}
-		br, err := netlink.LinkByName(c.bridge)
-		if err != nil {
-			return err
-		}
-		if err := netlink.LinkSetMaster(l, br); err != nil {
-			return err
-		}
-		return netlink.LinkSetUp(l)
-	}); err != nil {
+	if err := c.bridgePort(port, c.bridge); err != nil {
 		t.Fatalf("outside host's bridge port: %v", err)
 	}
 	o.serve(t)
@@ -139,7 +126,7 @@ func newOutside(t *testing.T, c *cluster) *outside {
 
 func (o *outside) serve(t *testing.T) {
 	t.Helper()
-	serveWho(t, o.ns, fmt.Sprintf(":%d", whoPort))
+	serveWho(t, o.ns, netip.AddrPortFrom(netip.IPv6Unspecified(), whoPort))
 	// UDP per address: a wildcard socket answers from the host's first
 	// address, which a connected client does not accept.
 	for _, v6 := range []bool{false, true} {
@@ -168,35 +155,22 @@ func (o *outside) serve(t *testing.T) {
 
 // serveWho answers each line on every TCP connection to addr in n with the
 // address the connection comes from.
-func serveWho(t *testing.T, n ns.NetNS, addr string) {
+func serveWho(t *testing.T, n ns.NetNS, at netip.AddrPort) {
 	t.Helper()
-	var l net.Listener
-	if err := n.Do(func(ns.NetNS) (err error) {
-		l, err = net.Listen("tcp", addr)
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { l.Close() })
-	go func() {
+	stop, err := harness.ServeTCP(n, at, func(c net.Conn) {
+		from := netip.MustParseAddrPort(c.RemoteAddr().String()).Addr().Unmap()
+		r := bufio.NewReader(c)
 		for {
-			c, err := l.Accept()
-			if err != nil {
+			if _, err := r.ReadString('\n'); err != nil {
 				return
 			}
-			go func() {
-				defer c.Close()
-				from := netip.MustParseAddrPort(c.RemoteAddr().String()).Addr().Unmap()
-				r := bufio.NewReader(c)
-				for {
-					if _, err := r.ReadString('\n'); err != nil {
-						return
-					}
-					fmt.Fprintf(c, "%s\n", from)
-				}
-			}()
+			fmt.Fprintf(c, "%s\n", from)
 		}
-	}()
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(stop)
 }
 
 // ask sends a line on c and returns the address the outside host saw.
@@ -381,7 +355,7 @@ func TestMasquerade(t *testing.T) {
 		}
 		t.Cleanup(func() { _ = n.WritePolicy(filepath.Join(n.Dir, "policies"), "ingress.yaml", nil, 10*time.Second) })
 		for _, v6 := range []bool{false, true} {
-			serveWho(t, p.NS, netip.AddrPortFrom(p.addr(v6), whoPort).String())
+			serveWho(t, p.NS, netip.AddrPortFrom(p.addr(v6), whoPort))
 			// The outside host's routed address reaches the pod directly:
 			// the pod sees the client, and its ipBlock admits it.
 			var conn net.Conn
@@ -535,20 +509,7 @@ func newFarHost(t *testing.T, c *cluster) *farHost {
 	}); err != nil {
 		t.Fatalf("far host: %v", err)
 	}
-	if err := c.underlay.Do(func(ns.NetNS) error {
-		l, err := netlink.LinkByName(port)
-		if err != nil {
-			return err
-		}
-		br, err := netlink.LinkByName(c.bridge)
-		if err != nil {
-			return err
-		}
-		if err := netlink.LinkSetMaster(l, br); err != nil {
-			return err
-		}
-		return netlink.LinkSetUp(l)
-	}); err != nil {
+	if err := c.bridgePort(port, c.bridge); err != nil {
 		t.Fatal(err)
 	}
 	// The nodes reach the far network through the router.
@@ -571,28 +532,15 @@ func newFarHost(t *testing.T, c *cluster) *farHost {
 // and answers with the count.
 func (f *farHost) sink(t *testing.T) {
 	t.Helper()
-	var l net.Listener
-	if err := f.far.Do(func(ns.NetNS) (err error) {
-		l, err = net.Listen("tcp", fmt.Sprintf(":%d", whoPort))
-		return err
-	}); err != nil {
+	stop, err := harness.ServeTCP(f.far, netip.AddrPortFrom(netip.IPv6Unspecified(), whoPort), func(c net.Conn) {
+		_ = c.SetDeadline(time.Now().Add(30 * time.Second))
+		n, _ := io.Copy(io.Discard, c)
+		fmt.Fprintf(c, "%d\n", n)
+	})
+	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { l.Close() })
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				_ = c.SetDeadline(time.Now().Add(30 * time.Second))
-				n, _ := io.Copy(io.Discard, c)
-				fmt.Fprintf(c, "%d\n", n)
-			}()
-		}
-	}()
+	t.Cleanup(stop)
 }
 
 // checkPMTU: a pod sends 2 MiB to the far host in full-size segments; only

@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"net/netip"
 	"os"
@@ -20,7 +19,6 @@ import (
 
 	"github.com/containernetworking/cni/libcni"
 	"github.com/containernetworking/cni/pkg/types"
-	"github.com/containernetworking/plugins/pkg/ns"
 
 	"github.com/coordino/coordino/test/harness"
 	"github.com/coordino/coordino/test/privileged"
@@ -213,30 +211,13 @@ type echo struct {
 
 func openEcho(t *testing.T, server, client *pod, port int) *echo {
 	t.Helper()
-	var l net.Listener
-	if err := server.NS.Do(func(ns.NetNS) error {
-		var err error
-		l, err = net.Listen("tcp", netip.AddrPortFrom(server.addrs[0], uint16(port)).String())
-		return err
-	}); err != nil {
+	stop, err := harness.ServeTCPEcho(server.NS, server.addrs[0], port)
+	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { l.Close() })
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			go func() { defer c.Close(); _, _ = io.Copy(c, c) }()
-		}
-	}()
-	var conn net.Conn
-	if err := client.NS.Do(func(ns.NetNS) error {
-		var err error
-		conn, err = net.DialTimeout("tcp", netip.AddrPortFrom(server.addrs[0], uint16(port)).String(), 2*time.Second)
-		return err
-	}); err != nil {
+	t.Cleanup(stop)
+	conn, err := harness.DialFrom(client.NS, "tcp", server.addrs[0], port, 2*time.Second)
+	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { conn.Close() })
