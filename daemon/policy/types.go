@@ -30,9 +30,24 @@ const (
 	IngressIsolated Isolation = 1
 	// EgressIsolated: only allowed egress passes. Value matches EP_EGRESS_ISOLATED.
 	EgressIsolated Isolation = 2
+	// IngressTiered: some ClusterNetworkPolicy has ingress rules for the
+	// pod, so new ingress flows consult the policy map even where no
+	// NetworkPolicy isolates it. Value matches EP_INGRESS_TIERED.
+	IngressTiered Isolation = 4
+	// EgressTiered is IngressTiered for egress (EP_EGRESS_TIERED).
+	EgressTiered Isolation = 8
 )
 
-// Has reports whether direction d is isolated.
+// Enforced reports whether new flows of direction d consult the policy
+// map: some NetworkPolicy isolates d or some cluster policy has d rules.
+func (i Isolation) Enforced(d Direction) bool {
+	if d&1 == Egress {
+		return i&(EgressIsolated|EgressTiered) != 0
+	}
+	return i&(IngressIsolated|IngressTiered) != 0
+}
+
+// Has reports whether direction d is isolated by a NetworkPolicy.
 func (i Isolation) Has(d Direction) bool {
 	if d == Egress {
 		return i&EgressIsolated != 0
@@ -74,6 +89,9 @@ type Input struct {
 // Rule allows traffic of a local identity in one direction with a remote
 // identity (identity.Any for every peer) on a protocol (ProtoAny for all)
 // and an inclusive port range (0-65535 for all ports).
+//
+// A rule of a ClusterNetworkPolicy also carries its tier, action and rank
+// (policyir.Policy.Rank); NetworkPolicy rules leave them zero (accept).
 type Rule struct {
 	Local  identity.ID
 	Remote identity.ID
@@ -81,11 +99,18 @@ type Rule struct {
 	Proto  uint8
 	PortLo uint16
 	PortHi uint16
+	Tier   policyir.Tier
+	Action policyir.Action
+	Rank   uint16
 }
 
 // String renders r for logs and test failures.
 func (r Rule) String() string {
-	return fmt.Sprintf("%s %s remote=%s proto=%d ports=%d-%d", r.Local, r.Dir, r.Remote, r.Proto, r.PortLo, r.PortHi)
+	s := fmt.Sprintf("%s %s remote=%s proto=%d ports=%d-%d", r.Local, r.Dir, r.Remote, r.Proto, r.PortLo, r.PortHi)
+	if r.Tier != policyir.TierNetworkPolicy {
+		s += fmt.Sprintf(" %s %s rank=%d", r.Tier, r.Action, r.Rank)
+	}
+	return s
 }
 
 // Result is compiled policy for the local identities.
