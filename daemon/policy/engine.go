@@ -42,10 +42,10 @@ type Engine struct {
 	rules      map[Rule]int
 	keys       map[Key]int
 	// tiers are the tier entries of each key (tiers.go).
-	tiers tierKeys
-	isolation  map[identity.ID]*isoCount
-	named      namedPortState
-	changes    Changes
+	tiers     tierKeys
+	isolation map[identity.ID]*isoCount
+	named     namedPortState
+	changes   Changes
 	// Errors of the last operations (e.g. CIDR identity space exhausted).
 	errs []error
 }

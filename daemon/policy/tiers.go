@@ -28,10 +28,10 @@ type Value uint32
 
 const (
 	// ValueNoAllow: the key exists for a tier rule only.
-	ValueNoAllow Value = 1
-	valueActionShift   = 1
-	valueRankShift     = 3
-	valueRankMask      = 0x7fff
+	ValueNoAllow     Value = 1
+	valueActionShift       = 1
+	valueRankShift         = 3
+	valueRankMask          = 0x7fff
 )
 
 // Tier action codes in a Value.
