@@ -145,14 +145,13 @@ type Decision struct {
 	Remote     identity.ID
 	RemoteCIDR identity.ID
 	Isolation  policy.Isolation
-	// Reason is a verdict reason name: "host", "not-isolated", "policy" or "policy-denied".
-	Reason string
+	// Verdict is the decision and, when a ClusterNetworkPolicy rule made
+	// it, its tier, action and rank.
+	policy.Verdict
 }
 
 // Allowed reports whether the decision lets the flow pass.
-func (dec Decision) Allowed() bool {
-	return dec.Reason != ReasonName(uint8(bpf.CoordinoReasonREASON_POLICY_DENIED))
-}
+func (dec Decision) Allowed() bool { return dec.Allow }
 
 // Decide looks up the kernel maps exactly as the programs' decide() does
 // for the first packet of a flow at the endpoint on hostIfIndex: the
@@ -172,34 +171,20 @@ func (d *Datapath) Decide(hostIfIndex int, dir policy.Direction, peer netip.Addr
 	}
 	dec := Decision{Local: identity.ID(info.Identity), Remote: identity.ID(remote.Identity),
 		RemoteCIDR: identity.ID(remote.CidrIdentity), Isolation: policy.Isolation(info.Flags)}
-	switch {
-	case dir == policy.Ingress && dec.Remote == identity.Host:
-		dec.Reason = ReasonName(uint8(bpf.CoordinoReasonREASON_HOST))
-		return dec, nil
-	case !dec.Isolation.Has(dir):
-		dec.Reason = ReasonName(uint8(bpf.CoordinoReasonREASON_NOT_ISOLATED))
-		return dec, nil
-	}
-	if proto != policy.ProtoTCP && proto != policy.ProtoUDP && proto != policy.ProtoSCTP {
-		port = 0
-	}
-	remotes := []identity.ID{dec.Remote}
-	if dec.RemoteCIDR != dec.Remote {
-		remotes = append(remotes, dec.RemoteCIDR)
-	}
-	remotes = append(remotes, identity.Any)
-	dec.Reason = ReasonName(uint8(bpf.CoordinoReasonREASON_POLICY_DENIED))
-	for _, r := range remotes {
-		pk := policyKey(policy.Key{Prefix: policy.PrefixFull, Local: dec.Local, Remote: r, Dir: dir, Proto: proto, Port: port})
+	var lookupErr error
+	lookup := func(k policy.Key) (policy.Value, bool) {
+		pk := policyKey(k)
 		var pv bpf.CoordinoPolicyValue
 		err := d.objs.CdoPolicy.Lookup(&pk, &pv)
-		if err == nil {
-			dec.Reason = ReasonName(uint8(bpf.CoordinoReasonREASON_POLICY))
-			break
+		if err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) && lookupErr == nil {
+			lookupErr = fmt.Errorf("datapath: policy lookup: %w", err)
 		}
-		if !errors.Is(err, ebpf.ErrKeyNotExist) {
-			return Decision{}, fmt.Errorf("datapath: policy lookup: %w", err)
-		}
+		return policy.Value(pv.Flags), err == nil
+	}
+	dec.Verdict = policy.Decide(lookup, policy.Flow{Local: dec.Local, Isolation: dec.Isolation, Dir: dir,
+		Remote: dec.Remote, RemoteCIDR: dec.RemoteCIDR, Proto: proto, Port: port})
+	if lookupErr != nil {
+		return Decision{}, lookupErr
 	}
 	return dec, nil
 }

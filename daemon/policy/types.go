@@ -9,6 +9,7 @@ import (
 	"github.com/coordino/coordino/daemon/identity"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
+	cnpv1beta1 "sigs.k8s.io/network-policy-api/apis/v1beta1"
 )
 
 // Direction is a traffic direction from the pod's point of view; values match
@@ -68,8 +69,10 @@ const (
 type Snapshot struct {
 	Policies []*networkingv1.NetworkPolicy
 	// PolicyIRs are policies the controller compiled (Kubernetes mode).
-	PolicyIRs  []*coordinov1alpha1.PolicyIR
-	Namespaces []*corev1.Namespace
+	PolicyIRs []*coordinov1alpha1.PolicyIR
+	// ClusterPolicies are policy.networking.k8s.io ClusterNetworkPolicies.
+	ClusterPolicies []*cnpv1beta1.ClusterNetworkPolicy
+	Namespaces      []*corev1.Namespace
 	// NodeIsolation are the cluster's NodeIsolationPolicies (daemon/nodeiso).
 	NodeIsolation []*coordinov1alpha1.NodeIsolationPolicy
 }
