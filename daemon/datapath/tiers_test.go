@@ -2,6 +2,7 @@ package datapath
 
 import (
 	"context"
+	"net/netip"
 	"testing"
 	"time"
 
@@ -91,6 +92,7 @@ func TestClusterNetworkPolicyTiers(t *testing.T) {
 	if dec.Allowed() || dec.Tier != policyir.TierAdmin || dec.Action != policyir.ActionDeny || dec.Rank != 20*25 || dec.Reason != "admin-deny" {
 		t.Errorf("Decide a>b tcp/80 = %+v, want admin Deny rank 500", dec)
 	}
+	decidedBy(t, c, "b", policy.Ingress, podIPs["a"], 80, "admin: ClusterNetworkPolicy/deny-server spec.ingress[0] Deny")
 
 	// Pass at priority 10 comes first for pods of default: NetworkPolicy
 	// decides again (80 allowed, 81 not); c, not passed, stays denied.
@@ -104,11 +106,13 @@ func TestClusterNetworkPolicyTiers(t *testing.T) {
 	c.expect(false, "c>a tcp/80")
 	c.expect(true, "c>b tcp/80", "b>a tcp/80", "node>a tcp/80")
 	waitFlow(t, flows, "baseline-deny", "a")
+	decidedBy(t, c, "a", policy.Ingress, podIPs["c"], 80, "baseline: ClusterNetworkPolicy/baseline-other spec.ingress[0] Deny")
 
 	// A networks peer: egress from clients to the world's /24, port 80.
 	c.policies(adminDenyWorld)
 	c.expect(false, "a>ext tcp/80", "c>ext tcp/80")
 	c.expect(true, "a>ext tcp/81", "a>b tcp/80")
+	decidedBy(t, c, "a", policy.Egress, podIPs["ext"], 80, "admin: ClusterNetworkPolicy/deny-world spec.egress[0] Deny")
 
 	// All gone: the default again.
 	c.policies()
@@ -128,5 +132,17 @@ func waitFlow(t *testing.T, flows chan Flow, reason, pod string) {
 		case <-deadline:
 			t.Fatalf("no %s flow event at %s", reason, pod)
 		}
+	}
+}
+
+// decidedBy checks the rule explain names for a new TCP flow at pod.
+func decidedBy(t *testing.T, c *cluster, pod string, dir policy.Direction, peer netip.Addr, port uint16, want string) {
+	t.Helper()
+	dec, err := c.dp.Decide(c.eps[pod].HostIfIndex, dir, peer, policy.ProtoTCP, port)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := c.dp.DecidedBy(dec, dir, peer, policy.ProtoTCP, port); got != want {
+		t.Errorf("at %s %s from %s: decided by %q, want %q (decision %+v)", pod, dir, peer, got, want, dec)
 	}
 }

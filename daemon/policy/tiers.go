@@ -253,8 +253,8 @@ type Verdict struct {
 	Tier   policyir.Tier
 	Action policyir.Action
 	Rank   uint16
-	// Reason is the flow reason: host, not-isolated, policy,
-	// policy-denied, admin-accept, admin-deny, baseline-accept,
+	// Reason is the datapath's flow reason: host, not-isolated, policy
+	// (a NetworkPolicy or tier rule accepts), policy-denied, admin-deny,
 	// baseline-deny.
 	Reason string
 }
@@ -317,7 +317,7 @@ func Decide(get Lookup, f Flow) Verdict {
 	}
 	allow, admin, found := tierLookups(get, f, f.Dir, port)
 	if found && admin.action != policyir.ActionPass {
-		v := Verdict{Allow: admin.action == policyir.ActionAccept, Tier: policyir.TierAdmin, Action: admin.action, Rank: admin.rank, Reason: "admin-accept"}
+		v := Verdict{Allow: admin.action == policyir.ActionAccept, Tier: policyir.TierAdmin, Action: admin.action, Rank: admin.rank, Reason: "policy"}
 		if !v.Allow {
 			v.Reason = "admin-deny"
 		}
@@ -331,7 +331,7 @@ func Decide(get Lookup, f Flow) Verdict {
 	}
 	_, base, found := tierLookups(get, f, f.Dir|DirBaseline, port)
 	if found && base.action != policyir.ActionPass {
-		v := Verdict{Allow: base.action == policyir.ActionAccept, Tier: policyir.TierBaseline, Action: base.action, Rank: base.rank, Reason: "baseline-accept"}
+		v := Verdict{Allow: base.action == policyir.ActionAccept, Tier: policyir.TierBaseline, Action: base.action, Rank: base.rank, Reason: "policy"}
 		if !v.Allow {
 			v.Reason = "baseline-deny"
 		}

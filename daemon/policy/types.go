@@ -126,6 +126,14 @@ type Result struct {
 	CIDRs map[netip.Prefix]identity.ID
 	// Warnings lists rule parts that match nothing here.
 	Warnings []string
+	// Values are the policy map's keys with their values (tiers.go).
+	Values map[Key]Value
+}
+
+// Lookup reads r's keys as the policy map holds them (for Decide).
+func (r *Result) Lookup(k Key) (Value, bool) {
+	v, ok := r.Values[k]
+	return v, ok
 }
 
 // CIDRIdentity returns the identity of the longest ipBlock prefix containing
