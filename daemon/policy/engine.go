@@ -27,9 +27,10 @@ type Engine struct {
 	ids        map[identity.ID]*idState
 	namespaces map[string]*nsState
 	policies   map[string]*polState
-	// cluster are the ClusterNetworkPolicies: their subjects span
-	// namespaces, so a local identity is checked against each of them.
-	cluster map[*polState]struct{}
+	// cluster are the ClusterNetworkPolicies, filed by their subject's
+	// namespace selector over namespace labels: a local identity is checked
+	// against those that may select its namespace.
+	cluster *selectorIndex[*polState]
 	// nsPeers are active peers with a namespace selector, filed by that
 	// selector over namespace labels.
 	nsPeers *selectorIndex[*peerState]
@@ -165,7 +166,7 @@ func (c Changes) Empty() bool {
 func NewEngine(cidrs *identity.CIDRs) *Engine {
 	return &Engine{
 		cidrs: cidrs, ids: map[identity.ID]*idState{}, namespaces: map[string]*nsState{},
-		policies: map[string]*polState{}, cluster: map[*polState]struct{}{}, tiers: newTierKeys(), nsPeers: newSelectorIndex[*peerState](),
+		policies: map[string]*polState{}, cluster: newSelectorIndex[*polState](), tiers: newTierKeys(), nsPeers: newSelectorIndex[*peerState](),
 		cidrPeers: map[*peerState]struct{}{}, prefixes: map[netip.Prefix]*prefixState{},
 		prefixLens: map[prefixLen]int{}, rules: map[Rule]int{}, keys: map[Key]int{},
 		isolation: map[identity.ID]*isoCount{}, named: newNamedPortState(), changes: newChanges(),
@@ -299,7 +300,7 @@ func (e *Engine) SetNamespace(name string, lbls map[string]string) {
 		return
 	}
 	prev := ns.labels
-	defer e.reselectCluster(ns)
+	defer e.reselectCluster(ns, prev)
 	affected := map[*peerState]struct{}{}
 	collect := func(q *peerState) { affected[q] = struct{}{} }
 	e.nsPeers.candidates(prev, collect)
@@ -450,29 +451,33 @@ func (e *Engine) selectAsLocal(s *idState) {
 			e.selectIdentity(p, s)
 		}
 	})
-	for p := range e.cluster {
+	e.cluster.candidates(s.ns.labels, func(p *polState) {
 		if clusterSelects(p.p, s) {
 			e.selectIdentity(p, s)
 		}
-	}
+	})
 }
 
 func clusterSelects(p *policyir.Policy, s *idState) bool {
 	return p.NamespaceSelector.Matches(s.ns.labels) && p.PodSelector.Matches(labels.Set(s.Labels))
 }
 
-// reselectCluster re-applies the cluster policies to the local identities
-// of ns after its labels changed. Cost: cluster policies × local identities
-// of the namespace.
-func (e *Engine) reselectCluster(ns *nsState) {
-	if len(e.cluster) == 0 {
+// reselectCluster re-applies the cluster policies filed under the old or
+// new labels of ns to its local identities after its labels changed. Cost:
+// those policies × local identities of the namespace.
+func (e *Engine) reselectCluster(ns *nsState, prev labels.Set) {
+	affected := map[*polState]struct{}{}
+	collect := func(p *polState) { affected[p] = struct{}{} }
+	e.cluster.candidates(prev, collect)
+	e.cluster.candidates(ns.labels, collect)
+	if len(affected) == 0 {
 		return
 	}
 	for s := range ns.ids.all {
 		if !s.local() {
 			continue
 		}
-		for p := range e.cluster {
+		for p := range affected {
 			_, was := p.selected[s.ID]
 			switch now := clusterSelects(p.p, s); {
 			case now && !was:
@@ -493,7 +498,7 @@ func (e *Engine) UpsertPolicy(p *policyir.Policy) {
 	if p.Cluster() {
 		ps := &polState{p: p, selected: map[identity.ID]struct{}{}}
 		e.policies[p.Key()] = ps
-		e.cluster[ps] = struct{}{}
+		e.cluster.add(p.NamespaceSelector, ps)
 		for _, s := range e.ids {
 			if s.local() && clusterSelects(p, s) {
 				e.selectIdentity(ps, s)
@@ -526,8 +531,9 @@ func (e *Engine) DeletePolicy(namespace, name string) {
 	}
 	if ps.ns != nil {
 		ps.ns.subjects.remove(ps.p.PodSelector, ps)
+	} else {
+		e.cluster.remove(ps.p.NamespaceSelector, ps)
 	}
-	delete(e.cluster, ps)
 	delete(e.policies, namespace+"/"+name)
 }
 
