@@ -205,6 +205,15 @@ e2e-cluster:
 	TESTBED_NICE=$${TESTBED_NICE:-10} test/testbed/build.sh e2e.test
 	test/cluster/e2e.sh
 
+# The ClusterNetworkPolicy conformance suite (sigs.k8s.io/network-policy-api
+# at the version in go.mod, standard profile by default) against the bed, as
+# e2e-cluster does: see test/cluster/cnp-conformance.sh and docs/conformance.md.
+.PHONY: e2e-cluster-cnp
+e2e-cluster-cnp:
+	$(GO) build -o $(BIN)/coordino-cluster ./test/cluster/cmd/cluster
+	@if $(BIN)/coordino-cluster status; then echo "e2e-cluster-cnp: using that bed as it is (make cluster-down first for one with this tree's image)"; else $(MAKE) cluster-up; fi
+	test/cluster/cnp-conformance.sh
+
 # Two workers, Coordino via kustomize, pod-to-pod on one node and across
 # nodes, one NetworkPolicy case, tear-down leaves the host unchanged.
 e2e-cluster-smoke: image

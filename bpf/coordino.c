@@ -193,7 +193,7 @@ static __always_inline int handle(struct __sk_buff *skb, __u8 dir, __u32 ifindex
 		return drop(skb, ifindex, ep, dir, &p, remote_of(&p, dir).identity, REASON_POLICY_REVOKED, now);
 	case CT_DEFERRED:
 	case CT_DEFERRED_REPLIED:
-		if (!(ep->flags & EP_EGRESS_ISOLATED)) {
+		if (!(ep->flags & EP_EGRESS_ENFORCED)) {
 			reason = REASON_ESTABLISHED;
 			break;
 		}

@@ -44,19 +44,25 @@ enum reason {
 	REASON_NODE_ISOLATED = 16, /* pod -> node port no NodeIsolationPolicy allows */
 	REASON_NODE_TO_NODE_DENIED = 17, /* node -> node port no NodeIsolationPolicy allows */
 	REASON_NODEISO_END = 18,  /* first slot past the node isolation reasons */
-	/* 18: free. */
+	REASON_ADMIN_DENY = 18,   /* new flow an Admin tier ClusterNetworkPolicy rule denies */
 	REASON_TUNNEL_INJECTION = 19, /* VXLAN to a node's port from a pod, or from no peer node */
 	REASON_SERVICE_UNENFORCEABLE = 20, /* Service traffic of an egress-isolated pod, no post-DNAT hook */
+	REASON_BASELINE_DENY = 21, /* new flow a Baseline tier rule denies (no NetworkPolicy isolates the pod) */
 	REASON_SLOTS = 32,        /* counter slots per direction, with room to grow */
 };
 
 #define EP_INGRESS_ISOLATED 1
 #define EP_EGRESS_ISOLATED 2
+/* Some ClusterNetworkPolicy has rules for the pod in the direction: new
+ * flows consult the policy map even where no NetworkPolicy isolates it. */
+#define EP_INGRESS_TIERED 4
+#define EP_EGRESS_TIERED 8
+#define EP_EGRESS_ENFORCED (EP_EGRESS_ISOLATED | EP_EGRESS_TIERED)
 
 /* endpoints: host-side ifindex -> endpoint. */
 struct endpoint_info {
 	__u32 identity;
-	__u32 flags; /* EP_*_ISOLATED: some policy selects the pod for it */
+	__u32 flags; /* EP_*_ISOLATED: some policy selects the pod for it; EP_*_TIERED */
 };
 
 /* ipcache: LPM trie keyed by (family, address prefix). prefixlen counts the
@@ -93,8 +99,21 @@ struct policy_key {
 #define POLICY_PREFIX_ANY_PROTO 72
 #define POLICY_PREFIX_PROTO 80
 
+/* The ClusterNetworkPolicy tiers are folded into the values (see
+ * daemon/policy/tiers.go): each key carries the deciding tier rule of all
+ * keys containing it, and whether a NetworkPolicy allows there. Keys of the
+ * Baseline tier have DIR_BASELINE set in dir. A NetworkPolicy-only key has
+ * flags 0. */
+#define POLICY_NO_ALLOW 1      /* no NetworkPolicy allow covers the key */
+#define POLICY_ACTION_SHIFT 1  /* 2 bits: 0 none, 1 Accept, 2 Deny, 3 Pass */
+#define POLICY_RANK_SHIFT 3    /* 15 bits: priority * 25 + rule index */
+#define POLICY_ACCEPT 1
+#define POLICY_DENY 2
+#define POLICY_PASS 3
+#define DIR_BASELINE 2
+
 struct policy_value {
-	__u32 flags; /* reserved */
+	__u32 flags; /* POLICY_* */
 };
 
 /* conntrack: per endpoint and origin direction, keyed by the original tuple.

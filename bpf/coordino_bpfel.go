@@ -225,8 +225,10 @@ const (
 	CoordinoReasonREASON_NODE_ISOLATED         CoordinoReason = 16
 	CoordinoReasonREASON_NODE_TO_NODE_DENIED   CoordinoReason = 17
 	CoordinoReasonREASON_NODEISO_END           CoordinoReason = 18
+	CoordinoReasonREASON_ADMIN_DENY            CoordinoReason = 18
 	CoordinoReasonREASON_TUNNEL_INJECTION      CoordinoReason = 19
 	CoordinoReasonREASON_SERVICE_UNENFORCEABLE CoordinoReason = 20
+	CoordinoReasonREASON_BASELINE_DENY         CoordinoReason = 21
 	CoordinoReasonREASON_SLOTS                 CoordinoReason = 32
 )
 

@@ -114,7 +114,7 @@ int cdo_svc(struct bpf_nf_ctx___cdo *ctx)
 	struct net_device___cdo *in = state->in;
 	__u32 ifindex = in ? in->ifindex : 0;
 	struct endpoint_info *ep = bpf_map_lookup_elem(&cdo_endpoints, &ifindex);
-	if (ep && !(ep->flags & EP_EGRESS_ISOLATED))
+	if (ep && !(ep->flags & EP_EGRESS_ENFORCED))
 		return NF_ACCEPT;
 
 	/* Most packets are not to a Service: tell from the conntrack entry,
@@ -165,7 +165,7 @@ int cdo_svc(struct bpf_nf_ctx___cdo *ctx)
 		ifindex = owner;
 		ep = bpf_map_lookup_elem(&cdo_endpoints, &ifindex);
 	}
-	if (!ep || !(ep->flags & EP_EGRESS_ISOLATED))
+	if (!ep || !(ep->flags & EP_EGRESS_ENFORCED))
 		return NF_ACCEPT; /* not from an egress-isolated endpoint */
 	__u64 now = bpf_ktime_get_ns();
 	struct ct_key k;

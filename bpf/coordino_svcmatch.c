@@ -80,7 +80,7 @@ int cdo_svc_match(struct __sk_buff *skb)
 		count(DIR_EGRESS, REASON_SERVICE_UNENFORCEABLE, skb->len);
 		return MATCH_DROP;
 	}
-	if (!(ep->flags & EP_EGRESS_ISOLATED))
+	if (!(ep->flags & EP_EGRESS_ENFORCED))
 		return MATCH_PASS;
 
 	__u64 now = bpf_ktime_get_ns();

@@ -21,6 +21,8 @@ import (
 	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/workqueue"
 
+	cnpv1beta1 "sigs.k8s.io/network-policy-api/apis/v1beta1"
+
 	"github.com/coordino/coordino/api/client/clientset/versioned"
 	coordinoinformers "github.com/coordino/coordino/api/client/informers/externalversions"
 	coordinov1alpha1 "github.com/coordino/coordino/api/coordino/v1alpha1"
@@ -114,6 +116,7 @@ func newEventRecorder(b record.EventBroadcaster) record.EventRecorder {
 	sch := runtime.NewScheme()
 	_ = scheme.AddToScheme(sch)
 	_ = coordinov1alpha1.AddToScheme(sch)
+	_ = cnpv1beta1.Install(sch)
 	return b.NewRecorder(sch, corev1.EventSource{Component: "coordino-controller"})
 }
 

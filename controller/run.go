@@ -18,6 +18,7 @@ import (
 
 	"github.com/coordino/coordino/api/client/clientset/versioned"
 	coordinoinformers "github.com/coordino/coordino/api/client/informers/externalversions"
+	cnpclient "sigs.k8s.io/network-policy-api/pkg/client/clientset/versioned"
 )
 
 // LeaseName is the leader election Lease in Options.Namespace.
@@ -55,6 +56,10 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options, log *zap.Logger) e
 	if err != nil {
 		return err
 	}
+	cnp, err := cnpclient.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
 	srv := newServer()
 	if opts.MetricsAddr != "" {
 		addr, err := srv.Serve(ctx, opts.MetricsAddr)
@@ -66,7 +71,7 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options, log *zap.Logger) e
 	lead := func(ctx context.Context) error {
 		isLeader.Set(1)
 		defer isLeader.Set(0)
-		return lead(ctx, opts, log, core, crd)
+		return lead(ctx, opts, log, core, crd, cnp)
 	}
 	if !opts.LeaderElect {
 		srv.SetReady(true)
@@ -127,7 +132,7 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options, log *zap.Logger) e
 }
 
 // lead starts informers and workers; it returns when ctx is done.
-func lead(ctx context.Context, opts Options, log *zap.Logger, core kubernetes.Interface, crd versioned.Interface) error {
+func lead(ctx context.Context, opts Options, log *zap.Logger, core kubernetes.Interface, crd versioned.Interface, cnp cnpclient.Interface) error {
 	kf := informers.NewSharedInformerFactory(core, opts.ResyncPeriod)
 	cf := coordinoinformers.NewSharedInformerFactory(crd, opts.ResyncPeriod)
 	nodes := kf.Core().V1().Nodes().Informer()
@@ -180,11 +185,15 @@ func lead(ctx context.Context, opts Options, log *zap.Logger, core kubernetes.In
 		return fmt.Errorf("caches did not sync: %w", ctx.Err())
 	}
 	log.Info("caches synced; allocating")
-	policies := make(chan error, 1)
+	policies, clusterPolicies := make(chan error, 1), make(chan error, 1)
 	go func() { policies <- NewPolicyCompiler(log, core, crd, c.recorder).Run(ctx, opts.Workers) }()
+	go func() { clusterPolicies <- NewClusterPolicyStatus(log, cnp, c.recorder).Run(ctx, opts.Workers) }()
 	c.RunWorkers(ctx)
 	if err := <-policies; err != nil && ctx.Err() == nil {
 		log.Error("policy compiler", zap.Error(err))
+	}
+	if err := <-clusterPolicies; err != nil && ctx.Err() == nil {
+		log.Error("clusternetworkpolicy status", zap.Error(err))
 	}
 	kf.Shutdown()
 	cf.Shutdown()

@@ -33,10 +33,74 @@ const (
 	ProtoSCTP uint8 = 132
 )
 
-// Policy is one NetworkPolicy in normalized form.
+// Tier orders policies: the Admin tier of ClusterNetworkPolicy decides
+// first, then NetworkPolicy, then the Baseline tier.
+type Tier uint8
+
+const (
+	// TierNetworkPolicy is namespaced NetworkPolicy (the zero value).
+	TierNetworkPolicy Tier = 0
+	// TierAdmin is ClusterNetworkPolicy's Admin tier.
+	TierAdmin Tier = 1
+	// TierBaseline is ClusterNetworkPolicy's Baseline tier.
+	TierBaseline Tier = 2
+)
+
+// String returns "networkpolicy", "admin" or "baseline".
+func (t Tier) String() string {
+	switch t {
+	case TierAdmin:
+		return "admin"
+	case TierBaseline:
+		return "baseline"
+	}
+	return "networkpolicy"
+}
+
+// Action is what a rule does with the traffic it matches. NetworkPolicy
+// rules only accept.
+type Action uint8
+
+const (
+	// ActionAccept allows the traffic (the zero value: NetworkPolicy rules).
+	ActionAccept Action = 0
+	// ActionDeny drops it; no later tier is consulted.
+	ActionDeny Action = 1
+	// ActionPass skips the rest of its tier: the next tier decides.
+	ActionPass Action = 2
+)
+
+// String returns "Accept", "Deny" or "Pass".
+func (a Action) String() string {
+	switch a {
+	case ActionDeny:
+		return "Deny"
+	case ActionPass:
+		return "Pass"
+	}
+	return "Accept"
+}
+
+// Bounds of a ClusterNetworkPolicy: its priority and its rules per
+// direction. Rank relies on them to order every rule of a tier in 15 bits.
+const (
+	MaxPriority          = 1000
+	MaxRulesPerDirection = 25
+)
+
+// Policy is one NetworkPolicy or ClusterNetworkPolicy in normalized form.
 type Policy struct {
+	// Namespace is empty for a ClusterNetworkPolicy.
 	Namespace, Name string
-	// PodSelector selects the pods of Namespace the policy applies to.
+	// Tier is TierNetworkPolicy for a NetworkPolicy.
+	Tier Tier
+	// Priority orders the policies of a tier, lowest first (0-1000).
+	Priority int32
+	// NamespaceSelector picks the namespaces of a cluster policy's subject;
+	// nil for a NetworkPolicy (its own namespace).
+	NamespaceSelector labels.Selector
+	// PodSelector selects the pods the policy applies to: in Namespace, or
+	// in the namespaces NamespaceSelector picks.
 	PodSelector labels.Selector
 	// IsolatesIngress and IsolatesEgress are the effective policyTypes.
 	IsolatesIngress, IsolatesEgress bool
@@ -46,13 +110,35 @@ type Policy struct {
 	Warnings []string
 }
 
-// Key returns "namespace/name".
+// Key returns "namespace/name", or "/name" for a cluster policy.
 func (p *Policy) Key() string { return p.Namespace + "/" + p.Name }
+
+// Cluster reports whether p is a ClusterNetworkPolicy.
+func (p *Policy) Cluster() bool { return p.Tier != TierNetworkPolicy }
+
+// Rank orders rule r of a cluster policy within its tier: by priority,
+// then by the rule's index in its direction; lower decides first.
+func (p *Policy) Rank(r *Rule) uint16 {
+	return uint16(p.Priority)*MaxRulesPerDirection + uint16(r.Index)
+}
+
+// Object names the policy as explain and flows show it.
+func (p *Policy) Object() string {
+	if p.Cluster() {
+		return "ClusterNetworkPolicy/" + p.Name
+	}
+	return "NetworkPolicy/" + p.Namespace + "/" + p.Name
+}
 
 // Rule allows traffic in one direction between the selected pods and the
 // union of Peers on the union of Ports.
 type Rule struct {
 	Direction Direction
+	// Action is ActionAccept for every NetworkPolicy rule.
+	Action Action
+	// Index is the rule's position in its direction's list
+	// (spec.ingress[Index] or spec.egress[Index]) of a cluster policy.
+	Index int
 	// Peers is empty when the rule allows every peer.
 	Peers []Peer
 	// Ports and NamedPorts are both empty when the rule allows all traffic.

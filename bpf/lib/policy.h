@@ -43,11 +43,24 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } cdo_config SEC(".maps");
 
-#define EP_ISOLATED (EP_INGRESS_ISOLATED | EP_EGRESS_ISOLATED)
+/* Any direction whose verdicts depend on policy state. */
+#define EP_ISOLATED (EP_INGRESS_ISOLATED | EP_EGRESS_ISOLATED | EP_INGRESS_TIERED | EP_EGRESS_TIERED)
 
+/* isolation_flag: the flags under which new flows of dir consult policy
+ * (a NetworkPolicy isolates dir, or a ClusterNetworkPolicy has dir rules). */
 static __always_inline __u32 isolation_flag(__u8 dir)
 {
+	return dir == DIR_INGRESS ? EP_INGRESS_ISOLATED | EP_INGRESS_TIERED : EP_EGRESS_ENFORCED;
+}
+
+static __always_inline __u32 np_isolation_flag(__u8 dir)
+{
 	return dir == DIR_INGRESS ? EP_INGRESS_ISOLATED : EP_EGRESS_ISOLATED;
+}
+
+static __always_inline __u32 tiered_flag(__u8 dir)
+{
+	return dir == DIR_INGRESS ? EP_INGRESS_TIERED : EP_EGRESS_TIERED;
 }
 
 /* addr_key fills an LPM key (ipcache layout) for one address. */
@@ -101,6 +114,103 @@ static __always_inline int policy_allows(__u32 local, const struct ipcache_value
 	return bpf_map_lookup_elem(&cdo_policy, &k) != NULL;
 }
 
+/* tier_order orders a value's tier rule: 0 none, else lower decides
+ * first: by rank, and at one rank Deny, then Pass, then Accept. */
+static __always_inline __u32 tier_order(__u32 flags)
+{
+	__u32 code = (flags >> POLICY_ACTION_SHIFT) & 3;
+	if (!code)
+		return 0;
+	__u32 rank = (flags >> POLICY_RANK_SHIFT) & 0x7fff;
+	__u32 after = code == POLICY_DENY ? 0 : code == POLICY_PASS ? 1 : 2;
+	return ((rank << 2) | after) + 1;
+}
+
+/* tier_action is the POLICY_* action of a tier_order. */
+static __always_inline __u32 tier_action(__u32 order)
+{
+	__u32 after = (order - 1) & 3;
+	return after == 0 ? POLICY_DENY : after == 1 ? POLICY_PASS : POLICY_ACCEPT;
+}
+
+struct tier_fold {
+	__u32 allow; /* a NetworkPolicy allow matched */
+	__u32 best;  /* tier_order of the deciding tier rule, 0: none */
+};
+
+static __always_inline void fold_lookup(struct policy_key *k, struct tier_fold *f)
+{
+	struct policy_value *v = bpf_map_lookup_elem(&cdo_policy, k);
+	if (!v)
+		return;
+	if (!(v->flags & POLICY_NO_ALLOW))
+		f->allow = 1;
+	__u32 o = tier_order(v->flags);
+	if (o && (!f->best || o < f->best))
+		f->best = o;
+}
+
+/* policy_fold looks the flow up under its remote identity, its CIDR
+ * identity and any remote in key direction dir, and folds the values. */
+static __always_inline struct tier_fold policy_fold(__u32 local, const struct ipcache_value *remote,
+						    __u8 dir, __u8 proto, __be16 port)
+{
+	struct tier_fold f = {};
+	struct policy_key k = {
+		.prefixlen = POLICY_PREFIX_FULL,
+		.local_id = local,
+		.remote_id = remote->identity,
+		.dir = dir,
+		.proto = proto,
+		.port = port,
+	};
+	fold_lookup(&k, &f);
+	if (remote->cidr_identity != remote->identity) {
+		k.remote_id = remote->cidr_identity;
+		fold_lookup(&k, &f);
+	}
+	k.remote_id = ID_ANY;
+	fold_lookup(&k, &f);
+	return f;
+}
+
+/* tiered_decide is decide for an endpoint some ClusterNetworkPolicy has
+ * rules for in dir: the Admin tier's deciding rule (Accept and Deny are
+ * final, Pass goes on), then NetworkPolicy if it isolates dir, then the
+ * Baseline tier, then allow. A global function: the verifier checks it
+ * once, not at each of decide's inlined call sites (six lookups each would
+ * exceed its budget). Five scalars at most: dir, proto and port travel
+ * packed in dpp (dir << 24 | proto << 16 | port in network order). */
+__attribute__((noinline)) __u32 cdo_tiered_decide(__u32 local, __u32 ep_flags, __u32 remote_id,
+						 __u32 cidr_id, __u32 dpp)
+{
+	struct ipcache_value remote = {.identity = remote_id, .cidr_identity = cidr_id};
+	__u8 dir = dpp >> 24;
+	__u8 proto = dpp >> 16;
+	__be16 dport = dpp & 0xffff;
+	if (dir > DIR_EGRESS)
+		return REASON_POLICY_DENIED;
+	struct tier_fold f = policy_fold(local, &remote, dir, proto, dport);
+	if (f.best) {
+		__u32 a = tier_action(f.best);
+		if (a == POLICY_DENY)
+			return REASON_ADMIN_DENY;
+		if (a == POLICY_ACCEPT)
+			return REASON_POLICY;
+	}
+	if (ep_flags & np_isolation_flag(dir))
+		return f.allow ? REASON_POLICY : REASON_POLICY_DENIED;
+	f = policy_fold(local, &remote, dir | DIR_BASELINE, proto, dport);
+	if (f.best) {
+		__u32 a = tier_action(f.best);
+		if (a == POLICY_DENY)
+			return REASON_BASELINE_DENY;
+		if (a == POLICY_ACCEPT)
+			return REASON_POLICY;
+	}
+	return REASON_NOT_ISOLATED;
+}
+
 /* decide returns the verdict reason for a new flow in direction dir to
  * destination port dport. */
 static __always_inline __u32 decide(const struct endpoint_info *ep, __u8 dir,
@@ -116,6 +226,9 @@ static __always_inline __u32 decide(const struct endpoint_info *ep, __u8 dir,
 		return REASON_NOT_ISOLATED;
 	if (!is_port_proto(proto))
 		dport = 0;
+	if (ep->flags & tiered_flag(dir))
+		return cdo_tiered_decide(ep->identity, ep->flags, remote->identity, remote->cidr_identity,
+					 (__u32)dir << 24 | (__u32)proto << 16 | dport);
 	if (policy_allows(ep->identity, remote, dir, proto, dport))
 		return REASON_POLICY;
 	return REASON_POLICY_DENIED;

@@ -144,7 +144,7 @@ static __always_inline void svc_source_key(struct ct_key *k, const struct packet
  * with a protocol kube-proxy translates. */
 static __always_inline int svc_deferred(const struct endpoint_info *ep, const struct packet *p)
 {
-	if (!(ep->flags & EP_EGRESS_ISOLATED) || !is_port_proto(p->proto) || p->icmp_error)
+	if (!(ep->flags & EP_EGRESS_ENFORCED) || !is_port_proto(p->proto) || p->icmp_error)
 		return 0;
 	return svc_address(p->family, p->dst);
 }

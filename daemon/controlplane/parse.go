@@ -15,6 +15,7 @@ import (
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	cnpv1beta1 "sigs.k8s.io/network-policy-api/apis/v1beta1"
 	"sigs.k8s.io/yaml"
 )
 
@@ -23,14 +24,16 @@ const MaxFileSize = 4 << 20
 
 // Objects are the policy objects of one file.
 type Objects struct {
-	Policies      []*networkingv1.NetworkPolicy
-	Namespaces    []*corev1.Namespace
-	NodeIsolation []*coordinov1alpha1.NodeIsolationPolicy
+	Policies        []*networkingv1.NetworkPolicy
+	ClusterPolicies []*cnpv1beta1.ClusterNetworkPolicy
+	Namespaces      []*corev1.Namespace
+	NodeIsolation   []*coordinov1alpha1.NodeIsolationPolicy
 }
 
 // ParseFile parses a YAML or JSON file of networking.k8s.io/v1
-// NetworkPolicy, v1 Namespace and coordino.io/v1alpha1 NodeIsolationPolicy
-// documents separated by "---". Every error
+// NetworkPolicy, policy.networking.k8s.io/v1beta1 ClusterNetworkPolicy,
+// v1 Namespace and coordino.io/v1alpha1 NodeIsolationPolicy documents
+// separated by "---". Every error
 // names the file, the document and, where it can, the field.
 func ParseFile(name string, data []byte) (*Objects, error) {
 	if len(data) > MaxFileSize {
@@ -73,6 +76,15 @@ func parseDoc(raw []byte, out *Objects) error {
 			return fmt.Errorf("NetworkPolicy %s/%s: %w", np.Namespace, np.Name, err)
 		}
 		out.Policies = append(out.Policies, np)
+	case tm.Kind == "ClusterNetworkPolicy" && tm.APIVersion == cnpv1beta1.GroupVersion.String():
+		cnp := &cnpv1beta1.ClusterNetworkPolicy{}
+		if err := yaml.UnmarshalStrict(raw, cnp); err != nil {
+			return fmt.Errorf("ClusterNetworkPolicy: %w", err)
+		}
+		if _, err := policyir.NormalizeCluster(cnp); err != nil {
+			return err
+		}
+		out.ClusterPolicies = append(out.ClusterPolicies, cnp)
 	case tm.Kind == "Namespace" && tm.APIVersion == "v1":
 		ns := &corev1.Namespace{}
 		if err := yaml.UnmarshalStrict(raw, ns); err != nil {
@@ -92,7 +104,7 @@ func parseDoc(raw []byte, out *Objects) error {
 		}
 		out.NodeIsolation = append(out.NodeIsolation, nip)
 	default:
-		return fmt.Errorf("apiVersion %q kind %q: want networking.k8s.io/v1 NetworkPolicy, v1 Namespace or coordino.io/v1alpha1 NodeIsolationPolicy", tm.APIVersion, tm.Kind)
+		return fmt.Errorf("apiVersion %q kind %q: want networking.k8s.io/v1 NetworkPolicy, policy.networking.k8s.io/v1beta1 ClusterNetworkPolicy, v1 Namespace or coordino.io/v1alpha1 NodeIsolationPolicy", tm.APIVersion, tm.Kind)
 	}
 	return nil
 }

@@ -76,6 +76,7 @@ func FuzzParseFile(f *testing.F) {
 	f.Add([]byte("apiVersion: networking.k8s.io/v1\nkind: NetworkPolicy\nmetadata: {name: p}\nspec: {podSelector: {matchExpressions: [{key: a, operator: In}]}}"))
 	f.Add([]byte("apiVersion: networking.k8s.io/v1\nkind: NetworkPolicy\nmetadata: {name: p}\nspec:\n  podSelector: {}\n  ingress: [{from: [{ipBlock: {cidr: '::/0', except: ['::1/128']}}], ports: [{port: http}]}]"))
 	f.Add([]byte("---\n---\n"))
+	f.Add([]byte(clusterPolicyDoc))
 	f.Add([]byte("apiVersion: coordino.io/v1alpha1\nkind: NodeIsolationPolicy\nmetadata: {name: n}\nspec:\n  podToHost: [{protocol: UDP, port: 53, scope: AllNodes}, {protocol: ICMP, scope: OwnNode}]\n  nodeToNode: [{protocol: TCP, port: 10250, endPort: 10259}]"))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		objs, err := ParseFile("fuzz.yaml", data)
@@ -111,5 +112,34 @@ func TestParseNodeIsolationPolicy(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), field) {
 			t.Errorf("%s: error %v does not name %s", doc, err, field)
 		}
+	}
+}
+
+const clusterPolicyDoc = `apiVersion: policy.networking.k8s.io/v1beta1
+kind: ClusterNetworkPolicy
+metadata: {name: deny-tenants}
+spec:
+  tier: Admin
+  priority: 10
+  subject: {namespaces: {matchLabels: {tenant: a}}}
+  egress:
+  - {action: Pass, to: [{namespaces: {matchLabels: {tenant: a}}}]}
+  - {action: Deny, to: [{networks: [10.0.0.0/8]}], protocols: [{tcp: {destinationPort: {range: {start: 80, end: 90}}}}]}`
+
+// TestParseClusterNetworkPolicy: the policy directory takes the same
+// ClusterNetworkPolicy YAML as the API server, and a bad one is rejected
+// with an error naming the field.
+func TestParseClusterNetworkPolicy(t *testing.T) {
+	objs, err := ParseFile("c.yaml", []byte(clusterPolicyDoc))
+	if err != nil || len(objs.ClusterPolicies) != 1 {
+		t.Fatalf("valid policy: %v, %d parsed", err, len(objs.ClusterPolicies))
+	}
+	bad := strings.Replace(clusterPolicyDoc, "priority: 10", "priority: 1001", 1)
+	if _, err := ParseFile("c.yaml", []byte(bad)); err == nil || !strings.Contains(err.Error(), "spec.priority") {
+		t.Errorf("priority 1001: %v, want an error naming spec.priority", err)
+	}
+	bad = strings.Replace(clusterPolicyDoc, "action: Pass", "action: Allow", 1)
+	if _, err := ParseFile("c.yaml", []byte(bad)); err == nil || !strings.Contains(err.Error(), "spec.egress[0].action") {
+		t.Errorf("action Allow: %v, want an error naming spec.egress[0].action", err)
 	}
 }

@@ -289,7 +289,7 @@ func (s *Standalone) sweepSaved(seen map[string]bool) {
 // is dropped with a warning so the result does not depend on map order.
 func (s *Standalone) snapshot() policy.Snapshot {
 	var snap policy.Snapshot
-	seenNP, seenNS, seenNIP := map[string]string{}, map[string]string{}, map[string]string{}
+	seenNP, seenNS, seenNIP, seenCNP := map[string]string{}, map[string]string{}, map[string]string{}, map[string]string{}
 	for _, name := range slices.Sorted(maps.Keys(s.files)) {
 		objs := s.files[name]
 		for _, np := range objs.Policies {
@@ -300,6 +300,14 @@ func (s *Standalone) snapshot() policy.Snapshot {
 			}
 			seenNP[id] = name
 			snap.Policies = append(snap.Policies, np)
+		}
+		for _, cnp := range objs.ClusterPolicies {
+			if first, dup := seenCNP[cnp.Name]; dup {
+				s.log.Warn("duplicate ClusterNetworkPolicy ignored", zap.String("policy", cnp.Name), zap.String("file", name), zap.String("first", first))
+				continue
+			}
+			seenCNP[cnp.Name] = name
+			snap.ClusterPolicies = append(snap.ClusterPolicies, cnp)
 		}
 		for _, ns := range objs.Namespaces {
 			if first, dup := seenNS[ns.Name]; dup {

@@ -1,8 +1,10 @@
 package datapath
 
 import (
+	"fmt"
 	"net/netip"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
@@ -50,6 +52,63 @@ func BenchmarkVerdict(b *testing.B) {
 			b.ReportMetric(float64(time.Since(start).Nanoseconds())/float64(b.N*repeat), "ns/pkt")
 		})
 	}
+}
+
+// BenchmarkVerdictTiers times new-flow decisions (denied, so every packet
+// is decided anew) without and with 1,000 ClusterNetworkPolicies loaded:
+// a NetworkPolicy deny at an endpoint no cluster policy names (the
+// untiered path), the same deny at a tiered endpoint (Admin lookups, then
+// NetworkPolicy), and a Baseline deny (Admin, then Baseline lookups: the
+// six-lookup worst case).
+func BenchmarkVerdictTiers(b *testing.B) {
+	c := newCluster(b, AttachTC)
+	ext, b4, c4 := podIPs["ext"], podIPs["b"], podIPs["c"]
+	npDenied := frame(ext, b4, protoTCP, tcp(1234, 81, tcpSYN))
+	baselineDenied := frame(c4, ext, protoTCP, tcp(1234, 80, tcpSYN))
+	var cnps []string
+	for i := range 1000 {
+		cnps = append(cnps, fmt.Sprintf(`kind: ClusterNetworkPolicy
+metadata: {name: c%d}
+spec:
+  tier: %s
+  priority: %d
+  subject: {namespaces: {matchLabels: {team: t%d}}}
+  ingress: [{action: Deny, from: [{namespaces: {matchLabels: {team: t%d}}}]}]
+  egress: [{action: Accept, to: [{networks: [10.%d.%d.0/24]}], protocols: [{tcp: {destinationPort: {range: {start: 8000, end: 8999}}}}]}]`,
+			i, []string{"Admin", "Baseline"}[i%2], i%1000, i%50, (i+7)%50, 200+i/256%50, i%256))
+	}
+	tiered := append(slices.Clone(cnps), `kind: ClusterNetworkPolicy
+metadata: {name: server-pass}
+spec:
+  tier: Admin
+  priority: 5
+  subject: {pods: {namespaceSelector: {}, podSelector: {matchLabels: {app: server}}}}
+  ingress: [{action: Pass, from: [{namespaces: {}}]}]`, `kind: ClusterNetworkPolicy
+metadata: {name: other-baseline}
+spec:
+  tier: Baseline
+  priority: 5
+  subject: {namespaces: {matchLabels: {kubernetes.io/metadata.name: other}}}
+  egress: [{action: Deny, to: [{networks: [203.0.113.0/24]}]}]`)
+	run := func(b *testing.B, prog *ebpf.Program, pod string, f []byte) {
+		const repeat = 10000
+		opts := &ebpf.RunOptions{Data: f, Repeat: repeat, Context: skbContext{Ifindex: uint32(c.eps[pod].HostIfIndex)}}
+		start := time.Now()
+		for b.Loop() {
+			if _, err := prog.Run(opts); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.ReportMetric(float64(time.Since(start).Nanoseconds())/float64(b.N*repeat), "ns/pkt")
+	}
+	c.policies(serverIngress)
+	b.Run("np-denied", func(b *testing.B) { run(b, c.dp.objs.CdoToEp, "b", npDenied) })
+	c.policies(append(tiered, serverIngress)...)
+	if c.fromPod("c", baselineDenied) {
+		b.Fatal("the Baseline deny c>ext passed")
+	}
+	b.Run("np-denied-1000-cnp", func(b *testing.B) { run(b, c.dp.objs.CdoToEp, "b", npDenied) })
+	b.Run("baseline-denied-1000-cnp", func(b *testing.B) { run(b, c.dp.objs.CdoFromEp, "c", baselineDenied) })
 }
 
 // BenchmarkServiceConnect times TCP connections (connect, one echo, close)

@@ -22,6 +22,7 @@ import (
 	"github.com/vishvananda/netlink"
 	"go.uber.org/zap/zaptest"
 	networkingv1 "k8s.io/api/networking/v1"
+	cnpv1beta1 "sigs.k8s.io/network-policy-api/apis/v1beta1"
 	"sigs.k8s.io/yaml"
 )
 
@@ -122,6 +123,14 @@ func (c *cluster) tryPolicies(docs ...string) error {
 	c.t.Helper()
 	s := policy.Snapshot{}
 	for _, d := range docs {
+		if strings.HasPrefix(strings.TrimSpace(d), "kind: ClusterNetworkPolicy") {
+			cnp := &cnpv1beta1.ClusterNetworkPolicy{}
+			if err := yaml.UnmarshalStrict([]byte(d), cnp); err != nil {
+				c.t.Fatalf("bad cluster policy: %v", err)
+			}
+			s.ClusterPolicies = append(s.ClusterPolicies, cnp)
+			continue
+		}
 		np := &networkingv1.NetworkPolicy{}
 		if err := yaml.UnmarshalStrict([]byte(d), np); err != nil {
 			c.t.Fatalf("bad policy: %v", err)

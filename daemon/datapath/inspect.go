@@ -14,9 +14,11 @@ import (
 	"strings"
 
 	"github.com/cilium/ebpf"
+	"github.com/coordino/coordino/api/policyir"
 	"github.com/coordino/coordino/bpf"
 	"github.com/coordino/coordino/daemon/identity"
 	"github.com/coordino/coordino/daemon/policy"
+	cnpv1beta1 "sigs.k8s.io/network-policy-api/apis/v1beta1"
 )
 
 // EndpointState is an attached endpoint as the datapath holds it.
@@ -145,14 +147,13 @@ type Decision struct {
 	Remote     identity.ID
 	RemoteCIDR identity.ID
 	Isolation  policy.Isolation
-	// Reason is a verdict reason name: "host", "not-isolated", "policy" or "policy-denied".
-	Reason string
+	// Verdict is the decision and, when a ClusterNetworkPolicy rule made
+	// it, its tier, action and rank.
+	policy.Verdict
 }
 
 // Allowed reports whether the decision lets the flow pass.
-func (dec Decision) Allowed() bool {
-	return dec.Reason != ReasonName(uint8(bpf.CoordinoReasonREASON_POLICY_DENIED))
-}
+func (dec Decision) Allowed() bool { return dec.Allow }
 
 // Decide looks up the kernel maps exactly as the programs' decide() does
 // for the first packet of a flow at the endpoint on hostIfIndex: the
@@ -172,34 +173,20 @@ func (d *Datapath) Decide(hostIfIndex int, dir policy.Direction, peer netip.Addr
 	}
 	dec := Decision{Local: identity.ID(info.Identity), Remote: identity.ID(remote.Identity),
 		RemoteCIDR: identity.ID(remote.CidrIdentity), Isolation: policy.Isolation(info.Flags)}
-	switch {
-	case dir == policy.Ingress && dec.Remote == identity.Host:
-		dec.Reason = ReasonName(uint8(bpf.CoordinoReasonREASON_HOST))
-		return dec, nil
-	case !dec.Isolation.Has(dir):
-		dec.Reason = ReasonName(uint8(bpf.CoordinoReasonREASON_NOT_ISOLATED))
-		return dec, nil
-	}
-	if proto != policy.ProtoTCP && proto != policy.ProtoUDP && proto != policy.ProtoSCTP {
-		port = 0
-	}
-	remotes := []identity.ID{dec.Remote}
-	if dec.RemoteCIDR != dec.Remote {
-		remotes = append(remotes, dec.RemoteCIDR)
-	}
-	remotes = append(remotes, identity.Any)
-	dec.Reason = ReasonName(uint8(bpf.CoordinoReasonREASON_POLICY_DENIED))
-	for _, r := range remotes {
-		pk := policyKey(policy.Key{Prefix: policy.PrefixFull, Local: dec.Local, Remote: r, Dir: dir, Proto: proto, Port: port})
+	var lookupErr error
+	lookup := func(k policy.Key) (policy.Value, bool) {
+		pk := policyKey(k)
 		var pv bpf.CoordinoPolicyValue
 		err := d.objs.CdoPolicy.Lookup(&pk, &pv)
-		if err == nil {
-			dec.Reason = ReasonName(uint8(bpf.CoordinoReasonREASON_POLICY))
-			break
+		if err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) && lookupErr == nil {
+			lookupErr = fmt.Errorf("datapath: policy lookup: %w", err)
 		}
-		if !errors.Is(err, ebpf.ErrKeyNotExist) {
-			return Decision{}, fmt.Errorf("datapath: policy lookup: %w", err)
-		}
+		return policy.Value(pv.Flags), err == nil
+	}
+	dec.Verdict = policy.Decide(lookup, policy.Flow{Local: dec.Local, Isolation: dec.Isolation, Dir: dir,
+		Remote: dec.Remote, RemoteCIDR: dec.RemoteCIDR, Proto: proto, Port: port})
+	if lookupErr != nil {
+		return Decision{}, lookupErr
 	}
 	return dec, nil
 }
@@ -212,21 +199,7 @@ func (d *Datapath) Decide(hostIfIndex int, dir policy.Direction, peer netip.Addr
 // since an ipBlock matches by address. Pod peers are matched among this
 // node's identities (peers known only from a cluster source are not named).
 func (d *Datapath) Provenance(dec Decision, dir policy.Direction, peer netip.Addr, proto uint8, port uint16) (selectedBy, allowedBy []string) {
-	d.snapMu.Lock()
-	objs := slices.Collect(maps.Values(d.snap.Policies))
-	namespaces := slices.Collect(maps.Values(d.snap.Namespaces))
-	d.snapMu.Unlock()
-	slices.SortFunc(objs, func(a, b policy.Object) int { return strings.Compare(a.Key, b.Key) })
-	d.mu.Lock()
-	ids := d.eps.identities()
-	ports := d.engine.NamedPortPods()
-	d.mu.Unlock()
-	compile := func(o policy.Object) *policy.Result {
-		snap := o.Snapshot()
-		snap.Namespaces = namespaces
-		res, _ := policy.Compile(policy.Input{Snapshot: snap, Identities: ids, Local: []identity.ID{dec.Local}, NamedPorts: ports}, d.cidrs)
-		return res
-	}
+	objs, compile := d.provenance(dec.Local)
 	for _, o := range objs {
 		res := compile(o)
 		if res == nil || !res.Isolation[dec.Local].Has(dir) {
@@ -239,17 +212,76 @@ func (d *Datapath) Provenance(dec Decision, dir policy.Direction, peer netip.Add
 			if r == nil {
 				continue
 			}
-			f := policy.Flow{Local: dec.Local, Isolation: r.Isolation[dec.Local], Dir: dir,
-				Remote: dec.Remote, RemoteCIDR: r.CIDRIdentity(peer), Proto: proto, Port: port}
-			if dec.Remote.IsCIDR() || dec.Remote == identity.World {
-				f.Remote = f.RemoteCIDR
-			}
-			if r.Table().Allowed(f) {
+			if r.Table().Allowed(provenanceFlow(dec, r, dir, peer, proto, port)) {
 				allowedBy = append(allowedBy, o.Key+" "+fields[i])
 			}
 		}
 	}
 	return selectedBy, allowedBy
+}
+
+// DecidedBy names the ClusterNetworkPolicy rule behind a decision of a
+// tier, "admin: ClusterNetworkPolicy/deny-tenants spec.egress[1] Deny",
+// or returns "" when no tier rule decided. The candidates are the cluster
+// policies of the decision's tier and priority (the rank holds both); each
+// is compiled alone, and the one whose own verdict is the decision's is
+// named.
+func (d *Datapath) DecidedBy(dec Decision, dir policy.Direction, peer netip.Addr, proto uint8, port uint16) string {
+	if dec.Tier == policyir.TierNetworkPolicy {
+		return ""
+	}
+	index := int(dec.Rank) % policyir.MaxRulesPerDirection
+	objs, compile := d.provenance(dec.Local)
+	for _, o := range objs {
+		if _, ok := o.Source.(*cnpv1beta1.ClusterNetworkPolicy); !ok {
+			continue
+		}
+		p, err := o.Normalize()
+		if err != nil || p.Tier != dec.Tier || p.Rank(&policyir.Rule{Index: index}) != dec.Rank {
+			continue
+		}
+		r := compile(o)
+		if r == nil {
+			continue
+		}
+		v := policy.Decide(r.Lookup, provenanceFlow(dec, r, dir, peer, proto, port))
+		if v.Tier == dec.Tier && v.Action == dec.Action && v.Rank == dec.Rank {
+			return fmt.Sprintf("%s: %s spec.%s[%d] %s", dec.Tier, p.Object(), dir, index, dec.Action)
+		}
+	}
+	return ""
+}
+
+// provenance returns the policy objects in force, sorted, and a function
+// compiling one of them alone for local, as the maps' pipeline does.
+func (d *Datapath) provenance(local identity.ID) ([]policy.Object, func(policy.Object) *policy.Result) {
+	d.snapMu.Lock()
+	objs := slices.Collect(maps.Values(d.snap.Policies))
+	namespaces := slices.Collect(maps.Values(d.snap.Namespaces))
+	d.snapMu.Unlock()
+	slices.SortFunc(objs, func(a, b policy.Object) int { return strings.Compare(a.Key, b.Key) })
+	d.mu.Lock()
+	ids := d.eps.identities()
+	ports := d.engine.NamedPortPods()
+	d.mu.Unlock()
+	return objs, func(o policy.Object) *policy.Result {
+		snap := o.Snapshot()
+		snap.Namespaces = namespaces
+		res, _ := policy.Compile(policy.Input{Snapshot: snap, Identities: ids, Local: []identity.ID{local}, NamedPorts: ports}, d.cidrs)
+		return res
+	}
+}
+
+// provenanceFlow is the decision's flow under r, one object's compilation:
+// the peer's CIDR identity is re-resolved there, since an ipBlock or
+// networks peer matches by address.
+func provenanceFlow(dec Decision, r *policy.Result, dir policy.Direction, peer netip.Addr, proto uint8, port uint16) policy.Flow {
+	f := policy.Flow{Local: dec.Local, Isolation: r.Isolation[dec.Local], Dir: dir,
+		Remote: dec.Remote, RemoteCIDR: r.CIDRIdentity(peer), Proto: proto, Port: port}
+	if dec.Remote.IsCIDR() || dec.Remote == identity.World {
+		f.Remote = f.RemoteCIDR
+	}
+	return f
 }
 
 // DumpMaps writes the datapath maps as JSON, for bug reports: config,

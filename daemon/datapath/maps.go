@@ -71,14 +71,14 @@ func htons(v uint16) uint16 { return bits.ReverseBytes16(v) }
 // mirrors hold what the daemon believes each map contains, so a sync writes
 // only differences.
 type mirrors struct {
-	policy    map[policy.Key]struct{}
+	policy    map[policy.Key]policy.Value
 	ipcache   map[netip.Prefix]bpf.CoordinoIpcacheValue
 	endpoints map[uint32]bpf.CoordinoEndpointInfo
 }
 
 func readMirrors(maps writerMaps) (*mirrors, error) {
 	m := &mirrors{
-		policy:    map[policy.Key]struct{}{},
+		policy:    map[policy.Key]policy.Value{},
 		ipcache:   map[netip.Prefix]bpf.CoordinoIpcacheValue{},
 		endpoints: map[uint32]bpf.CoordinoEndpointInfo{},
 	}
@@ -88,7 +88,7 @@ func readMirrors(maps writerMaps) (*mirrors, error) {
 	)
 	it := maps.policy.Iterate()
 	for it.Next(&pk, &pv) {
-		m.policy[fromPolicyKey(pk)] = struct{}{}
+		m.policy[fromPolicyKey(pk)] = policy.Value(pv.Flags)
 	}
 	if err := it.Err(); err != nil {
 		return nil, fmt.Errorf("datapath: read policy map: %w", err)

@@ -26,6 +26,8 @@ var reasonNames = [...]string{
 	bpf.CoordinoReasonREASON_NODE_TO_NODE_DENIED:   "node-to-node-denied",
 	bpf.CoordinoReasonREASON_SERVICE_UNENFORCEABLE: "service-unenforceable",
 	bpf.CoordinoReasonREASON_TUNNEL_INJECTION:      "tunnel-injection",
+	bpf.CoordinoReasonREASON_ADMIN_DENY:            "admin-deny",
+	bpf.CoordinoReasonREASON_BASELINE_DENY:         "baseline-deny",
 }
 
 // ReasonServiceUnenforceable is the drop reason of Service traffic that

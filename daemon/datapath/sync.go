@@ -320,15 +320,27 @@ func (mw *mapWriter) classify(w *wanted) *flushPlan {
 	var plan flushPlan
 	for k := range mw.dirty.keys {
 		want := w.in.engine.WantsKey(k)
-		_, have := mw.mirror.policy[k]
+		var wv policy.Value
+		if want {
+			wv = w.in.engine.KeyValue(k)
+		}
+		hv, have := mw.mirror.policy[k]
+		// Tier keys (policy/tiers.go) are classed by their action: a
+		// Deny tightens when it comes and loosens when it goes; Accept,
+		// Pass and NetworkPolicy allows the other way round.
+		dir := k.Dir &^ policy.DirBaseline
 		switch {
-		case want == have:
+		case want == have && wv == hv:
 			delete(mw.dirty.keys, k)
-		case want && !w.installedIso[k.Local].Has(k.Dir):
-			plan.inertAllows = append(plan.inertAllows, mw.policyAdd(k))
+		case want && !w.installedIso[k.Local].Enforced(dir):
+			plan.inertAllows = append(plan.inertAllows, mw.policyAdd(k, wv))
+		case want && wv.HasDeny() && !hv.HasDeny():
+			plan.tighten = append(plan.tighten, mw.policyAdd(k, wv))
 		case want:
-			plan.loosen = append(plan.loosen, mw.policyAdd(k))
-		case w.in.engine.Isolation(k.Local).Has(k.Dir):
+			plan.loosen = append(plan.loosen, mw.policyAdd(k, wv))
+		case hv.HasDeny():
+			plan.loosen = append(plan.loosen, mw.policyDelete(k))
+		case w.in.engine.Isolation(k.Local).Enforced(dir):
 			plan.tighten = append(plan.tighten, mw.policyDelete(k))
 		default:
 			plan.liftedAllows = append(plan.liftedAllows, mw.policyDelete(k))
@@ -461,15 +473,15 @@ func (mw *mapWriter) hasCfgFlag(flag uint32) bool { return mw.cfgFlags&flag != 0
 // settled reports whether no write is pending.
 func (mw *mapWriter) settled() bool { return mw.dirty.empty() }
 
-func (mw *mapWriter) policyAdd(k policy.Key) write {
+func (mw *mapWriter) policyAdd(k policy.Key, v policy.Value) write {
 	return write{
-		what: fmt.Sprintf("add policy entry %v (map holds %d)", k, len(mw.mirror.policy)),
+		what: fmt.Sprintf("add policy entry %v value %#x (map holds %d)", k, uint32(v), len(mw.mirror.policy)),
 		m:    mw.maps.policy, insert: true,
 		do: func() error {
 			bk := policyKey(k)
-			return mw.maps.policy.Update(&bk, &bpf.CoordinoPolicyValue{}, ebpf.UpdateAny)
+			return mw.maps.policy.Update(&bk, &bpf.CoordinoPolicyValue{Flags: uint32(v)}, ebpf.UpdateAny)
 		},
-		done: func() { mw.mirror.policy[k] = struct{}{}; delete(mw.dirty.keys, k) },
+		done: func() { mw.mirror.policy[k] = v; delete(mw.dirty.keys, k) },
 	}
 }
 

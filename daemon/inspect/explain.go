@@ -9,6 +9,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/coordino/coordino/api/policyir"
 	"github.com/coordino/coordino/daemon/datapath"
 	"github.com/coordino/coordino/daemon/policy"
 	inspectv1 "github.com/coordino/coordino/proto/inspect/v1"
@@ -96,7 +97,9 @@ func (s *Service) ExplainPolicy(_ context.Context, req *inspectv1.ExplainPolicyR
 		if !dec.Allowed() {
 			v.Verdict = "denied"
 		}
-		if dec.Isolation.Has(st.dir) && dec.Reason != "host" {
+		if dec.Tier != policyir.TierNetworkPolicy {
+			v.DecidedBy = dp.DecidedBy(dec, st.dir, st.peer, proto, port)
+		} else if dec.Isolation.Has(st.dir) && dec.Reason != "host" {
 			v.SelectedBy, v.AllowedBy = dp.Provenance(dec, st.dir, st.peer, proto, port)
 		}
 		v.Detail = describe(dec, st.dir, v, st.at.name(), st.peerName, req.Protocol, port)
@@ -134,6 +137,13 @@ func remoteDescription(dp *datapath.Datapath, dec datapath.Decision) string {
 }
 
 func describe(dec datapath.Decision, dir policy.Direction, v *inspectv1.DirectionVerdict, local, peer, proto string, port uint16) string {
+	if dec.Tier != policyir.TierNetworkPolicy {
+		by := v.DecidedBy
+		if by == "" {
+			by = fmt.Sprintf("%s tier rule of rank %d, %s", dec.Tier, dec.Rank, dec.Action)
+		}
+		return fmt.Sprintf("%s %s: decided by %s", local, dir, by)
+	}
 	switch dec.Reason {
 	case "host":
 		return fmt.Sprintf("%s ingress: traffic from the node itself is always allowed", local)

@@ -19,10 +19,10 @@ const verdictAfterDNAT = "decided-after-dnat"
 // It reports whether it did.
 func explainService(dp *datapath.Datapath, dir policy.Direction, peer netip.Addr, proto uint8, dec datapath.Decision, v *inspectv1.DirectionVerdict, local string) bool {
 	portProto := proto == policy.ProtoTCP || proto == policy.ProtoUDP || proto == policy.ProtoSCTP
-	if dir != policy.Egress || !dec.Isolation.Has(dir) || !portProto || !dp.ServiceAddress(peer) {
+	if dir != policy.Egress || !dec.Isolation.Enforced(dir) || !portProto || !dp.ServiceAddress(peer) {
 		return false
 	}
-	v.SelectedBy, v.AllowedBy = nil, nil
+	v.SelectedBy, v.AllowedBy, v.DecidedBy = nil, nil, ""
 	if err := dp.ServiceHookError(); err != nil {
 		v.Verdict, v.Reason = "denied", datapath.ReasonName(datapath.ReasonServiceUnenforceable)
 		v.Detail = fmt.Sprintf("%s egress: %s is in a Service CIDR and the post-DNAT hook is not attached (%v): new flows are dropped (fail closed)", local, peer, err)

@@ -10,6 +10,8 @@ import (
 	"github.com/coordino/coordino/api/client/clientset/versioned"
 	coordinoinformers "github.com/coordino/coordino/api/client/informers/externalversions"
 	coordinolisters "github.com/coordino/coordino/api/client/listers/coordino/v1alpha1"
+	cnpclient "sigs.k8s.io/network-policy-api/pkg/client/clientset/versioned"
+	cnpinformers "sigs.k8s.io/network-policy-api/pkg/client/informers/externalversions"
 )
 
 // informerSet is the source's informers: the factories to start, what the
@@ -24,6 +26,7 @@ type informerSet struct {
 
 // newInformers registers the informers: this node's Pods and NodeConfig
 // through factories filtered on the node, Namespaces, PolicyIRs,
+// ClusterNetworkPolicies (normalized here, as in standalone mode),
 // Identities, NodeIsolationPolicies and every node's NodeEndpoints
 // cluster-wide. Each kind's events mark what they make dirty; NodeEndpoints
 // events go to remote.
@@ -32,13 +35,15 @@ type informerSet struct {
 // only for the informers' stores: the first live apply confirms the remote
 // endpoints restored at start and drops the rest, so one the remote handler
 // had not passed on yet would be cut.
-func newInformers(kube kubernetes.Interface, crd versioned.Interface, node string, mark func(func(*dirtyBits)), remote cache.ResourceEventHandler) (*informerSet, error) {
+func newInformers(kube kubernetes.Interface, crd versioned.Interface, cnp cnpclient.Interface, node string, mark func(func(*dirtyBits)), remote cache.ResourceEventHandler) (*informerSet, error) {
 	const resync = 0 // watches, no periodic relist
 	coreInf := informers.NewSharedInformerFactory(kube, resync)
 	podInf := informers.NewSharedInformerFactoryWithOptions(kube, resync, informers.WithTweakListOptions(func(o *metav1.ListOptions) {
 		o.FieldSelector = fields.OneTermEqualSelector("spec.nodeName", node).String()
 	}))
 	crdInf := coordinoinformers.NewSharedInformerFactory(crd, resync)
+	cnpInf := cnpinformers.NewSharedInformerFactory(cnp, resync)
+	cnpI := cnpInf.Policy().V1beta1().ClusterNetworkPolicies()
 	ncInf := coordinoinformers.NewSharedInformerFactoryWithOptions(crd, resync, coordinoinformers.WithTweakListOptions(func(o *metav1.ListOptions) {
 		o.FieldSelector = fields.OneTermEqualSelector("metadata.name", node).String()
 	}))
@@ -50,9 +55,9 @@ func newInformers(kube kubernetes.Interface, crd versioned.Interface, node strin
 	nipI := crdInf.Coordino().V1alpha1().NodeIsolationPolicies()
 	neI := crdInf.Coordino().V1alpha1().NodeEndpoints()
 	set := &informerSet{
-		factories: []interface{ Start(<-chan struct{}) }{coreInf, podInf, crdInf, ncInf},
+		factories: []interface{ Start(<-chan struct{}) }{coreInf, podInf, crdInf, ncInf, cnpInf},
 		live: &liveView{node: node, pods: podI.Lister(), nss: nsI.Lister(), irs: irI.Lister(), ncs: ncI.Lister(),
-			idents: idI.Lister(), nips: nipI.Lister()},
+			idents: idI.Lister(), nips: nipI.Lister(), cnps: cnpI.Lister()},
 		nodeEps: neI.Lister(),
 	}
 	marking := func(f func(*dirtyBits)) cache.ResourceEventHandler {
@@ -66,6 +71,7 @@ func newInformers(kube kubernetes.Interface, crd versioned.Interface, node strin
 		{podI.Informer(), marking(func(d *dirtyBits) { d.pods = true })},
 		{nsI.Informer(), marking(func(d *dirtyBits) { d.policy, d.nsLbl = true, true })},
 		{irI.Informer(), marking(func(d *dirtyBits) { d.policy = true })},
+		{cnpI.Informer(), marking(func(d *dirtyBits) { d.policy = true })},
 		{ncI.Informer(), marking(func(d *dirtyBits) { d.blocks = true })},
 		{idI.Informer(), marking(func(d *dirtyBits) { d.identities = true })},
 		{nipI.Informer(), marking(func(d *dirtyBits) { d.policy = true })},

@@ -15,6 +15,7 @@ import (
 	"github.com/coordino/coordino/daemon/atomicfile"
 	"github.com/coordino/coordino/daemon/policy"
 	"github.com/coordino/coordino/internal/schema"
+	cnpv1beta1 "sigs.k8s.io/network-policy-api/apis/v1beta1"
 )
 
 // lastKnownFile is the file in the state directory holding lastKnown.
@@ -42,6 +43,9 @@ type lastKnown struct {
 	// served from when a file has it.
 	Policies  []*networkingv1.NetworkPolicy `json:"policies,omitempty"`
 	PolicyIRs []*coordinov1alpha1.PolicyIR  `json:"policyIRs,omitempty"`
+	// ClusterPolicies are the ClusterNetworkPolicies (added in place: an
+	// older daemon ignores the field, a newer one reads none from an older file).
+	ClusterPolicies []*cnpv1beta1.ClusterNetworkPolicy `json:"clusterNetworkPolicies,omitempty"`
 	// NodeIsolation keeps node isolation in force through an API outage.
 	NodeIsolation []*coordinov1alpha1.NodeIsolationPolicy  `json:"nodeIsolation,omitempty"`
 	Identities    map[string]coordinov1alpha1.IdentitySpec `json:"identities,omitempty"` // name (number) → spec

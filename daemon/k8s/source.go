@@ -30,6 +30,8 @@ import (
 	"github.com/coordino/coordino/daemon/ipam"
 	"github.com/coordino/coordino/daemon/policy"
 	"github.com/coordino/coordino/daemon/store"
+	cnpv1beta1 "sigs.k8s.io/network-policy-api/apis/v1beta1"
+	cnpclient "sigs.k8s.io/network-policy-api/pkg/client/clientset/versioned"
 )
 
 // Defaults of Config's durations.
@@ -143,6 +145,10 @@ func New(cfg Config) (*Source, error) {
 	if err != nil {
 		return nil, fmt.Errorf("coordino.io client: %w", err)
 	}
+	cnp, err := cnpclient.NewForConfig(rc)
+	if err != nil {
+		return nil, fmt.Errorf("policy.networking.k8s.io client: %w", err)
+	}
 	known, err := loadLastKnown(cfg.StateDir)
 	if err != nil {
 		// A damaged file only costs the outage fallback: say so, go on.
@@ -158,7 +164,7 @@ func New(cfg Config) (*Source, error) {
 	s.ids = NewIdentities(func(name string) (map[string]string, bool) { return s.view().namespaceLabels(name) })
 	s.remote = newRemoteEndpoints(cfg.NodeName, s.log)
 	s.m = newSourceMetrics(s)
-	s.inf, err = newInformers(kube, crd, cfg.NodeName, s.markDirty,
+	s.inf, err = newInformers(kube, crd, cnp, cfg.NodeName, s.markDirty,
 		s.remote.handler(func() { s.markDirty(func(d *dirtyBits) { d.remote = true }) }))
 	if err != nil {
 		return nil, err
@@ -407,6 +413,7 @@ func snapshot(v view) policy.Snapshot {
 	slices.SortFunc(snap.PolicyIRs, func(a, b *coordinov1alpha1.PolicyIR) int {
 		return strings.Compare(a.Namespace+"/"+a.Name, b.Namespace+"/"+b.Name)
 	})
+	slices.SortFunc(snap.ClusterPolicies, func(a, b *cnpv1beta1.ClusterNetworkPolicy) int { return strings.Compare(a.Name, b.Name) })
 	slices.SortFunc(snap.Namespaces, func(a, b *corev1.Namespace) int { return strings.Compare(a.Name, b.Name) })
 	slices.SortFunc(snap.NodeIsolation, func(a, b *coordinov1alpha1.NodeIsolationPolicy) int { return strings.Compare(a.Name, b.Name) })
 	return snap

@@ -11,6 +11,7 @@ import (
 	coordinolisters "github.com/coordino/coordino/api/client/listers/coordino/v1alpha1"
 	coordinov1alpha1 "github.com/coordino/coordino/api/coordino/v1alpha1"
 	"github.com/coordino/coordino/daemon/policy"
+	cnplisters "sigs.k8s.io/network-policy-api/pkg/client/listers/apis/v1beta1"
 )
 
 // view is how the source reads the cluster. There are two: liveView, the
@@ -56,6 +57,7 @@ type liveView struct {
 	ncs    coordinolisters.NodeConfigLister
 	idents coordinolisters.IdentityLister
 	nips   coordinolisters.NodeIsolationPolicyLister
+	cnps   cnplisters.ClusterNetworkPolicyLister
 	// known is what the run started from: its blocks are saved again while
 	// the node's NodeConfig is missing from the cache.
 	known *lastKnown
@@ -89,6 +91,7 @@ func (v *liveView) identities() []*coordinov1alpha1.Identity {
 func (v *liveView) policy() policy.Snapshot {
 	var snap policy.Snapshot
 	snap.PolicyIRs, _ = v.irs.List(labels.Everything())
+	snap.ClusterPolicies, _ = v.cnps.List(labels.Everything())
 	snap.Namespaces, _ = v.nss.List(labels.Everything())
 	snap.NodeIsolation, _ = v.nips.List(labels.Everything())
 	return snap
@@ -143,6 +146,7 @@ func (v *liveView) state() *lastKnown {
 		lk.Namespaces[ns.Name] = ns.Labels
 	}
 	lk.PolicyIRs, _ = v.irs.List(labels.Everything())
+	lk.ClusterPolicies, _ = v.cnps.List(labels.Everything())
 	lk.NodeIsolation, _ = v.nips.List(labels.Everything())
 	for _, id := range v.identities() {
 		lk.Identities[id.Name] = id.Spec
@@ -181,7 +185,7 @@ func (lk *lastKnown) policy() policy.Snapshot {
 	if lk == nil {
 		return snap
 	}
-	snap.Policies, snap.PolicyIRs = lk.Policies, lk.PolicyIRs
+	snap.Policies, snap.PolicyIRs, snap.ClusterPolicies = lk.Policies, lk.PolicyIRs, lk.ClusterPolicies
 	snap.NodeIsolation = lk.NodeIsolation
 	for name, l := range lk.Namespaces {
 		snap.Namespaces = append(snap.Namespaces, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: l}})

@@ -15,6 +15,8 @@ import (
 	"github.com/coordino/coordino/daemon/identity"
 	"github.com/coordino/coordino/daemon/ipam"
 	"github.com/coordino/coordino/daemon/policy"
+	cnpv1beta1 "sigs.k8s.io/network-policy-api/apis/v1beta1"
+	cnplisters "sigs.k8s.io/network-policy-api/pkg/client/listers/apis/v1beta1"
 )
 
 // testLiveView is a liveView over listers filled with objs.
@@ -23,7 +25,7 @@ func testLiveView(t *testing.T, node string, objs ...any) *liveView {
 	idx := func() cache.Indexer {
 		return cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
 	}
-	pods, nss, irs, ncs, ids, nips := idx(), idx(), idx(), idx(), idx(), idx()
+	pods, nss, irs, ncs, ids, nips, cnps := idx(), idx(), idx(), idx(), idx(), idx(), idx()
 	for _, o := range objs {
 		var into cache.Indexer
 		switch o.(type) {
@@ -39,6 +41,8 @@ func testLiveView(t *testing.T, node string, objs ...any) *liveView {
 			into = ids
 		case *coordinov1alpha1.NodeIsolationPolicy:
 			into = nips
+		case *cnpv1beta1.ClusterNetworkPolicy:
+			into = cnps
 		default:
 			t.Fatalf("no lister for %T", o)
 		}
@@ -48,7 +52,8 @@ func testLiveView(t *testing.T, node string, objs ...any) *liveView {
 	}
 	return &liveView{node: node, pods: corelisters.NewPodLister(pods), nss: corelisters.NewNamespaceLister(nss),
 		irs: coordinolisters.NewPolicyIRLister(irs), ncs: coordinolisters.NewNodeConfigLister(ncs),
-		idents: coordinolisters.NewIdentityLister(ids), nips: coordinolisters.NewNodeIsolationPolicyLister(nips)}
+		idents: coordinolisters.NewIdentityLister(ids), nips: coordinolisters.NewNodeIsolationPolicyLister(nips),
+		cnps: cnplisters.NewClusterNetworkPolicyLister(cnps)}
 }
 
 // TestViewsAgree: the last-known state saved from the live view answers
@@ -69,6 +74,7 @@ func TestViewsAgree(t *testing.T) {
 		&coordinov1alpha1.Identity{ObjectMeta: metav1.ObjectMeta{Name: "300"},
 			Spec: coordinov1alpha1.IdentitySpec{Namespace: "ns", Labels: map[string]string{"app": "web"}}},
 		&coordinov1alpha1.NodeIsolationPolicy{ObjectMeta: metav1.ObjectMeta{Name: "iso"}},
+		&cnpv1beta1.ClusterNetworkPolicy{ObjectMeta: metav1.ObjectMeta{Name: "tenants"}, Spec: cnpv1beta1.ClusterNetworkPolicySpec{Tier: cnpv1beta1.AdminTier, Priority: 4}},
 	)
 	known := live.state()
 	if known == nil {
@@ -105,6 +111,9 @@ func TestViewsAgree(t *testing.T) {
 			len(snap.NodeIsolation) != 1 {
 			t.Errorf("%s: snapshot %d IRs (first %q), %d namespaces, %d isolation policies", name,
 				len(snap.PolicyIRs), snap.PolicyIRs[0].Name, len(snap.Namespaces), len(snap.NodeIsolation))
+		}
+		if len(snap.ClusterPolicies) != 1 || snap.ClusterPolicies[0].Spec.Priority != 4 {
+			t.Errorf("%s: cluster policies %v", name, snap.ClusterPolicies)
 		}
 	}
 	if _, ok := live.nodeConfig(); !ok {

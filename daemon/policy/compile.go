@@ -53,6 +53,8 @@ func Compile(in Input, cidrs *identity.CIDRs) (*Result, error) {
 		}
 	}
 	e.Rules(func(r Rule) { res.Rules = append(res.Rules, r) })
+	res.Values = map[Key]Value{}
+	e.Keys(func(k Key) { res.Values[k] = e.KeyValue(k) })
 	slices.SortFunc(res.Rules, compareRules)
 	e.Prefixes(func(p netip.Prefix, id identity.ID) { res.CIDRs[p] = id })
 	res.Warnings = e.Warnings()

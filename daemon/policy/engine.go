@@ -27,6 +27,10 @@ type Engine struct {
 	ids        map[identity.ID]*idState
 	namespaces map[string]*nsState
 	policies   map[string]*polState
+	// cluster are the ClusterNetworkPolicies, filed by their subject's
+	// namespace selector over namespace labels: a local identity is checked
+	// against those that may select its namespace.
+	cluster *selectorIndex[*polState]
 	// nsPeers are active peers with a namespace selector, filed by that
 	// selector over namespace labels.
 	nsPeers *selectorIndex[*peerState]
@@ -38,9 +42,11 @@ type Engine struct {
 	prefixLens map[prefixLen]int
 	rules      map[Rule]int
 	keys       map[Key]int
-	isolation  map[identity.ID]*isoCount
-	named      namedPortState
-	changes    Changes
+	// tiers are the tier entries of each key (tiers.go).
+	tiers     tierKeys
+	isolation map[identity.ID]*isoCount
+	named     namedPortState
+	changes   Changes
 	// Errors of the last operations (e.g. CIDR identity space exhausted).
 	errs []error
 }
@@ -68,7 +74,7 @@ type nsState struct {
 
 type polState struct {
 	p        *policyir.Policy
-	ns       *nsState
+	ns       *nsState // nil for a cluster policy
 	selected map[identity.ID]struct{}
 	peers    []*peerState // set while active
 }
@@ -94,17 +100,49 @@ type prefixLen struct {
 	bits int
 }
 
-type isoCount struct{ ingress, egress int }
+// isoCount counts the NetworkPolicies isolating an identity per direction,
+// and the cluster policies with rules for it per direction.
+type isoCount struct{ ingress, egress, ingressTier, egressTier int }
 
 func (c *isoCount) value() Isolation {
 	var i Isolation
-	if c.ingress > 0 {
-		i |= IngressIsolated
-	}
-	if c.egress > 0 {
-		i |= EgressIsolated
+	for _, b := range []struct {
+		n    int
+		flag Isolation
+	}{{c.ingress, IngressIsolated}, {c.egress, EgressIsolated}, {c.ingressTier, IngressTiered}, {c.egressTier, EgressTiered}} {
+		if b.n > 0 {
+			i |= b.flag
+		}
 	}
 	return i
+}
+
+func (c *isoCount) empty() bool {
+	return c.ingress == 0 && c.egress == 0 && c.ingressTier == 0 && c.egressTier == 0
+}
+
+// add counts policy p for the identity (delta 1) or stops counting it (-1).
+func (c *isoCount) add(p *policyir.Policy, delta int) {
+	if !p.Cluster() {
+		if p.IsolatesIngress {
+			c.ingress += delta
+		}
+		if p.IsolatesEgress {
+			c.egress += delta
+		}
+		return
+	}
+	in, eg := false, false
+	for i := range p.Rules {
+		in = in || p.Rules[i].Direction == Ingress
+		eg = eg || p.Rules[i].Direction == Egress
+	}
+	if in {
+		c.ingressTier += delta
+	}
+	if eg {
+		c.egressTier += delta
+	}
 }
 
 // Changes are the outputs an engine operation may have changed; consumers
@@ -128,7 +166,7 @@ func (c Changes) Empty() bool {
 func NewEngine(cidrs *identity.CIDRs) *Engine {
 	return &Engine{
 		cidrs: cidrs, ids: map[identity.ID]*idState{}, namespaces: map[string]*nsState{},
-		policies: map[string]*polState{}, nsPeers: newSelectorIndex[*peerState](),
+		policies: map[string]*polState{}, cluster: newSelectorIndex[*polState](), tiers: newTierKeys(), nsPeers: newSelectorIndex[*peerState](),
 		cidrPeers: map[*peerState]struct{}{}, prefixes: map[netip.Prefix]*prefixState{},
 		prefixLens: map[prefixLen]int{}, rules: map[Rule]int{}, keys: map[Key]int{},
 		isolation: map[identity.ID]*isoCount{}, named: newNamedPortState(), changes: newChanges(),
@@ -152,13 +190,18 @@ func (e *Engine) TakeErrors() []error {
 }
 
 // WantsKey reports whether the policy map should hold k.
-func (e *Engine) WantsKey(k Key) bool { return e.keys[k] > 0 }
+func (e *Engine) WantsKey(k Key) bool { return e.keys[k] > 0 || e.tiers.has(k) }
 
 // Keys calls fn for every wanted policy key.
 func (e *Engine) Keys(fn func(Key)) {
 	for k := range e.keys {
 		fn(k)
 	}
+	e.tiers.each(func(k Key) {
+		if e.keys[k] == 0 {
+			fn(k)
+		}
+	})
 }
 
 // Isolation returns the directions isolated for local identity id.
@@ -257,6 +300,7 @@ func (e *Engine) SetNamespace(name string, lbls map[string]string) {
 		return
 	}
 	prev := ns.labels
+	defer e.reselectCluster(ns, prev)
 	affected := map[*peerState]struct{}{}
 	collect := func(q *peerState) { affected[q] = struct{}{} }
 	e.nsPeers.candidates(prev, collect)
@@ -399,13 +443,50 @@ func (e *Engine) unlinkIdentity(s *idState) {
 	s.ns.ids.remove(s.Labels, s)
 }
 
-// selectAsLocal applies the policies of s's namespace that select s.
+// selectAsLocal applies the policies that select s: those of its
+// namespace, and the cluster policies whose subject matches it.
 func (e *Engine) selectAsLocal(s *idState) {
 	s.ns.subjects.candidates(s.Labels, func(p *polState) {
 		if p.p.PodSelector.Matches(labels.Set(s.Labels)) {
 			e.selectIdentity(p, s)
 		}
 	})
+	e.cluster.candidates(s.ns.labels, func(p *polState) {
+		if clusterSelects(p.p, s) {
+			e.selectIdentity(p, s)
+		}
+	})
+}
+
+func clusterSelects(p *policyir.Policy, s *idState) bool {
+	return p.NamespaceSelector.Matches(s.ns.labels) && p.PodSelector.Matches(labels.Set(s.Labels))
+}
+
+// reselectCluster re-applies the cluster policies filed under the old or
+// new labels of ns to its local identities after its labels changed. Cost:
+// those policies × local identities of the namespace.
+func (e *Engine) reselectCluster(ns *nsState, prev labels.Set) {
+	affected := map[*polState]struct{}{}
+	collect := func(p *polState) { affected[p] = struct{}{} }
+	e.cluster.candidates(prev, collect)
+	e.cluster.candidates(ns.labels, collect)
+	if len(affected) == 0 {
+		return
+	}
+	for s := range ns.ids.all {
+		if !s.local() {
+			continue
+		}
+		for p := range affected {
+			_, was := p.selected[s.ID]
+			switch now := clusterSelects(p.p, s); {
+			case now && !was:
+				e.selectIdentity(p, s)
+			case was && !now:
+				e.unselect(p, s)
+			}
+		}
+	}
 }
 
 // --- policies ---
@@ -414,6 +495,17 @@ func (e *Engine) selectAsLocal(s *idState) {
 // it selects and, if it selects a local one, its peers' matches.
 func (e *Engine) UpsertPolicy(p *policyir.Policy) {
 	e.DeletePolicy(p.Namespace, p.Name)
+	if p.Cluster() {
+		ps := &polState{p: p, selected: map[identity.ID]struct{}{}}
+		e.policies[p.Key()] = ps
+		e.cluster.add(p.NamespaceSelector, ps)
+		for _, s := range e.ids {
+			if s.local() && clusterSelects(p, s) {
+				e.selectIdentity(ps, s)
+			}
+		}
+		return
+	}
 	ns := e.namespace(p.Namespace)
 	ps := &polState{p: p, ns: ns, selected: map[identity.ID]struct{}{}}
 	e.policies[p.Key()] = ps
@@ -437,7 +529,11 @@ func (e *Engine) DeletePolicy(namespace, name string) {
 	if ps.active() {
 		e.deactivate(ps)
 	}
-	ps.ns.subjects.remove(ps.p.PodSelector, ps)
+	if ps.ns != nil {
+		ps.ns.subjects.remove(ps.p.PodSelector, ps)
+	} else {
+		e.cluster.remove(ps.p.NamespaceSelector, ps)
+	}
 	delete(e.policies, namespace+"/"+name)
 }
 
@@ -461,12 +557,7 @@ func (e *Engine) selectIdentity(p *polState, s *idState) {
 		c = &isoCount{}
 		e.isolation[s.ID] = c
 	}
-	if p.p.IsolatesIngress {
-		c.ingress++
-	}
-	if p.p.IsolatesEgress {
-		c.egress++
-	}
+	c.add(p.p, 1)
 	e.changes.Isolation[s.ID] = struct{}{}
 	for _, q := range p.peers {
 		for r := range q.matched {
@@ -484,13 +575,8 @@ func (e *Engine) unselect(p *polState, s *idState) {
 	delete(p.selected, s.ID)
 	delete(s.selectedBy, p)
 	if c := e.isolation[s.ID]; c != nil {
-		if p.p.IsolatesIngress {
-			c.ingress--
-		}
-		if p.p.IsolatesEgress {
-			c.egress--
-		}
-		if c.ingress == 0 && c.egress == 0 {
+		c.add(p.p, -1)
+		if c.empty() {
 			delete(e.isolation, s.ID)
 		}
 	}
@@ -656,19 +742,30 @@ var allTraffic = []policyir.PortRange{{Protocol: ProtoAny, First: 0, Last: 65535
 // link adds (delta 1) or removes (-1) the rules of q's rule between local
 // and remote: its numeric ports, and its named ports as resolved now.
 func (e *Engine) link(local identity.ID, q *peerState, remote identity.ID, delta int) {
+	base := linkBase(local, q, remote)
 	if q.rule.AllTraffic() {
-		e.linkRanges(local, q.rule.Direction, remote, allTraffic, delta)
+		e.linkRanges(base, allTraffic, delta)
 		return
 	}
-	e.linkRanges(local, q.rule.Direction, remote, q.rule.Ports, delta)
+	e.linkRanges(base, q.rule.Ports, delta)
 	if len(q.rule.NamedPorts) > 0 {
-		e.linkRanges(local, q.rule.Direction, remote, e.namedRanges(local, q, remote), delta)
+		e.linkRanges(base, e.namedRanges(local, q, remote), delta)
 	}
 }
 
-func (e *Engine) linkRanges(local identity.ID, dir Direction, remote identity.ID, ports []policyir.PortRange, delta int) {
+// linkBase is the rule of q between local and remote, without its ports.
+func linkBase(local identity.ID, q *peerState, remote identity.ID) Rule {
+	base := Rule{Local: local, Remote: remote, Dir: q.rule.Direction}
+	if p := q.pol.p; p.Cluster() {
+		base.Tier, base.Action, base.Rank = p.Tier, q.rule.Action, p.Rank(q.rule)
+	}
+	return base
+}
+
+func (e *Engine) linkRanges(base Rule, ports []policyir.PortRange, delta int) {
 	for _, pr := range ports {
-		r := Rule{Local: local, Remote: remote, Dir: dir, Proto: pr.Protocol, PortLo: pr.First, PortHi: pr.Last}
+		r := base
+		r.Proto, r.PortLo, r.PortHi = pr.Protocol, pr.First, pr.Last
 		n := e.rules[r] + delta
 		switch {
 		case n > 0:
@@ -678,7 +775,11 @@ func (e *Engine) linkRanges(local identity.ID, dir Direction, remote identity.ID
 		}
 		if (delta > 0 && n == 1) || (delta < 0 && n == 0) {
 			for _, k := range r.Keys() {
-				e.refKey(k, delta)
+				if r.Tier != policyir.TierNetworkPolicy {
+					e.refTier(k, tierEntry{action: r.Action, rank: r.Rank}, delta)
+				} else {
+					e.refKey(k, delta)
+				}
 			}
 		}
 	}
@@ -691,8 +792,15 @@ func (e *Engine) refKey(k Key, delta int) {
 	} else {
 		delete(e.keys, k)
 	}
+	if delta > 0 && n == 1 {
+		setAdd(e.tiers.np, k)
+	} else if delta < 0 && n == 0 {
+		setRemove(e.tiers.np, k)
+	}
 	if (delta > 0 && n == 1) || (delta < 0 && n == 0) {
 		e.changes.Keys[k] = struct{}{}
+		// Tier keys below k carry whether NetworkPolicy allows there.
+		e.tiers.below(k, func(d Key) { e.changes.Keys[d] = struct{}{} })
 	}
 }
 

@@ -15,6 +15,8 @@ import (
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	cnpv1beta1 "sigs.k8s.io/network-policy-api/apis/v1beta1"
+	"sigs.k8s.io/yaml"
 )
 
 // fuzzWorld is the state a random sequence of operations builds, kept
@@ -419,18 +421,58 @@ spec:
 	return out
 }
 
+// benchClusterPolicies are n ClusterNetworkPolicies alternating tiers, each
+// for the pods of one team's namespaces, denying another team and passing
+// or accepting a port range to a network.
+func benchClusterPolicies(b *testing.B, n int) []*policyir.Policy {
+	var out []*policyir.Policy
+	for i := range n {
+		cnp := &cnpv1beta1.ClusterNetworkPolicy{}
+		doc := fmt.Sprintf(`
+metadata: {name: c%d}
+spec:
+  tier: %s
+  priority: %d
+  subject: {namespaces: {matchLabels: {team: t%d}}}
+  ingress: [{action: Deny, from: [{namespaces: {matchLabels: {team: t%d}}}]}]
+  egress:
+  - {action: %s, to: [{networks: [10.%d.%d.0/24]}], protocols: [{tcp: {destinationPort: {range: {start: 8000, end: 8999}}}}]}`,
+			i, []string{"Admin", "Baseline"}[i%2], i%1000, i%50, (i+7)%50, []string{"Pass", "Accept"}[i%2], 200+i/256%50, i%256)
+		if err := yaml.UnmarshalStrict([]byte(doc), cnp); err != nil {
+			b.Fatal(err)
+		}
+		p, err := policyir.NormalizeCluster(cnp)
+		if err != nil {
+			b.Fatal(err)
+		}
+		out = append(out, p)
+	}
+	return out
+}
+
 // BenchmarkEngineNewLocalIdentity is the engine's share of a pod ADD: a new
 // label set, selected by one policy and named as a peer by another, with
 // 0, 1k and 10k policies loaded (compare ns/op across sizes: the work
 // should not grow with the policy count).
+//
+// The "+1000-cluster" case adds 1,000 ClusterNetworkPolicies of both tiers
+// (issue 38's ratio: at most 1.25x the case without them).
 func BenchmarkEngineNewLocalIdentity(b *testing.B) {
-	for _, n := range []int{0, 1000, 10000} {
-		b.Run(fmt.Sprint(n, "-policies"), func(b *testing.B) {
+	for _, sz := range []struct{ n, cluster int }{{0, 0}, {1000, 0}, {10000, 0}, {10000, 1000}} {
+		n := sz.n
+		name := fmt.Sprint(n, "-policies")
+		if sz.cluster > 0 {
+			name += fmt.Sprint("+", sz.cluster, "-cluster")
+		}
+		b.Run(name, func(b *testing.B) {
 			e := NewEngine(identity.NewCIDRs())
 			for i := range 50 {
 				e.SetNamespace(fmt.Sprint("team-", i), map[string]string{"team": fmt.Sprint("t", i)})
 			}
 			for _, p := range benchPolicies(b, n) {
+				e.UpsertPolicy(p)
+			}
+			for _, p := range benchClusterPolicies(b, sz.cluster) {
 				e.UpsertPolicy(p)
 			}
 			next := identity.FirstPod

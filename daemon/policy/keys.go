@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"github.com/coordino/coordino/api/policyir"
 	"github.com/coordino/coordino/daemon/identity"
 )
 
@@ -26,6 +27,9 @@ type Key struct {
 // aligned power-of-two port blocks that exactly cover [PortLo, PortHi].
 func (r Rule) Keys() []Key {
 	base := Key{Local: r.Local, Remote: r.Remote, Dir: r.Dir}
+	if r.Tier == policyir.TierBaseline {
+		base.Dir |= DirBaseline
+	}
 	if r.Proto == ProtoAny {
 		base.Prefix = PrefixAnyProto
 		return []Key{base}
@@ -68,6 +72,9 @@ type Table map[Key]struct{}
 func (r *Result) Table() Table {
 	t := Table{}
 	for _, rule := range r.Rules {
+		if rule.Tier != policyir.TierNetworkPolicy {
+			continue // Table holds NetworkPolicy allows only
+		}
 		for _, k := range rule.Keys() {
 			t[k] = struct{}{}
 		}

@@ -225,8 +225,9 @@ func (e *Engine) changeNamedPorts(old PodPorts, had bool, next PodPorts, set boo
 		if slices.Equal(before, after) {
 			continue
 		}
-		e.linkRanges(u.local, u.q.rule.Direction, u.remote, before, -1)
-		e.linkRanges(u.local, u.q.rule.Direction, u.remote, after, 1)
+		base := linkBase(u.local, u.q, u.remote)
+		e.linkRanges(base, before, -1)
+		e.linkRanges(base, after, 1)
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 
 	coordinov1alpha1 "github.com/coordino/coordino/api/coordino/v1alpha1"
 	"github.com/coordino/coordino/api/policyir"
+	cnpv1beta1 "sigs.k8s.io/network-policy-api/apis/v1beta1"
 )
 
 // Object is one policy of a snapshot, whichever form it came in: a
@@ -21,14 +22,18 @@ type Object struct {
 	Source any
 }
 
-// Objects returns the snapshot's policies, NetworkPolicies first.
+// Objects returns the snapshot's policies, NetworkPolicies first, then
+// PolicyIRs, then ClusterNetworkPolicies (keyed "/name").
 func (s Snapshot) Objects() []Object {
-	out := make([]Object, 0, len(s.Policies)+len(s.PolicyIRs))
+	out := make([]Object, 0, len(s.Policies)+len(s.PolicyIRs)+len(s.ClusterPolicies))
 	for _, np := range s.Policies {
 		out = append(out, Object{Key: np.Namespace + "/" + np.Name, Source: np})
 	}
 	for _, ir := range s.PolicyIRs {
 		out = append(out, Object{Key: ir.Namespace + "/" + ir.Name, Source: ir})
+	}
+	for _, cnp := range s.ClusterPolicies {
+		out = append(out, Object{Key: "/" + cnp.Name, Source: cnp})
 	}
 	return out
 }
@@ -40,6 +45,8 @@ func (o Object) Normalize() (*policyir.Policy, error) {
 		return policyir.Normalize(src)
 	case *coordinov1alpha1.PolicyIR:
 		return policyir.FromObject(src)
+	case *cnpv1beta1.ClusterNetworkPolicy:
+		return policyir.NormalizeCluster(src)
 	}
 	return nil, fmt.Errorf("policy %s: unsupported object %T", o.Key, o.Source)
 }
@@ -57,6 +64,9 @@ func (o Object) Same(p Object) bool {
 	case *coordinov1alpha1.PolicyIR:
 		b, ok := p.Source.(*coordinov1alpha1.PolicyIR)
 		return ok && equality.Semantic.DeepEqual(a.Spec, b.Spec) && validity(a) == validity(b)
+	case *cnpv1beta1.ClusterNetworkPolicy:
+		b, ok := p.Source.(*cnpv1beta1.ClusterNetworkPolicy)
+		return ok && equality.Semantic.DeepEqual(a.Spec, b.Spec)
 	}
 	return false
 }
@@ -75,6 +85,8 @@ func (o Object) Snapshot() Snapshot {
 		return Snapshot{Policies: []*networkingv1.NetworkPolicy{src}}
 	case *coordinov1alpha1.PolicyIR:
 		return Snapshot{PolicyIRs: []*coordinov1alpha1.PolicyIR{src}}
+	case *cnpv1beta1.ClusterNetworkPolicy:
+		return Snapshot{ClusterPolicies: []*cnpv1beta1.ClusterNetworkPolicy{src}}
 	}
 	return Snapshot{}
 }

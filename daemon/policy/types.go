@@ -9,6 +9,7 @@ import (
 	"github.com/coordino/coordino/daemon/identity"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
+	cnpv1beta1 "sigs.k8s.io/network-policy-api/apis/v1beta1"
 )
 
 // Direction is a traffic direction from the pod's point of view; values match
@@ -30,9 +31,24 @@ const (
 	IngressIsolated Isolation = 1
 	// EgressIsolated: only allowed egress passes. Value matches EP_EGRESS_ISOLATED.
 	EgressIsolated Isolation = 2
+	// IngressTiered: some ClusterNetworkPolicy has ingress rules for the
+	// pod, so new ingress flows consult the policy map even where no
+	// NetworkPolicy isolates it. Value matches EP_INGRESS_TIERED.
+	IngressTiered Isolation = 4
+	// EgressTiered is IngressTiered for egress (EP_EGRESS_TIERED).
+	EgressTiered Isolation = 8
 )
 
-// Has reports whether direction d is isolated.
+// Enforced reports whether new flows of direction d consult the policy
+// map: some NetworkPolicy isolates d or some cluster policy has d rules.
+func (i Isolation) Enforced(d Direction) bool {
+	if d&1 == Egress {
+		return i&(EgressIsolated|EgressTiered) != 0
+	}
+	return i&(IngressIsolated|IngressTiered) != 0
+}
+
+// Has reports whether direction d is isolated by a NetworkPolicy.
 func (i Isolation) Has(d Direction) bool {
 	if d == Egress {
 		return i&EgressIsolated != 0
@@ -53,8 +69,10 @@ const (
 type Snapshot struct {
 	Policies []*networkingv1.NetworkPolicy
 	// PolicyIRs are policies the controller compiled (Kubernetes mode).
-	PolicyIRs  []*coordinov1alpha1.PolicyIR
-	Namespaces []*corev1.Namespace
+	PolicyIRs []*coordinov1alpha1.PolicyIR
+	// ClusterPolicies are policy.networking.k8s.io ClusterNetworkPolicies.
+	ClusterPolicies []*cnpv1beta1.ClusterNetworkPolicy
+	Namespaces      []*corev1.Namespace
 	// NodeIsolation are the cluster's NodeIsolationPolicies (daemon/nodeiso).
 	NodeIsolation []*coordinov1alpha1.NodeIsolationPolicy
 }
@@ -74,6 +92,9 @@ type Input struct {
 // Rule allows traffic of a local identity in one direction with a remote
 // identity (identity.Any for every peer) on a protocol (ProtoAny for all)
 // and an inclusive port range (0-65535 for all ports).
+//
+// A rule of a ClusterNetworkPolicy also carries its tier, action and rank
+// (policyir.Policy.Rank); NetworkPolicy rules leave them zero (accept).
 type Rule struct {
 	Local  identity.ID
 	Remote identity.ID
@@ -81,11 +102,18 @@ type Rule struct {
 	Proto  uint8
 	PortLo uint16
 	PortHi uint16
+	Tier   policyir.Tier
+	Action policyir.Action
+	Rank   uint16
 }
 
 // String renders r for logs and test failures.
 func (r Rule) String() string {
-	return fmt.Sprintf("%s %s remote=%s proto=%d ports=%d-%d", r.Local, r.Dir, r.Remote, r.Proto, r.PortLo, r.PortHi)
+	s := fmt.Sprintf("%s %s remote=%s proto=%d ports=%d-%d", r.Local, r.Dir, r.Remote, r.Proto, r.PortLo, r.PortHi)
+	if r.Tier != policyir.TierNetworkPolicy {
+		s += fmt.Sprintf(" %s %s rank=%d", r.Tier, r.Action, r.Rank)
+	}
+	return s
 }
 
 // Result is compiled policy for the local identities.
@@ -98,6 +126,14 @@ type Result struct {
 	CIDRs map[netip.Prefix]identity.ID
 	// Warnings lists rule parts that match nothing here.
 	Warnings []string
+	// Values are the policy map's keys with their values (tiers.go).
+	Values map[Key]Value
+}
+
+// Lookup reads r's keys as the policy map holds them (for Decide).
+func (r *Result) Lookup(k Key) (Value, bool) {
+	v, ok := r.Values[k]
+	return v, ok
 }
 
 // CIDRIdentity returns the identity of the longest ipBlock prefix containing

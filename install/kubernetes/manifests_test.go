@@ -88,7 +88,8 @@ func TestBaseRenders(t *testing.T) {
 	}
 	slices.Sort(kinds)
 	want := []string{"*unstructured.Unstructured", "*unstructured.Unstructured", "*unstructured.Unstructured", "*unstructured.Unstructured",
-		"*unstructured.Unstructured", "*unstructured.Unstructured", "*unstructured.Unstructured", "*unstructured.Unstructured", // the eight CRDs
+		"*unstructured.Unstructured", "*unstructured.Unstructured", "*unstructured.Unstructured", "*unstructured.Unstructured",
+		"*unstructured.Unstructured", // the eight CRDs and ClusterNetworkPolicy
 		"*v1.ClusterRole", "*v1.ClusterRole", "*v1.ClusterRoleBinding", "*v1.ClusterRoleBinding", "*v1.DaemonSet", "*v1.Deployment",
 		"*v1.Namespace", "*v1.Role", "*v1.RoleBinding", "*v1.ServiceAccount", "*v1.ServiceAccount",
 		"*v1.ValidatingAdmissionPolicy", "*v1.ValidatingAdmissionPolicy", "*v1.ValidatingAdmissionPolicyBinding", "*v1.ValidatingAdmissionPolicyBinding"}

@@ -195,14 +195,15 @@ func CRDDir() (string, error) {
 
 var crdResource = schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
 
-// InstallCRDs creates every CRD in api/crds and waits until each is
+// InstallCRDs creates every CRD in api/crds (Coordino's and the upstream
+// ClusterNetworkPolicy) and waits until each is
 // Established.
 func (s *Server) InstallCRDs(ctx context.Context) error {
 	dir, err := CRDDir()
 	if err != nil {
 		return err
 	}
-	files, err := filepath.Glob(filepath.Join(dir, "coordino.io_*.yaml"))
+	files, err := filepath.Glob(filepath.Join(dir, "*_*.yaml"))
 	if err != nil || len(files) == 0 {
 		return fmt.Errorf("no CRDs in %s: %v", dir, err)
 	}

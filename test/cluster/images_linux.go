@@ -22,6 +22,10 @@ const (
 	// GlibcDNSImage is the DNS suites' glibc prober (sh, dig, getent):
 	// the agnhost image under a second name, since its userland has them.
 	GlibcDNSImage = "registry.k8s.io/e2e-test-images/glibc-dns-testing:2.1.1"
+	// AgnhostCNPImage is the agnhost the ClusterNetworkPolicy conformance
+	// suite (sigs.k8s.io/network-policy-api) names, served by the same
+	// agnhost: the suite uses its long-stable netexec and connect commands.
+	AgnhostCNPImage = "registry.k8s.io/e2e-test-images/agnhost:2.45"
 )
 
 // userlandRoot is the root filesystem test/testbed/build.sh userland
@@ -69,7 +73,7 @@ func (c *Cluster) buildImages() ([]string, error) {
 		{"coredns.tar", CoreDNSImage, "/coredns", c.bins.coredns + ":/coredns"},
 	}
 	agnhost := filepath.Join(out, "agnhost.tar")
-	if err := testbed.Mkimg(out, "-o", agnhost, "-tag", AgnhostImage, "-tag", GlibcDNSImage,
+	if err := testbed.Mkimg(out, "-o", agnhost, "-tag", AgnhostImage, "-tag", GlibcDNSImage, "-tag", AgnhostCNPImage,
 		"-entrypoint", "/agnhost", "-cmd", "pause", "-tree", userland, "-file", c.bins.agnhost+":/agnhost"); err != nil {
 		return nil, err
 	}

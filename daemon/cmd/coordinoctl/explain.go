@@ -58,6 +58,9 @@ func runExplain(ctx context.Context, c *client, _ []string) error {
 			if len(st.SelectedBy) > 0 {
 				row(w, "  selected by:", strings.Join(st.SelectedBy, ", "))
 			}
+			if st.DecidedBy != "" {
+				row(w, "  decided by:", st.DecidedBy)
+			}
 			if len(st.AllowedBy) > 0 {
 				row(w, "  allowed by:", strings.Join(st.AllowedBy, ", "))
 			}

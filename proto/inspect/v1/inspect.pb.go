@@ -1694,7 +1694,8 @@ type DirectionVerdict struct {
 	RemoteCidrIdentity uint32 `protobuf:"varint,5,opt,name=remote_cidr_identity,json=remoteCidrIdentity,proto3" json:"remote_cidr_identity,omitempty"`
 	// "allowed", "denied" or "not-enforced-here".
 	Verdict string `protobuf:"bytes,6,opt,name=verdict,proto3" json:"verdict,omitempty"`
-	// The datapath's reason: "policy", "not-isolated", "host", "policy-denied".
+	// The datapath's reason: "policy", "not-isolated", "host", "policy-denied",
+	// "admin-deny", "baseline-deny".
 	Reason string `protobuf:"bytes,7,opt,name=reason,proto3" json:"reason,omitempty"`
 	// Policies that select the pod for this direction ("namespace/name").
 	SelectedBy []string `protobuf:"bytes,8,rep,name=selected_by,json=selectedBy,proto3" json:"selected_by,omitempty"`
@@ -1704,8 +1705,11 @@ type DirectionVerdict struct {
 	// What the remote identity stands for: a pod label set and namespace,
 	// an ipBlock prefix, the node itself, another node or the world.
 	RemoteDescription string `protobuf:"bytes,11,opt,name=remote_description,json=remoteDescription,proto3" json:"remote_description,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// The ClusterNetworkPolicy rule that decided, when one did:
+	// "admin: ClusterNetworkPolicy/deny-tenants spec.egress[1] Deny".
+	DecidedBy     string `protobuf:"bytes,12,opt,name=decided_by,json=decidedBy,proto3" json:"decided_by,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *DirectionVerdict) Reset() {
@@ -1811,6 +1815,13 @@ func (x *DirectionVerdict) GetDetail() string {
 func (x *DirectionVerdict) GetRemoteDescription() string {
 	if x != nil {
 		return x.RemoteDescription
+	}
+	return ""
+}
+
+func (x *DirectionVerdict) GetDecidedBy() string {
+	if x != nil {
+		return x.DecidedBy
 	}
 	return ""
 }
@@ -2190,7 +2201,7 @@ const file_proto_inspect_v1_inspect_proto_rawDesc = "" +
 	"\x03dst\x18\x02 \x01(\tR\x03dst\x12\x18\n" +
 	"\averdict\x18\x03 \x01(\tR\averdict\x12;\n" +
 	"\x05steps\x18\x04 \x03(\v2%.coordino.inspect.v1.DirectionVerdictR\x05steps\x12\x18\n" +
-	"\asummary\x18\x05 \x01(\tR\asummary\"\x87\x03\n" +
+	"\asummary\x18\x05 \x01(\tR\asummary\"\xa6\x03\n" +
 	"\x10DirectionVerdict\x12\x1c\n" +
 	"\tdirection\x18\x01 \x01(\tR\tdirection\x12\x1a\n" +
 	"\bendpoint\x18\x02 \x01(\tR\bendpoint\x12%\n" +
@@ -2205,7 +2216,9 @@ const file_proto_inspect_v1_inspect_proto_rawDesc = "" +
 	"allowed_by\x18\t \x03(\tR\tallowedBy\x12\x16\n" +
 	"\x06detail\x18\n" +
 	" \x01(\tR\x06detail\x12-\n" +
-	"\x12remote_description\x18\v \x01(\tR\x11remoteDescription\"@\n" +
+	"\x12remote_description\x18\v \x01(\tR\x11remoteDescription\x12\x1d\n" +
+	"\n" +
+	"decided_by\x18\f \x01(\tR\tdecidedBy\"@\n" +
 	"\x16ListRecentFlowsRequest\x12&\n" +
 	"\x0fsince_unix_nano\x18\x01 \x01(\x03R\rsinceUnixNano\"L\n" +
 	"\x17ListRecentFlowsResponse\x121\n" +
