@@ -15,6 +15,7 @@ import (
 	vnetlink "github.com/vishvananda/netlink"
 	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
+	cnpv1beta1 "sigs.k8s.io/network-policy-api/apis/v1beta1"
 
 	"github.com/coordino/coordino/daemon/datapath/dpapi"
 	"github.com/coordino/coordino/daemon/identity"
@@ -632,9 +633,16 @@ func (d *Datapath) SetNodeIPs(ips []netip.Addr) error {
 // transaction. Invalid policies are skipped and reported in the error;
 // valid ones are applied regardless.
 func (d *Datapath) UpdatePolicy(s policy.Snapshot) error {
+	// The cluster tiers are the eBPF datapath's alone: their keys would
+	// read here as allows. They are left out and named in the error
+	// (logged, counted as policy not applied), NetworkPolicy holding as
+	// without them (docs/policy.md).
+	unenforced := clusterPoliciesLeftOut(s.ClusterPolicies)
+	s.ClusterPolicies = nil
 	d.snapMu.Lock()
 	defer d.snapMu.Unlock()
 	delta, invalid := d.snap.Diff(s)
+	invalid = errors.Join(invalid, unenforced)
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	delta.Feed(d.engine)
@@ -646,6 +654,20 @@ func (d *Datapath) UpdatePolicy(s policy.Snapshot) error {
 		return fmt.Errorf("nftables datapath: apply policy: %w", errors.Join(err, invalid))
 	}
 	return invalid
+}
+
+// clusterPoliciesLeftOut is the error naming the ClusterNetworkPolicies
+// this datapath does not enforce (nil: none).
+func clusterPoliciesLeftOut(cnps []*cnpv1beta1.ClusterNetworkPolicy) error {
+	if len(cnps) == 0 {
+		return nil
+	}
+	names := make([]string, len(cnps))
+	for i, c := range cnps {
+		names[i] = c.Name
+	}
+	slices.Sort(names)
+	return fmt.Errorf("nftables datapath: ClusterNetworkPolicy is enforced only by the eBPF datapath; not enforced on this node: %s", strings.Join(names, ", "))
 }
 
 // --- Kubernetes (k8s.Sink) ---
