@@ -91,6 +91,14 @@ func checkDatapath(dir, want string) error {
 	return err
 }
 
+// datapathNote names the --datapath the daemons were started with.
+func datapathNote(d string) string {
+	if d == "" {
+		return ""
+	}
+	return " with --datapath=" + d
+}
+
 func up(workers int, noInstall bool, datapath, dir string) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -99,12 +107,12 @@ func up(workers int, noInstall bool, datapath, dir string) error {
 		return err
 	}
 	fmt.Printf(`
-Cluster up: %d workers %v, Coordino installed from %s.
+Cluster up: %d workers %v, Coordino installed from %s%s.
   export KUBECONFIG=%s
   alias kubectl=%s
   kubectl get nodes -o wide; kubectl -n coordino-system get pods -o wide
   kubectl run a --image=%s --overrides='{"spec":{"nodeName":"worker-1"}}' -- netexec
 Logs in %s/logs. make cluster-down removes everything.
-`, workers, c.Nodes, c.Overlay, c.Kubeconfig, c.KubectlPath(), cluster.AgnhostImage, dir)
+`, workers, c.Nodes, c.Overlay, datapathNote(c.Datapath), c.Kubeconfig, c.KubectlPath(), cluster.AgnhostImage, dir)
 	return nil
 }
