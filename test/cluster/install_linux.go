@@ -63,6 +63,9 @@ func (c *Cluster) Install(ctx context.Context) error {
 			return err
 		}
 	}
+	if c.Datapath == "" {
+		return nil // the manifest's default; an older image may lack the metric
+	}
 	got, err := CheckDatapath(ctx, c.Client, c.Datapath)
 	if err != nil {
 		return err
