@@ -184,14 +184,18 @@ bench-k8s: deps build ref-plugins
 # suites (E2E_SUITE=netpol|conformance|all, see test/cluster/e2e.sh) and
 # leaves the cluster up for inspection. First builds are long (measured in
 # docs/cluster.md, "Components and build times"): test/testbed/build.sh caches
-# them by version.
+# them by version. DATAPATH=ebpf|nftables|auto starts the daemons with
+# --datapath (empty: the manifest's default, unchecked); cluster-up checks
+# every daemon reports it, and e2e-cluster checks the bed's before and after
+# the suites.
 WORKERS ?= 2
+DATAPATH ?=
 .PHONY: cluster-up cluster-down e2e-cluster e2e-cluster-smoke
 cluster-up: image
 	test/testbed/deps.sh
 	TESTBED_NICE=$${TESTBED_NICE:-10} test/testbed/build.sh cluster
 	$(GO) build -o $(BIN)/coordino-cluster ./test/cluster/cmd/cluster
-	$(BIN)/coordino-cluster -workers $(WORKERS) up
+	$(BIN)/coordino-cluster -workers $(WORKERS) -datapath '$(DATAPATH)' up
 
 cluster-down:
 	$(GO) build -o $(BIN)/coordino-cluster ./test/cluster/cmd/cluster
@@ -203,7 +207,12 @@ e2e-cluster:
 	$(GO) build -o $(BIN)/coordino-cluster ./test/cluster/cmd/cluster
 	@if $(BIN)/coordino-cluster status; then echo "e2e-cluster: using that bed as it is (make cluster-down first for one with this tree's image)"; else $(MAKE) cluster-up; fi
 	TESTBED_NICE=$${TESTBED_NICE:-10} test/testbed/build.sh e2e.test
+ifneq ($(DATAPATH),)
+	$(BIN)/coordino-cluster -datapath '$(DATAPATH)' datapath
+	test/cluster/e2e.sh; rc=$$?; $(BIN)/coordino-cluster -datapath '$(DATAPATH)' datapath && exit $$rc
+else
 	test/cluster/e2e.sh
+endif
 
 # The ClusterNetworkPolicy conformance suite (sigs.k8s.io/network-policy-api
 # at the version in go.mod, standard profile by default) against the bed, as

@@ -43,6 +43,10 @@ type Options struct {
 	// Overlay is the kustomize directory installed (default
 	// $COORDINO_CLUSTER_OVERLAY or install/kubernetes/overlays/primary).
 	Overlay string
+	// Datapath, when set, starts every daemon with --datapath=<it> (ebpf,
+	// nftables or auto); Install then checks each daemon reports it.
+	// Default $COORDINO_CLUSTER_DATAPATH; empty keeps the manifest's.
+	Datapath string
 	// SkipInstall brings nodes up without Coordino (they stay NotReady
 	// unless PrimaryCNI gives them a CNI).
 	SkipInstall bool
@@ -145,6 +149,12 @@ func (o *Options) defaults() error {
 	}
 	if o.Overlay == "" {
 		o.Overlay = testbed.EnvOr("COORDINO_CLUSTER_OVERLAY", filepath.Join(o.RepoRoot, "install", "kubernetes", "overlays", "primary"))
+	}
+	if o.Datapath == "" {
+		o.Datapath = os.Getenv("COORDINO_CLUSTER_DATAPATH")
+	}
+	if err := checkDatapath(o.Datapath); err != nil {
+		return err
 	}
 	if o.RefPluginDir == "" {
 		o.RefPluginDir = filepath.Join(o.RepoRoot, "bin", "ref")

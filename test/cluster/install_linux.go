@@ -22,7 +22,11 @@ var coreDNSManifest string
 // and CoreDNS, then waits until every node is Ready and the DaemonSet, the
 // controller and CoreDNS are available. Up calls it unless SkipInstall.
 func (c *Cluster) Install(ctx context.Context) error {
-	if out, err := c.Kubectl(ctx, "apply", "-k", c.Overlay); err != nil {
+	kdir, err := c.kustomization()
+	if err != nil {
+		return err
+	}
+	if out, err := c.Kubectl(ctx, "apply", "-k", kdir); err != nil {
 		return err
 	} else {
 		c.Logf("cluster: %s", strings.TrimSpace(out))
@@ -59,6 +63,14 @@ func (c *Cluster) Install(ctx context.Context) error {
 			return err
 		}
 	}
+	if c.Datapath == "" {
+		return nil // the manifest's default; an older image may lack the metric
+	}
+	got, err := CheckDatapath(ctx, c.Client, c.Datapath)
+	if err != nil {
+		return err
+	}
+	c.Logf("cluster: datapaths %v", got)
 	return nil
 }
 
