@@ -3,6 +3,7 @@ package datapath
 import (
 	"context"
 	"fmt"
+	"net"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -383,6 +384,57 @@ func TestPolicyUpdateRevokesEstablishedFlows(t *testing.T) {
 	c.expect(false, "a>b tcp/80")
 	c.policies(serverIngress)
 	c.expect(true, "a>b tcp/80")
+}
+
+// TestPolicyUpdateRevokesUDPFlowOfIsolatedServer: a UDP flow opened while
+// the server's ingress was already isolated (by a policy allowing the
+// client) is cut when a new policy denies the client, and a new flow from
+// the same port is denied too, although the server's egress stays open.
+// Fails where the flow's entry was marked ambiguous (either side may have
+// opened it): it then survived every revocation, and a client reusing a
+// port of an earlier allowed flow got through for minutes.
+func TestPolicyUpdateRevokesUDPFlowOfIsolatedServer(t *testing.T) {
+	c := newCluster(t, AttachTC)
+	const udpIngress = `
+metadata: {name: server-udp, namespace: default}
+spec:
+  podSelector: {matchLabels: {app: server}}
+  ingress:
+  - from: [{podSelector: {matchLabels: {app: client}}}]
+    ports: [{protocol: UDP, port: 80}]`
+	c.policies(udpIngress)
+	client := netip.AddrPortFrom(c.pods["a"].IP, 40123)
+	server := netip.AddrPortFrom(c.pods["b"].IP, 80)
+	var conn *net.UDPConn
+	dial := func() {
+		t.Helper()
+		if conn != nil {
+			conn.Close()
+		}
+		if err := c.pods["a"].Do(func() (err error) {
+			conn, err = net.DialUDP("udp4", net.UDPAddrFromAddrPort(client), net.UDPAddrFromAddrPort(server))
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	dial()
+	defer func() { conn.Close() }()
+	if err := testnet.Echo(conn); err != nil {
+		t.Fatalf("allowed UDP flow: %v", err)
+	}
+	c.policies(denyServerIngress)
+	if err := testnet.Echo(conn); err == nil {
+		t.Fatal("UDP flow still passes after its policy was removed")
+	}
+	dial() // a new socket on the same ports: a new flow to policy
+	if err := testnet.Echo(conn); err == nil {
+		t.Fatal("a new UDP flow on the ports of a revoked one passes")
+	}
+	c.policies(udpIngress)
+	if err := testnet.Echo(conn); err != nil {
+		t.Fatalf("UDP flow allowed again: %v", err)
+	}
 }
 
 func TestNewEndpointDeniedFromFirstPacket(t *testing.T) {
