@@ -207,13 +207,16 @@ static __always_inline int handle(struct __sk_buff *skb, __u8 dir, __u32 ifindex
 		if (!allowed(reason))
 			return drop(skb, ifindex, ep, dir, &p, remote.identity, reason, now);
 		/* On an isolated endpoint any allowed packet (re)creates the
-		 * entry. Mid-flow, the side that opened the flow is unknown: if
-		 * policy would also let the other side open it, remember that
-		 * (CT_AMBIGUOUS). Elsewhere a TCP entry needs its SYN, a UDP
-		 * entry is made by the flow's first packet (so its sender opened
-		 * it), and other flows are tracked only to report each once
-		 * while observed. */
-		int opening = tcp_opening(&p) || (!isolated && p.proto == IPPROTO_UDP);
+		 * entry. A UDP packet that finds no entry opens its flow, on
+		 * any endpoint: were it marked ambiguous, a client whose
+		 * ingress policy is revoked would keep its flow (and any new
+		 * one on the same ports) for as long as the server's other
+		 * direction stays open. Mid-flow TCP, the side that opened the
+		 * flow is unknown: if policy would also let the other side
+		 * open it, remember that (CT_AMBIGUOUS). Elsewhere a TCP entry
+		 * needs its SYN, and other flows are tracked only to report
+		 * each once while observed. */
+		int opening = tcp_opening(&p) || p.proto == IPPROTO_UDP;
 		int track = isolated || opening || (observed && p.proto != IPPROTO_TCP);
 		if (p.frag != FRAG_LATER && !p.icmp_error && track) {
 			__u32 flags = 0;

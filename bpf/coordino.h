@@ -134,7 +134,7 @@ struct ct_key {
 #define CT_CLOSING 1   /* FIN or RST seen: short lifetime */
 #define CT_REPLIED 2   /* a packet in the reply direction was seen */
 #define CT_REVOKED 4   /* tombstone: policy revoked the flow, drop it both ways */
-#define CT_AMBIGUOUS 8 /* re-created mid-flow while both directions were allowed */
+#define CT_AMBIGUOUS 8 /* TCP re-created mid-flow while both directions were allowed */
 #define CT_SERVICE 16  /* to a Service address: decided on the translated destination */
 #define CT_SVC_PENDING 32 /* CT_SERVICE flow waiting for the post-DNAT hook's decision */
 #define CT_SVC_ALLOWED 64 /* the post-DNAT hook allowed the flow at least once */

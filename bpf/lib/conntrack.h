@@ -263,15 +263,17 @@ static __always_inline struct ct_entry *ct_lookup(__u32 ifindex, __u8 dir, const
 }
 
 /* ct_still_allowed re-decides a tracked flow after a policy change. An
- * ambiguous entry (re-created mid-flow, either side may have opened it)
- * stays while either side could open it now. */
+ * ambiguous TCP entry (re-created mid-flow, either side may have opened
+ * it) stays while either side could open it now. UDP entries are never
+ * ambiguous (coordino.c); one an older version marked, adopted at an
+ * upgrade, is judged by the side that created it like the others. */
 static __always_inline int ct_still_allowed(const struct endpoint_info *ep, const struct ct_key *k,
 					    const struct ct_entry *e,
 					    const struct ipcache_value *remote)
 {
 	if (allowed(decide(ep, k->dir, remote, k->proto, k->dport)))
 		return 1;
-	return (e->flags & CT_AMBIGUOUS) &&
+	return (e->flags & CT_AMBIGUOUS) && k->proto == IPPROTO_TCP &&
 	       allowed(decide(ep, k->dir ^ 1, remote, k->proto, k->sport));
 }
 

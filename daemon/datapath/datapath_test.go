@@ -3,6 +3,7 @@ package datapath
 import (
 	"context"
 	"fmt"
+	"net"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -14,6 +15,7 @@ import (
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/asm"
 	"github.com/cilium/ebpf/link"
+	"github.com/coordino/coordino/bpf"
 	"github.com/coordino/coordino/daemon/internal/testnet"
 	"github.com/coordino/coordino/daemon/policy"
 	"github.com/coordino/coordino/test/privileged"
@@ -392,6 +394,94 @@ func TestPolicyUpdateRevokesEstablishedFlows(t *testing.T) {
 	c.expect(false, "a>b tcp/80")
 	c.policies(serverIngress)
 	c.expect(true, "a>b tcp/80")
+}
+
+// TestPolicyUpdateRevokesUDPFlowOfIsolatedServer: a UDP flow opened while
+// the server's ingress was already isolated (by a policy allowing the
+// client) is cut when a new policy denies the client, and a new flow from
+// the same port is denied too, although the server's egress stays open.
+// Fails where the flow's entry was marked ambiguous (either side may have
+// opened it): it then survived every revocation, and a client reusing a
+// port of an earlier allowed flow got through for minutes. The same holds
+// for an entry an older version marked ambiguous, adopted at an upgrade.
+func TestPolicyUpdateRevokesUDPFlowOfIsolatedServer(t *testing.T) {
+	for _, marked := range []bool{false, true} {
+		t.Run(map[bool]string{false: "opened", true: "marked-by-older-version"}[marked], func(t *testing.T) {
+			c := newCluster(t, AttachTC)
+			const udpIngress = `
+metadata: {name: server-udp, namespace: default}
+spec:
+  podSelector: {matchLabels: {app: server}}
+  ingress:
+  - from: [{podSelector: {matchLabels: {app: client}}}]
+    ports: [{protocol: UDP, port: 80}]`
+			c.policies(udpIngress)
+			client := netip.AddrPortFrom(c.pods["a"].IP, 40123)
+			server := netip.AddrPortFrom(c.pods["b"].IP, 80)
+			var conn *net.UDPConn
+			dial := func() {
+				t.Helper()
+				if conn != nil {
+					conn.Close()
+				}
+				if err := c.pods["a"].Do(func() (err error) {
+					conn, err = net.DialUDP("udp4", net.UDPAddrFromAddrPort(client), net.UDPAddrFromAddrPort(server))
+					return err
+				}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			dial()
+			defer func() { conn.Close() }()
+			if err := testnet.Echo(conn); err != nil {
+				t.Fatalf("allowed UDP flow: %v", err)
+			}
+			if marked {
+				markUDPAmbiguous(t, c, client.Port())
+			}
+			c.policies(denyServerIngress)
+			if err := testnet.Echo(conn); err == nil {
+				t.Fatal("UDP flow still passes after its policy was removed")
+			}
+			dial() // a new socket on the same ports: a new flow to policy
+			if err := testnet.Echo(conn); err == nil {
+				t.Fatal("a new UDP flow on the ports of a revoked one passes")
+			}
+			c.policies(udpIngress)
+			if err := testnet.Echo(conn); err != nil {
+				t.Fatalf("UDP flow allowed again: %v", err)
+			}
+		})
+	}
+}
+
+// ctAmbiguous is CT_AMBIGUOUS of bpf/coordino.h.
+const ctAmbiguous = 8
+
+// markUDPAmbiguous sets CT_AMBIGUOUS on the entries of the UDP flows from
+// or to port, as versions that marked UDP entries so left them.
+func markUDPAmbiguous(t *testing.T, c *cluster, port uint16) {
+	t.Helper()
+	var (
+		k bpf.CoordinoCtKey
+		v bpf.CoordinoCtEntry
+	)
+	marked := map[bpf.CoordinoCtKey]bpf.CoordinoCtEntry{}
+	it := c.dp.objs.CdoConntrack.Iterate()
+	for it.Next(&k, &v) {
+		if k.Proto == 17 /* UDP */ && (ntohs(k.Sport) == port || ntohs(k.Dport) == port) {
+			v.Flags |= ctAmbiguous
+			marked[k] = v
+		}
+	}
+	if len(marked) == 0 {
+		t.Fatalf("no conntrack entry of the UDP flow on port %d", port)
+	}
+	for k, v := range marked {
+		if err := c.dp.objs.CdoConntrack.Update(&k, &v, ebpf.UpdateExist); err != nil {
+			t.Fatal(err)
+		}
+	}
 }
 
 func TestNewEndpointDeniedFromFirstPacket(t *testing.T) {

@@ -20,6 +20,9 @@ type Probe struct {
 	To    netip.Addr
 	Port  int
 	Proto string // "tcp" or "udp"
+	// SourcePort, when set, is the port the probe sends from (else the
+	// kernel picks one): a flow on the ports of an earlier one.
+	SourcePort int
 }
 
 // Outcome of a probe.
@@ -182,6 +185,16 @@ func openProbe(p Probe, token []byte) (int, error) {
 	if typ == unix.SOCK_STREAM {
 		// Close with RST: thousands of probes leave no TIME_WAIT behind.
 		_ = unix.SetsockoptLinger(fd, unix.SOL_SOCKET, unix.SO_LINGER, &unix.Linger{Onoff: 1, Linger: 0})
+	}
+	if p.SourcePort != 0 {
+		var local unix.Sockaddr = &unix.SockaddrInet6{Port: p.SourcePort}
+		if family == unix.AF_INET {
+			local = &unix.SockaddrInet4{Port: p.SourcePort}
+		}
+		if err := unix.Bind(fd, local); err != nil {
+			unix.Close(fd)
+			return -1, fmt.Errorf("bind source port %d: %w", p.SourcePort, err)
+		}
 	}
 	err = unix.Connect(fd, sa)
 	if typ == unix.SOCK_STREAM && errors.Is(err, unix.EINPROGRESS) {

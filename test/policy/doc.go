@@ -6,7 +6,8 @@
 // primary mode (clsact + cls_bpf, the default), primary mode with
 // --attach-mode=tcx, and chained after
 // bridge + host-local, and also covers a daemon restart under traffic, a
-// policy update under traffic and a pod denied from its first packet. A
+// policy update under traffic, a pod denied from its first packet and a
+// revoked UDP flow that stays revoked on its own ports. A
 // dual-stack mode (IPv4 and IPv6 pod CIDRs) runs a subset, plus
 // family-specific ipBlock cases, over both families at once, and the
 // first-packet check over IPv6. In Kubernetes mode (a real kube-apiserver,

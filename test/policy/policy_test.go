@@ -31,6 +31,7 @@ func runMode(t *testing.T, m mode, all bool) {
 	t.Run("restart-under-traffic", func(t *testing.T) { b.restartUnderTraffic(t) })
 	t.Run("update-under-traffic", func(t *testing.T) { b.updateUnderTraffic(t) })
 	t.Run("new-pod-denied-from-first-packet", func(t *testing.T) { b.newPodDenied(t, false) })
+	t.Run("udp-revoked-on-isolated-pod", func(t *testing.T) { b.udpRevokedOnIsolated(t) })
 	if all {
 		t.Run("broken-file-at-restart", func(t *testing.T) { b.brokenFileAtRestart(t) })
 	}

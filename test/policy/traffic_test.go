@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"net/netip"
 	"sync"
@@ -370,5 +371,31 @@ func (b *bed) newPodDenied(t *testing.T, v6 bool) {
 	}
 	if denied, err := b.node.Metric("coordino_datapath_packets_total", `reason="policy-denied"`); err != nil || denied < denied0+4 {
 		t.Errorf("policy-denied packets %v → %v (%v), want at least 4 more", denied0, denied, err)
+	}
+}
+
+// udpRevokedOnIsolated: a UDP flow allowed into x/a while x/a was already
+// isolated is cut by an update that denies its client, and a new flow on
+// the same ports stays denied, although x/a's egress is open (so x/a
+// could have opened the flow). The eBPF datapath once marked such a flow
+// ambiguous and kept it: a matrix probe's flow let a later denied probe
+// that happened to draw the same source port through, for up to 180 s.
+func (b *bed) udpRevokedOnIsolated(t *testing.T) {
+	b.t = t
+	xa, ya := b.pod(peer{"x", "a"}), b.pod(peer{"y", "a"})
+	probe := []harness.Probe{{From: ya.pod.NS, To: xa.ip, Port: 80, Proto: "udp", SourcePort: 40000 + rand.IntN(20000)}}
+	if err := b.apply(xaFrom("from-b-and-y", `  - podSelector: {matchLabels: {pod: b}}
+  - namespaceSelector: {matchLabels: {ns: "y"}}`)); err != nil {
+		t.Fatal(err)
+	}
+	// A generous timeout: the allowed exchange must not fail on a busy machine.
+	if res, err := harness.ProbeAll(probe, time.Second); err != nil || res[0] != harness.Reached {
+		t.Fatalf("y/a→x/a udp/80 from port %d under a policy allowing it: %v (%v)", probe[0].SourcePort, res, err)
+	}
+	if err := b.apply(xaFrom("from-b", `  - podSelector: {matchLabels: {pod: b}}`)); err != nil {
+		t.Fatal(err)
+	}
+	if res, err := harness.ProbeAll(probe, restartProbeTimeout); err != nil || res[0] != harness.Blocked {
+		t.Fatalf("y/a→x/a udp/80 from port %d after the update denying y: %v (%v), want blocked", probe[0].SourcePort, res, err)
 	}
 }
