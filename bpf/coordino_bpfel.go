@@ -289,6 +289,7 @@ const (
 	CoordinoProgCdoToNode          = "cdo_to_node"
 	CoordinoProgCdoToNodeL3        = "cdo_to_node_l3"
 	CoordinoVarCdoHaveCtLookup     = "cdo_have_ct_lookup"
+	CoordinoVarCdoHaveTiers        = "cdo_have_tiers"
 	CoordinoVarUnusedCtStat        = "unused_ct_stat"
 	CoordinoVarUnusedDirection     = "unused_direction"
 	CoordinoVarUnusedEpAddrKey     = "unused_ep_addr_key"
@@ -388,6 +389,7 @@ type CoordinoMapSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type CoordinoVariableSpecs struct {
 	CdoHaveCtLookup     *ebpf.VariableSpec `ebpf:"cdo_have_ct_lookup"`
+	CdoHaveTiers        *ebpf.VariableSpec `ebpf:"cdo_have_tiers"`
 	UnusedCtStat        *ebpf.VariableSpec `ebpf:"unused_ct_stat"`
 	UnusedDirection     *ebpf.VariableSpec `ebpf:"unused_direction"`
 	UnusedEpAddrKey     *ebpf.VariableSpec `ebpf:"unused_ep_addr_key"`
@@ -480,6 +482,7 @@ func (m *CoordinoMaps) Close() error {
 // It can be passed to LoadCoordinoObjects or ebpf.CollectionSpec.LoadAndAssign.
 type CoordinoVariables struct {
 	CdoHaveCtLookup     *ebpf.Variable `ebpf:"cdo_have_ct_lookup"`
+	CdoHaveTiers        *ebpf.Variable `ebpf:"cdo_have_tiers"`
 	UnusedCtStat        *ebpf.Variable `ebpf:"unused_ct_stat"`
 	UnusedDirection     *ebpf.Variable `ebpf:"unused_direction"`
 	UnusedEpAddrKey     *ebpf.Variable `ebpf:"unused_ep_addr_key"`

@@ -146,6 +146,7 @@ const (
 	CoordinoSvcMapCdoSvcPending = "cdo_svc_pending"
 	CoordinoSvcMapCdoVerdicts   = "cdo_verdicts"
 	CoordinoSvcProgCdoSvc       = "cdo_svc"
+	CoordinoSvcVarCdoHaveTiers  = "cdo_have_tiers"
 )
 
 // LoadCoordinoSvc returns the embedded CollectionSpec for CoordinoSvc.
@@ -219,6 +220,7 @@ type CoordinoSvcMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type CoordinoSvcVariableSpecs struct {
+	CdoHaveTiers *ebpf.VariableSpec `ebpf:"cdo_have_tiers"`
 }
 
 // CoordinoSvcObjects contains all objects after they have been loaded into the kernel.
@@ -284,6 +286,7 @@ func (m *CoordinoSvcMaps) Close() error {
 //
 // It can be passed to LoadCoordinoSvcObjects or ebpf.CollectionSpec.LoadAndAssign.
 type CoordinoSvcVariables struct {
+	CdoHaveTiers *ebpf.Variable `ebpf:"cdo_have_tiers"`
 }
 
 // CoordinoSvcPrograms contains all programs after they have been loaded into the kernel.

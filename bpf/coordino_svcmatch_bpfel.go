@@ -126,6 +126,7 @@ const (
 	CoordinoSvcmatchMapCdoSvcPending = "cdo_svc_pending"
 	CoordinoSvcmatchMapCdoVerdicts   = "cdo_verdicts"
 	CoordinoSvcmatchProgCdoSvcMatch  = "cdo_svc_match"
+	CoordinoSvcmatchVarCdoHaveTiers  = "cdo_have_tiers"
 )
 
 // LoadCoordinoSvcmatch returns the embedded CollectionSpec for CoordinoSvcmatch.
@@ -198,6 +199,7 @@ type CoordinoSvcmatchMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type CoordinoSvcmatchVariableSpecs struct {
+	CdoHaveTiers *ebpf.VariableSpec `ebpf:"cdo_have_tiers"`
 }
 
 // CoordinoSvcmatchObjects contains all objects after they have been loaded into the kernel.
@@ -261,6 +263,7 @@ func (m *CoordinoSvcmatchMaps) Close() error {
 //
 // It can be passed to LoadCoordinoSvcmatchObjects or ebpf.CollectionSpec.LoadAndAssign.
 type CoordinoSvcmatchVariables struct {
+	CdoHaveTiers *ebpf.Variable `ebpf:"cdo_have_tiers"`
 }
 
 // CoordinoSvcmatchPrograms contains all programs after they have been loaded into the kernel.

@@ -174,6 +174,13 @@ static __always_inline struct tier_fold policy_fold(__u32 local, const struct ip
 	return f;
 }
 
+/* Whether the programs decide the ClusterNetworkPolicy tiers, set by the
+ * loader. Kernels whose verifier refuses the tiered call in decide (6.1:
+ * over its million instructions) get programs without it, where the branch
+ * is pruned as dead code, and the daemon leaves cluster policies out of the
+ * maps (their entries would read as allows on the untiered path). */
+volatile const __u8 cdo_have_tiers = 0;
+
 /* tiered_decide is decide for an endpoint some ClusterNetworkPolicy has
  * rules for in dir: the Admin tier's deciding rule (Accept and Deny are
  * final, Pass goes on), then NetworkPolicy if it isolates dir, then the
@@ -226,7 +233,7 @@ static __always_inline __u32 decide(const struct endpoint_info *ep, __u8 dir,
 		return REASON_NOT_ISOLATED;
 	if (!is_port_proto(proto))
 		dport = 0;
-	if (ep->flags & tiered_flag(dir))
+	if (cdo_have_tiers && (ep->flags & tiered_flag(dir)))
 		return cdo_tiered_decide(ep->identity, ep->flags, remote->identity, remote->cidr_identity,
 					 (__u32)dir << 24 | (__u32)proto << 16 | dport);
 	if (policy_allows(ep->identity, remote, dir, proto, dport))

@@ -116,6 +116,9 @@ type Datapath struct {
 	remoteNodeIPs []netip.Addr
 
 	// loadTook is how long loading the maps and programs took at Open;
+	// tiers says the programs decide the ClusterNetworkPolicy tiers;
+	// without, cluster policies are left out of the maps.
+	tiers bool
 	// programsReused says the programs were a previous start's.
 	loadTook       time.Duration
 	programsReused bool
@@ -159,7 +162,13 @@ func Open(cfg Config) (_ *Datapath, err error) {
 	if cfg.Features == nil {
 		cfg.Features = kernel.Probe()
 	}
-	if err := spec.Variables["cdo_have_ct_lookup"].Set(cfg.Features.Has(kernel.CTLookup)); err != nil {
+	// The tiers' program is more than the verifier before 6.6 accepts (6.1
+	// refuses it at its million instructions, after minutes under
+	// emulation); tcx came with 6.6, so it tells those kernels apart without
+	// a load that spends the verifier's whole budget to fail.
+	tiers := cfg.Features.Has(kernel.TCX)
+	if err := errors.Join(spec.Variables["cdo_have_ct_lookup"].Set(cfg.Features.Has(kernel.CTLookup)),
+		spec.Variables["cdo_have_tiers"].Set(tiers)); err != nil {
 		return nil, fmt.Errorf("datapath: configure BPF programs: %w", err)
 	}
 	if cfg.Identities == nil {
@@ -170,6 +179,7 @@ func Open(cfg Config) (_ *Datapath, err error) {
 		log:   cfg.Logger.Named("datapath"),
 		ids:   cfg.Identities,
 		cidrs: identity.NewCIDRs(),
+		tiers: tiers,
 	}
 	d.health = newMapHealth(d.log)
 	// A retry flushes again and re-applies node isolation if that failed.
@@ -242,7 +252,7 @@ func Open(cfg Config) (_ *Datapath, err error) {
 		d.log.Warn("conntrack purge at start failed; retrying in the background", zap.Error(err))
 		d.ct.wake()
 	}
-	d.svc = &services{cidrs: cfg.ServiceCIDRs, disabled: cfg.NoServiceHook, features: cfg.Features,
+	d.svc = &services{cidrs: cfg.ServiceCIDRs, disabled: cfg.NoServiceHook, tiers: d.tiers, features: cfg.Features,
 		links: filepath.Join(cfg.BPFDir, "links"), shared: &d.objs.CoordinoMaps, cidrMap: d.objs.CdoSvcCidrs, ct: d.ct, log: d.log}
 	setFlags := func(mask, set uint32) error {
 		d.mu.Lock()

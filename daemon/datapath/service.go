@@ -75,6 +75,7 @@ type services struct {
 	mu       sync.RWMutex
 	cidrs    []netip.Prefix
 	disabled bool // Config.NoServiceHook
+	tiers    bool // as the tc programs: they decide the ClusterNetworkPolicy tiers
 	features *kernel.Features
 	links    string // <BPFDir>/links
 	// shared are the tc object's maps, which the stage's programs use too.
@@ -313,6 +314,11 @@ func (sv *services) loadServiceProgram() (*bpf.CoordinoSvcPrograms, error) {
 func (sv *services) loadOnSharedMaps(spec *ebpf.CollectionSpec, objs any) error {
 	shared := sharedMaps(sv.shared)
 	opts := &ebpf.CollectionOptions{MapReplacements: map[string]*ebpf.Map{}}
+	// The stage decides as the tc programs do: a tiered endpoint's entries
+	// read without the tiers would allow what a Deny denies.
+	if err := spec.Variables["cdo_have_tiers"].Set(sv.tiers); err != nil {
+		return fmt.Errorf("configure: %w", err)
+	}
 	// A map the program would get a private copy of silently decides on
 	// empty state (e.g. no policy): refuse to load instead.
 	for name, ms := range spec.Maps {

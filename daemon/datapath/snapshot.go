@@ -17,9 +17,14 @@ import (
 // background; what was written never allows more than the old or the new
 // policy would.
 func (d *Datapath) UpdatePolicy(s policy.Snapshot) error {
+	var unenforced error
+	if !d.tiers {
+		unenforced = policy.LeaveOutClusterPolicies(&s, "datapath: this kernel's verifier refuses the programs that decide the tiers (docs/kernels.md)")
+	}
 	d.snapMu.Lock()
 	defer d.snapMu.Unlock()
 	delta, invalid := d.snap.Diff(s)
+	invalid = errors.Join(invalid, unenforced)
 	d.metrics.setCompileError(invalid)
 	defer d.metrics.policies.Set(float64(len(d.snap.Policies)))
 

@@ -3,10 +3,12 @@ package datapath
 import (
 	"context"
 	"net/netip"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/coordino/coordino/api/policyir"
+	"github.com/coordino/coordino/daemon/kernel"
 	"github.com/coordino/coordino/daemon/policy"
 )
 
@@ -145,4 +147,19 @@ func decidedBy(t *testing.T, c *cluster, pod string, dir policy.Direction, peer 
 	if got := c.dp.DecidedBy(dec, dir, peer, policy.ProtoTCP, port); got != want {
 		t.Errorf("at %s %s from %s: decided by %q, want %q (decision %+v)", pod, dir, peer, got, want, dec)
 	}
+}
+
+// TestClusterPoliciesLeftOutWithoutTiers: programs loaded without the tiers
+// (a kernel whose verifier refuses them; here told so) leave every cluster
+// policy out of the maps, where the untiered path would read its entries
+// as allows: NetworkPolicy decides as alone, an Admin Deny does not open
+// or close anything, and the update's error names the policies left out.
+func TestClusterPoliciesLeftOutWithoutTiers(t *testing.T) {
+	c := newClusterWith(t, Config{AttachMode: AttachTC, Features: kernel.Probe().Without(kernel.TCX)}, false)
+	err := c.tryPolicies(serverIngress, adminDenyServer, baselineDenyOther)
+	if err == nil || !strings.Contains(err.Error(), "baseline-other, deny-server") {
+		t.Fatalf("UpdatePolicy: %v, want the cluster policies named as not enforced", err)
+	}
+	c.expect(true, "a>b tcp/80")
+	c.expect(false, "a>b tcp/81", "c>b tcp/80")
 }

@@ -15,7 +15,6 @@ import (
 	vnetlink "github.com/vishvananda/netlink"
 	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
-	cnpv1beta1 "sigs.k8s.io/network-policy-api/apis/v1beta1"
 
 	"github.com/coordino/coordino/daemon/datapath/dpapi"
 	"github.com/coordino/coordino/daemon/identity"
@@ -637,8 +636,7 @@ func (d *Datapath) UpdatePolicy(s policy.Snapshot) error {
 	// read here as allows. They are left out and named in the error
 	// (logged, counted as policy not applied), NetworkPolicy holding as
 	// without them (docs/policy.md).
-	unenforced := clusterPoliciesLeftOut(s.ClusterPolicies)
-	s.ClusterPolicies = nil
+	unenforced := policy.LeaveOutClusterPolicies(&s, "nftables datapath: the tiers are enforced only by the eBPF datapath")
 	d.snapMu.Lock()
 	defer d.snapMu.Unlock()
 	delta, invalid := d.snap.Diff(s)
@@ -654,20 +652,6 @@ func (d *Datapath) UpdatePolicy(s policy.Snapshot) error {
 		return fmt.Errorf("nftables datapath: apply policy: %w", errors.Join(err, invalid))
 	}
 	return invalid
-}
-
-// clusterPoliciesLeftOut is the error naming the ClusterNetworkPolicies
-// this datapath does not enforce (nil: none).
-func clusterPoliciesLeftOut(cnps []*cnpv1beta1.ClusterNetworkPolicy) error {
-	if len(cnps) == 0 {
-		return nil
-	}
-	names := make([]string, len(cnps))
-	for i, c := range cnps {
-		names[i] = c.Name
-	}
-	slices.Sort(names)
-	return fmt.Errorf("nftables datapath: ClusterNetworkPolicy is enforced only by the eBPF datapath; not enforced on this node: %s", strings.Join(names, ", "))
 }
 
 // --- Kubernetes (k8s.Sink) ---

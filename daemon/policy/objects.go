@@ -2,6 +2,8 @@ package policy
 
 import (
 	"fmt"
+	"slices"
+	"strings"
 
 	networkingv1 "k8s.io/api/networking/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -127,4 +129,20 @@ func (o Object) RulesOf(dir Direction) (fields []string, parts []Object) {
 		}
 	}
 	return fields, parts
+}
+
+// LeaveOutClusterPolicies removes s's ClusterNetworkPolicies, for a datapath
+// that cannot enforce the tiers, and returns the error naming them (nil:
+// there were none); why says which datapath, and why it cannot.
+func LeaveOutClusterPolicies(s *Snapshot, why string) error {
+	if len(s.ClusterPolicies) == 0 {
+		return nil
+	}
+	names := make([]string, len(s.ClusterPolicies))
+	for i, c := range s.ClusterPolicies {
+		names[i] = c.Name
+	}
+	slices.Sort(names)
+	s.ClusterPolicies = nil
+	return fmt.Errorf("%s: ClusterNetworkPolicy not enforced on this node: %s", why, strings.Join(names, ", "))
 }
