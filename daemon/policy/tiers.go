@@ -26,12 +26,14 @@ const DirBaseline Direction = 2
 // Value is a policy map value.
 type Value uint32
 
+// ValueNoAllow: the key exists for a tier rule only.
+const ValueNoAllow Value = 1
+
+// Where a Value holds the action and the rank.
 const (
-	// ValueNoAllow: the key exists for a tier rule only.
-	ValueNoAllow     Value = 1
-	valueActionShift       = 1
-	valueRankShift         = 3
-	valueRankMask          = 0x7fff
+	valueActionShift = 1
+	valueRankShift   = 3
+	valueRankMask    = 0x7fff
 )
 
 // Tier action codes in a Value.
