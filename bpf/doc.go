@@ -4,7 +4,9 @@
 package bpf
 
 //go:generate go tool bpf2go -tags linux -go-package bpf -output-stem coordino -cc clang -cflags "-O2 -g -Wall -Werror -I/usr/include/x86_64-linux-gnu" -type endpoint_info -type ipcache_key -type ipcache_value -type policy_key -type policy_value -type ct_key -type ct_entry -type ct_stat -type ep_addr_key -type config -type counter -type flow_event -type nodeiso_config -type nodeiso_flag -type local_ep_key -type local_ep -type hostroute_stat -type tunnel_config -type tunnel_peer -type reason -type direction -target bpfel Coordino coordino.c
+//go:generate go tool bpf2go -tags linux -go-package bpf -output-stem coordino_notiers -cc clang -cflags "-DCDO_NO_TIERS -O2 -g -Wall -Werror -I/usr/include/x86_64-linux-gnu" -target bpfel CoordinoNotiers coordino.c
 //go:generate go tool bpf2go -tags linux -go-package bpf -output-stem coordino_svc -cc clang -cflags "-O2 -g -Wall -Werror -I/usr/include/x86_64-linux-gnu" -target bpfel CoordinoSvc coordino_svc.c
 //go:generate go tool bpf2go -tags linux -go-package bpf -output-stem coordino_count -cc clang -cflags "-O2 -g -Wall -Werror -I/usr/include/x86_64-linux-gnu" -type map_count -target bpfel CoordinoCount coordino_count.c
 //go:generate go tool bpf2go -tags linux -go-package bpf -output-stem coordino_svcmatch -cc clang -cflags "-O2 -g -Wall -Werror -I/usr/include/x86_64-linux-gnu" -target bpfel CoordinoSvcmatch coordino_svcmatch.c
+//go:generate go tool bpf2go -tags linux -go-package bpf -output-stem coordino_svcmatch_notiers -cc clang -cflags "-DCDO_NO_TIERS -O2 -g -Wall -Werror -I/usr/include/x86_64-linux-gnu" -target bpfel CoordinoSvcmatchNotiers coordino_svcmatch.c
 //go:generate go tool bpf2go -tags linux -go-package bpf -output-stem coordino_probe -cc clang -cflags "-O2 -g -Wall -Werror -I/usr/include/x86_64-linux-gnu" -target bpfel CoordinoProbe coordino_probe.c

@@ -175,12 +175,15 @@ static __always_inline struct tier_fold policy_fold(__u32 local, const struct ip
 }
 
 /* Whether the programs decide the ClusterNetworkPolicy tiers, set by the
- * loader. Kernels whose verifier refuses the tiered call in decide (6.1:
- * over its million instructions) get programs without it, where the branch
- * is pruned as dead code, and the daemon leaves cluster policies out of the
- * maps (their entries would read as allows on the untiered path). */
+ * loader (daemon/datapath). The objects built with CDO_NO_TIERS hold no
+ * tiered code at all: for kernels before 6.4 a program with a subprogram
+ * loses the verifier's precision tracking, and 6.1 refuses the programs at
+ * its million instructions even with the call pruned as dead code. The
+ * daemon then leaves cluster policies out of the maps (their entries would
+ * read as allows on the untiered path). */
 volatile const __u8 cdo_have_tiers = 0;
 
+#ifndef CDO_NO_TIERS
 /* tiered_decide is decide for an endpoint some ClusterNetworkPolicy has
  * rules for in dir: the Admin tier's deciding rule (Accept and Deny are
  * final, Pass goes on), then NetworkPolicy if it isolates dir, then the
@@ -218,6 +221,8 @@ __attribute__((noinline)) __u32 cdo_tiered_decide(__u32 local, __u32 ep_flags, _
 	return REASON_NOT_ISOLATED;
 }
 
+#endif
+
 /* decide returns the verdict reason for a new flow in direction dir to
  * destination port dport. */
 static __always_inline __u32 decide(const struct endpoint_info *ep, __u8 dir,
@@ -233,9 +238,11 @@ static __always_inline __u32 decide(const struct endpoint_info *ep, __u8 dir,
 		return REASON_NOT_ISOLATED;
 	if (!is_port_proto(proto))
 		dport = 0;
+#ifndef CDO_NO_TIERS
 	if (cdo_have_tiers && (ep->flags & tiered_flag(dir)))
 		return cdo_tiered_decide(ep->identity, ep->flags, remote->identity, remote->cidr_identity,
 					 (__u32)dir << 24 | (__u32)proto << 16 | dport);
+#endif
 	if (policy_allows(ep->identity, remote, dir, proto, dport))
 		return REASON_POLICY;
 	return REASON_POLICY_DENIED;

@@ -155,18 +155,23 @@ func Open(cfg Config) (_ *Datapath, err error) {
 	if err := rlimit.RemoveMemlock(); err != nil {
 		return nil, &LoadError{fmt.Errorf("datapath: raise memlock limit: %w", err)}
 	}
-	spec, err := bpf.LoadCoordino()
-	if err != nil {
-		return nil, &LoadError{fmt.Errorf("datapath: load BPF spec: %w", err)}
-	}
 	if cfg.Features == nil {
 		cfg.Features = kernel.Probe()
 	}
-	// The tiers' program is more than the verifier before 6.6 accepts (6.1
-	// refuses it at its million instructions, after minutes under
-	// emulation); tcx came with 6.6, so it tells those kernels apart without
-	// a load that spends the verifier's whole budget to fail.
+	// The tiers need the verifier of 6.6 (6.1 refuses a program with any
+	// subprogram at its million instructions: its precision tracking stops
+	// at calls); tcx came with 6.6, so it tells those kernels apart without
+	// a load that spends the verifier's whole budget to fail. Without, the
+	// objects built with no tiered code at all.
 	tiers := cfg.Features.Has(kernel.TCX)
+	load := bpf.LoadCoordino
+	if !tiers {
+		load = bpf.LoadCoordinoNotiers
+	}
+	spec, err := load()
+	if err != nil {
+		return nil, &LoadError{fmt.Errorf("datapath: load BPF spec: %w", err)}
+	}
 	if err := errors.Join(spec.Variables["cdo_have_ct_lookup"].Set(cfg.Features.Has(kernel.CTLookup)),
 		spec.Variables["cdo_have_tiers"].Set(tiers)); err != nil {
 		return nil, fmt.Errorf("datapath: configure BPF programs: %w", err)

@@ -208,7 +208,11 @@ func (sv *services) attachServiceStage() (ServiceStage, error) {
 // installs (or, after a restart, replaces in one transaction) the nftables
 // chains that run it.
 func (sv *services) attachServiceMatch() error {
-	spec, err := bpf.LoadCoordinoSvcmatch()
+	load := bpf.LoadCoordinoSvcmatch
+	if !sv.tiers {
+		load = bpf.LoadCoordinoSvcmatchNotiers // as the tc programs (datapath.Open)
+	}
+	spec, err := load()
 	if err != nil {
 		return fmt.Errorf("load nftables post-DNAT spec: %w", err)
 	}
