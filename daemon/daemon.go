@@ -210,7 +210,7 @@ func (p *parts) startPolicy(ctx context.Context) error {
 	} else {
 		p.choice = datapathChoice{kind: "nftables"}
 	}
-	dp, err := startNFTables(ctx, p.o, p.m, p.log, p.kube)
+	dp, err := startNFTables(ctx, p.o, p.m, p.hub, p.log, p.kube)
 	if err != nil {
 		return err
 	}

@@ -115,7 +115,7 @@ func startEBPF(ctx context.Context, o *config.Options, features *kernel.Features
 // startNFTables opens (or adopts) the nftables datapath and starts the
 // policy source; like startEBPF it returns once the first policy is in
 // force.
-func startNFTables(ctx context.Context, o *config.Options, m *metrics.Metrics, log *zap.Logger, kube *k8s.Source) (*nftdp.Datapath, error) {
+func startNFTables(ctx context.Context, o *config.Options, m *metrics.Metrics, hub *flows.Hub, log *zap.Logger, kube *k8s.Source) (*nftdp.Datapath, error) {
 	nodeIPs, err := nodeaddrs.List()
 	if err != nil {
 		return nil, err
@@ -131,7 +131,17 @@ func startNFTables(ctx context.Context, o *config.Options, m *metrics.Metrics, l
 	if err := feedPolicy(ctx, o, dp, nodeIPs, m, log, kube); err != nil {
 		return nil, err
 	}
+	if err := startFlows(ctx, o.FlowLog, dp, hub, log); err != nil {
+		return nil, err
+	}
 	return dp, nil
+}
+
+// flowSource is a datapath reporting flows: *datapath.Datapath and
+// *nftdp.Datapath feed the same stream.
+type flowSource interface {
+	SetEmitAllowed(on bool) error
+	ReadFlows(ctx context.Context, fn func(datapath.Flow)) error
 }
 
 // feedPolicy starts the policy source into dp, whichever datapath it is,
@@ -179,7 +189,7 @@ func startPolicySource(ctx context.Context, dir, stateDir string, sink controlpl
 // to it ("-" is stdout). Drops are always reported; allowed flows only while
 // the log is configured or a FollowFlows client wants them, since reporting
 // each one costs every new connection (docs/benchmarks.md, "How we got here").
-func startFlows(ctx context.Context, path string, dp *datapath.Datapath, hub *flows.Hub, log *zap.Logger) error {
+func startFlows(ctx context.Context, path string, dp flowSource, hub *flows.Hub, log *zap.Logger) error {
 	publish := hub.Publish
 	if path == "" {
 		hub.OnAllowedDemand(func(want bool) {

@@ -36,6 +36,15 @@ type Flow struct {
 
 var protoNames = map[uint8]string{1: "ICMP", 6: "TCP", 17: "UDP", 58: "ICMPv6", 132: "SCTP"}
 
+// ProtocolName names an IP protocol number as flow events do ("TCP", or
+// the number for one without a name).
+func ProtocolName(p uint8) string {
+	if n, ok := protoNames[p]; ok {
+		return n
+	}
+	return fmt.Sprintf("%d", p)
+}
+
 // SetEmitAllowed chooses whether the datapath reports allowed new flows.
 // Dropped and revoked flows are always reported. Reporting every allowed
 // flow costs each new connection a ring-buffer write and, usually, a daemon
@@ -133,15 +142,12 @@ func decodeFlow(ev *bpf.CoordinoFlowEvent) Flow {
 		Direction:      "ingress",
 		Verdict:        Verdict(ev.Reason),
 		Reason:         ReasonName(ev.Reason),
-		Protocol:       protoNames[ev.Proto],
+		Protocol:       ProtocolName(ev.Proto),
 		LocalIdentity:  ev.LocalId,
 		RemoteIdentity: ev.RemoteId,
 	}
 	if ev.Dir == uint8(bpf.CoordinoDirectionDIR_EGRESS) {
 		f.Direction = "egress"
-	}
-	if f.Protocol == "" {
-		f.Protocol = fmt.Sprintf("%d", ev.Proto)
 	}
 	if ev.Family == 4 {
 		f.Src, f.Dst = netip.AddrFrom4([4]byte(ev.Src[:4])), netip.AddrFrom4([4]byte(ev.Dst[:4]))

@@ -124,15 +124,7 @@ func TestSpoofedSourceDropped(t *testing.T) {
 	c := newCluster(t, false)
 	spoofed := netip.MustParseAddr("198.51.100.99")
 	a := c.pods["a"]
-	if err := a.Do(func() error {
-		eth0, err := netlink.LinkByName("eth0")
-		if err != nil {
-			return err
-		}
-		return netlink.AddrAdd(eth0, &netlink.Addr{IPNet: &net.IPNet{IP: spoofed.AsSlice(), Mask: net.CIDRMask(32, 32)}})
-	}); err != nil {
-		t.Fatal(err)
-	}
+	addPodAddr(t, a, spoofed)
 	if err := netlink.RouteAdd(&netlink.Route{LinkIndex: a.HostIfIndex, Dst: &net.IPNet{IP: spoofed.AsSlice(), Mask: net.CIDRMask(32, 32)},
 		Scope: netlink.SCOPE_LINK}); err != nil {
 		t.Fatal(err)
@@ -163,6 +155,21 @@ func TestSpoofedSourceDropped(t *testing.T) {
 	}
 	if err := dialFrom(spoofed); err != nil {
 		t.Fatalf("without the table the spoofed connection should work (the test's routing is wrong): %v", err)
+	}
+}
+
+// addPodAddr gives pod p's eth0 address a too, which its endpoint does
+// not know: sending from it is spoofing.
+func addPodAddr(t *testing.T, p *testnet.Pod, a netip.Addr) {
+	t.Helper()
+	if err := p.Do(func() error {
+		eth0, err := netlink.LinkByName("eth0")
+		if err != nil {
+			return err
+		}
+		return netlink.AddrAdd(eth0, &netlink.Addr{IPNet: &net.IPNet{IP: a.AsSlice(), Mask: net.CIDRMask(32, 32)}})
+	}); err != nil {
+		t.Fatal(err)
 	}
 }
 

@@ -10,6 +10,7 @@ import (
 	"sync"
 
 	"github.com/google/nftables"
+	"github.com/google/nftables/expr"
 	"github.com/mdlayher/netlink"
 	"github.com/prometheus/client_golang/prometheus"
 	vnetlink "github.com/vishvananda/netlink"
@@ -78,6 +79,9 @@ type Datapath struct {
 	inst          installed
 	dirty         dirtySet
 	stats         stats
+	// emitAllowed says whether the allowed-flow chains report.
+	emitAllowed bool
+	flowCounts  flowCounters
 	// onLocalChange is told when endpoints or their identities change
 	// (this node's NodeEndpoints publisher); it must only signal.
 	onLocalChange func()
@@ -585,6 +589,9 @@ func (d *Datapath) Collectors() []prometheus.Collector {
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "coordino_policies",
 			Help: "Valid network policies in the policy engine (the last snapshot applied)."},
 			snap(func(s *policy.SnapshotState) int { return len(s.Policies) })),
+		// The eBPF datapath's name: flow events the daemon never read.
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "coordino_flow_events_lost_total",
+			Help: "Flow log messages lost because the daemon's socket buffer was full."}, d.flowLost),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "coordino_nftables_transactions_total",
 			Help: "nftables transactions the nftables datapath sent (one per policy, identity or endpoint change)."},
 			read(func(s stats) uint64 { return s.transactions })),
@@ -798,15 +805,21 @@ func (d *Datapath) Drops() (map[string]uint64, error) {
 	return out, err
 }
 
-func (d *Datapath) drops() (map[string]*nftables.CounterObj, error) {
-	objs, err := d.conn.GetObjects(d.lay.table)
+func (d *Datapath) drops() (map[string]*expr.Counter, error) {
+	// Named objects: the table holds limits too, which the legacy
+	// counter-only listing cannot parse.
+	objs, err := d.conn.GetNamedObjects(d.lay.table)
 	if err != nil {
 		return nil, fmt.Errorf("nftables datapath: read drop counters: %w", err)
 	}
-	out := map[string]*nftables.CounterObj{}
+	out := map[string]*expr.Counter{}
 	for _, o := range objs {
-		if c, ok := o.(*nftables.CounterObj); ok && slices.Contains(dropCounters(), c.Name) {
-			out[c.Name] = c
+		n, ok := o.(*nftables.NamedObj)
+		if !ok || n.Type != nftables.ObjTypeCounter || !slices.Contains(dropCounters(), n.Name) {
+			continue
+		}
+		if c, ok := n.Obj.(*expr.Counter); ok {
+			out[n.Name] = c
 		}
 	}
 	return out, nil

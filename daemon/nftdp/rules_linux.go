@@ -2,6 +2,7 @@ package nftdp
 
 import (
 	"encoding/binary"
+	"slices"
 
 	"github.com/google/nftables/expr"
 	"golang.org/x/sys/unix"
@@ -100,10 +101,6 @@ func pairRules(elems []allowElem) [][]expr.Any {
 	return out
 }
 
-func portProto(p uint8) bool {
-	return p == policy.ProtoTCP || p == policy.ProtoUDP || p == policy.ProtoSCTP
-}
-
 // Endpoint chains. Allowed traffic is accepted, which ends only the hook
 // chain it came through (the other direction's chain, kube-proxy's and
 // others' still judge it); denied traffic is counted and dropped.
@@ -129,10 +126,11 @@ func trackedRules() [][]expr.Any {
 	}
 }
 
-// spoofRules drop what the pod sends from an address not its own on
-// interface ifname; IPv6 neighbour discovery from link-local or
-// unspecified sources (the gateway's, never forwarded) passes.
-func spoofRules() [][]expr.Any {
+// spoofRules drop what the pod with identity local sends from an address
+// not its own on its interface (reporting it); IPv6 neighbour discovery
+// from link-local or unspecified sources (the gateway's, never forwarded)
+// passes.
+func spoofRules(local identity.ID) [][]expr.Any {
 	var out [][]expr.Any
 	v6 := families[1]
 	linkLocal := make([]byte, 16)
@@ -156,12 +154,50 @@ func spoofRules() [][]expr.Any {
 		out = append(out, append(e, verdict(expr.VerdictAccept)))
 	}
 	for _, f := range families {
-		e := f.match()
-		e = append(e, &expr.Meta{Key: expr.MetaKeyIIFNAME, Register: regConcat},
+		e := append(f.match(), &expr.Meta{Key: expr.MetaKeyIIFNAME, Register: regConcat},
 			&expr.Payload{DestRegister: regConcat + 4, Base: expr.PayloadBaseNetworkHeader, Offset: f.srcOffset, Len: f.addrLen},
-			&expr.Lookup{SourceRegister: regConcat, SetName: f.src, Invert: true},
-			countDrop(dropsSpoofed), verdict(expr.VerdictDrop))
-		out = append(out, e)
+			&expr.Lookup{SourceRegister: regConcat, SetName: f.src, Invert: true})
+		out = append(out, dropRules(e, logPrefix{dir: policy.Egress, reason: "spoofed", local: local}, dropsSpoofed)...)
+	}
+	return out
+}
+
+// dropRules drop, count and report what match selects: a first rule logs
+// it within the flow log limits (past them it falls through unreported),
+// the second counts and drops it.
+func dropRules(match []expr.Any, pfx logPrefix, counter string) [][]expr.Any {
+	logged := append(slices.Clone(match),
+		&expr.Limit{Type: expr.LimitTypePkts, Rate: dropLogEndpointRate, Unit: expr.LimitTimeSecond, Burst: dropLogEndpointBurst},
+		&expr.Objref{Type: unix.NFT_OBJECT_LIMIT, Name: limitDropLog},
+		logTo(pfx))
+	return [][]expr.Any{logged, append(slices.Clone(match), countDrop(counter), verdict(expr.VerdictDrop))}
+}
+
+// logTo hands the packet to the flow log group with prefix pfx.
+func logTo(pfx logPrefix) expr.Any {
+	return &expr.Log{Key: 1<<unix.NFTA_LOG_GROUP | 1<<unix.NFTA_LOG_PREFIX | 1<<unix.NFTA_LOG_SNAPLEN,
+		Group: FlowLogGroup, Snaplen: flowSnaplen, Data: []byte(pfx.String())}
+}
+
+// allowedRules are the content of the allowed-flow chains while allowed
+// flows are wanted: a new connection that reaches them passed the pod's
+// chains (drops are final), and is reported within its own limit.
+func allowedRules(hook string) [][]expr.Any {
+	newFlow := []expr.Any{
+		&expr.Ct{Register: 1, Key: expr.CtKeySTATE},
+		&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4,
+			Mask: binary.NativeEndian.AppendUint32(nil, expr.CtStateBitNEW), Xor: make([]byte, 4)},
+		&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: make([]byte, 4)},
+	}
+	var out [][]expr.Any
+	for _, dir := range []policy.Direction{policy.Egress, policy.Ingress} {
+		if hook == chainAllowedIn && dir == policy.Ingress {
+			continue // to the node: only the sender is a pod
+		}
+		out = append(out, append(slices.Clone(newFlow), dispatchKey(dir),
+			&expr.Lookup{SourceRegister: 1, SetName: epsSet(dir)},
+			&expr.Objref{Type: unix.NFT_OBJECT_LIMIT, Name: limitAllowedLog},
+			logTo(logPrefix{dir: dir, reason: reasonAllowed})))
 	}
 	return out
 }
@@ -182,7 +218,7 @@ func hostRules() [][]expr.Any {
 func endpointRules(dir policy.Direction, local identity.ID, iso policy.Isolation) [][]expr.Any {
 	var out [][]expr.Any
 	if dir == policy.Egress {
-		out = append(out, spoofRules()...)
+		out = append(out, spoofRules(local)...)
 	}
 	out = append(out, trackedRules()...)
 	if dir == policy.Ingress {
@@ -192,28 +228,32 @@ func endpointRules(dir policy.Direction, local identity.ID, iso policy.Isolation
 		return append(out, []expr.Any{verdict(expr.VerdictAccept)})
 	}
 	out = append(out, peerRules(dir, local)...)
-	return append(out,
-		[]expr.Any{
-			&expr.Ct{Register: 1, Key: expr.CtKeySTATE},
-			&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4,
-				Mask: binary.NativeEndian.AppendUint32(nil, expr.CtStateBitESTABLISHED), Xor: make([]byte, 4)},
-			&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: make([]byte, 4)},
-			countDrop(dropCounter(dir, reasonRevoked)), verdict(expr.VerdictDrop),
-		},
-		[]expr.Any{countDrop(dropCounter(dir, reasonDenied)), verdict(expr.VerdictDrop)})
+	established := []expr.Any{
+		&expr.Ct{Register: 1, Key: expr.CtKeySTATE},
+		&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4,
+			Mask: binary.NativeEndian.AppendUint32(nil, expr.CtStateBitESTABLISHED), Xor: make([]byte, 4)},
+		&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: make([]byte, 4)},
+	}
+	out = append(out, dropRules(established, logPrefix{dir: dir, reason: reasonRevoked, local: local}, dropCounter(dir, reasonRevoked))...)
+	return append(out, dropRules(nil, logPrefix{dir: dir, reason: reasonDenied, local: local}, dropCounter(dir, reasonDenied))...)
 }
 
 // dispatchRule is the content of a hook chain: the chain of the pod
 // interface the packet leaves (egress) or enters (ingress) through.
 func dispatchRule(dir policy.Direction) []expr.Any {
-	key := expr.MetaKeyOIFNAME
-	if dir == policy.Egress {
-		key = expr.MetaKeyIIFNAME
-	}
 	return []expr.Any{
-		&expr.Meta{Key: key, Register: 1},
+		dispatchKey(dir),
 		&expr.Lookup{SourceRegister: 1, SetName: epsSet(dir), DestRegister: 0, IsDestRegSet: true},
 	}
+}
+
+// dispatchKey loads the pod interface of dir into register 1: the one
+// the packet leaves (egress) or enters (ingress) through.
+func dispatchKey(dir policy.Direction) expr.Any {
+	if dir == policy.Egress {
+		return &expr.Meta{Key: expr.MetaKeyIIFNAME, Register: 1}
+	}
+	return &expr.Meta{Key: expr.MetaKeyOIFNAME, Register: 1}
 }
 
 // countDrop counts a packet in the named counter of the table.

@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/google/nftables/binaryutil"
+	"github.com/google/nftables/expr"
 
 	"github.com/coordino/coordino/daemon/identity"
 
@@ -60,6 +61,11 @@ const (
 	chainEgress  = "egress"  // forward: from a pod
 	chainIngress = "ingress" // forward: to a pod
 	chainInput   = "input"   // input: from a pod to the node
+	// Allowed-flow chains, after the policy chains (filter+10): a packet
+	// reaching them passed its pods' chains. Empty unless allowed flows
+	// are wanted.
+	chainAllowedFwd = "allowed-forward"
+	chainAllowedIn  = "allowed-input"
 )
 
 func dirName(dir policy.Direction) string {
@@ -165,9 +171,11 @@ var (
 
 // layout is the table's fixed part: its sets and hook chains.
 type layout struct {
-	table *nftables.Table
-	sets  map[string]*nftables.Set
-	hooks []hookChain
+	table   *nftables.Table
+	sets    map[string]*nftables.Set
+	hooks   []hookChain
+	allowed []*nftables.Chain
+	limits  []*nftables.NamedObj
 }
 
 type hookChain struct {
@@ -201,7 +209,35 @@ func newLayout() *layout {
 		l.hooks = append(l.hooks, hookChain{dir: h.dir, chain: &nftables.Chain{Name: h.name, Table: t, Type: nftables.ChainTypeFilter,
 			Hooknum: h.hook, Priority: nftables.ChainPriorityRef(*nftables.ChainPriorityFilter + nftables.ChainPriority(h.prio)), Policy: &accept}})
 	}
+	for _, h := range []struct {
+		name string
+		hook *nftables.ChainHook
+	}{{chainAllowedFwd, nftables.ChainHookForward}, {chainAllowedIn, nftables.ChainHookInput}} {
+		l.allowed = append(l.allowed, &nftables.Chain{Name: h.name, Table: t, Type: nftables.ChainTypeFilter,
+			Hooknum: h.hook, Priority: nftables.ChainPriorityRef(*nftables.ChainPriorityFilter + 10), Policy: &accept})
+	}
+	for _, lim := range []struct {
+		name        string
+		rate, burst uint32
+	}{{limitDropLog, dropLogNodeRate, dropLogNodeBurst}, {limitAllowedLog, allowedLogNodeRate, allowedLogNodeBurst}} {
+		l.limits = append(l.limits, &nftables.NamedObj{Table: t, Name: lim.name, Type: nftables.ObjTypeLimit,
+			Obj: &expr.Limit{Type: expr.LimitTypePkts, Rate: uint64(lim.rate), Unit: expr.LimitTimeSecond, Burst: lim.burst}})
+	}
 	return l
+}
+
+// setAllowed queues the allowed-flow chains' content: their rules when
+// on, nothing when off.
+func (l *layout) setAllowed(c *nftables.Conn, on bool) {
+	for _, ch := range l.allowed {
+		c.AddChain(ch)
+		c.FlushChain(ch)
+		if on {
+			for _, e := range allowedRules(ch.Name) {
+				c.AddRule(&nftables.Rule{Table: l.table, Chain: ch, Exprs: e})
+			}
+		}
+	}
 }
 
 // ensure queues what creates the table and its fixed part, or re-asserts
@@ -217,6 +253,9 @@ func (l *layout) ensure(c *nftables.Conn) error {
 	for _, name := range dropCounters() {
 		c.AddObj(&nftables.CounterObj{Table: l.table, Name: name})
 	}
+	for _, o := range l.limits {
+		c.AddObj(o)
+	}
 	for _, h := range l.hooks {
 		c.AddChain(h.chain)
 		// The dispatch is replaced in the same transaction: no packet
@@ -224,5 +263,7 @@ func (l *layout) ensure(c *nftables.Conn) error {
 		c.FlushChain(h.chain)
 		c.AddRule(&nftables.Rule{Table: l.table, Chain: h.chain, Exprs: dispatchRule(h.dir)})
 	}
+	// Allowed flows are off until a reader asks for them.
+	l.setAllowed(c, false)
 	return nil
 }
