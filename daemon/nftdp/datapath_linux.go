@@ -20,6 +20,7 @@ import (
 	"github.com/coordino/coordino/daemon/datapath/dpapi"
 	"github.com/coordino/coordino/daemon/identity"
 	"github.com/coordino/coordino/daemon/policy"
+	"github.com/coordino/coordino/internal/schema"
 )
 
 // ErrPolicyNotSynced is returned by AttachEndpoint before the first
@@ -79,6 +80,10 @@ type Datapath struct {
 	inst          installed
 	dirty         dirtySet
 	stats         stats
+	// The table's schema stamp found at Open and what this build does
+	// with it (schema_linux.go).
+	tableStamp    schema.Stamp
+	tableDecision schema.Decision
 	// emitAllowed says whether the allowed-flow chains report.
 	emitAllowed bool
 	flowCounts  flowCounters
@@ -171,6 +176,8 @@ func Open(cfg Config) (_ *Datapath, err error) {
 	if err := d.lay.ensure(c); err != nil {
 		return nil, err
 	}
+	// The stamp changes with the layout: one transaction migrates.
+	d.stamp(c)
 	if err := c.Flush(); err != nil {
 		return nil, fmt.Errorf("nftables datapath: create table inet %s (needs nf_tables, nft_ct, nft_meta, concatenated interval sets): %w", TableName, err)
 	}
@@ -245,6 +252,11 @@ func (d *Datapath) adoptTable() error {
 			return nil
 		}
 		return fmt.Errorf("nftables datapath: look for table inet %s: %w", TableName, err)
+	}
+	// Before anything else: a table this build cannot read is left as
+	// it is, in force.
+	if err := d.checkTableSchema(); err != nil {
+		return err
 	}
 	chains, err := d.conn.ListChainsOfTableFamily(nftables.TableFamilyINet)
 	if err != nil {
