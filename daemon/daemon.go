@@ -149,7 +149,7 @@ func start(ctx context.Context, o *config.Options, log *zap.Logger) (*parts, err
 	if err := p.startEndpoints(ctx, mtuOverhead); err != nil {
 		return p, err
 	}
-	stopInspect, err := startInspect(ctx, o, p.st, p.pool, p.dp, p.choice, p.hub, p.m, xn, p.masq, p.features, p.logs, p.log)
+	stopInspect, err := startInspect(ctx, o, p.st, p.pool, p.dp, p.enforcer, p.choice, p.hub, p.m, xn, p.masq, p.features, p.logs, p.log)
 	if err != nil {
 		return p, err
 	}

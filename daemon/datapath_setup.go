@@ -19,6 +19,7 @@ import (
 	"github.com/coordino/coordino/daemon/datapath"
 	"github.com/coordino/coordino/daemon/endpoint"
 	"github.com/coordino/coordino/daemon/flows"
+	"github.com/coordino/coordino/daemon/inspect"
 	"github.com/coordino/coordino/daemon/k8s"
 	"github.com/coordino/coordino/daemon/kernel"
 	"github.com/coordino/coordino/daemon/metrics"
@@ -46,6 +47,10 @@ type enforcer interface {
 var (
 	_ enforcer = (*datapath.Datapath)(nil)
 	_ enforcer = (*nftdp.Datapath)(nil)
+	// Both explain flows (coordinoctl policy explain) and report flows.
+	_ inspect.PolicyView = (*nftdp.Datapath)(nil)
+	_ flowSource         = (*nftdp.Datapath)(nil)
+	_ flowSource         = (*datapath.Datapath)(nil)
 )
 
 // datapathChoice says which datapath enforces policy on this node and, when

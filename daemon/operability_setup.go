@@ -23,7 +23,7 @@ import (
 
 // startInspect serves the read-only inspection socket for coordinoctl and
 // registers the metrics of the same facts (DEL queue, BPF map fill).
-func startInspect(ctx context.Context, o *config.Options, st *store.Store, pool *ipam.Pool, dp *datapath.Datapath, choice datapathChoice, hub *flows.Hub, m *metrics.Metrics, xn *crossNode, masq *masq, features *kernel.Features, logs *inspect.LogRing, log *zap.Logger) (stop func(), err error) {
+func startInspect(ctx context.Context, o *config.Options, st *store.Store, pool *ipam.Pool, dp *datapath.Datapath, enf enforcer, choice datapathChoice, hub *flows.Hub, m *metrics.Metrics, xn *crossNode, masq *masq, features *kernel.Features, logs *inspect.LogRing, log *zap.Logger) (stop func(), err error) {
 	queueDir := filepath.Join(o.RunDir, wire.DeleteQueueDir)
 	collectors := []prometheus.Collector{metrics.NewDeleteQueueCollector(queueDir)}
 	if dp != nil {
@@ -48,6 +48,7 @@ func startInspect(ctx context.Context, o *config.Options, st *store.Store, pool 
 		Store:            st,
 		Pool:             pool,
 		Datapath:         dp,
+		Policy:           policyView(enf),
 		DatapathKind:     choice.kind,
 		DatapathFallback: choice.fallback,
 		Hub:              hub,
@@ -86,4 +87,13 @@ func startTracing(ctx context.Context, o *config.Options, log *zap.Logger) (stop
 			log.Warn("flush traces", zap.Error(err))
 		}
 	}, nil
+}
+
+// policyView is what inspect reads of the datapath enforcing policy, nil
+// without one (a nil pointer in an interface is not a nil interface).
+func policyView(enf enforcer) inspect.PolicyView {
+	if v, ok := enf.(inspect.PolicyView); ok && enf != nil {
+		return v
+	}
+	return nil
 }

@@ -11,14 +11,11 @@ import (
 	"maps"
 	"net/netip"
 	"slices"
-	"strings"
 
 	"github.com/cilium/ebpf"
-	"github.com/coordino/coordino/api/policyir"
 	"github.com/coordino/coordino/bpf"
 	"github.com/coordino/coordino/daemon/identity"
 	"github.com/coordino/coordino/daemon/policy"
-	cnpv1beta1 "sigs.k8s.io/network-policy-api/apis/v1beta1"
 )
 
 // EndpointState is an attached endpoint as the datapath holds it.
@@ -59,37 +56,9 @@ func (d *Datapath) Identities() []identity.Identity {
 // DescribeIdentity says what id stands for, for policy explanations: a
 // reserved identity, a pod label set in its namespace, or an ipBlock prefix.
 func (d *Datapath) DescribeIdentity(id identity.ID) string {
-	switch id {
-	case identity.Host:
-		return "the node itself (host)"
-	case identity.World:
-		return "outside the cluster (world: no pod, node or policy ipBlock covers the address)"
-	case identity.RemoteNode:
-		return "another node (remote-node)"
-	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if id.IsCIDR() {
-		if p, ok := d.engine.PrefixOf(id); ok {
-			return fmt.Sprintf("ipBlock %s (%s)", p, id)
-		}
-		return fmt.Sprintf("an ipBlock no policy uses any more (%s)", id)
-	}
-	if ident, ok := d.engine.Identity(id); ok {
-		return fmt.Sprintf("pods in namespace %s with labels %s", ident.Namespace, labelString(ident.Labels))
-	}
-	return "unknown to this node"
-}
-
-func labelString(m map[string]string) string {
-	if len(m) == 0 {
-		return "{} (no labels)"
-	}
-	parts := make([]string, 0, len(m))
-	for _, k := range slices.Sorted(maps.Keys(m)) {
-		parts = append(parts, k+"="+m[k])
-	}
-	return strings.Join(parts, ",")
+	return d.engine.DescribeIdentity(id)
 }
 
 // PolicyRevision returns the revision last written to the config map and
@@ -142,18 +111,7 @@ func (d *Datapath) MapUsage() ([]MapUsage, error) {
 
 // Decision is the verdict the programs would reach for a new flow at one
 // endpoint, with the map values that led to it.
-type Decision struct {
-	Local      identity.ID
-	Remote     identity.ID
-	RemoteCIDR identity.ID
-	Isolation  policy.Isolation
-	// Verdict is the decision and, when a ClusterNetworkPolicy rule made
-	// it, its tier, action and rank.
-	policy.Verdict
-}
-
-// Allowed reports whether the decision lets the flow pass.
-func (dec Decision) Allowed() bool { return dec.Allow }
+type Decision = policy.Decision
 
 // Decide looks up the kernel maps exactly as the programs' decide() does
 // for the first packet of a flow at the endpoint on hostIfIndex: the
@@ -191,97 +149,25 @@ func (d *Datapath) Decide(hostIfIndex int, dir policy.Direction, peer netip.Addr
 	return dec, nil
 }
 
-// Provenance names the policies behind a decision at a local endpoint:
-// those selecting its identity for dir, and the rules ("namespace/name
-// spec.ingress[0]") that allow the flow with peer. Each policy, and each of
-// its rules, is compiled on its own by the same pipeline that fills the
-// maps; the peer's CIDR identity is re-resolved in each such compilation,
-// since an ipBlock matches by address. Pod peers are matched among this
-// node's identities (peers known only from a cluster source are not named).
+// Provenance names the policies behind a decision at a local endpoint
+// (policy.Explainer.Provenance).
 func (d *Datapath) Provenance(dec Decision, dir policy.Direction, peer netip.Addr, proto uint8, port uint16) (selectedBy, allowedBy []string) {
-	objs, compile := d.provenance(dec.Local)
-	for _, o := range objs {
-		res := compile(o)
-		if res == nil || !res.Isolation[dec.Local].Has(dir) {
-			continue
-		}
-		selectedBy = append(selectedBy, o.Key)
-		fields, parts := o.RulesOf(dir)
-		for i, one := range parts {
-			r := compile(one)
-			if r == nil {
-				continue
-			}
-			if r.Table().Allowed(provenanceFlow(dec, r, dir, peer, proto, port)) {
-				allowedBy = append(allowedBy, o.Key+" "+fields[i])
-			}
-		}
-	}
-	return selectedBy, allowedBy
+	return d.explainer().Provenance(dec, dir, peer, proto, port)
 }
 
 // DecidedBy names the ClusterNetworkPolicy rule behind a decision of a
-// tier, "admin: ClusterNetworkPolicy/deny-tenants spec.egress[1] Deny",
-// or returns "" when no tier rule decided. The candidates are the cluster
-// policies of the decision's tier and priority (the rank holds both); each
-// is compiled alone, and the one whose own verdict is the decision's is
-// named.
+// tier (policy.Explainer.DecidedBy).
 func (d *Datapath) DecidedBy(dec Decision, dir policy.Direction, peer netip.Addr, proto uint8, port uint16) string {
-	if dec.Tier == policyir.TierNetworkPolicy {
-		return ""
-	}
-	index := int(dec.Rank) % policyir.MaxRulesPerDirection
-	objs, compile := d.provenance(dec.Local)
-	for _, o := range objs {
-		if _, ok := o.Source.(*cnpv1beta1.ClusterNetworkPolicy); !ok {
-			continue
-		}
-		p, err := o.Normalize()
-		if err != nil || p.Tier != dec.Tier || p.Rank(&policyir.Rule{Index: index}) != dec.Rank {
-			continue
-		}
-		r := compile(o)
-		if r == nil {
-			continue
-		}
-		v := policy.Decide(r.Lookup, provenanceFlow(dec, r, dir, peer, proto, port))
-		if v.Tier == dec.Tier && v.Action == dec.Action && v.Rank == dec.Rank {
-			return fmt.Sprintf("%s: %s spec.%s[%d] %s", dec.Tier, p.Object(), dir, index, dec.Action)
-		}
-	}
-	return ""
+	return d.explainer().DecidedBy(dec, dir, peer, proto, port)
 }
 
-// provenance returns the policy objects in force, sorted, and a function
-// compiling one of them alone for local, as the maps' pipeline does.
-func (d *Datapath) provenance(local identity.ID) ([]policy.Object, func(policy.Object) *policy.Result) {
+// explainer is the policies in force and what they are compiled with.
+func (d *Datapath) explainer() policy.Explainer {
 	d.snapMu.Lock()
-	objs := slices.Collect(maps.Values(d.snap.Policies))
-	namespaces := slices.Collect(maps.Values(d.snap.Namespaces))
-	d.snapMu.Unlock()
-	slices.SortFunc(objs, func(a, b policy.Object) int { return strings.Compare(a.Key, b.Key) })
+	defer d.snapMu.Unlock()
 	d.mu.Lock()
-	ids := d.eps.identities()
-	ports := d.engine.NamedPortPods()
-	d.mu.Unlock()
-	return objs, func(o policy.Object) *policy.Result {
-		snap := o.Snapshot()
-		snap.Namespaces = namespaces
-		res, _ := policy.Compile(policy.Input{Snapshot: snap, Identities: ids, Local: []identity.ID{local}, NamedPorts: ports}, d.cidrs)
-		return res
-	}
-}
-
-// provenanceFlow is the decision's flow under r, one object's compilation:
-// the peer's CIDR identity is re-resolved there, since an ipBlock or
-// networks peer matches by address.
-func provenanceFlow(dec Decision, r *policy.Result, dir policy.Direction, peer netip.Addr, proto uint8, port uint16) policy.Flow {
-	f := policy.Flow{Local: dec.Local, Isolation: r.Isolation[dec.Local], Dir: dir,
-		Remote: dec.Remote, RemoteCIDR: r.CIDRIdentity(peer), Proto: proto, Port: port}
-	if dec.Remote.IsCIDR() || dec.Remote == identity.World {
-		f.Remote = f.RemoteCIDR
-	}
-	return f
+	defer d.mu.Unlock()
+	return policy.NewExplainer(&d.snap, d.eps.identities(), d.engine.NamedPortPods(), d.cidrs)
 }
 
 // DumpMaps writes the datapath maps as JSON, for bug reports: config,

@@ -38,8 +38,8 @@ func (s *Service) endpoints() ([]*inspectv1.Endpoint, error) {
 		return nil, status.Errorf(codes.Internal, "list endpoints: %v", err)
 	}
 	attached := map[string]datapath.EndpointState{}
-	if s.cfg.Datapath != nil {
-		for _, e := range s.cfg.Datapath.EndpointStates() {
+	if s.cfg.Policy != nil {
+		for _, e := range s.cfg.Policy.EndpointStates() {
 			attached[e.Key] = e
 		}
 	}

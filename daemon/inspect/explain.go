@@ -10,7 +10,6 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/coordino/coordino/api/policyir"
-	"github.com/coordino/coordino/daemon/datapath"
 	"github.com/coordino/coordino/daemon/policy"
 	inspectv1 "github.com/coordino/coordino/proto/inspect/v1"
 )
@@ -38,9 +37,9 @@ func (sd side) name() string {
 // — are decided by looking up the kernel's maps as the programs do, and the
 // policies and rules behind each decision are named.
 func (s *Service) ExplainPolicy(_ context.Context, req *inspectv1.ExplainPolicyRequest) (*inspectv1.PolicyExplanation, error) {
-	dp := s.cfg.Datapath
+	dp := s.cfg.Policy
 	if dp == nil {
-		return nil, status.Error(codes.FailedPrecondition, "the eBPF datapath is disabled (--no-datapath): no policy is enforced on this node")
+		return nil, status.Error(codes.FailedPrecondition, "the datapath is disabled (--no-datapath): no policy is enforced on this node")
 	}
 	eps, err := s.endpoints()
 	if err != nil {
@@ -128,7 +127,7 @@ func (s *Service) ExplainPolicy(_ context.Context, req *inspectv1.ExplainPolicyR
 
 // remoteDescription says what the peer's identity stands for, and which
 // ipBlock its address falls in when a policy's ipBlock covers it.
-func remoteDescription(dp *datapath.Datapath, dec datapath.Decision) string {
+func remoteDescription(dp PolicyView, dec policy.Decision) string {
 	d := fmt.Sprintf("identity %d: %s", uint32(dec.Remote), dp.DescribeIdentity(dec.Remote))
 	if dec.RemoteCIDR.IsCIDR() && dec.RemoteCIDR != dec.Remote {
 		d += "; its address is in " + dp.DescribeIdentity(dec.RemoteCIDR)
@@ -136,7 +135,7 @@ func remoteDescription(dp *datapath.Datapath, dec datapath.Decision) string {
 	return d
 }
 
-func describe(dec datapath.Decision, dir policy.Direction, v *inspectv1.DirectionVerdict, local, peer, proto string, port uint16) string {
+func describe(dec policy.Decision, dir policy.Direction, v *inspectv1.DirectionVerdict, local, peer, proto string, port uint16) string {
 	if dec.Tier != policyir.TierNetworkPolicy {
 		by := v.DecidedBy
 		if by == "" {

@@ -17,7 +17,7 @@ const verdictAfterDNAT = "decided-after-dnat"
 // explainService rewrites the egress step v of a flow to a Service address
 // (dec was decided on the address itself, which the datapath does not do).
 // It reports whether it did.
-func explainService(dp *datapath.Datapath, dir policy.Direction, peer netip.Addr, proto uint8, dec datapath.Decision, v *inspectv1.DirectionVerdict, local string) bool {
+func explainService(dp PolicyView, dir policy.Direction, peer netip.Addr, proto uint8, dec policy.Decision, v *inspectv1.DirectionVerdict, local string) bool {
 	portProto := proto == policy.ProtoTCP || proto == policy.ProtoUDP || proto == policy.ProtoSCTP
 	if dir != policy.Egress || !dec.Isolation.Enforced(dir) || !portProto || !dp.ServiceAddress(peer) {
 		return false

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"net/netip"
 	"path/filepath"
 	"runtime/debug"
 	"time"
@@ -13,7 +14,9 @@ import (
 
 	"github.com/coordino/coordino/daemon/datapath"
 	"github.com/coordino/coordino/daemon/flows"
+	"github.com/coordino/coordino/daemon/identity"
 	"github.com/coordino/coordino/daemon/ipam"
+	"github.com/coordino/coordino/daemon/policy"
 	"github.com/coordino/coordino/daemon/server"
 	"github.com/coordino/coordino/daemon/store"
 	flowv1 "github.com/coordino/coordino/proto/flow/v1"
@@ -38,6 +41,9 @@ type Config struct {
 	Pool     *ipam.Pool
 	// Datapath is the eBPF datapath: nil with nftables or --no-datapath.
 	Datapath *datapath.Datapath
+	// Policy is the datapath enforcing policy, either one: endpoints'
+	// isolation and explain read it. Nil with --no-datapath.
+	Policy PolicyView
 	// DatapathKind is what enforces policy ("ebpf", "nftables", "none");
 	// DatapathFallback why --datapath=auto did not take eBPF.
 	DatapathKind, DatapathFallback string
@@ -57,6 +63,21 @@ type Config struct {
 	Logs *LogRing
 	Log  *zap.Logger
 }
+
+// PolicyView is what endpoints and explain read of the datapath enforcing
+// policy: *datapath.Datapath and *nftdp.Datapath decide a flow from what
+// they enforce and name its rules with the same policy.Explainer.
+type PolicyView interface {
+	EndpointStates() []datapath.EndpointState
+	Decide(hostIfIndex int, dir policy.Direction, peer netip.Addr, proto uint8, port uint16) (policy.Decision, error)
+	Provenance(dec policy.Decision, dir policy.Direction, peer netip.Addr, proto uint8, port uint16) (selectedBy, allowedBy []string)
+	DecidedBy(dec policy.Decision, dir policy.Direction, peer netip.Addr, proto uint8, port uint16) string
+	DescribeIdentity(id identity.ID) string
+	ServiceAddress(addr netip.Addr) bool
+	ServiceHookError() error
+}
+
+var _ PolicyView = (*datapath.Datapath)(nil)
 
 // Service implements coordino.inspect.v1.Inspector.
 type Service struct {

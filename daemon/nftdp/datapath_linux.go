@@ -656,6 +656,9 @@ func (d *Datapath) UpdatePolicy(s policy.Snapshot) error {
 	// (logged, counted as policy not applied), NetworkPolicy holding as
 	// without them (docs/policy.md).
 	unenforced := policy.LeaveOutClusterPolicies(&s, "nftables datapath: the tiers are enforced only by the eBPF datapath")
+	// So is node isolation (the node's own traffic, and other nodes'):
+	// named as not enforced in every update, never silently dropped.
+	unenforced = errors.Join(unenforced, policy.LeaveOutNodeIsolation(&s, "nftables datapath: node isolation is enforced only by the eBPF datapath"))
 	d.snapMu.Lock()
 	defer d.snapMu.Unlock()
 	delta, invalid := d.snap.Diff(s)

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -176,8 +177,7 @@ func (d *Datapath) flowOf(p logPacket) (datapath.Flow, bool) {
 			f.LocalIdentity = uint32(r.Identity)
 		}
 	}
-	local := identity.ID(f.LocalIdentity)
-	remote := d.identityOf(local, pfx.dir, peer)
+	remote := d.identityOf(peer)
 	f.RemoteIdentity = uint32(remote)
 	if pfx.reason == reasonAllowed {
 		f.Verdict = "allowed"
@@ -203,37 +203,23 @@ func (d *Datapath) byIfIndex(ifindex int) *record {
 	return nil
 }
 
-// identityOf is the identity the table gives peer address a of endpoint
-// identity local in dir: a pod's, the node's, the CIDR identity of the
-// longest ipBlock prefix holding it, else the world. Callers hold mu.
-func (d *Datapath) identityOf(local identity.ID, dir policy.Direction, a netip.Addr) identity.ID {
+// identityOf is the identity the table gives peer address a: a pod's,
+// the node's, else the CIDR identity of the longest ipBlock prefix
+// holding it (the world when none does). Callers hold mu.
+func (d *Datapath) identityOf(a netip.Addr) identity.ID {
 	a = a.Unmap()
-	for _, ip := range d.nodeIPs {
-		if ip == a {
-			return identity.Host
-		}
+	if slices.Contains(d.nodeIPs, a) {
+		return identity.Host
 	}
 	if id, ok := d.remote[a]; ok {
 		return id
 	}
 	for _, r := range d.eps {
-		for _, ip := range r.IPs {
-			if ip == a {
-				return r.Identity
-			}
+		if slices.Contains(r.IPs, a) {
+			return r.Identity
 		}
 	}
-	// The cidrs maps hold the ranges of each prefix less the prefixes
-	// inside it: at most one range of this local identity holds a.
-	for e, chain := range d.inst.cidrs {
-		if e.local != local || e.dir != dir || a.Is4() != e.r.lo.Is4() || a.Less(e.r.lo) || e.r.hi.Less(a) {
-			continue
-		}
-		if g, ok := parsePairChain(chain); ok && g.remote.IsCIDR() {
-			return g.remote
-		}
-	}
-	return identity.World
+	return d.engine.CIDRIdentity(a)
 }
 
 // flowLost reads the flow log's lost messages (metrics).

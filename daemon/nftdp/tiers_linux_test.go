@@ -4,8 +4,11 @@ import (
 	"strings"
 	"testing"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	cnpv1beta1 "sigs.k8s.io/network-policy-api/apis/v1beta1"
 	"sigs.k8s.io/yaml"
+
+	coordinov1alpha1 "github.com/coordino/coordino/api/coordino/v1alpha1"
 )
 
 // TestClusterPoliciesLeftOut: ClusterNetworkPolicy is the eBPF datapath's.
@@ -48,4 +51,22 @@ spec:
 		t.Fatalf("without cluster policies: %v", err)
 	}
 	c.expect(true, "a>b tcp/81", "c>b tcp/80")
+}
+
+// TestNodeIsolationNamedNotEnforced: NodeIsolationPolicy is the eBPF
+// datapath's; here every update names the policies as not enforced (the
+// error is logged and counted), never leaves them out silently, and
+// NetworkPolicy holds as without them.
+func TestNodeIsolationNamedNotEnforced(t *testing.T) {
+	c := newCluster(t, false)
+	s := snapshotOf(t, serverFromClientsOn80)
+	for _, name := range []string{"only-ssh", "deny-pods-to-host"} {
+		s.NodeIsolation = append(s.NodeIsolation, &coordinov1alpha1.NodeIsolationPolicy{ObjectMeta: metav1.ObjectMeta{Name: name}})
+	}
+	err := c.dp.UpdatePolicy(s)
+	if err == nil || !strings.Contains(err.Error(), "NodeIsolationPolicy not enforced on this node: deny-pods-to-host, only-ssh") {
+		t.Fatalf("UpdatePolicy: %v, want the node isolation policies named as not enforced", err)
+	}
+	c.expect(true, "a>b tcp/80")
+	c.expect(false, "c>b tcp/80")
 }

@@ -135,14 +135,31 @@ func (o Object) RulesOf(dir Direction) (fields []string, parts []Object) {
 // that cannot enforce the tiers, and returns the error naming them (nil:
 // there were none); why says which datapath, and why it cannot.
 func LeaveOutClusterPolicies(s *Snapshot, why string) error {
-	if len(s.ClusterPolicies) == 0 {
-		return nil
-	}
 	names := make([]string, len(s.ClusterPolicies))
 	for i, c := range s.ClusterPolicies {
 		names[i] = c.Name
 	}
-	slices.Sort(names)
 	s.ClusterPolicies = nil
-	return fmt.Errorf("%s: ClusterNetworkPolicy not enforced on this node: %s", why, strings.Join(names, ", "))
+	return notEnforced(why, "ClusterNetworkPolicy", names)
+}
+
+// LeaveOutNodeIsolation removes s's NodeIsolationPolicies, for a datapath
+// that cannot enforce them, and returns the error naming them (nil: there
+// were none); why says which datapath, and why it cannot.
+func LeaveOutNodeIsolation(s *Snapshot, why string) error {
+	names := make([]string, len(s.NodeIsolation))
+	for i, p := range s.NodeIsolation {
+		names[i] = p.Name
+	}
+	s.NodeIsolation = nil
+	return notEnforced(why, "NodeIsolationPolicy", names)
+}
+
+// notEnforced names the objects of kind a datapath left out.
+func notEnforced(why, kind string, names []string) error {
+	if len(names) == 0 {
+		return nil
+	}
+	slices.Sort(names)
+	return fmt.Errorf("%s: %s not enforced on this node: %s", why, kind, strings.Join(names, ", "))
 }

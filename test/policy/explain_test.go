@@ -24,8 +24,17 @@ var explainMode = mode{name: "explain", subnet: "10.184.0.0/24"}
 // checked against each other. A pod talking to itself never crosses its
 // veth and the node is always allowed: those triples are compared only
 // where explain models them (the node).
-func TestExplainAgreesWithMatrix(t *testing.T) {
-	b := newBed(t, explainMode)
+func TestExplainAgreesWithMatrix(t *testing.T) { runExplainMatrix(t, explainMode) }
+
+// TestExplainAgreesWithMatrixNFTables is the same on --datapath=nftables:
+// explain decides from what the table was rendered from and names the
+// rules with the same explainer.
+func TestExplainAgreesWithMatrixNFTables(t *testing.T) {
+	runExplainMatrix(t, mode{name: "explain-nftables", nft: true, subnet: "10.186.0.0/24"})
+}
+
+func runExplainMatrix(t *testing.T, m mode) {
+	b := newBed(t, m)
 	conn, err := grpc.NewClient("unix://"+filepath.Join(b.node.RunDir, "inspect.sock"), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
