@@ -49,6 +49,7 @@ func startInspect(ctx context.Context, o *config.Options, st *store.Store, pool 
 		Pool:             pool,
 		Datapath:         dp,
 		Policy:           policyView(enf),
+		NotEnforced:      notEnforced(enf),
 		DatapathKind:     choice.kind,
 		DatapathFallback: choice.fallback,
 		Hub:              hub,
@@ -94,6 +95,15 @@ func startTracing(ctx context.Context, o *config.Options, log *zap.Logger) (stop
 func policyView(enf enforcer) inspect.PolicyView {
 	if v, ok := enf.(inspect.PolicyView); ok && enf != nil {
 		return v
+	}
+	return nil
+}
+
+// notEnforced reports what the enforcing datapath leaves out, when it can
+// leave something out (nftables).
+func notEnforced(enf enforcer) func() string {
+	if n, ok := enf.(interface{ NotEnforced() string }); ok && enf != nil {
+		return n.NotEnforced
 	}
 	return nil
 }

@@ -44,6 +44,9 @@ type Config struct {
 	// Policy is the datapath enforcing policy, either one: endpoints'
 	// isolation and explain read it. Nil with --no-datapath.
 	Policy PolicyView
+	// NotEnforced, if set, says which policies the datapath leaves out
+	// ("" when none): status reports it as a problem.
+	NotEnforced func() string
 	// DatapathKind is what enforces policy ("ebpf", "nftables", "none");
 	// DatapathFallback why --datapath=auto did not take eBPF.
 	DatapathKind, DatapathFallback string

@@ -74,6 +74,11 @@ func (s *Service) GetStatus(context.Context, *inspectv1.GetStatusRequest) (*insp
 			problems = append(problems, "masquerade: "+p)
 		}
 	}
+	if s.cfg.NotEnforced != nil {
+		if msg := s.cfg.NotEnforced(); msg != "" {
+			problems = append(problems, msg)
+		}
+	}
 	if dp := s.cfg.Datapath; dp != nil {
 		st.Identities = uint32(len(dp.Identities()))
 		rev, invalid := dp.PolicyRevision()

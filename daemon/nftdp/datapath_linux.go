@@ -53,9 +53,11 @@ type Datapath struct {
 	lay   *layout
 	store recordStore
 
-	// snapMu serialises UpdatePolicy; snap is the last applied snapshot.
-	snapMu sync.Mutex
-	snap   policy.SnapshotState
+	// snapMu serialises UpdatePolicy; snap is the last applied snapshot,
+	// notEnforced what of it this datapath left out ("" when nothing).
+	snapMu      sync.Mutex
+	snap        policy.SnapshotState
+	notEnforced string
 
 	// mu guards what follows.
 	mu     sync.Mutex
@@ -661,6 +663,10 @@ func (d *Datapath) UpdatePolicy(s policy.Snapshot) error {
 	unenforced = errors.Join(unenforced, policy.LeaveOutNodeIsolation(&s, "nftables datapath: node isolation is enforced only by the eBPF datapath"))
 	d.snapMu.Lock()
 	defer d.snapMu.Unlock()
+	d.notEnforced = ""
+	if unenforced != nil {
+		d.notEnforced = unenforced.Error()
+	}
 	delta, invalid := d.snap.Diff(s)
 	invalid = errors.Join(invalid, unenforced)
 	d.mu.Lock()
@@ -674,6 +680,15 @@ func (d *Datapath) UpdatePolicy(s policy.Snapshot) error {
 		return fmt.Errorf("nftables datapath: apply policy: %w", errors.Join(err, invalid))
 	}
 	return invalid
+}
+
+// NotEnforced says which policies of the last snapshot this datapath
+// does not enforce (ClusterNetworkPolicies, NodeIsolationPolicies), ""
+// when it enforces all: coordinoctl status shows it as a problem.
+func (d *Datapath) NotEnforced() string {
+	d.snapMu.Lock()
+	defer d.snapMu.Unlock()
+	return d.notEnforced
 }
 
 // --- Kubernetes (k8s.Sink) ---

@@ -67,6 +67,12 @@ func TestNodeIsolationNamedNotEnforced(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "NodeIsolationPolicy not enforced on this node: deny-pods-to-host, only-ssh") {
 		t.Fatalf("UpdatePolicy: %v, want the node isolation policies named as not enforced", err)
 	}
+	if got := c.dp.NotEnforced(); !strings.Contains(got, "deny-pods-to-host, only-ssh") {
+		t.Errorf("NotEnforced (status) = %q", got)
+	}
 	c.expect(true, "a>b tcp/80")
 	c.expect(false, "c>b tcp/80")
+	if err := c.dp.UpdatePolicy(snapshotOf(t, serverFromClientsOn80)); err != nil || c.dp.NotEnforced() != "" {
+		t.Errorf("without them: %v, NotEnforced %q", err, c.dp.NotEnforced())
+	}
 }
