@@ -24,4 +24,13 @@
 // changed): the kernel applies all of it or none, so a failed update leaves
 // the previous policy in force. A restarted daemon adopts the table it
 // finds and replaces its content by difference at the first snapshot.
+//
+// Drops, and allowed new flows while someone wants them, are logged to
+// NFLOG group FlowLogGroup within per-endpoint and per-node limits and read
+// back over netlink into the eBPF datapath's flow events (flows_linux.go).
+// Explain decides from what the table was rendered from and names rules
+// with policy.Explainer (explain_linux.go). The table carries a schema
+// stamp (schema_linux.go): a newer layout this build cannot read is
+// refused and left in force. ClusterNetworkPolicy and NodeIsolationPolicy
+// are not enforced here and every update names them.
 package nftdp
