@@ -31,7 +31,6 @@ func (m *masq) LearnChained(key string, networks []netip.Prefix) {
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	changed := m.forgetLocked(key)
 	var nodes []netip.Addr // read only for a network not held yet
 	var held []netip.Prefix
 	for _, p := range networks {
@@ -52,17 +51,23 @@ func (m *masq) LearnChained(key string, networks []netip.Prefix) {
 		}
 	}
 	held = slices.Compact(slices.SortedFunc(slices.Values(held), netip.Prefix.Compare))
-	if len(held) > 0 {
-		if m.chained.byKey == nil {
-			m.chained.byKey, m.chained.refs = map[string][]netip.Prefix{}, map[netip.Prefix]int{}
-		}
-		m.chained.byKey[key] = held
+	if m.chained.byKey == nil {
+		m.chained.byKey, m.chained.refs = map[string][]netip.Prefix{}, map[netip.Prefix]int{}
 	}
+	// The new networks are counted before the old ones are let go, so a
+	// network both hold never drops out of the table meanwhile.
+	changed := false
 	for _, n := range held {
 		if m.chained.refs[n]++; m.chained.refs[n] == 1 {
 			m.log.Info("chained network kept from the masquerade", zap.String("network", n.String()))
 			changed = true
 		}
+	}
+	if m.forgetLocked(key) {
+		changed = true
+	}
+	if len(held) > 0 {
+		m.chained.byKey[key] = held
 	}
 	if changed && !m.waiting {
 		m.applyLocked()

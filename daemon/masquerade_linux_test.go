@@ -135,3 +135,22 @@ func TestMasqueradeChainedNetworks(t *testing.T) {
 		t.Errorf("cluster %v holds a chained network beyond the bound", c)
 	}
 }
+
+// Learning an attachment again with the same networks writes nothing.
+func TestMasqueradeChainedRelearn(t *testing.T) {
+	o, err := config.Parse([]string{"--standalone", "--pod-cidr", "10.1.0.0/24"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := &masq{o: o, log: zap.NewNop(), table: &masquerade.Table{NetNS: -1}}
+	m.LearnChained("net/a/eth0", prefixes("198.18.22.5/24"))
+	m.problem = ""
+	m.LearnChained("net/a/eth0", prefixes("198.18.22.5/24"))
+	if m.problem != "" || !slices.Equal(m.chained.networks(), prefixes("198.18.22.0/24")) {
+		t.Fatalf("relearnt: table written %v, networks %v", m.problem != "", m.chained.networks())
+	}
+	m.LearnChained("net/a/eth0", prefixes("198.18.23.5/24"))
+	if m.problem == "" || !slices.Equal(m.chained.networks(), prefixes("198.18.23.0/24")) {
+		t.Fatalf("learnt another network: table written %v, networks %v", m.problem != "", m.chained.networks())
+	}
+}
