@@ -230,6 +230,7 @@ func (p *parts) startEndpoints(ctx context.Context, mtuOverhead int) error {
 		Store:      p.st,
 		Network:    endpoint.Host{},
 		Log:        p.log,
+		Chained:    p.masq,
 
 		DeleteQueueDir: p.queueDir,
 	}

@@ -35,6 +35,7 @@ type masq struct {
 	// applied until then, so a pool with natOutgoing false is never
 	// masqueraded for a moment (a table of an earlier run stays meanwhile).
 	waiting bool
+	chained chainedNets
 	last    masquerade.Config
 	problem string
 }
@@ -100,7 +101,8 @@ func (m *masq) update(f func()) {
 // config is what the table should hold: every pod CIDR this node knows of
 // (its own, the peers' blocks, the IPPools) masqueraded unless its pool
 // says natOutgoing false, toward anything but pod CIDRs, node addresses,
-// Service ranges and the non-masquerade CIDRs. Callers hold mu.
+// Service ranges, the non-masquerade CIDRs and the networks of the chained
+// attachments' pods. Callers hold mu.
 func (m *masq) config() masquerade.Config {
 	var c masquerade.Config
 	c.Sources = append(c.Sources, m.o.Prefixes...)
@@ -116,6 +118,7 @@ func (m *masq) config() masquerade.Config {
 	c.Cluster = append(c.Cluster, c.Exempt...)
 	c.Cluster = append(c.Cluster, m.serviceCIDRs()...)
 	c.Cluster = append(c.Cluster, m.o.NonMasqueradePrefixes...)
+	c.Cluster = append(c.Cluster, m.chained.networks()...)
 	return c
 }
 

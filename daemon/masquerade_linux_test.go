@@ -84,3 +84,73 @@ func TestMasqueradeWaitsForTheAPI(t *testing.T) {
 		t.Fatalf("--masquerade=false wrote: %s", m.problem)
 	}
 }
+
+// TestMasqueradeChainedNetworks: the networks of chained attachments' pods
+// are cluster destinations. The table is written when a network is first
+// held and when its last attachment goes, not for each attachment; a
+// network wider than the bound or holding a node's address gives only the
+// pod's address.
+func TestMasqueradeChainedNetworks(t *testing.T) {
+	o, err := config.Parse([]string{"--standalone", "--pod-cidr", "10.1.0.0/24"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A table in no namespace: every write fails, which shows it was tried.
+	m := &masq{o: o, log: zap.NewNop(), table: &masquerade.Table{NetNS: -1}}
+	m.peers = peers.Set{"n2": &peers.Node{Name: "n2", Addresses: []netip.Addr{netip.MustParseAddr("198.19.0.2")}}}
+	wrote := func(what string, want bool) {
+		t.Helper()
+		if (m.problem != "") != want {
+			t.Fatalf("%s: table written %v, want %v", what, m.problem != "", want)
+		}
+		m.problem = ""
+	}
+	cluster := func() []netip.Prefix { return m.config().Cluster }
+
+	m.LearnChained("net/a/eth0", prefixes("198.18.22.5/24", "fd00:22::5/64"))
+	wrote("first attachment of a network", true)
+	m.LearnChained("net/b/eth0", prefixes("198.18.22.6/24"))
+	wrote("second attachment of the same network", false)
+	if c := cluster(); !has(c, "198.18.22.0/24") || !has(c, "fd00:22::/64") {
+		t.Fatalf("cluster %v lacks the chained networks", c)
+	}
+	m.ForgetChained("net/a/eth0")
+	wrote("one of two attachments gone (its IPv6 network with it)", true)
+	if c := cluster(); !has(c, "198.18.22.0/24") || has(c, "fd00:22::/64") {
+		t.Fatalf("cluster %v: want 198.18.22.0/24 kept, fd00:22::/64 gone", c)
+	}
+	m.ForgetChained("net/b/eth0")
+	wrote("the last attachment gone", true)
+	if c := cluster(); has(c, "198.18.22.0/24") {
+		t.Fatalf("cluster %v keeps a network no attachment has", c)
+	}
+
+	// A /0, a network holding node n2's address, and n2's address itself.
+	m.LearnChained("net/c/eth0", prefixes("198.18.22.7/0", "198.19.0.9/16", "198.19.0.2/32"))
+	wrote("narrowed networks", true)
+	if got, want := m.chained.networks(), prefixes("198.18.22.7/32", "198.19.0.9/32"); !slices.Equal(got, want) {
+		t.Errorf("chained networks %v, want %v", got, want)
+	}
+	if c := cluster(); has(c, "0.0.0.0/0") || has(c, "198.19.0.0/16") {
+		t.Errorf("cluster %v holds a chained network beyond the bound", c)
+	}
+}
+
+// Learning an attachment again with the same networks writes nothing.
+func TestMasqueradeChainedRelearn(t *testing.T) {
+	o, err := config.Parse([]string{"--standalone", "--pod-cidr", "10.1.0.0/24"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := &masq{o: o, log: zap.NewNop(), table: &masquerade.Table{NetNS: -1}}
+	m.LearnChained("net/a/eth0", prefixes("198.18.22.5/24"))
+	m.problem = ""
+	m.LearnChained("net/a/eth0", prefixes("198.18.22.5/24"))
+	if m.problem != "" || !slices.Equal(m.chained.networks(), prefixes("198.18.22.0/24")) {
+		t.Fatalf("relearnt: table written %v, networks %v", m.problem != "", m.chained.networks())
+	}
+	m.LearnChained("net/a/eth0", prefixes("198.18.23.5/24"))
+	if m.problem == "" || !slices.Equal(m.chained.networks(), prefixes("198.18.23.0/24")) {
+		t.Fatalf("learnt another network: table written %v, networks %v", m.problem != "", m.chained.networks())
+	}
+}

@@ -3,6 +3,7 @@ package chaining
 import (
 	"errors"
 	"fmt"
+	"net"
 	"net/netip"
 
 	current "github.com/containernetworking/cni/pkg/types/100"
@@ -24,11 +25,28 @@ func PodInterface(prev *current.Result, sandbox, ifname string) int {
 }
 
 // PodAddresses returns, as host prefixes, the addresses prevResult gives the
-// pod interface. When prevResult names it (idx >= 0) these are the IPs of
-// that interface and those bound to none. When it does not, which IP belongs
-// to the pod cannot be read from the JSON, so the kernel decides: the IPs
-// actually configured on the pod interface (onPod).
+// pod interface (PodNetworks).
 func PodAddresses(prev *current.Result, idx int, onPod []netip.Addr) []netip.Prefix {
+	return HostPrefixes(PodNetworks(prev, idx, onPod))
+}
+
+// HostPrefixes are the addresses of networks, each as a host prefix.
+func HostPrefixes(networks []netip.Prefix) []netip.Prefix {
+	var out []netip.Prefix
+	for _, p := range networks {
+		out = append(out, netip.PrefixFrom(p.Addr(), p.Addr().BitLen()))
+	}
+	return out
+}
+
+// PodNetworks returns the addresses prevResult gives the pod interface,
+// each with the prefix length prevResult gives it (10.22.0.5/16: the
+// address and the network it sits on; a host prefix when the mask is
+// missing or malformed). When prevResult names the interface (idx >= 0)
+// these are the IPs of that interface and those bound to none. When it does
+// not, which IP belongs to the pod cannot be read from the JSON, so the
+// kernel decides: the IPs actually configured on the pod interface (onPod).
+func PodNetworks(prev *current.Result, idx int, onPod []netip.Addr) []netip.Prefix {
 	configured := map[netip.Addr]bool{}
 	for _, a := range onPod {
 		configured[a.Unmap()] = true
@@ -46,9 +64,22 @@ func PodAddresses(prev *current.Result, idx int, onPod []netip.Addr) []netip.Pre
 		case idx < 0 && !configured[a]:
 			continue
 		}
-		out = append(out, netip.PrefixFrom(a, a.BitLen()))
+		out = append(out, netip.PrefixFrom(a, prefixLen(a, ip.Address.Mask)))
 	}
 	return out
+}
+
+// prefixLen is the length of mask for address a: a's full length when the
+// mask is not a prefix of a's family (an IPv4 mask may come in 16 bytes).
+func prefixLen(a netip.Addr, mask net.IPMask) int {
+	ones, bits := mask.Size()
+	if a.Is4() && bits == 128 && ones >= 96 {
+		ones, bits = ones-96, 32
+	}
+	if bits != a.BitLen() {
+		return a.BitLen()
+	}
+	return ones
 }
 
 // HostPeer is the host-side end of a pod's veth.

@@ -53,3 +53,20 @@ func TestPodInterfaceAndAddresses(t *testing.T) {
 		})
 	}
 }
+
+// PodNetworks keeps prevResult's prefix length; a mask of no prefix shape
+// gives the host prefix.
+func TestPodNetworks(t *testing.T) {
+	pod := &current.Interface{Name: "eth0", Sandbox: "/ns"}
+	odd := ipc(nil, "10.0.0.7/32")
+	odd.Address.Mask = net.IPMask{255, 0, 255, 0}
+	v4in16 := ipc(nil, "10.0.0.8/32")
+	v4in16.Address.Mask = net.CIDRMask(96+20, 128)
+	res := &current.Result{Interfaces: []*current.Interface{pod}, IPs: []*current.IPConfig{
+		ipc(current.Int(0), "10.22.0.5/16"), ipc(nil, "fd00:22::5/64"), odd, v4in16}}
+	want := []netip.Prefix{netip.MustParsePrefix("10.22.0.5/16"), netip.MustParsePrefix("fd00:22::5/64"),
+		netip.MustParsePrefix("10.0.0.7/32"), netip.MustParsePrefix("10.0.0.8/20")}
+	if got := PodNetworks(res, 0, nil); !reflect.DeepEqual(got, want) {
+		t.Fatalf("PodNetworks = %v, want %v", got, want)
+	}
+}

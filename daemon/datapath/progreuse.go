@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	"github.com/cilium/ebpf"
+	"golang.org/x/sys/unix"
 
 	"github.com/coordino/coordino/bpf"
 )
@@ -39,8 +40,12 @@ func loadObjects(spec *ebpf.CollectionSpec, dir string, objs *bpf.CoordinoObject
 	}
 	progDir := filepath.Join(dir, progDirPrefix+fp)
 	if loadPinnedPrograms(progDir, &objs.CoordinoPrograms) == nil {
-		removeStaleProgramDirs(dir, progDir)
-		return true, nil
+		if err := adoptScratchMaps(spec, &objs.CoordinoPrograms, &objs.CoordinoMaps); err == nil {
+			removeStaleProgramDirs(dir, progDir)
+			return true, nil
+		}
+		objs.CoordinoPrograms.Close() // loaded anew below
+		objs.CoordinoPrograms = bpf.CoordinoPrograms{}
 	}
 	opts.MapReplacements = maps
 	if err := spec.LoadAndAssign(&objs.CoordinoPrograms, &opts); err != nil {
@@ -65,12 +70,68 @@ func taggedMaps(s *bpf.CoordinoMaps) map[string]*ebpf.Map {
 	return out
 }
 
+// adoptScratchMaps puts in s, in place of the copies just created, the
+// unpinned maps the reused programs p use: those are the programs' own
+// since their first load, so the daemon then reads and empties what the
+// programs read, and no second copy stays allocated. A map no program uses
+// keeps its copy.
+func adoptScratchMaps(spec *ebpf.CollectionSpec, p *bpf.CoordinoPrograms, s *bpf.CoordinoMaps) error {
+	byKernelName := map[string]string{} // the kernel keeps 15 bytes of a name
+	for name, ms := range spec.Maps {
+		if !strings.HasPrefix(name, ".") && ms.Pinning != ebpf.PinByName {
+			byKernelName[name[:min(len(name), unix.BPF_OBJ_NAME_LEN-1)]] = name
+		}
+	}
+	seen := map[ebpf.MapID]bool{}
+	return programFields(p, func(_ string, field reflect.Value) error {
+		info, err := field.Interface().(*ebpf.Program).Info()
+		if err != nil {
+			return fmt.Errorf("datapath: inspect reused program: %w", err)
+		}
+		ids, _ := info.MapIDs()
+		for _, id := range ids {
+			if seen[id] {
+				continue
+			}
+			seen[id] = true
+			m, err := ebpf.NewMapFromID(id)
+			if err != nil {
+				return fmt.Errorf("datapath: open map %d of a reused program: %w", id, err)
+			}
+			mi, err := m.Info()
+			name, scratch := byKernelName[mi.Name]
+			if err != nil || !scratch || !replaceTaggedMap(s, name, m) {
+				m.Close()
+			}
+		}
+		return nil
+	})
+}
+
+// replaceTaggedMap puts m in the field of s whose ELF name is name, closing
+// what was there; false when s has no such field.
+func replaceTaggedMap(s *bpf.CoordinoMaps, name string, m *ebpf.Map) bool {
+	v := reflect.ValueOf(s).Elem()
+	for i := range v.NumField() {
+		if v.Type().Field(i).Tag.Get("ebpf") != name {
+			continue
+		}
+		if old, ok := v.Field(i).Interface().(*ebpf.Map); ok && old != nil {
+			old.Close()
+		}
+		v.Field(i).Set(reflect.ValueOf(m))
+		return true
+	}
+	return false
+}
+
 // programFingerprint identifies what the programs are built from: their
 // instructions, the constants and initial globals (internal maps' contents,
 // which hold the kernel-feature switches) and the kernel IDs of the pinned
 // maps they use, so a map replaced (resized, re-created) means new
 // programs. Maps no pin holds are the programs' private scratch (fragment
-// tracking, event budgets): a reused program keeps its own.
+// tracking, event budgets): a reused program keeps its own, which the
+// daemon adopts (adoptScratchMaps).
 func programFingerprint(spec *ebpf.CollectionSpec, maps map[string]*ebpf.Map) (string, error) {
 	h := sha256.New()
 	for _, name := range slices.Sorted(mapsKeys(spec.Programs)) {
@@ -82,6 +143,9 @@ func programFingerprint(spec *ebpf.CollectionSpec, maps map[string]*ebpf.Map) (s
 		switch {
 		case strings.HasPrefix(name, "."):
 			fmt.Fprintf(h, "internal %s %v\n", name, ms.Contents)
+		case ms.Pinning != ebpf.PinByName:
+			// A reused program keeps its scratch map: a new size means new programs.
+			fmt.Fprintf(h, "scratch %s %d\n", name, ms.MaxEntries)
 		case ms.Pinning == ebpf.PinByName:
 			m := maps[name]
 			if m == nil {

@@ -25,25 +25,44 @@ func (m *Manager) addChained(ctx context.Context, inv *request.Invocation) ([]by
 	if err != nil {
 		return nil, err
 	}
-	peer, ips, err := m.chainedPeer(ctx, inv)
+	peer, networks, err := m.chainedPeer(ctx, inv)
 	if err != nil {
 		return nil, err
 	}
 	ep := m.newEndpoint(inv, store.ModeChained)
 	ep.HostIfName = peer.Name
-	ep.IPs = ips
+	ep.Networks = networks
+	ep.IPs = chaining.HostPrefixes(networks)
 	if err := m.commitAndAttach(ctx, ep, peer.Index); err != nil {
 		return nil, err
 	}
 	out, err := marshalResult(inv.PrevResult)
 	if err != nil {
 		_ = m.release(ep)
+		return nil, err
 	}
-	return out, err
+	m.learnChained(ctx, ep)
+	return out, nil
+}
+
+// learnChained tells Config.Chained the networks of a chained attachment:
+// before its ADD returns, so the pod's first connection is not
+// masqueraded. Records from before Networks give their addresses.
+func (m *Manager) learnChained(ctx context.Context, ep *store.Endpoint) {
+	if m.cfg.Chained == nil {
+		return
+	}
+	networks := ep.Networks
+	if len(networks) == 0 {
+		networks = ep.IPs
+	}
+	_, span := tracing.Start(ctx, "chained.learn_networks")
+	m.cfg.Chained.LearnChained(ep.Key.String(), networks)
+	tracing.End(span, nil)
 }
 
 // chainedPeer finds the host side of the pod interface and the pod's
-// addresses. prevResult may not name the pod interface (Calico, AWS VPC CNI
+// addresses, with their networks' lengths (chaining.PodNetworks). prevResult may not name the pod interface (Calico, AWS VPC CNI
 // before 1.12 and others report only the host side): the kernel is asked in
 // any case, by CNI_NETNS and CNI_IFNAME, and for the pod's addresses too
 // when prevResult cannot say which they are.
@@ -60,12 +79,12 @@ func (m *Manager) chainedPeer(ctx context.Context, inv *request.Invocation) (*ch
 		}
 		return nil, nil, internalError("resolve host side of %s: %v", inv.Key.IfName, err)
 	}
-	ips := chaining.PodAddresses(prev, idx, peer.PodAddrs)
-	if idx < 0 && len(ips) == 0 && len(prev.IPs) > 0 {
+	networks := chaining.PodNetworks(prev, idx, peer.PodAddrs)
+	if idx < 0 && len(networks) == 0 && len(prev.IPs) > 0 {
 		return nil, nil, types.NewError(types.ErrInvalidNetworkConfig, fmt.Sprintf(
 			"prevResult.ips: none of the primary's addresses is configured on %s in %s, and prevResult.interfaces does not name it", inv.Key.IfName, inv.Netns), "")
 	}
-	return peer, ips, nil
+	return peer, networks, nil
 }
 
 // commitAndAttach commits ep's record and attaches the datapath to the host

@@ -2,6 +2,7 @@ package endpoint
 
 import (
 	"net"
+	"net/netip"
 
 	"github.com/coordino/coordino/daemon/chaining"
 	"github.com/coordino/coordino/daemon/datapath/dpapi"
@@ -86,4 +87,15 @@ type Store interface {
 	Put(ep *store.Endpoint) error
 	Delete(k store.Key) error
 	List(network string) ([]*store.Endpoint, error)
+}
+
+// ChainedNetworks hears of the networks chained attachments' pods sit on
+// (the daemon's masquerade, which must not masquerade traffic to pods
+// another plugin addressed). Keys are store.Key strings.
+type ChainedNetworks interface {
+	// LearnChained records key's networks (addresses with their prefix
+	// length) and returns once they are in force.
+	LearnChained(key string, networks []netip.Prefix)
+	// ForgetChained drops key's; a network goes with its last attachment.
+	ForgetChained(key string)
 }

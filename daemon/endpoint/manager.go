@@ -45,6 +45,9 @@ type Config struct {
 	// labels from instead of the network config's args. If it also is an
 	// AttachObserver it hears of every successful ADD.
 	PodLabels PodLabeler
+	// Chained, when set, hears of the networks of every chained attachment:
+	// at its ADD, at Restore, and when it is released.
+	Chained ChainedNetworks
 }
 
 // Manager carries out the CNI verbs. Safe for concurrent use.
@@ -325,6 +328,8 @@ func (m *Manager) release(ep *store.Endpoint) error {
 	}
 	if ep.Mode == store.ModePrimary {
 		m.releaseAddresses(ep)
+	} else if m.cfg.Chained != nil {
+		m.cfg.Chained.ForgetChained(ep.Key.String())
 	}
 	return nil
 }

@@ -619,3 +619,93 @@ func TestAddAsksForLabelsUnderTheRequestContext(t *testing.T) {
 		t.Errorf("attached with labels %v", f.node.attached[key.String()].Labels)
 	}
 }
+
+// chainedRecorder is a ChainedNetworks that records what it holds.
+type chainedRecorder struct {
+	mu   sync.Mutex
+	held map[string][]netip.Prefix
+}
+
+func (c *chainedRecorder) LearnChained(key string, networks []netip.Prefix) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.held == nil {
+		c.held = map[string][]netip.Prefix{}
+	}
+	c.held[key] = networks
+}
+
+func (c *chainedRecorder) ForgetChained(key string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.held, key)
+}
+
+func (c *chainedRecorder) get(key string) []netip.Prefix {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.held[key]
+}
+
+// The networks of a chained attachment's pod, with prevResult's lengths,
+// are learnt before its ADD returns, recorded, learnt again from the store
+// at Restore (a record from before they were kept gives its addresses),
+// and forgotten when the attachment goes.
+func TestChainedNetworksFollowAttachments(t *testing.T) {
+	f := newFixture(t, "10.1.0.0/30")
+	rec := &chainedRecorder{}
+	f.m.cfg.Chained = rec
+	k1 := store.Key{Network: "net", ContainerID: "c1", IfName: "eth0"}
+	k2 := store.Key{Network: "net", ContainerID: "c2", IfName: "eth0"}
+	f.node.addPeer("/var/run/netns/c1", "eth0", "veth-c1", netip.MustParseAddr("10.9.0.5"))
+	f.node.addPeer("/var/run/netns/c2", "eth0", "veth-c2", netip.MustParseAddr("10.9.0.6"))
+	for _, c := range []struct {
+		key  store.Key
+		addr string
+	}{{k1, "10.9.0.5/24"}, {k2, "10.9.0.6/24"}} {
+		if _, err := f.m.Add(context.Background(), chainedInvocation(c.key, "/var/run/netns/"+c.key.ContainerID, true, c.addr, "fd00:9::5/64")); err != nil {
+			t.Fatal(err)
+		}
+		want := []netip.Prefix{netip.MustParsePrefix(c.addr), netip.MustParsePrefix("fd00:9::5/64")}
+		if got := rec.get(c.key.String()); !slices.Equal(got, want) {
+			t.Fatalf("%s: learnt %v at ADD, want %v", c.key, got, want)
+		}
+		ep, err := f.store.Get(c.key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(ep.Networks, want) {
+			t.Fatalf("%s: record keeps networks %v, want %v", c.key, ep.Networks, want)
+		}
+	}
+	if err := f.m.Del(context.Background(), addInvocation(k1, "/var/run/netns/c1")); err != nil {
+		t.Fatal(err)
+	}
+	if got := rec.get(k1.String()); got != nil {
+		t.Fatalf("%s still learnt after its DEL: %v", k1, got)
+	}
+
+	// A record written before networks were kept.
+	old, err := f.store.Get(k2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	old.Key.ContainerID, old.Networks = "c3", nil
+	if err := f.store.Put(old); err != nil {
+		t.Fatal(err)
+	}
+	restarted := &chainedRecorder{}
+	m := New(Config{PinDir: fixturePinDir, Pool: f.pool, Store: f.store, Network: f.node, Datapath: f.node, Chained: restarted})
+	if err := m.Restore(); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := restarted.get(k2.String()), []netip.Prefix{netip.MustParsePrefix("10.9.0.6/24"), netip.MustParsePrefix("fd00:9::5/64")}; !slices.Equal(got, want) {
+		t.Errorf("Restore learnt %v for %s, want %v", got, k2, want)
+	}
+	if got, want := restarted.get(old.Key.String()), old.IPs; !slices.Equal(got, want) || len(want) == 0 {
+		t.Errorf("Restore learnt %v for a record without networks, want its addresses %v", got, want)
+	}
+	if got := restarted.get(k1.String()); got != nil {
+		t.Errorf("Restore learnt the deleted %s: %v", k1, got)
+	}
+}

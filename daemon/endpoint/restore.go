@@ -52,7 +52,8 @@ func (u *unrestored) count() int {
 	return len(u.addr)
 }
 
-// Restore rebuilds the allocator from the store. Call it once, before
+// Restore rebuilds the allocator from the store, and tells Config.Chained
+// the networks of the chained attachments. Call it once, before
 // serving and before DrainDeleteQueue. An endpoint whose addresses no
 // longer fit the node's blocks (a pod-CIDR or block change) does not stop
 // the daemon: it is logged and counted (coordino_endpoints_unrestorable),
@@ -64,6 +65,10 @@ func (m *Manager) Restore() error {
 	}
 	bad := 0
 	for _, ep := range eps {
+		if ep.Mode == store.ModeChained {
+			m.learnChained(context.Background(), ep)
+			continue
+		}
 		if ep.Mode != store.ModePrimary {
 			continue
 		}

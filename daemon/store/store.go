@@ -56,6 +56,11 @@ type Endpoint struct {
 	// over time: assigned by the first Put from a persisted counter, it only
 	// grows, whatever the clocks do.
 	Generation uint64 `json:"generation,omitempty"`
+	// Networks (chained mode) are the pod's addresses with the prefix
+	// length prevResult gave them (10.22.0.5/16): the networks the primary
+	// plugin put the pod on. Additive: records written before it have none,
+	// and an older daemon reads a record that has them.
+	Networks []netip.Prefix `json:"networks,omitempty"`
 }
 
 var (
