@@ -73,6 +73,7 @@ func (d *Datapath) flush() error {
 	t := &txn{}
 	d.writeEndpoints(t)
 	d.writePairs(t)
+	d.writeTiers(t)
 	d.writeHost(t)
 	d.writePods(t)
 	d.writeCIDRs(t)
@@ -123,10 +124,12 @@ func (d *Datapath) collect() {
 	for _, err := range d.engine.TakeErrors() {
 		d.log.Error("policy not fully applied", zap.Error(err))
 	}
+	defer func() { d.collectTiers(ch) }()
 	if d.dirty.all {
 		clear(d.groups)
 		clear(d.byRemote)
-		d.engine.Keys(func(k policy.Key) { d.indexKey(k, true) })
+		d.tiers.reset()
+		d.engine.Keys(d.indexKey)
 		for g := range d.groups {
 			d.dirty.groups[g] = struct{}{}
 		}
@@ -152,7 +155,10 @@ func (d *Datapath) collect() {
 		return
 	}
 	for k := range ch.Keys {
-		d.indexKey(k, d.engine.WantsKey(k))
+		d.indexKey(k)
+		if k.Dir&policy.DirBaseline != 0 {
+			continue // a tier key alone
+		}
 		g := group{local: k.Local, remote: k.Remote, dir: k.Dir}
 		d.dirty.groups[g] = struct{}{}
 		if g.remote.IsCIDR() {
@@ -173,10 +179,16 @@ func (d *Datapath) collect() {
 	}
 }
 
-// indexKey files (want) or unfiles a wanted key by group and remote.
-func (d *Datapath) indexKey(k policy.Key, want bool) {
+// indexKey files or unfiles key k as the engine wants it now: its
+// NetworkPolicy allow by group and remote, its tier rule in the tier
+// index (queueing its unit).
+func (d *Datapath) indexKey(k policy.Key) {
+	rule, tiered := d.engine.KeyTier(k)
+	if d.tiers.file(k, rule, tiered) {
+		d.dirty.units[tierUnit{local: k.Local, dir: k.Dir}] = struct{}{}
+	}
 	g := group{local: k.Local, remote: k.Remote, dir: k.Dir}
-	if want {
+	if d.engine.AllowsKey(k) {
 		if d.groups[g] == nil {
 			d.groups[g] = map[policy.Key]struct{}{}
 			if d.byRemote[g.remote] == nil {
