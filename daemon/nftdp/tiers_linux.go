@@ -458,11 +458,11 @@ func (d *Datapath) writeUnit(t *txn, u tierUnit, want, have *unitState) {
 			t.create = append(t.create, func(c *nftables.Conn) error { c.AddChain(ch); return nil })
 		}
 		if !had || !hs.known || !slices.Equal(hs.elems, cs.elems) {
-			t.rewrite(chain(classChain(u, cl)), classRules(u, cs.elems))
+			t.rewrite(chain(classChain(u, cl)), classRules(u, cs.elems), false) // created above
 		}
 	}
 	if !have.known {
-		t.rewrite(chain(dispatchChain(u)), dispatchRules(u))
+		t.rewrite(chain(dispatchChain(u)), dispatchRules(u), false)
 	}
 	gotoClass := func(cl classKey) *expr.Verdict {
 		return &expr.Verdict{Kind: expr.VerdictGoto, Chain: classChain(u, cl)}
