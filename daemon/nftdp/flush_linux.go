@@ -17,8 +17,9 @@ import (
 // stats count the writer's transactions for metrics and status.
 type stats struct {
 	transactions, failures uint64
-	// lastOps is the number of changes of the last transaction.
-	lastOps int
+	// lastOps is the number of changes of the last transaction, and
+	// lastChainAdds how many chains it created.
+	lastOps, lastChainAdds int
 }
 
 // txn is one transaction in the making, in phases: element removals, new
@@ -30,6 +31,8 @@ type txn struct {
 	pre, create, mid, post, last []func(c *nftables.Conn) error
 	commit                       []func()
 	ops                          int
+	// chainAdds counts the chains the transaction creates.
+	chainAdds int
 	// creating are the identities whose maps this transaction makes.
 	creating map[identity.ID]bool
 }
@@ -53,6 +56,9 @@ func (t *txn) elems(s *nftables.Set, del bool, es []nftables.SetElement) {
 // flush tens of microseconds.
 func (t *txn) rewrite(ch *nftables.Chain, rules [][]expr.Any, create bool) {
 	t.ops++
+	if create {
+		t.chainAdds++
+	}
 	t.mid = append(t.mid, func(c *nftables.Conn) error {
 		if create {
 			c.AddChain(ch)
@@ -113,7 +119,7 @@ func (d *Datapath) flush() error {
 	for _, f := range t.commit {
 		f()
 	}
-	d.stats.lastOps = t.ops
+	d.stats.lastOps, d.stats.lastChainAdds = t.ops, t.chainAdds
 	d.dirty.reset()
 	return nil
 }
