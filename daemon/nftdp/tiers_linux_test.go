@@ -259,3 +259,36 @@ func randomClusterPolicy(rng *rand.Rand, name string) *cnpv1beta1.ClusterNetwork
 	}
 	return cnp
 }
+
+// TestClusterPolicyTiersDualStack: the tiers in both families, an IPv6
+// networks peer inside the pods' range (the pod's class then holds its
+// identity's and its CIDR identity's rules) and a Baseline Deny of a
+// namespace over IPv4 and IPv6.
+func TestClusterPolicyTiersDualStack(t *testing.T) {
+	c := newCluster(t, true)
+	s := withCluster(t, policy.Snapshot{}, `
+metadata: {name: no-b6-from-a}
+spec:
+  tier: Admin
+  priority: 1
+  subject: {pods: {namespaceSelector: {}, podSelector: {matchLabels: {app: client}}}}
+  egress:
+  - action: Deny
+    to: [{networks: ["2001:db8:1::11/128"]}]
+  - action: Accept
+    to: [{pods: {namespaceSelector: {}, podSelector: {matchLabels: {app: server}}}}]
+    protocols: [{tcp: {destinationPort: {number: 81}}}]`, `
+metadata: {name: no-other}
+spec:
+  tier: Baseline
+  priority: 1
+  subject: {pods: {namespaceSelector: {}, podSelector: {matchLabels: {app: server}}}}
+  ingress:
+  - action: Deny
+    from: [{namespaces: {matchLabels: {kubernetes.io/metadata.name: other}}}]`)
+	if err := c.dp.UpdatePolicy(s); err != nil {
+		t.Fatalf("UpdatePolicy: %v", err)
+	}
+	c.expect(true, "a>b tcp/80", "a>b tcp/81", "b>a6 tcp/80", "b>c6 tcp/80")
+	c.expect(false, "a>b6 tcp/80", "a>b6 tcp/81", "c>b tcp/80", "c>b6 tcp/80")
+}
