@@ -101,11 +101,11 @@ func envUint(name string, def uint64) uint64 {
 // left is enforced.
 func TestRandomFaults(t *testing.T) { runFaults(t, false, 1000) }
 
-// TestRandomFaultsNFTables is the same on --datapath=nftables, 200
+// TestRandomFaultsNFTables is the same on --datapath=nftables, 100
 // operations by default (COORDINO_FAULT_OPS for more): the crash paths are
 // the daemon's, what differs is the datapath adopting its table and
 // records at each restart.
-func TestRandomFaultsNFTables(t *testing.T) { runFaults(t, true, 200) }
+func TestRandomFaultsNFTables(t *testing.T) { runFaults(t, true, 100) }
 
 func runFaults(t *testing.T, nft bool, defaultOps uint64) {
 	privileged.Require(t)
