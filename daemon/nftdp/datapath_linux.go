@@ -463,27 +463,20 @@ func (d *Datapath) AttachEndpoint(ep dpapi.Endpoint) error {
 	if err != nil {
 		return err
 	}
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if !d.synced {
-		return ErrPolicyNotSynced
-	}
-	old := d.eps[r.Key]
-	id, _, err := d.ids.Acquire(r.Namespace, r.Labels)
+	id, err := d.prepareAttach(r)
 	if err != nil {
-		return fmt.Errorf("endpoint %q: %w", r.Key, err)
-	}
-	r.Identity = id.ID
-	if ports, ok := d.podPorts[r.Pod]; ok && r.Pod != "" {
-		r.NamedPorts = slices.Clone(ports)
-	} else if old != nil && old.Pod == r.Pod {
-		r.NamedPorts = slices.Clone(old.NamedPorts)
-	}
-	// Record first: a crash after the table has it still finds it.
-	if err := d.store.put(r); err != nil {
-		d.ids.Release(r.Identity)
 		return err
 	}
+	// Record first, outside the lock (its fsync would serialise concurrent
+	// ADDs): a crash after the table has it still finds it.
+	if err := d.store.put(r); err != nil {
+		d.mu.Lock()
+		d.ids.Release(r.Identity)
+		d.mu.Unlock()
+		return err
+	}
+	d.mu.Lock()
+	old := d.eps[r.Key]
 	d.engine.AddLocal(id)
 	d.feedNamedPorts(r)
 	if old != nil {
@@ -496,13 +489,36 @@ func (d *Datapath) AttachEndpoint(ep dpapi.Endpoint) error {
 	if err := d.flush(); err != nil {
 		// Nothing of this attach is in the kernel: undo it here too.
 		d.forget(r, old)
+		d.mu.Unlock()
 		return fmt.Errorf("endpoint %q: %w", r.Key, err)
 	}
 	d.localChanged()
+	d.mu.Unlock()
 	warnBridged(d.log, r)
 	d.log.Debug("endpoint attached", zap.String("endpoint", r.Key), zap.String("interface", r.HostIfName),
 		zap.Uint32("identity", uint32(r.Identity)))
 	return nil
+}
+
+// prepareAttach acquires r's identity and fills in its named ports (those
+// of its pod, else those of the endpoint it replaces).
+func (d *Datapath) prepareAttach(r *record) (identity.Identity, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if !d.synced {
+		return identity.Identity{}, ErrPolicyNotSynced
+	}
+	id, _, err := d.ids.Acquire(r.Namespace, r.Labels)
+	if err != nil {
+		return identity.Identity{}, fmt.Errorf("endpoint %q: %w", r.Key, err)
+	}
+	r.Identity = id.ID
+	if ports, ok := d.podPorts[r.Pod]; ok && r.Pod != "" {
+		r.NamedPorts = slices.Clone(ports)
+	} else if old := d.eps[r.Key]; old != nil && old.Pod == r.Pod {
+		r.NamedPorts = slices.Clone(old.NamedPorts)
+	}
+	return id, nil
 }
 
 // forget undoes the bookkeeping of an attach whose transaction failed,
