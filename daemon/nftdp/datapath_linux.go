@@ -77,6 +77,8 @@ type Datapath struct {
 	groups map[group]map[policy.Key]struct{}
 	// byRemote indexes the groups with keys by remote identity.
 	byRemote map[identity.ID]map[group]struct{}
+	// tiers indexes the engine's keys with tier rules (tiers_linux.go).
+	tiers tierIndex
 	// adoptedRemote are the remote pods the adopted table's pods maps name.
 	adoptedRemote map[netip.Addr]identity.ID
 	inst          installed
@@ -106,6 +108,10 @@ type installed struct {
 	locals map[identity.ID]bool
 	src    map[srcElem]struct{}
 	eps    map[string]epState // by host interface
+	// units are the tier units, tierAddrs the units whose pods maps hold
+	// an address.
+	units     map[tierUnit]*unitState
+	tierAddrs map[netip.Addr]map[tierUnit]struct{}
 }
 
 // pairState is what an identity pair's chain holds: the elements it was
@@ -138,11 +144,12 @@ type dirtySet struct {
 	cidr    bool
 	host    bool
 	ifnames map[string]struct{}
+	units   map[tierUnit]struct{}
 }
 
 func (s *dirtySet) reset() {
 	*s = dirtySet{addrs: map[netip.Addr]struct{}{}, remotes: map[identity.ID]struct{}{},
-		groups: map[group]struct{}{}, ifnames: map[string]struct{}{}}
+		groups: map[group]struct{}{}, ifnames: map[string]struct{}{}, units: map[tierUnit]struct{}{}}
 }
 
 // Open creates the table, or adopts the one a previous run left with the
@@ -162,6 +169,7 @@ func Open(cfg Config) (_ *Datapath, err error) {
 		remote: map[netip.Addr]identity.ID{}, unconfirmed: map[netip.Addr]struct{}{},
 		nodeIPs: unmapAll(cfg.NodeIPs), groups: map[group]map[policy.Key]struct{}{},
 		byRemote: map[identity.ID]map[group]struct{}{}, adoptedRemote: map[netip.Addr]identity.ID{},
+		tiers: newTierIndex(),
 	}
 	if d.conn, err = d.newConn(); err != nil {
 		return nil, err
@@ -248,7 +256,8 @@ func unmapAll(ips []netip.Addr) []netip.Addr {
 func (d *Datapath) adoptTable() error {
 	d.inst = installed{host: map[netip.Addr]struct{}{}, pods: map[netip.Addr]map[localDir]string{},
 		cidrs: map[cidrElem]string{}, pairs: map[group]pairState{}, locals: map[identity.ID]bool{},
-		src: map[srcElem]struct{}{}, eps: map[string]epState{}}
+		src: map[srcElem]struct{}{}, eps: map[string]epState{},
+		units: map[tierUnit]*unitState{}, tierAddrs: map[netip.Addr]map[tierUnit]struct{}{}}
 	if _, err := d.conn.ListTableOfFamily(TableName, nftables.TableFamilyINet); err != nil {
 		if errors.Is(err, unix.ENOENT) {
 			return nil
@@ -265,8 +274,14 @@ func (d *Datapath) adoptTable() error {
 		return fmt.Errorf("nftables datapath: list chains of inet %s: %w", TableName, err)
 	}
 	for _, ch := range chains {
-		if g, ok := parsePairChain(ch.Name); ok && ch.Table.Name == TableName {
+		if ch.Table.Name != TableName {
+			continue
+		}
+		if g, ok := parsePairChain(ch.Name); ok {
 			d.inst.pairs[g] = pairState{}
+		}
+		if u, cl, ok := parseClassChain(ch.Name); ok {
+			d.adoptUnit(u).classes[cl] = classState{}
 		}
 	}
 	sets, err := d.conn.GetSets(d.lay.table)
@@ -275,7 +290,8 @@ func (d *Datapath) adoptTable() error {
 	}
 	for _, s := range sets {
 		local, dir, _, cidr, isLocal := parseLocalSet(s.Name)
-		if !isLocal && d.lay.sets[s.Name] == nil {
+		unit, _, tierCIDR, isTier := parseTierSet(s.Name)
+		if !isLocal && !isTier && d.lay.sets[s.Name] == nil {
 			continue
 		}
 		elems, err := d.conn.GetSetElements(s)
@@ -285,8 +301,13 @@ func (d *Datapath) adoptTable() error {
 		if isLocal {
 			d.inst.locals[local] = true
 		}
+		if isTier {
+			d.adoptUnit(unit)
+		}
 		for _, e := range elems {
 			switch {
+			case isTier:
+				d.adoptTierElem(unit, tierCIDR, e)
 			case isLocal && cidr:
 				d.adoptCIDR(localDir{local, dir}, e)
 			case isLocal:
@@ -318,14 +339,21 @@ func (d *Datapath) adoptPod(ld localDir, e nftables.SetElement) {
 
 // adoptCIDR records an element of a cidrs map.
 func (d *Datapath) adoptCIDR(ld localDir, e nftables.SetElement) {
+	if r, ok := rangeOf(e); ok {
+		if chain := verdictChain(e.Val); chain != "" {
+			d.inst.cidrs[cidrElem{ld, r}] = chain
+		}
+	}
+}
+
+// rangeOf reads the address range of an element of a cidrs map.
+func rangeOf(e nftables.SetElement) (addrRange, bool) {
 	if len(e.Key) < 8 || len(e.KeyEnd) != len(e.Key) {
-		return
+		return addrRange{}, false
 	}
 	lo, ok1 := netip.AddrFromSlice(e.Key[:len(e.Key)-4])
 	hi, ok2 := netip.AddrFromSlice(e.KeyEnd[:len(e.KeyEnd)-4])
-	if chain := verdictChain(e.Val); ok1 && ok2 && chain != "" {
-		d.inst.cidrs[cidrElem{ld, addrRange{lo, hi}}] = chain
-	}
+	return addrRange{lo, hi}, ok1 && ok2
 }
 
 // verdictChain reads the chain of a verdict map element's data (the
@@ -453,27 +481,20 @@ func (d *Datapath) AttachEndpoint(ep dpapi.Endpoint) error {
 	if err != nil {
 		return err
 	}
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if !d.synced {
-		return ErrPolicyNotSynced
-	}
-	old := d.eps[r.Key]
-	id, _, err := d.ids.Acquire(r.Namespace, r.Labels)
+	id, err := d.prepareAttach(r)
 	if err != nil {
-		return fmt.Errorf("endpoint %q: %w", r.Key, err)
-	}
-	r.Identity = id.ID
-	if ports, ok := d.podPorts[r.Pod]; ok && r.Pod != "" {
-		r.NamedPorts = slices.Clone(ports)
-	} else if old != nil && old.Pod == r.Pod {
-		r.NamedPorts = slices.Clone(old.NamedPorts)
-	}
-	// Record first: a crash after the table has it still finds it.
-	if err := d.store.put(r); err != nil {
-		d.ids.Release(r.Identity)
 		return err
 	}
+	// Record first, outside the lock (its fsync would serialise concurrent
+	// ADDs): a crash after the table has it still finds it.
+	if err := d.store.put(r); err != nil {
+		d.mu.Lock()
+		d.ids.Release(r.Identity)
+		d.mu.Unlock()
+		return err
+	}
+	d.mu.Lock()
+	old := d.eps[r.Key]
 	d.engine.AddLocal(id)
 	d.feedNamedPorts(r)
 	if old != nil {
@@ -486,13 +507,36 @@ func (d *Datapath) AttachEndpoint(ep dpapi.Endpoint) error {
 	if err := d.flush(); err != nil {
 		// Nothing of this attach is in the kernel: undo it here too.
 		d.forget(r, old)
+		d.mu.Unlock()
 		return fmt.Errorf("endpoint %q: %w", r.Key, err)
 	}
 	d.localChanged()
+	d.mu.Unlock()
 	warnBridged(d.log, r)
 	d.log.Debug("endpoint attached", zap.String("endpoint", r.Key), zap.String("interface", r.HostIfName),
 		zap.Uint32("identity", uint32(r.Identity)))
 	return nil
+}
+
+// prepareAttach acquires r's identity and fills in its named ports (those
+// of its pod, else those of the endpoint it replaces).
+func (d *Datapath) prepareAttach(r *record) (identity.Identity, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if !d.synced {
+		return identity.Identity{}, ErrPolicyNotSynced
+	}
+	id, _, err := d.ids.Acquire(r.Namespace, r.Labels)
+	if err != nil {
+		return identity.Identity{}, fmt.Errorf("endpoint %q: %w", r.Key, err)
+	}
+	r.Identity = id.ID
+	if ports, ok := d.podPorts[r.Pod]; ok && r.Pod != "" {
+		r.NamedPorts = slices.Clone(ports)
+	} else if old := d.eps[r.Key]; old != nil && old.Pod == r.Pod {
+		r.NamedPorts = slices.Clone(old.NamedPorts)
+	}
+	return id, nil
 }
 
 // forget undoes the bookkeeping of an attach whose transaction failed,
@@ -653,14 +697,10 @@ func (d *Datapath) SetNodeIPs(ips []netip.Addr) error {
 // transaction. Invalid policies are skipped and reported in the error;
 // valid ones are applied regardless.
 func (d *Datapath) UpdatePolicy(s policy.Snapshot) error {
-	// The cluster tiers are the eBPF datapath's alone: their keys would
-	// read here as allows. They are left out and named in the error
-	// (logged, counted as policy not applied), NetworkPolicy holding as
-	// without them (docs/policy.md).
-	unenforced := policy.LeaveOutClusterPolicies(&s, "nftables datapath: the tiers are enforced only by the eBPF datapath")
-	// So is node isolation (the node's own traffic, and other nodes'):
-	// named as not enforced in every update, never silently dropped.
-	unenforced = errors.Join(unenforced, policy.LeaveOutNodeIsolation(&s, "nftables datapath: node isolation is enforced only by the eBPF datapath"))
+	// Node isolation (the node's own traffic, and other nodes') is the
+	// eBPF datapath's alone: named as not enforced in every update, never
+	// silently dropped.
+	unenforced := policy.LeaveOutNodeIsolation(&s, "nftables datapath: node isolation is enforced only by the eBPF datapath")
 	d.snapMu.Lock()
 	defer d.snapMu.Unlock()
 	d.notEnforced = ""
@@ -668,7 +708,6 @@ func (d *Datapath) UpdatePolicy(s policy.Snapshot) error {
 		d.notEnforced = unenforced.Error()
 	}
 	delta, invalid := d.snap.Diff(s)
-	invalid = errors.Join(invalid, unenforced)
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	delta.Feed(d.engine)

@@ -33,11 +33,10 @@ func groupElems(g group, keys []policy.Key) []allowElem {
 	byProto := map[uint8][][2]uint32{}
 	for _, k := range keys {
 		if k.Prefix == policy.PrefixAnyProto {
-			return []allowElem{{local: g.local, remote: g.remote, protoLo: 0, protoHi: 255, portLo: 0, portHi: 65535}}
+			return []allowElem{keyElem(g, k)}
 		}
-		size := uint32(1) << (policy.PrefixFull - k.Prefix)
-		lo := uint32(k.Port) &^ (size - 1)
-		byProto[k.Proto] = append(byProto[k.Proto], [2]uint32{lo, lo + size - 1})
+		el := keyElem(g, k)
+		byProto[k.Proto] = append(byProto[k.Proto], [2]uint32{uint32(el.portLo), uint32(el.portHi)})
 	}
 	var out []allowElem
 	for _, proto := range slices.Sorted(mapsKeys(byProto)) {
@@ -58,6 +57,16 @@ func groupElems(g group, keys []policy.Key) []allowElem {
 		emit(cur)
 	}
 	return out
+}
+
+// keyElem is what one key of g covers.
+func keyElem(g group, k policy.Key) allowElem {
+	if k.Prefix == policy.PrefixAnyProto {
+		return allowElem{local: g.local, remote: g.remote, protoLo: 0, protoHi: 255, portLo: 0, portHi: 65535}
+	}
+	size := uint32(1) << (policy.PrefixFull - k.Prefix)
+	lo := uint32(k.Port) &^ (size - 1)
+	return allowElem{local: g.local, remote: g.remote, protoLo: k.Proto, protoHi: k.Proto, portLo: uint16(lo), portHi: uint16(lo + size - 1)}
 }
 
 func mapsKeys[K comparable, V any](m map[K]V) func(func(K) bool) {

@@ -49,10 +49,9 @@ func (d *Datapath) Decide(hostIfIndex int, dir policy.Direction, peer netip.Addr
 	}
 	peer = peer.Unmap()
 	dec := policy.Decision{Local: r.Identity, Remote: d.identityOf(peer), RemoteCIDR: d.engine.CIDRIdentity(peer), Isolation: st.iso}
-	// The tiers are not rendered here (policy.LeaveOutClusterPolicies):
-	// every key is a NetworkPolicy allow.
-	lookup := func(k policy.Key) (policy.Value, bool) { return 0, d.engine.WantsKey(k) }
-	dec.Verdict = policy.Decide(lookup, policy.Flow{Local: dec.Local, Isolation: dec.Isolation, Dir: dir,
+	// The table renders the engine's keys, tiers included: the engine's
+	// values are what the rules decide.
+	dec.Verdict = policy.Decide(d.engine.EngineLookup, policy.Flow{Local: dec.Local, Isolation: dec.Isolation, Dir: dir,
 		Remote: dec.Remote, RemoteCIDR: dec.RemoteCIDR, Proto: proto, Port: port})
 	return dec, nil
 }
@@ -62,8 +61,7 @@ func (d *Datapath) Provenance(dec policy.Decision, dir policy.Direction, peer ne
 	return d.explainer().Provenance(dec, dir, peer, proto, port)
 }
 
-// DecidedBy names the cluster policy rule behind a tier's decision; the
-// tiers are not enforced here, so it is always "".
+// DecidedBy names the cluster policy rule behind a tier's decision.
 func (d *Datapath) DecidedBy(dec policy.Decision, dir policy.Direction, peer netip.Addr, proto uint8, port uint16) string {
 	return d.explainer().DecidedBy(dec, dir, peer, proto, port)
 }

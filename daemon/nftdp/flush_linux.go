@@ -17,8 +17,9 @@ import (
 // stats count the writer's transactions for metrics and status.
 type stats struct {
 	transactions, failures uint64
-	// lastOps is the number of changes of the last transaction.
-	lastOps int
+	// lastOps is the number of changes of the last transaction, and
+	// lastChainAdds how many chains it created.
+	lastOps, lastChainAdds int
 }
 
 // txn is one transaction in the making, in phases: element removals, new
@@ -30,6 +31,8 @@ type txn struct {
 	pre, create, mid, post, last []func(c *nftables.Conn) error
 	commit                       []func()
 	ops                          int
+	// chainAdds counts the chains the transaction creates.
+	chainAdds int
 	// creating are the identities whose maps this transaction makes.
 	creating map[identity.ID]bool
 }
@@ -46,12 +49,20 @@ func (t *txn) elems(s *nftables.Set, del bool, es []nftables.SetElement) {
 	}
 }
 
-// rewrite queues chain ch's content replaced by rules, creating ch if
-// needed: in one transaction no packet sees it half written.
-func (t *txn) rewrite(ch *nftables.Chain, rules [][]expr.Any) {
+// rewrite queues chain ch's content replaced by rules, creating ch first
+// when create is set: in one transaction no packet sees it half written.
+// A chain that exists is never added again: the kernel takes an update of
+// an existing chain tens of milliseconds to commit, a new chain or a
+// flush tens of microseconds.
+func (t *txn) rewrite(ch *nftables.Chain, rules [][]expr.Any, create bool) {
 	t.ops++
+	if create {
+		t.chainAdds++
+	}
 	t.mid = append(t.mid, func(c *nftables.Conn) error {
-		c.AddChain(ch)
+		if create {
+			c.AddChain(ch)
+		}
 		c.FlushChain(ch)
 		for _, e := range rules {
 			c.AddRule(&nftables.Rule{Table: ch.Table, Chain: ch, Exprs: e})
@@ -73,6 +84,7 @@ func (d *Datapath) flush() error {
 	t := &txn{}
 	d.writeEndpoints(t)
 	d.writePairs(t)
+	d.writeTiers(t)
 	d.writeHost(t)
 	d.writePods(t)
 	d.writeCIDRs(t)
@@ -107,7 +119,7 @@ func (d *Datapath) flush() error {
 	for _, f := range t.commit {
 		f()
 	}
-	d.stats.lastOps = t.ops
+	d.stats.lastOps, d.stats.lastChainAdds = t.ops, t.chainAdds
 	d.dirty.reset()
 	return nil
 }
@@ -123,10 +135,12 @@ func (d *Datapath) collect() {
 	for _, err := range d.engine.TakeErrors() {
 		d.log.Error("policy not fully applied", zap.Error(err))
 	}
+	defer func() { d.collectTiers(ch) }()
 	if d.dirty.all {
 		clear(d.groups)
 		clear(d.byRemote)
-		d.engine.Keys(func(k policy.Key) { d.indexKey(k, true) })
+		d.tiers.reset()
+		d.engine.Keys(d.indexKey)
 		for g := range d.groups {
 			d.dirty.groups[g] = struct{}{}
 		}
@@ -152,7 +166,10 @@ func (d *Datapath) collect() {
 		return
 	}
 	for k := range ch.Keys {
-		d.indexKey(k, d.engine.WantsKey(k))
+		d.indexKey(k)
+		if k.Dir&policy.DirBaseline != 0 {
+			continue // a tier key alone
+		}
 		g := group{local: k.Local, remote: k.Remote, dir: k.Dir}
 		d.dirty.groups[g] = struct{}{}
 		if g.remote.IsCIDR() {
@@ -173,10 +190,16 @@ func (d *Datapath) collect() {
 	}
 }
 
-// indexKey files (want) or unfiles a wanted key by group and remote.
-func (d *Datapath) indexKey(k policy.Key, want bool) {
+// indexKey files or unfiles key k as the engine wants it now: its
+// NetworkPolicy allow by group and remote, its tier rule in the tier
+// index (queueing its unit).
+func (d *Datapath) indexKey(k policy.Key) {
+	rule, tiered := d.engine.KeyTier(k)
+	if d.tiers.file(k, rule, tiered) {
+		d.dirty.units[tierUnit{local: k.Local, dir: k.Dir}] = struct{}{}
+	}
 	g := group{local: k.Local, remote: k.Remote, dir: k.Dir}
-	if want {
+	if d.engine.AllowsKey(k) {
 		if d.groups[g] == nil {
 			d.groups[g] = map[policy.Key]struct{}{}
 			if d.byRemote[g.remote] == nil {
@@ -409,7 +432,8 @@ func (d *Datapath) writePairs(t *txn) {
 			continue // goes with its identity
 		}
 		d.needLocal(t, g.local)
-		t.rewrite(ch, pairRules(want))
+		// The "any remote" chain exists with its identity (needLocal).
+		t.rewrite(ch, pairRules(want), !had && g.remote != identity.Any)
 		t.commit = append(t.commit, func() { d.inst.pairs[g] = pairState{elems: want, known: true} })
 	}
 }
@@ -503,7 +527,7 @@ func (d *Datapath) writeEndpoints(t *txn) {
 		d.needLocal(t, want.id)
 		for _, dir := range dirs {
 			ch := &nftables.Chain{Table: d.lay.table, Name: endpointChain(ifname, dir)}
-			t.rewrite(ch, endpointRules(dir, want.id, want.iso))
+			t.rewrite(ch, endpointRules(dir, want.id, want.iso), !had)
 			if !had {
 				t.elems(d.lay.sets[epsSet(dir)], false, []nftables.SetElement{{Key: ifnameBytes(ifname),
 					VerdictData: &expr.Verdict{Kind: expr.VerdictJump, Chain: ch.Name}}})

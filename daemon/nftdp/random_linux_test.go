@@ -20,8 +20,8 @@ import (
 // TestRandomPoliciesMatchEngine drives real traffic between pods in
 // network namespaces under random policy sets, applied one after the other
 // as snapshot deltas, and compares every verdict with what the policy
-// engine's compiled table decides for the same flow (policy.Table.Allowed,
-// the decision the eBPF programs make): pod and namespace selectors,
+// engine's compiled map decides for the same flow (policy.Decide, the
+// decision the eBPF programs make): pod and namespace selectors,
 // ipBlocks with except over pod and outside addresses, ports and
 // protocols, both directions. The engine itself is checked against the
 // reference evaluator in daemon/policy. NFTDP_SEED repeats a run.
@@ -150,7 +150,6 @@ func (c *cluster) checkAgainstEngine(t *testing.T, s policy.Snapshot, round int)
 	if err != nil {
 		t.Fatalf("Compile: %v", err)
 	}
-	table := res.Table()
 	// side is one end of a flow at an endpoint: its identity, or none for
 	// the outside host.
 	remoteOf := func(name string) (identity.ID, identity.ID) {
@@ -165,13 +164,13 @@ func (c *cluster) checkAgainstEngine(t *testing.T, s policy.Snapshot, round int)
 		ok := true
 		if id, isEP := ids[from]; isEP {
 			r, rc := remoteOf(to)
-			ok = ok && table.Allowed(policy.Flow{Local: id.ID, Isolation: res.Isolation[id.ID], Dir: policy.Egress,
-				Remote: r, RemoteCIDR: rc, Proto: proto, Port: port})
+			ok = ok && policy.Decide(res.Lookup, policy.Flow{Local: id.ID, Isolation: res.Isolation[id.ID], Dir: policy.Egress,
+				Remote: r, RemoteCIDR: rc, Proto: proto, Port: port}).Allow
 		}
 		if id, isEP := ids[to]; isEP {
 			r, rc := remoteOf(from)
-			ok = ok && table.Allowed(policy.Flow{Local: id.ID, Isolation: res.Isolation[id.ID], Dir: policy.Ingress,
-				Remote: r, RemoteCIDR: rc, Proto: proto, Port: port})
+			ok = ok && policy.Decide(res.Lookup, policy.Flow{Local: id.ID, Isolation: res.Isolation[id.ID], Dir: policy.Ingress,
+				Remote: r, RemoteCIDR: rc, Proto: proto, Port: port}).Allow
 		}
 		return ok
 	}

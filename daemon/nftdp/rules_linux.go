@@ -70,35 +70,47 @@ func peerRules(dir policy.Direction, local identity.ID) [][]expr.Any {
 }
 
 // pairRules is the content of an identity pair's chain: what its merged
-// elements allow. Port protocols match their destination port; others
-// have port 0, as the eBPF programs key them.
+// elements allow.
 func pairRules(elems []allowElem) [][]expr.Any {
 	var out [][]expr.Any
 	for _, el := range elems {
 		if el.protoLo != el.protoHi {
 			return [][]expr.Any{{verdict(expr.VerdictAccept)}}
 		}
-		e := []expr.Any{
-			&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: 1},
-			&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{el.protoLo}},
+		if e, ok := elemMatch(el); ok {
+			out = append(out, append(e, verdict(expr.VerdictAccept)))
 		}
-		switch {
-		case !portProto(el.protoLo):
-			if el.portLo != 0 {
-				continue
-			}
-		case el.portLo == 0 && el.portHi == 65535:
-		case el.portLo == el.portHi:
-			e = append(e, &expr.Payload{DestRegister: 1, Base: expr.PayloadBaseTransportHeader, Offset: 2, Len: 2},
-				&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: binary.BigEndian.AppendUint16(nil, el.portLo)})
-		default:
-			e = append(e, &expr.Payload{DestRegister: 1, Base: expr.PayloadBaseTransportHeader, Offset: 2, Len: 2},
-				&expr.Range{Op: expr.CmpOpEq, Register: 1, FromData: binary.BigEndian.AppendUint16(nil, el.portLo),
-					ToData: binary.BigEndian.AppendUint16(nil, el.portHi)})
-		}
-		out = append(out, append(e, verdict(expr.VerdictAccept)))
 	}
 	return out
+}
+
+// elemMatch matches the packets of one element: nothing to match for
+// every protocol; port protocols match their destination port, others
+// have port 0, as the eBPF programs key them (ok is false for a port
+// block of such a protocol that does not hold 0: it matches nothing).
+func elemMatch(el allowElem) (_ []expr.Any, ok bool) {
+	if el.protoLo != el.protoHi {
+		return nil, true
+	}
+	e := []expr.Any{
+		&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: 1},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{el.protoLo}},
+	}
+	switch {
+	case !portProto(el.protoLo):
+		if el.portLo != 0 {
+			return nil, false
+		}
+	case el.portLo == 0 && el.portHi == 65535:
+	case el.portLo == el.portHi:
+		e = append(e, &expr.Payload{DestRegister: 1, Base: expr.PayloadBaseTransportHeader, Offset: 2, Len: 2},
+			&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: binary.BigEndian.AppendUint16(nil, el.portLo)})
+	default:
+		e = append(e, &expr.Payload{DestRegister: 1, Base: expr.PayloadBaseTransportHeader, Offset: 2, Len: 2},
+			&expr.Range{Op: expr.CmpOpEq, Register: 1, FromData: binary.BigEndian.AppendUint16(nil, el.portLo),
+				ToData: binary.BigEndian.AppendUint16(nil, el.portHi)})
+	}
+	return e, true
 }
 
 // Endpoint chains. Allowed traffic is accepted, which ends only the hook
@@ -214,7 +226,10 @@ func hostRules() [][]expr.Any {
 	return out
 }
 
-// endpointRules is the whole content of an endpoint's chain for dir.
+// endpointRules is the whole content of an endpoint's chain for dir, in
+// the order of policy.Decide: the Admin tier's chain (its Accept and Deny
+// final, Pass and no match returning here), NetworkPolicy when it
+// isolates dir, else the Baseline tier's chain, then allow.
 func endpointRules(dir policy.Direction, local identity.ID, iso policy.Isolation) [][]expr.Any {
 	var out [][]expr.Any
 	if dir == policy.Egress {
@@ -224,7 +239,14 @@ func endpointRules(dir policy.Direction, local identity.ID, iso policy.Isolation
 	if dir == policy.Ingress {
 		out = append(out, hostRules()...)
 	}
+	tiered := iso.Tiered(dir)
+	if tiered {
+		out = append(out, jumpTier(tierUnit{local: local, dir: dir}))
+	}
 	if !iso.Has(dir) {
+		if tiered {
+			out = append(out, jumpTier(tierUnit{local: local, dir: dir | policy.DirBaseline}))
+		}
 		return append(out, []expr.Any{verdict(expr.VerdictAccept)})
 	}
 	out = append(out, peerRules(dir, local)...)

@@ -34,6 +34,9 @@ const (
 	// A packet of a connection a policy allowed when it began and no
 	// longer allows.
 	reasonRevoked = "policy-revoked"
+	// A ClusterNetworkPolicy Deny of the Admin or the Baseline tier.
+	reasonAdminDeny    = "admin-deny"
+	reasonBaselineDeny = "baseline-deny"
 )
 
 func dropCounter(dir policy.Direction, reason string) string {
@@ -47,7 +50,8 @@ func dropCounter(dir policy.Direction, reason string) string {
 func dropCounters() []string {
 	out := []string{dropsSpoofed}
 	for _, dir := range []policy.Direction{policy.Ingress, policy.Egress} {
-		out = append(out, dropCounter(dir, reasonDenied), dropCounter(dir, reasonRevoked))
+		out = append(out, dropCounter(dir, reasonDenied), dropCounter(dir, reasonRevoked),
+			dropCounter(dir, reasonAdminDeny), dropCounter(dir, reasonBaselineDeny))
 	}
 	return out
 }
@@ -103,6 +107,13 @@ func famSuffix(v6 bool) string {
 // localSets are the four verdict maps of local in dir, created and
 // removed together.
 func localSets(t *nftables.Table, local identity.ID, dir policy.Direction) []*nftables.Set {
+	return verdictMaps(t, func(v6 bool) string { return podsSet(local, dir, v6) },
+		func(v6 bool) string { return cidrsSet(local, dir, v6) })
+}
+
+// verdictMaps are, for both families, a map from a peer's address and one
+// from address ranges (and any protocol) to a chain.
+func verdictMaps(t *nftables.Table, pods, cidrs func(v6 bool) string) []*nftables.Set {
 	var out []*nftables.Set
 	for _, v6 := range []bool{false, true} {
 		addr, cidr := nftables.TypeIPAddr, typeCIDR4
@@ -110,8 +121,8 @@ func localSets(t *nftables.Table, local identity.ID, dir policy.Direction) []*nf
 			addr, cidr = nftables.TypeIP6Addr, typeCIDR6
 		}
 		out = append(out,
-			&nftables.Set{Table: t, Name: podsSet(local, dir, v6), IsMap: true, KeyType: addr, DataType: nftables.TypeVerdict},
-			&nftables.Set{Table: t, Name: cidrsSet(local, dir, v6), IsMap: true, Interval: true, Concatenation: true,
+			&nftables.Set{Table: t, Name: pods(v6), IsMap: true, KeyType: addr, DataType: nftables.TypeVerdict},
+			&nftables.Set{Table: t, Name: cidrs(v6), IsMap: true, Interval: true, Concatenation: true,
 				KeyType: cidr, DataType: nftables.TypeVerdict})
 	}
 	return out

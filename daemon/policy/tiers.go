@@ -349,3 +349,32 @@ func (e *Engine) EngineLookup(k Key) (Value, bool) {
 	}
 	return e.KeyValue(k), true
 }
+
+// TierRule is one key's own deciding tier entry, not folded with the keys
+// containing it: what a datapath that orders the rules itself (nftables)
+// renders, where the eBPF map's value carries the fold.
+type TierRule struct {
+	Action policyir.Action
+	Rank   uint16
+}
+
+// Before reports whether r decides ahead of s (the order of Decide).
+func (r TierRule) Before(s TierRule) bool {
+	return tierEntry{action: r.Action, rank: r.Rank}.before(tierEntry{action: s.Action, rank: s.Rank})
+}
+
+// KeyTier returns the deciding tier entry among the ClusterNetworkPolicy
+// rules of key k itself, if any.
+func (e *Engine) KeyTier(k Key) (TierRule, bool) {
+	var best tierEntry
+	found := false
+	for t := range e.tiers.entries[k] {
+		if !found || t.before(best) {
+			best, found = t, true
+		}
+	}
+	return TierRule{Action: best.action, Rank: best.rank}, found
+}
+
+// AllowsKey reports whether a NetworkPolicy allow wants key k.
+func (e *Engine) AllowsKey(k Key) bool { return e.keys[k] > 0 }

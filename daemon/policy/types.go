@@ -48,6 +48,15 @@ func (i Isolation) Enforced(d Direction) bool {
 	return i&(IngressIsolated|IngressTiered) != 0
 }
 
+// Tiered reports whether some cluster policy has rules of direction d for
+// the pod.
+func (i Isolation) Tiered(d Direction) bool {
+	if d&1 == Egress {
+		return i&EgressTiered != 0
+	}
+	return i&IngressTiered != 0
+}
+
 // Has reports whether direction d is isolated by a NetworkPolicy.
 func (i Isolation) Has(d Direction) bool {
 	if d == Egress {

@@ -3,7 +3,8 @@
 // one chained after the reference bridge plugin, with container restarts
 // (an ID deleted and added again), and the daemon SIGKILLed at random
 // points (inside operations, between them and during its own recovery) and
-// restarted, as kubelet would. It ends by checking that nothing leaked (addresses, veths,
+// restarted, as kubelet would; TestRandomFaultsNFTables does the same on
+// --datapath=nftables. It ends by checking that nothing leaked (addresses, veths,
 // netns pins, store records, BPF endpoint entries, queued DELs) and that
 // every surviving pod is enforced by its default-deny policy.
 //

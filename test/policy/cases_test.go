@@ -32,6 +32,16 @@ func static(docs ...string) func(*bed) string {
 	return func(*bed) string { return strings.Join(docs, "") }
 }
 
+// cnp renders a ClusterNetworkPolicy document; spec is YAML at column 0.
+func cnp(name, spec string) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "---\napiVersion: policy.networking.k8s.io/v1beta1\nkind: ClusterNetworkPolicy\nmetadata:\n  name: %s\nspec:\n", name)
+	for _, l := range strings.Split(strings.Trim(spec, "\n"), "\n") {
+		b.WriteString("  " + l + "\n")
+	}
+	return b.String()
+}
+
 // Policies reused by several cases.
 var (
 	denyIngressX = np("x", "deny-ingress", `
@@ -251,5 +261,61 @@ egress:
 				set(pod("x", "b"), anyPod, allSvc, false).set(pod("x", "b"), pod("x", "c"), allSvc, true)
 		}},
 	// Traffic from the node is always allowed, even with everything denied.
+	// ClusterNetworkPolicy's tiers around NetworkPolicy (network-policy-api
+	// docs): the Admin tier first by ascending priority, Accept and Deny
+	// final and Pass handing the flow to NetworkPolicy; the Baseline tier
+	// only where no NetworkPolicy isolates the pod.
+	{name: "cluster-policy-tiers", policy: static(denyIngressX,
+		np("x", "c-from-z", `
+podSelector: {matchLabels: {pod: c}}
+ingress:
+- from: [{namespaceSelector: {matchLabels: {kubernetes.io/metadata.name: z}}}]
+  ports: [{protocol: TCP, port: 81}]`),
+		cnp("accept-y", `
+tier: Admin
+priority: 10
+subject: {namespaces: {matchLabels: {kubernetes.io/metadata.name: x}}}
+ingress:
+- action: Accept
+  from: [{namespaces: {matchLabels: {kubernetes.io/metadata.name: "y"}}}]
+  protocols: [{tcp: {destinationPort: {number: 80}}}]`),
+		cnp("pass-yb", `
+tier: Admin
+priority: 5
+subject: {namespaces: {matchLabels: {kubernetes.io/metadata.name: x}}}
+ingress:
+- action: Pass
+  from: [{pods: {namespaceSelector: {}, podSelector: {matchLabels: {pod: b}}}}]`),
+		cnp("deny-za", `
+tier: Admin
+priority: 3
+subject: {pods: {namespaceSelector: {}, podSelector: {matchLabels: {pod: c}}}}
+ingress:
+- action: Deny
+  from: [{pods: {namespaceSelector: {matchLabels: {kubernetes.io/metadata.name: z}}, podSelector: {matchLabels: {pod: a}}}}]`),
+		cnp("xa-no-udp-to-y", `
+tier: Admin
+priority: 1
+subject: {pods: {namespaceSelector: {matchLabels: {kubernetes.io/metadata.name: x}}, podSelector: {matchLabels: {pod: a}}}}
+egress:
+- action: Deny
+  to: [{namespaces: {matchLabels: {kubernetes.io/metadata.name: "y"}}}]
+  protocols: [{udp: {}}]`),
+		cnp("baseline-no-z", `
+tier: Baseline
+priority: 1
+subject: {namespaces: {}}
+ingress:
+- action: Deny
+  from: [{namespaces: {matchLabels: {kubernetes.io/metadata.name: z}}}]`)),
+		want: func() *truth {
+			return allow().set(anyPod, inNS("x"), allSvc, false).
+				set(inNS("y"), inNS("x"), tcp(80), true).                // Admin Accept
+				set(pod("y", "b"), inNS("x"), tcp(80), false).           // Pass ahead of it: NetworkPolicy denies
+				set(inNS("z"), pod("x", "c"), tcp(81), true).            // NetworkPolicy allows
+				set(pod("z", "a"), pod("x", "c"), allSvc, false).        // Admin Deny ahead of it
+				set(inNS("z"), or(inNS("y"), inNS("z")), allSvc, false). // Baseline Deny
+				set(pod("x", "a"), inNS("y"), proto("udp"), false)       // Admin Deny of egress
+		}},
 	{name: "node-to-pod-always-allowed", subset: true, policy: static(denyAll("x"), denyAll("y"), denyAll("z")), want: deny},
 }

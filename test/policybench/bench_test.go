@@ -64,9 +64,9 @@ func TestPortsAndRulesets(t *testing.T) {
 	}
 }
 
-// TestScaleQuickRun keeps the -scale mode from rotting: every row gets ADD
-// samples without errors and the policy change is seen on the wire. It
-// asserts nothing about speed.
+// TestScaleQuickRun keeps the -scale mode from rotting: every row of both
+// datapaths gets ADD samples without errors and the policy change is seen
+// on the wire. It asserts nothing about speed.
 func TestScaleQuickRun(t *testing.T) {
 	privileged.Require(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -78,22 +78,28 @@ func TestScaleQuickRun(t *testing.T) {
 	if err != nil {
 		t.Fatalf("%v\n%s", err, progress.String())
 	}
-	if want := 2 * len(p.Sizes); len(r.Rows) != want {
+	if want := 2 * len(p.Sizes) * len(p.Datapaths); len(r.Rows) != want {
 		t.Fatalf("%d rows, want %d", len(r.Rows), want)
 	}
 	for _, x := range r.Rows {
-		if x.N == 0 || x.Errors > 0 || x.P50 <= 0 || x.RatioP50 <= 0 {
-			t.Errorf("%s %d policies: n=%d errors=%d p50=%.1f ratio=%.2f", x.Mode, x.Policies, x.N, x.Errors, x.P50, x.RatioP50)
+		if x.N == 0 || x.Errors > 0 || x.P50 <= 0 || x.RatioP50 <= 0 || x.RatioDatapath <= 0 {
+			t.Errorf("%s %s %d policies: n=%d errors=%d p50=%.1f ratio=%.2f ×dp0=%.2f", x.Datapath, x.Mode, x.Policies, x.N, x.Errors,
+				x.P50, x.RatioP50, x.RatioDatapath)
 		}
 	}
-	if r.Change.N != p.Changes || r.Change.Errors > 0 {
-		t.Errorf("policy changes: %+v, want %d seen", r.Change, p.Changes)
+	if len(r.Datapaths) != len(p.Datapaths) {
+		t.Fatalf("%d datapaths measured, want %v", len(r.Datapaths), p.Datapaths)
 	}
-	if r.Cut.N != p.Changes/2 || r.Cut.Errors > 0 {
-		t.Errorf("established connections cut: %+v, want %d", r.Cut, p.Changes/2)
-	}
-	if r.Verdicts.Checked != 3*verdictRounds || len(r.Verdicts.Wrong) > 0 {
-		t.Errorf("verdicts after churn: %d checked, wrong: %v", r.Verdicts.Checked, r.Verdicts.Wrong)
+	for _, d := range r.Datapaths {
+		if d.Change.N != p.Changes || d.Change.Errors > 0 {
+			t.Errorf("%s: policy changes: %+v, want %d seen", d.Datapath, d.Change, p.Changes)
+		}
+		if d.Cut.N != p.Changes/2 || d.Cut.Errors > 0 {
+			t.Errorf("%s: established connections cut: %+v, want %d", d.Datapath, d.Cut, p.Changes/2)
+		}
+		if d.Verdicts.Checked != 3*verdictRounds || len(d.Verdicts.Wrong) > 0 {
+			t.Errorf("%s: verdicts after churn: %d checked, wrong: %v", d.Datapath, d.Verdicts.Checked, d.Verdicts.Wrong)
+		}
 	}
 	var table strings.Builder
 	r.WriteTable(&table)

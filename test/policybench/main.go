@@ -21,6 +21,7 @@ func main() {
 	flag.IntVar(&sp.Pods, "pods", sp.Pods, "-scale: measured ADDs per size and mode")
 	flag.IntVar(&sp.Concurrency, "concurrency", sp.Concurrency, "-scale: ADDs in flight in the concurrent mode")
 	flag.IntVar(&sp.Changes, "changes", sp.Changes, "-scale: policy changes timed at the largest size")
+	datapaths := flag.String("datapaths", strings.Join(sp.Datapaths, ","), "-scale: comma-separated --datapath values, one node each; the first is the reference")
 	asJSON := flag.Bool("json", false, "print the report as JSON instead of a table")
 	sizes := flag.String("sizes", "", "comma-separated rules per end (default 10,1000,10000)")
 	p := DefaultParams()
@@ -31,6 +32,7 @@ func main() {
 	flag.BoolVar(&p.NftSets, "nft-sets", p.NftSets, "also measure nftables with a set lookup")
 	flag.Parse()
 	if *scale {
+		sp.Datapaths = strings.Split(*datapaths, ",")
 		runScale(sp, *quick, *sizes, *asJSON, p.Rounds)
 		return
 	}
@@ -111,6 +113,9 @@ func runScale(p ScaleParams, quick bool, sizes string, asJSON bool, rounds int) 
 			p.Changes = q.Changes
 		}
 		p.Rounds = q.Rounds
+		if !set["datapaths"] {
+			p.Datapaths = q.Datapaths
+		}
 	}
 	if set["rounds"] {
 		p.Rounds = rounds

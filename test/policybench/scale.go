@@ -28,7 +28,9 @@ import (
 // 10,000 policies loaded through --policy-dir, every pod a new label set
 // that one policy selects and another names as a peer, sequentially and
 // with 16 ADDs in flight; and the time from a policy file change to the
-// changed verdict on the wire at the largest size.
+// changed verdict on the wire at the largest size. Each datapath
+// (--datapath=ebpf, nftables) has a node of its own, measured in turn
+// within every round, so the ratios between them come from one run.
 
 // ScaleParams shape a -scale run.
 type ScaleParams struct {
@@ -42,18 +44,23 @@ type ScaleParams struct {
 	// Pods/Rounds ADDs per mode, so drift on a shared machine hits all sizes.
 	Rounds int `json:"rounds"`
 	// Changes is the number of policy changes timed at the largest size.
-	Changes  int       `json:"changes"`
-	Progress io.Writer `json:"-"`
+	Changes int `json:"changes"`
+	// Datapaths are the daemons' --datapath values, one node each; the
+	// first is the reference of the ratios between them.
+	Datapaths []string  `json:"datapaths"`
+	Progress  io.Writer `json:"-"`
 }
 
 // DefaultScaleParams is the run recorded in docs/benchmarks.md.
 func DefaultScaleParams() ScaleParams {
-	return ScaleParams{Sizes: []int{0, 1000, 10000}, Pods: 160, Concurrency: 16, Rounds: 4, Changes: 20}
+	return ScaleParams{Sizes: []int{0, 1000, 10000}, Pods: 160, Concurrency: 16, Rounds: 4, Changes: 20,
+		Datapaths: []string{"ebpf", "nftables"}}
 }
 
 // QuickScaleParams exercise every code path in seconds.
 func QuickScaleParams() ScaleParams {
-	return ScaleParams{Sizes: []int{0, 100}, Pods: 4, Concurrency: 4, Rounds: 1, Changes: 2}
+	return ScaleParams{Sizes: []int{0, 100}, Pods: 4, Concurrency: 4, Rounds: 1, Changes: 2,
+		Datapaths: []string{"ebpf", "nftables"}}
 }
 
 // ScaleReport is the outcome of a -scale run.
@@ -62,9 +69,16 @@ type ScaleReport struct {
 	Machine  Machine     `json:"machine"`
 	Params   ScaleParams `json:"params"`
 	Duration string      `json:"duration"`
+	Rows     []ScaleRow  `json:"rows"`
+	// Datapaths are the per-node figures, in Params.Datapaths order.
+	Datapaths []DatapathScale `json:"datapaths"`
+}
+
+// DatapathScale is what one datapath's node measured besides ADD.
+type DatapathScale struct {
+	Datapath string `json:"datapath"`
 	// LoadSeconds is how long each size took to load, write to enforced.
 	LoadSeconds map[int]float64 `json:"loadSeconds"`
-	Rows        []ScaleRow      `json:"rows"`
 	Change      ChangeRow       `json:"change"`
 	// Cut is the time from a policy file write that revokes an allowed
 	// flow to the first lost exchange of an established connection on it.
@@ -77,6 +91,7 @@ type ScaleReport struct {
 // ScaleRow is one (mode, policy count): ADD latency and its ratio to the
 // reference size in the same mode.
 type ScaleRow struct {
+	Datapath string  `json:"datapath"`
 	Mode     string  `json:"mode"`
 	Policies int     `json:"policies"`
 	N        int     `json:"n"`
@@ -85,6 +100,9 @@ type ScaleRow struct {
 	P99      float64 `json:"p99_ms"`
 	RatioP50 float64 `json:"ratio_p50"`
 	RatioP99 float64 `json:"ratio_p99"`
+	// RatioDatapath is P50 over the first datapath's at the same mode
+	// and size.
+	RatioDatapath float64 `json:"ratio_p50_datapath"`
 	// Daemon* are coordino-daemon's own time per ADD (its "took" log field).
 	DaemonP50 float64 `json:"daemon_p50_ms"`
 	DaemonP99 float64 `json:"daemon_p99_ms"`
@@ -111,6 +129,7 @@ const (
 // scaleBed is the node and the pod namespaces the ADDs reuse.
 type scaleBed struct {
 	p         ScaleParams
+	datapath  string
 	node      *harness.Node
 	dir       string
 	policyDir string
@@ -133,27 +152,42 @@ func RunScale(ctx context.Context, p ScaleParams) (*ScaleReport, error) {
 	if len(p.Sizes) == 0 || p.Pods < 1 || p.Concurrency < 1 || p.Rounds < 1 || p.Changes < 0 {
 		return nil, fmt.Errorf("bad parameters %+v", p)
 	}
+	if len(p.Datapaths) == 0 {
+		p.Datapaths = []string{"ebpf"}
+	}
 	started := time.Now()
 	dir, err := os.MkdirTemp("", "policyscale-")
 	if err != nil {
 		return nil, err
 	}
 	defer os.RemoveAll(dir)
-	b := &scaleBed{p: p, dir: dir, policyDir: filepath.Join(dir, "policies"), rowOf: map[string]string{}}
-	defer b.close()
-	if err := b.setup(); err != nil {
-		return nil, err
+	var beds []*scaleBed
+	defer func() {
+		for _, b := range beds {
+			b.close()
+		}
+	}()
+	for _, dp := range p.Datapaths {
+		sub := filepath.Join(dir, dp)
+		b := &scaleBed{p: p, datapath: dp, dir: sub, policyDir: filepath.Join(sub, "policies"), rowOf: map[string]string{}}
+		beds = append(beds, b)
+		if err := b.setup(); err != nil {
+			return nil, fmt.Errorf("%s node: %w", dp, err)
+		}
 	}
-	r := &ScaleReport{Date: started.UTC().Format(time.RFC3339), Machine: machine(), Params: p, LoadSeconds: map[int]float64{}}
+	r := &ScaleReport{Date: started.UTC().Format(time.RFC3339), Machine: machine(), Params: p}
+	for _, b := range beds {
+		r.Datapaths = append(r.Datapaths, DatapathScale{Datapath: b.datapath, LoadSeconds: map[int]float64{}})
+	}
 	modes := []struct {
 		name    string
 		workers int
 	}{{"sequential", 1}, {fmt.Sprintf("concurrent-%d", p.Concurrency), p.Concurrency}}
 	rows := map[string]*ScaleRow{}
-	row := func(mode string, size int) *ScaleRow {
-		k := fmt.Sprint(mode, size)
+	row := func(dp, mode string, size int) *ScaleRow {
+		k := fmt.Sprint(dp, mode, size)
 		if rows[k] == nil {
-			rows[k] = &ScaleRow{Mode: mode, Policies: size}
+			rows[k] = &ScaleRow{Datapath: dp, Mode: mode, Policies: size}
 		}
 		return rows[k]
 	}
@@ -161,63 +195,70 @@ func RunScale(ctx context.Context, p ScaleParams) (*ScaleReport, error) {
 	for round := range p.Rounds {
 		for k := range p.Sizes {
 			size := p.Sizes[(k+round)%len(p.Sizes)]
-			took, err := b.load(ctx, size)
-			if err != nil {
-				return nil, fmt.Errorf("load %d policies: %w", size, err)
-			}
-			r.LoadSeconds[size] = max(r.LoadSeconds[size], took.Seconds())
-			for _, m := range modes {
-				if err := ctx.Err(); err != nil {
-					return nil, err
+			for i, b := range beds {
+				took, err := b.load(ctx, size)
+				if err != nil {
+					return nil, fmt.Errorf("%s: load %d policies: %w", b.datapath, size, err)
 				}
-				d, errs := b.adds(ctx, fmt.Sprint(m.name, size), size, perRound, m.workers)
-				x := row(m.name, size)
-				x.samples = append(x.samples, d...)
-				x.Errors += errs
-				p.progress("round %d/%d  %-14s %6d policies  %d ADDs  p50 %.1f ms", round+1, p.Rounds, m.name, size,
-					len(d), ms(percentile(d, 50)))
+				r.Datapaths[i].LoadSeconds[size] = max(r.Datapaths[i].LoadSeconds[size], took.Seconds())
+			}
+			for _, m := range modes {
+				// The datapaths alternate mode by mode, so drift on a
+				// shared machine hits both.
+				for _, b := range beds {
+					if err := ctx.Err(); err != nil {
+						return nil, err
+					}
+					d, errs := b.adds(ctx, fmt.Sprint(m.name, size), size, perRound, m.workers)
+					x := row(b.datapath, m.name, size)
+					x.samples = append(x.samples, d...)
+					x.Errors += errs
+					p.progress("round %d/%d  %-8s %-14s %6d policies  %d ADDs  p50 %.1f ms", round+1, p.Rounds, b.datapath, m.name, size,
+						len(d), ms(percentile(d, 50)))
+				}
 			}
 		}
 	}
-	daemon := b.daemonTimes()
-	for _, m := range modes {
-		ref := row(m.name, p.Sizes[0])
-		refP50, refP99 := ms(percentile(ref.samples, 50)), ms(percentile(ref.samples, 99))
-		for _, size := range p.Sizes {
-			x := row(m.name, size)
-			x.N, x.P50, x.P99 = len(x.samples), ms(percentile(x.samples, 50)), ms(percentile(x.samples, 99))
-			dt := daemon[fmt.Sprint(m.name, size)]
-			x.DaemonP50, x.DaemonP99 = ms(percentile(dt, 50)), ms(percentile(dt, 99))
-			if refP50 > 0 && refP99 > 0 {
-				x.RatioP50, x.RatioP99 = x.P50/refP50, x.P99/refP99
+	for _, b := range beds {
+		daemon := b.daemonTimes()
+		for _, m := range modes {
+			ref := row(b.datapath, m.name, p.Sizes[0])
+			refP50, refP99 := ms(percentile(ref.samples, 50)), ms(percentile(ref.samples, 99))
+			for _, size := range p.Sizes {
+				x := row(b.datapath, m.name, size)
+				x.N, x.P50, x.P99 = len(x.samples), ms(percentile(x.samples, 50)), ms(percentile(x.samples, 99))
+				dt := daemon[fmt.Sprint(m.name, size)]
+				x.DaemonP50, x.DaemonP99 = ms(percentile(dt, 50)), ms(percentile(dt, 99))
+				if refP50 > 0 && refP99 > 0 {
+					x.RatioP50, x.RatioP99 = x.P50/refP50, x.P99/refP99
+				}
+				if first := ms(percentile(row(p.Datapaths[0], m.name, size).samples, 50)); first > 0 {
+					x.RatioDatapath = x.P50 / first
+				}
+				r.Rows = append(r.Rows, *x)
 			}
-			r.Rows = append(r.Rows, *x)
 		}
 	}
-	if p.Changes > 0 {
-		largest := slices.Max(p.Sizes)
+	largest := slices.Max(p.Sizes)
+	for i, b := range beds {
 		if b.loaded != largest {
 			if _, err := b.load(ctx, largest); err != nil {
 				return nil, err
 			}
 		}
-		c, cut, err := b.changes(ctx, largest)
+		if p.Changes > 0 {
+			c, cut, err := b.changes(ctx, largest)
+			if err != nil {
+				return nil, fmt.Errorf("%s: policy change latency: %w", b.datapath, err)
+			}
+			r.Datapaths[i].Change, r.Datapaths[i].Cut = c, cut
+		}
+		v, err := b.verdicts(ctx, largest)
 		if err != nil {
-			return nil, fmt.Errorf("policy change latency: %w", err)
+			return nil, fmt.Errorf("%s: verdicts after churn: %w", b.datapath, err)
 		}
-		r.Change, r.Cut = c, cut
+		r.Datapaths[i].Verdicts = v
 	}
-	largest := slices.Max(p.Sizes)
-	if b.loaded != largest {
-		if _, err := b.load(ctx, largest); err != nil {
-			return nil, err
-		}
-	}
-	v, err := b.verdicts(ctx, largest)
-	if err != nil {
-		return nil, fmt.Errorf("verdicts after churn: %w", err)
-	}
-	r.Verdicts = v
 	r.Duration = time.Since(started).Round(time.Second).String()
 	return r, nil
 }
@@ -236,7 +277,7 @@ func (b *scaleBed) setup() error {
 		return err
 	}
 	n, err := harness.NewNode(filepath.Join(b.dir, "node"), "scale-"+harness.RandomSuffix(6),
-		harness.NodeOptions{PodCIDRs: []string{scaleCIDR}, ExtraArgs: []string{"--policy-dir", b.policyDir}})
+		harness.NodeOptions{PodCIDRs: []string{scaleCIDR}, ExtraArgs: []string{"--policy-dir", b.policyDir, "--datapath=" + b.datapath}})
 	if err != nil {
 		return err
 	}
@@ -247,7 +288,7 @@ func (b *scaleBed) setup() error {
 	b.conflist = n.PrimaryConflist("scale", "1.1.0")
 	slots := max(b.p.Pods/b.p.Rounds, b.p.Concurrency)
 	for i := range slots {
-		pod, err := harness.NewPod(fmt.Sprintf("scale-%d", i))
+		pod, err := harness.NewPod(fmt.Sprintf("scale-%s-%d", b.datapath, i))
 		if err != nil {
 			return err
 		}
@@ -681,24 +722,27 @@ func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond)
 // WriteTable prints the report.
 func (r *ScaleReport) WriteTable(w io.Writer) {
 	fmt.Fprintf(w, "Policy scale: %s, %d CPUs, kernel %s, %s (took %s)\n\n", r.Machine.Model, r.Machine.CPUs, r.Machine.Kernel, r.Date, r.Duration)
-	fmt.Fprintf(w, "%-14s %9s %5s %6s %9s %9s %9s %9s %11s %11s\n", "ADD", "policies", "n", "errors", "p50 ms", "p99 ms", "p50 ×ref", "p99 ×ref",
-		"daemon p50", "daemon p99")
+	fmt.Fprintf(w, "%-9s %-14s %9s %5s %6s %9s %9s %9s %9s %9s %11s %11s\n", "datapath", "ADD", "policies", "n", "errors", "p50 ms", "p99 ms",
+		"p50 ×ref", "p99 ×ref", "p50 ×dp0", "daemon p50", "daemon p99")
 	for _, x := range r.Rows {
-		fmt.Fprintf(w, "%-14s %9d %5d %6d %9.1f %9.1f %9.2f %9.2f %11.2f %11.2f\n", x.Mode, x.Policies, x.N, x.Errors, x.P50, x.P99,
-			x.RatioP50, x.RatioP99, x.DaemonP50, x.DaemonP99)
+		fmt.Fprintf(w, "%-9s %-14s %9d %5d %6d %9.1f %9.1f %9.2f %9.2f %9.2f %11.2f %11.2f\n", x.Datapath, x.Mode, x.Policies, x.N, x.Errors,
+			x.P50, x.P99, x.RatioP50, x.RatioP99, x.RatioDatapath, x.DaemonP50, x.DaemonP99)
 	}
-	fmt.Fprintln(w)
-	for _, size := range slices.Sorted(maps.Keys(r.LoadSeconds)) {
-		fmt.Fprintf(w, "load %6d policies from files to enforced: %.1f s (slowest round)\n", size, r.LoadSeconds[size])
-	}
-	if r.Change.N > 0 || r.Change.Errors > 0 {
-		fmt.Fprintf(w, "policy change to enforcement at %d policies: p50 %.0f ms, p99 %.0f ms (n=%d, %d errors; includes the 250 ms file debounce)\n",
-			r.Change.Policies, r.Change.P50, r.Change.P99, r.Change.N, r.Change.Errors)
-		fmt.Fprintf(w, "established connection cut by a revoking change at %d policies: p50 %.0f ms, p99 %.0f ms (n=%d, %d errors)\n",
-			r.Cut.Policies, r.Cut.P50, r.Cut.P99, r.Cut.N, r.Cut.Errors)
-	}
-	fmt.Fprintf(w, "verdicts on the wire after ADD/DEL churn at %d policies: %d checked, %d wrong\n", r.Verdicts.Policies, r.Verdicts.Checked, len(r.Verdicts.Wrong))
-	for _, x := range r.Verdicts.Wrong {
-		fmt.Fprintf(w, "  wrong: %s\n", x)
+	fmt.Fprintln(w, "(×ref: over 0 policies on the same datapath; ×dp0: over the first datapath at the same size)")
+	for _, d := range r.Datapaths {
+		fmt.Fprintf(w, "\n%s:\n", d.Datapath)
+		for _, size := range slices.Sorted(maps.Keys(d.LoadSeconds)) {
+			fmt.Fprintf(w, "load %6d policies from files to enforced: %.1f s (slowest round)\n", size, d.LoadSeconds[size])
+		}
+		if d.Change.N > 0 || d.Change.Errors > 0 {
+			fmt.Fprintf(w, "policy change to enforcement at %d policies: p50 %.0f ms, p99 %.0f ms (n=%d, %d errors; includes the 250 ms file debounce)\n",
+				d.Change.Policies, d.Change.P50, d.Change.P99, d.Change.N, d.Change.Errors)
+			fmt.Fprintf(w, "established connection cut by a revoking change at %d policies: p50 %.0f ms, p99 %.0f ms (n=%d, %d errors)\n",
+				d.Cut.Policies, d.Cut.P50, d.Cut.P99, d.Cut.N, d.Cut.Errors)
+		}
+		fmt.Fprintf(w, "verdicts on the wire after ADD/DEL churn at %d policies: %d checked, %d wrong\n", d.Verdicts.Policies, d.Verdicts.Checked, len(d.Verdicts.Wrong))
+		for _, x := range d.Verdicts.Wrong {
+			fmt.Fprintf(w, "  wrong: %s\n", x)
+		}
 	}
 }
