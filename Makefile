@@ -187,15 +187,19 @@ bench-k8s: deps build ref-plugins
 # them by version. DATAPATH=ebpf|nftables|auto starts the daemons with
 # --datapath (empty: the manifest's default, unchecked); cluster-up checks
 # every daemon reports it, and e2e-cluster checks the bed's before and after
-# the suites.
+# the suites. ROUTING=bgp stands the workers in two racks on different
+# subnets behind an FRR router (hack/fabric-deps.sh), daemons with
+# --routing=bgp and a BGPPeerPolicy per rack (docs/cluster.md).
 WORKERS ?= 2
 DATAPATH ?=
+ROUTING ?=
 .PHONY: cluster-up cluster-down e2e-cluster e2e-cluster-smoke
 cluster-up: image
 	test/testbed/deps.sh
+	if [ '$(ROUTING)' = bgp ]; then hack/fabric-deps.sh; fi
 	TESTBED_NICE=$${TESTBED_NICE:-10} test/testbed/build.sh cluster
 	$(GO) build -o $(BIN)/coordino-cluster ./test/cluster/cmd/cluster
-	$(BIN)/coordino-cluster -workers $(WORKERS) -datapath '$(DATAPATH)' up
+	$(BIN)/coordino-cluster -workers $(WORKERS) -datapath '$(DATAPATH)' -routing '$(ROUTING)' up
 
 cluster-down:
 	$(GO) build -o $(BIN)/coordino-cluster ./test/cluster/cmd/cluster
