@@ -13,7 +13,10 @@ import (
 
 	"go.uber.org/zap"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
 
 	"github.com/coordino/coordino/api/client/clientset/versioned"
 	coordinov1alpha1 "github.com/coordino/coordino/api/coordino/v1alpha1"
@@ -48,12 +51,16 @@ type bgpNode struct {
 	addrs []netip.Addr
 	// applied is the spec last configured from the API (nil: none yet).
 	applied *coordinov1alpha1.BGPPeerPolicySpec
+	// services selects the Services announced (nil: none); svcKick wakes
+	// the loop that follows them (Kubernetes mode).
+	services labels.Selector
+	svcKick  chan struct{}
 }
 
 // startBGP starts the speaker from --bgp-config, or in Kubernetes mode
 // without it follows the BGPPeerPolicy that selects this node.
 func startBGP(ctx context.Context, o *config.Options, r *routing.Router, log *zap.Logger) (*bgpNode, error) {
-	b := &bgpNode{o: o, r: r, log: log}
+	b := &bgpNode{o: o, r: r, log: log, svcKick: make(chan struct{}, 1)}
 	addrs, err := nodeaddrs.List()
 	if err != nil {
 		return nil, fmt.Errorf("bgp: node addresses: %w", err)
@@ -67,7 +74,9 @@ func startBGP(ctx context.Context, o *config.Options, r *routing.Router, log *za
 		if err := b.configure(ctx, cfg); err != nil {
 			return nil, err
 		}
-		return b, nil
+		if o.Standalone {
+			return b, nil
+		}
 	}
 	rc, err := k8s.RestConfig(o.Kubeconfig)
 	if err != nil {
@@ -81,7 +90,10 @@ func startBGP(ctx context.Context, o *config.Options, r *routing.Router, log *za
 	if err != nil {
 		return nil, err
 	}
-	go b.followPolicies(ctx, cl, kube)
+	if o.BGPConfig == "" {
+		go b.followPolicies(ctx, cl, kube)
+	}
+	b.followServices(ctx, kube)
 	return b, nil
 }
 
@@ -126,7 +138,9 @@ func (b *bgpNode) announce() error {
 func (b *bgpNode) configure(ctx context.Context, cfg bgp.Config) error {
 	b.mu.Lock()
 	sp := b.sp
+	b.services = cfg.Services
 	b.mu.Unlock()
+	b.kickServices()
 	if sp != nil {
 		return sp.Configure(ctx, cfg)
 	}
@@ -223,4 +237,69 @@ func (b *bgpNode) syncPolicy(ctx context.Context, cl versioned.Interface, kube k
 	b.mu.Unlock()
 	b.log.Info("BGP configured from BGPPeerPolicy", zap.String("policy", pol.Name), zap.Int("peers", len(cfg.Peers)))
 	return nil
+}
+
+func (b *bgpNode) kickServices() {
+	select {
+	case b.svcKick <- struct{}{}:
+	default:
+	}
+}
+
+// followServices announces the addresses of the Services the
+// configuration selects (bgp.ServiceRoutes), following Services and
+// EndpointSlices: a Local Service's address comes and goes with this
+// node's ready endpoints of it.
+func (b *bgpNode) followServices(ctx context.Context, kube kubernetes.Interface) {
+	f := informers.NewSharedInformerFactory(kube, 0)
+	svcs := f.Core().V1().Services()
+	eps := f.Discovery().V1().EndpointSlices()
+	h := cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { b.kickServices() },
+		UpdateFunc: func(any, any) { b.kickServices() },
+		DeleteFunc: func(any) { b.kickServices() },
+	}
+	for _, inf := range []cache.SharedIndexInformer{svcs.Informer(), eps.Informer()} {
+		if _, err := inf.AddEventHandler(h); err != nil {
+			b.log.Error("BGP: Service addresses not followed", zap.Error(err))
+			return
+		}
+	}
+	f.Start(ctx.Done())
+	go func() {
+		f.WaitForCacheSync(ctx.Done())
+		var last []netip.Prefix
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-b.svcKick:
+			}
+			b.mu.Lock()
+			sel, sp := b.services, b.sp
+			b.mu.Unlock()
+			if sp == nil {
+				continue // configure kicks again once the speaker runs
+			}
+			all, err := svcs.Lister().List(labels.Everything())
+			if err != nil {
+				b.log.Error("BGP: list Services", zap.Error(err))
+				continue
+			}
+			epSlices, err := eps.Lister().List(labels.Everything())
+			if err != nil {
+				b.log.Error("BGP: list EndpointSlices", zap.Error(err))
+				continue
+			}
+			routes := bgp.ServiceRoutes(sel, all, bgp.ReadyHere(epSlices, b.o.NodeName))
+			if reflect.DeepEqual(routes, last) {
+				continue
+			}
+			if err := sp.SetServices(routes); err != nil {
+				b.log.Error("BGP: Service addresses partly announced", zap.Error(err))
+				continue
+			}
+			last = routes
+		}
+	}()
 }

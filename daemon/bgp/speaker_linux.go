@@ -54,8 +54,11 @@ type Speaker struct {
 	mu        sync.Mutex
 	guard     Guard
 	announced map[netip.Prefix]*apiutil.Path
-	eor       map[netip.Addr]map[bgp.Family]bool
-	rejected  map[netip.Prefix]string
+	// serviceRoutes are the Service addresses announced beside the
+	// blocks (SetServices).
+	serviceRoutes []netip.Prefix
+	eor           map[netip.Addr]map[bgp.Family]bool
+	rejected      map[netip.Prefix]string
 	// downReason is why each session last left Established or failed to
 	// reach it (GoBGP's list of peers keeps it only for some reasons).
 	downReason map[netip.Addr]string
@@ -267,13 +270,29 @@ func (s *Speaker) SetLocal(blocks []netip.Prefix, addresses []netip.Addr, servic
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.guard = Guard{Blocks: slices.Clone(blocks), Addresses: slices.Clone(addresses), Services: slices.Clone(services)}
+	return s.reconcile()
+}
+
+// SetServices announces Service addresses (ServiceRoutes) beside the
+// blocks, next hop the node, and withdraws those no longer listed. They
+// are not guarded: other nodes announce the same addresses.
+func (s *Speaker) SetServices(routes []netip.Prefix) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.serviceRoutes = slices.Clone(routes)
+	return s.reconcile()
+}
+
+// reconcile makes the announced set the blocks and Service routes, each
+// with the node's address of its family (callers hold mu).
+func (s *Speaker) reconcile() error {
 	want := map[netip.Prefix]bool{}
 	var errs []error
-	for _, b := range blocks {
+	for _, b := range append(slices.Clone(s.guard.Blocks), s.serviceRoutes...) {
 		b = b.Masked()
-		nh, ok := nextHopFor(b, addresses)
+		nh, ok := nextHopFor(b, s.guard.Addresses)
 		if !ok {
-			errs = append(errs, fmt.Errorf("bgp: block %s: the node has no %s address to announce it with", b, familyName(b.Addr().Is6())))
+			errs = append(errs, fmt.Errorf("bgp: %s: the node has no %s address to announce it with", b, familyName(b.Addr().Is6())))
 			continue
 		}
 		want[b] = true
@@ -290,7 +309,7 @@ func (s *Speaker) SetLocal(blocks []netip.Prefix, addresses []netip.Addr, servic
 			continue
 		}
 		s.announced[b] = p
-		s.log.Info("announcing block", zap.Stringer("block", b), zap.Stringer("nextHop", nh))
+		s.log.Info("announcing", zap.Stringer("prefix", b), zap.Stringer("nextHop", nh))
 	}
 	for b, p := range s.announced {
 		if want[b] {
@@ -301,7 +320,7 @@ func (s *Speaker) SetLocal(blocks []netip.Prefix, addresses []netip.Addr, servic
 			continue
 		}
 		delete(s.announced, b)
-		s.log.Info("withdrew block", zap.Stringer("block", b))
+		s.log.Info("withdrew", zap.Stringer("prefix", b))
 	}
 	s.poke()
 	return errors.Join(errs...)
