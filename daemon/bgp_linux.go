@@ -13,6 +13,7 @@ import (
 
 	"go.uber.org/zap"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
@@ -55,6 +56,10 @@ type bgpNode struct {
 	// the loop that follows them (Kubernetes mode).
 	services labels.Selector
 	svcKick  chan struct{}
+	// cfg is the configuration the speaker last took, for a start after
+	// the node left the fabric and came back (left).
+	cfg  bgp.Config
+	left bool
 }
 
 // startBGP starts the speaker from --bgp-config, or in Kubernetes mode
@@ -94,6 +99,7 @@ func startBGP(ctx context.Context, o *config.Options, r *routing.Router, log *za
 		go b.followPolicies(ctx, cl, kube)
 	}
 	b.followServices(ctx, kube)
+	b.followOwnNode(ctx, kube)
 	return b, nil
 }
 
@@ -139,6 +145,7 @@ func (b *bgpNode) configure(ctx context.Context, cfg bgp.Config) error {
 	b.mu.Lock()
 	sp := b.sp
 	b.services = cfg.Services
+	b.cfg = cfg
 	b.mu.Unlock()
 	b.kickServices()
 	if sp != nil {
@@ -302,4 +309,52 @@ func (b *bgpNode) followServices(ctx context.Context, kube kubernetes.Interface)
 			last = routes
 		}
 	}()
+}
+
+// followOwnNode watches this node's Node object. Deleted, the node is
+// leaving the cluster, not restarting: the speaker leaves the fabric
+// (bgp.Speaker.Leave, a Cease on every session), so the routers withdraw
+// its blocks at once instead of keeping them as a restarting speaker's
+// for the restart time. Created again (a node re-registering), the
+// speaker starts afresh with the last configuration.
+func (b *bgpNode) followOwnNode(ctx context.Context, kube kubernetes.Interface) {
+	f := informers.NewSharedInformerFactoryWithOptions(kube, 0, informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+		o.FieldSelector = fields.OneTermEqualSelector("metadata.name", b.o.NodeName).String()
+	}))
+	if _, err := f.Core().V1().Nodes().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { b.rejoin(ctx) },
+		DeleteFunc: func(any) { b.leave() },
+	}); err != nil {
+		b.log.Error("BGP: this node's deletion not followed", zap.Error(err))
+		return
+	}
+	f.Start(ctx.Done())
+}
+
+func (b *bgpNode) leave() {
+	b.mu.Lock()
+	sp := b.sp
+	b.sp, b.left = nil, sp != nil
+	b.mu.Unlock()
+	if sp == nil {
+		return
+	}
+	b.log.Info("node deleted: leaving the BGP fabric", zap.String("node", b.o.NodeName))
+	if err := sp.Leave(); err != nil {
+		b.log.Error("BGP: leaving the fabric", zap.Error(err))
+	}
+}
+
+func (b *bgpNode) rejoin(ctx context.Context) {
+	b.mu.Lock()
+	left, cfg := b.left, b.cfg
+	b.left = false
+	b.mu.Unlock()
+	if !left {
+		return
+	}
+	b.log.Info("node created again: rejoining the BGP fabric", zap.String("node", b.o.NodeName))
+	if err := b.configure(ctx, cfg); err != nil {
+		b.log.Error("BGP: rejoining the fabric", zap.Error(err))
+	}
 }

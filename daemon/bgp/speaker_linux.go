@@ -64,6 +64,10 @@ type Speaker struct {
 	downReason map[netip.Addr]string
 	installed  int
 	pruning    bool
+	// left: the node left the fabric (Leave); nothing is installed any
+	// more. syncMu orders a kernel sync and Leave's removal.
+	left   bool
+	syncMu sync.Mutex
 }
 
 // Start runs a speaker for the node self with cfg; stateDir keeps the
@@ -99,7 +103,11 @@ func Start(ctx context.Context, cfg Config, self, stateDir string, routerID neti
 	lvl.Set(slog.LevelWarn)
 	s.srv = server.NewBgpServer(server.LoggerOption(slog.New(zapslog.NewHandler(s.log.Named("gobgp").Core())), lvl))
 	go s.srv.Serve()
-	gr := &api.GracefulRestart{Enabled: true, RestartTime: uint32(cfg.RestartTime / time.Second), DeferralTime: uint32(cfg.RestartTime / time.Second)}
+	// No N-bit (RFC 8538, NotificationEnabled): a session that ends with a
+	// NOTIFICATION, such as a peer's hold-timer expiry when this node lost
+	// power, is then no restart, and the peers withdraw its routes within
+	// the hold time instead of keeping them for the restart time too.
+	gr := &api.GracefulRestart{Enabled: true, RestartTime: uint32(cfg.RestartTime / time.Second), DeferralTime: uint32(cfg.RestartTime / time.Second), NotificationEnabled: false}
 	s.gr = gr
 	if err := s.srv.StartBgp(ctx, &api.StartBgpRequest{Global: &api.Global{
 		Asn: cfg.LocalASN, RouterId: routerID.String(), ListenPort: cfg.ListenPort, GracefulRestart: gr,
@@ -190,7 +198,7 @@ func (s *Speaker) Configure(ctx context.Context, cfg Config) error {
 }
 
 func peerRequest(p Peer, gr *api.GracefulRestart, restarting bool) *api.Peer {
-	pgr := &api.GracefulRestart{Enabled: gr.Enabled, RestartTime: gr.RestartTime, DeferralTime: gr.DeferralTime, LocalRestarting: restarting}
+	pgr := &api.GracefulRestart{Enabled: gr.Enabled, RestartTime: gr.RestartTime, DeferralTime: gr.DeferralTime, NotificationEnabled: gr.NotificationEnabled, LocalRestarting: restarting}
 	var afs []*api.AfiSafi
 	for _, v6 := range []bool{false, true} {
 		if !p.carries(v6) {
@@ -433,6 +441,14 @@ func (s *Speaker) learnedPaths() ([]learnedPath, error) {
 // sync installs the learned best paths the guard allows and, unless a
 // graceful restart is still waiting for its peers, removes the others.
 func (s *Speaker) sync() error {
+	s.syncMu.Lock()
+	defer s.syncMu.Unlock()
+	s.mu.Lock()
+	left := s.left
+	s.mu.Unlock()
+	if left {
+		return nil
+	}
 	paths, err := s.learnedPaths()
 	if err != nil {
 		return err
@@ -508,6 +524,26 @@ func ipNet(p netip.Prefix) *net.IPNet {
 func (s *Speaker) Stop() {
 	_ = s.srv.StopBgp(context.Background(), &api.StopBgpRequest{})
 	s.srv.Stop()
+}
+
+// Leave is this node leaving the fabric (its Node deleted), not
+// restarting: every session ends with a Cease, so the peers withdraw its
+// routes at once instead of keeping them for the restart time; the routes
+// it installed leave the kernel, and the marker goes, so a later start is
+// a fresh one.
+func (s *Speaker) Leave() error {
+	s.syncMu.Lock()
+	defer s.syncMu.Unlock()
+	s.mu.Lock()
+	s.left = true
+	s.mu.Unlock()
+	s.Stop()
+	errs := routing.SyncProtocol(unix.RT_TABLE_MAIN, RouteProtocol, nil, true, s.log)
+	if err := os.Remove(filepath.Join(s.stateDir, startedFile)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		errs = append(errs, err)
+	}
+	s.log.Info("left the fabric: sessions closed with a Cease, learned routes removed")
+	return errors.Join(errs...)
 }
 
 func familyName(v6 bool) string {
