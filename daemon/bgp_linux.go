@@ -299,6 +299,7 @@ func (b *bgpNode) followServices(ctx context.Context, kube kubernetes.Interface)
 				continue
 			}
 			routes := bgp.ServiceRoutes(sel, all, bgp.ReadyHere(epSlices, b.o.NodeName))
+			b.log.Debug("Service addresses to announce", zap.Int("services", len(all)), zap.Bool("selector", sel != nil), zap.Stringers("routes", routes))
 			if reflect.DeepEqual(routes, last) {
 				continue
 			}

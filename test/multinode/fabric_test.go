@@ -99,13 +99,18 @@ func requireFRR(t *testing.T) {
 	}
 }
 
-func newFabric(t *testing.T, count int) *fabric { return newFabricWith(t, count, 0) }
+func newFabric(t *testing.T, count int) *fabric { return newFabricWith(t, count, 0, false) }
 
 // newFabricWith has the router announce extra /28s of its own (from
-// 10.200.0.0 on), as a fabric with that many other blocks would.
-func newFabricWith(t *testing.T, count, extra int) *fabric {
+// 10.200.0.0 on), as a fabric with that many other blocks would; with
+// kube, the nodes run in Kubernetes mode against an API server (their
+// speakers still configured by --bgp-config).
+func newFabricWith(t *testing.T, count, extra int, kube bool) *fabric {
 	requireFRR(t)
 	c := newUnderlay(t, bgpMode)
+	if kube {
+		c.kube = startKube(t)
+	}
 	f := &fabric{cluster: c, extra: extra, bridges: [2]string{c.bridge, "br-" + harness.RandomSuffix(6)}}
 	if err := c.underlay.Do(func(ns.NetNS) error {
 		br := &netlink.Bridge{LinkAttrs: netlink.LinkAttrs{Name: f.bridges[1], MTU: 1500}}
@@ -142,7 +147,13 @@ func newFabricWith(t *testing.T, count, extra int) *fabric {
 	for _, n := range c.nodes {
 		c.startDaemon(n)
 	}
-	addServingPods(t, c)
+	if c.kube == nil {
+		addServingPods(t, c)
+		return f
+	}
+	for _, n := range c.nodes {
+		c.addKubePod(n, nil)
+	}
 	return f
 }
 
@@ -176,6 +187,9 @@ func (f *fabric) addNode() *node {
 		cfg = strings.Replace(cfg, "families: [IPv4]}", fmt.Sprintf("families: [IPv4], passwordFile: %q}", pw), 1)
 		cfg += fmt.Sprintf("- {address: %q, asn: %d, holdTimeSeconds: 9}\n", unansweredPeer, routerASN)
 	}
+	if c.kube != nil {
+		cfg += fmt.Sprintf("serviceSelector: {matchLabels: {%s: %q}}\n", announceLabel, "yes")
+	}
 	if err := os.WriteFile(filepath.Join(dir, "bgp.yaml"), []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -187,6 +201,9 @@ func (f *fabric) addNode() *node {
 	})
 	if err != nil {
 		t.Fatal(err)
+	}
+	if c.kube != nil {
+		c.kube.join(t, n)
 	}
 	c.nodes = append(c.nodes, n)
 	port := fmt.Sprintf("p%d-%s", i, harness.RandomSuffix(6))
