@@ -60,6 +60,9 @@ type bgpNode struct {
 	// the node left the fabric and came back (left).
 	cfg  bgp.Config
 	left bool
+	// encrypted are the other nodes' blocks WireGuard carries (nil
+	// without --encryption).
+	encrypted []netip.Prefix
 }
 
 // startBGP starts the speaker from --bgp-config, or in Kubernetes mode
@@ -122,6 +125,30 @@ func (b *bgpNode) apply(s peers.Set) error {
 	return errors.Join(b.r.Apply(peers.Set{b.o.NodeName: s[b.o.NodeName]}), b.announce())
 }
 
+// applyEncrypted is apply with WireGuard (dev applies the set): the
+// speaker announces this node's blocks and installs no learned route over
+// another node's, which the device carries encrypted.
+func (b *bgpNode) applyEncrypted(dev func(peers.Set) error) func(peers.Set) error {
+	return func(s peers.Set) error {
+		err := dev(s)
+		var others []netip.Prefix
+		for name, n := range s {
+			if name != b.o.NodeName && n != nil {
+				others = append(others, n.Blocks...)
+			}
+		}
+		b.mu.Lock()
+		b.self = s[b.o.NodeName]
+		b.encrypted = others
+		sp := b.sp
+		b.mu.Unlock()
+		if sp != nil {
+			sp.SetEncrypted(others)
+		}
+		return errors.Join(err, b.announce())
+	}
+}
+
 // announce gives the speaker, once running, the node's blocks (flags and
 // peer set) and addresses.
 func (b *bgpNode) announce() error {
@@ -164,7 +191,11 @@ func (b *bgpNode) configure(ctx context.Context, cfg bgp.Config) error {
 	}
 	b.mu.Lock()
 	b.sp = sp
+	encrypted := b.encrypted
 	b.mu.Unlock()
+	if encrypted != nil {
+		sp.SetEncrypted(encrypted)
+	}
 	return b.announce()
 }
 

@@ -277,8 +277,17 @@ func (s *Speaker) peerEvent(ev *apiutil.WatchEventMessage_PeerEvent) {
 func (s *Speaker) SetLocal(blocks []netip.Prefix, addresses []netip.Addr, services []netip.Prefix) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.guard = Guard{Blocks: slices.Clone(blocks), Addresses: slices.Clone(addresses), Services: slices.Clone(services)}
+	s.guard = Guard{Blocks: slices.Clone(blocks), Addresses: slices.Clone(addresses), Services: slices.Clone(services), Encrypted: s.guard.Encrypted}
 	return s.reconcile()
+}
+
+// SetEncrypted names the other nodes' blocks WireGuard carries: learned
+// routes over them are not installed (and the ones installed go).
+func (s *Speaker) SetEncrypted(blocks []netip.Prefix) {
+	s.mu.Lock()
+	s.guard.Encrypted = slices.Clone(blocks)
+	s.mu.Unlock()
+	s.poke()
 }
 
 // SetServices announces Service addresses (ServiceRoutes) beside the
