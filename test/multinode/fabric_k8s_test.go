@@ -1,3 +1,8 @@
+//go:build fabric
+
+// Built with the fabric tag (make test-fabric): about 35 s with its API
+// server, beyond what make test gives one scenario.
+
 package multinode
 
 import (
@@ -17,15 +22,11 @@ import (
 	"github.com/coordino/coordino/test/harness"
 )
 
-// announceLabel=yes selects the Services the Kubernetes-mode fabric's
-// nodes announce (their --bgp-config's serviceSelector).
-const announceLabel = "bgp-announce"
-
 // TestFabricBGPKubernetes: make test-fabric. The fabric with its nodes in
 // Kubernetes mode (node0 and node1, one rack), for what only the API
 // tells: Services to announce, and a Node deleted.
 func TestFabricBGPKubernetes(t *testing.T) {
-	f := newFabricWith(t, 2, 0, true)
+	f := newFabricWith(t, bgpMode, 2, 0, true)
 	if err := f.waitRoutes(30*time.Second, f.nodes); err != nil {
 		t.Fatal(err)
 	}

@@ -20,6 +20,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/coordino/coordino/daemon/bgp"
+	"github.com/coordino/coordino/daemon/wireguard"
 	"github.com/coordino/coordino/test/harness"
 )
 
@@ -47,7 +48,16 @@ var (
 	unansweredPeer = netip.MustParseAddr("198.51.100.200")
 )
 
-var bgpMode = mode{name: "bgp", routing: "bgp", encryption: "none"}
+// announceLabel=yes selects the Services the Kubernetes-mode fabric's
+// nodes announce (their --bgp-config's serviceSelector).
+const announceLabel = "bgp-announce"
+
+var (
+	bgpMode = mode{name: "bgp", routing: "bgp", encryption: "none"}
+	// bgpWG: blocks announced over BGP, pod traffic through WireGuard
+	// (the userspace device: this kernel may lack the module).
+	bgpWG = mode{name: "bgp-wireguard", routing: "bgp", encryption: "wireguard", overhead: 80, wgKind: wireguard.KindUserspace}
+)
 
 // rackOf puts node0 and node1 in rack 1, the others in rack 2.
 func rackOf(i int) int { return min(i/2, 1) }
@@ -99,15 +109,15 @@ func requireFRR(t *testing.T) {
 	}
 }
 
-func newFabric(t *testing.T, count int) *fabric { return newFabricWith(t, count, 0, false) }
+func newFabric(t *testing.T, count int) *fabric { return newFabricWith(t, bgpMode, count, 0, false) }
 
 // newFabricWith has the router announce extra /28s of its own (from
 // 10.200.0.0 on), as a fabric with that many other blocks would; with
 // kube, the nodes run in Kubernetes mode against an API server (their
 // speakers still configured by --bgp-config).
-func newFabricWith(t *testing.T, count, extra int, kube bool) *fabric {
+func newFabricWith(t *testing.T, m mode, count, extra int, kube bool) *fabric {
 	requireFRR(t)
-	c := newUnderlay(t, bgpMode)
+	c := newUnderlay(t, m)
 	if kube {
 		c.kube = startKube(t)
 	}
@@ -146,6 +156,10 @@ func newFabricWith(t *testing.T, count, extra int, kube bool) *fabric {
 	f.startFRR()
 	for _, n := range c.nodes {
 		c.startDaemon(n)
+	}
+	if m.encryption == "wireguard" {
+		// Keys exist once each daemon ran: distribute them now.
+		c.writePeers(c.nodes)
 	}
 	if c.kube == nil {
 		addServingPods(t, c)
@@ -193,11 +207,18 @@ func (f *fabric) addNode() *node {
 	if err := os.WriteFile(filepath.Join(dir, "bgp.yaml"), []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	args := []string{"--routing", "bgp", "--bgp-config", filepath.Join(dir, "bgp.yaml")}
+	if c.mode.encryption == "wireguard" {
+		n.peersFile = filepath.Join(dir, "peers.yaml")
+		n.wgDevice = "cwg" + harness.RandomSuffix(8)
+		args = append(args, "--encryption", "wireguard", "--wireguard-device", n.wgDevice,
+			"--wireguard-device-kind", c.mode.wgKind, "--peers-file", n.peersFile)
+	}
 	var err error
 	n.Node, err = harness.NewNode(dir, name, harness.NodeOptions{
 		NodeIP:    rackAddr(r, i+1, false).String(),
 		PodCIDRs:  []string{n.blocks()[0].String(), n.blocks()[1].String()},
-		ExtraArgs: []string{"--routing", "bgp", "--bgp-config", filepath.Join(dir, "bgp.yaml")},
+		ExtraArgs: args,
 	})
 	if err != nil {
 		t.Fatal(err)
