@@ -30,6 +30,9 @@ const (
 	// RouterASN is the router's AS; rack r's nodes are AS 64601+r.
 	RouterASN = 65000
 	rackASN   = 64601
+	// AnnounceLabel="true" on a Service makes the bed's nodes announce its
+	// LoadBalancer and external IPs (the policies' serviceSelector).
+	AnnounceLabel = "coordino.test/announce"
 	// bgpHoldSeconds is the sessions' hold time (FRR's and the nodes').
 	bgpHoldSeconds = 9
 )
@@ -122,7 +125,8 @@ func (c *Cluster) frrConfig() string {
 }
 
 // bgpPolicies are the bed's BGPPeerPolicies: one per rack, selecting its
-// nodes by zone, peering with the rack's router.
+// nodes by zone, peering with the rack's router, announcing the addresses
+// of Services labelled AnnounceLabel=true.
 func (c *Cluster) bgpPolicies() string {
 	var b strings.Builder
 	for r := 0; r < c.racks(); r++ {
@@ -135,12 +139,15 @@ spec:
   nodeSelector:
     %s: %s
   localASN: %d
+  serviceSelector:
+    matchLabels:
+      %s: "true"
   peers:
   - address: %q
     asn: %d
     holdTimeSeconds: %d
     families: [IPv4]
-`, rackName(r), ZoneLabel, rackName(r), rackASN+r, routerIP(r), RouterASN, bgpHoldSeconds)
+`, rackName(r), ZoneLabel, rackName(r), rackASN+r, AnnounceLabel, routerIP(r), RouterASN, bgpHoldSeconds)
 	}
 	return b.String()
 }

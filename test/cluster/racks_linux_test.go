@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"k8s.io/apimachinery/pkg/labels"
 	"sigs.k8s.io/yaml"
 
 	coordinov1alpha1 "github.com/coordino/coordino/api/coordino/v1alpha1"
@@ -54,8 +55,12 @@ func TestRacksBGPConfiguration(t *testing.T) {
 		if err := yaml.UnmarshalStrict([]byte(doc), &p); err != nil {
 			t.Fatalf("%v:\n%s", err, doc)
 		}
-		if _, err := bgp.FromSpec(p.Spec, nil); err != nil {
-			t.Errorf("BGPPeerPolicy %s: %v", p.Name, err)
+		cfg, err := bgp.FromSpec(p.Spec, nil)
+		if err != nil {
+			t.Fatalf("BGPPeerPolicy %s: %v", p.Name, err)
+		}
+		if cfg.Services == nil || !cfg.Services.Matches(labels.Set{AnnounceLabel: "true"}) {
+			t.Errorf("BGPPeerPolicy %s: serviceSelector %v does not select %s=true", p.Name, cfg.Services, AnnounceLabel)
 		}
 		pols = append(pols, p)
 	}
