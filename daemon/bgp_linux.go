@@ -169,6 +169,7 @@ func (b *bgpNode) announce() error {
 
 // configure starts the speaker with cfg, or reconfigures the running one.
 func (b *bgpNode) configure(ctx context.Context, cfg bgp.Config) error {
+	cfg.AwaitEncrypted = b.o.Encryption == "wireguard"
 	b.mu.Lock()
 	sp := b.sp
 	b.services = cfg.Services

@@ -33,6 +33,10 @@ type Config struct {
 	// Services selects the Services whose addresses are announced (nil:
 	// none).
 	Services labels.Selector
+	// AwaitEncrypted (WireGuard, set by the daemon, not by the spec): no
+	// learned route is installed until SetEncrypted names the blocks the
+	// tunnel carries, so none of them is ever routed in clear.
+	AwaitEncrypted bool
 }
 
 // Peer is one validated neighbour.

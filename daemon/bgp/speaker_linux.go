@@ -68,6 +68,8 @@ type Speaker struct {
 	// more. syncMu orders a kernel sync and Leave's removal.
 	left   bool
 	syncMu sync.Mutex
+	// awaitEncrypted: Config.AwaitEncrypted until SetEncrypted.
+	awaitEncrypted bool
 }
 
 // Start runs a speaker for the node self with cfg; stateDir keeps the
@@ -78,7 +80,7 @@ func Start(ctx context.Context, cfg Config, self, stateDir string, routerID neti
 		return nil, fmt.Errorf("bgp: router ID %v: the node needs an IPv4 address (or set one)", routerID)
 	}
 	s := &Speaker{
-		cfg: cfg, self: self, stateDir: stateDir, log: log.Named("bgp"),
+		cfg: cfg, self: self, stateDir: stateDir, log: log.Named("bgp"), awaitEncrypted: cfg.AwaitEncrypted,
 		kick: make(chan struct{}, 1), announced: map[netip.Prefix]*apiutil.Path{},
 		eor: map[netip.Addr]map[bgp.Family]bool{}, rejected: map[netip.Prefix]string{},
 		downReason: map[netip.Addr]string{},
@@ -286,6 +288,7 @@ func (s *Speaker) SetLocal(blocks []netip.Prefix, addresses []netip.Addr, servic
 func (s *Speaker) SetEncrypted(blocks []netip.Prefix) {
 	s.mu.Lock()
 	s.guard.Encrypted = slices.Clone(blocks)
+	s.awaitEncrypted = false
 	s.mu.Unlock()
 	s.poke()
 }
@@ -469,6 +472,9 @@ func (s *Speaker) sync() error {
 		s.log.Info("graceful restart: every peer re-sent its routes; pruning what is left of the previous run")
 	}
 	prune := s.pruning
+	if s.awaitEncrypted {
+		paths = nil // WireGuard's blocks not known yet
+	}
 	s.mu.Unlock()
 	var want []netlink.Route
 	rejected := map[netip.Prefix]string{}

@@ -153,13 +153,18 @@ func newFabricWith(t *testing.T, m mode, count, extra int, kube bool) *fabric {
 	for i := 0; i < count; i++ {
 		f.addNode()
 	}
+	if m.encryption == "wireguard" {
+		c.writePeers(c.nodes)
+	}
 	f.startFRR()
 	for _, n := range c.nodes {
 		c.startDaemon(n)
 	}
 	if m.encryption == "wireguard" {
-		// Keys exist once each daemon ran: distribute them now.
+		// Keys exist once each daemon ran: distribute them now, as an
+		// operator would.
 		c.writePeers(c.nodes)
+		c.waitTunnels()
 	}
 	if c.kube == nil {
 		addServingPods(t, c)
@@ -562,34 +567,42 @@ func (f *fabric) checkGracefulRestart(t *testing.T) {
 }
 
 // checkNodeLost takes node2 off the fabric as a node that loses power
-// behind a switch: its addresses go first, so its daemon's death sends
-// the router nothing (no FIN, no RST: the kernel has no source address
-// for them) and its link stays up (the router's port keeps its carrier,
-// so FRR's fast external failover cannot tell); only the hold timer can.
-// The speaker does not advertise RFC 8538's N-bit, so the router's
-// hold-timer expiry is not a restart: within the hold time node2's blocks
-// are gone from the router and from node0's kernel, the restart time does
-// not add to it.
+// behind a switch: its uplink goes down, so its daemon's death sends the
+// router nothing (no FIN, no RST, in either family), while rack 2's
+// bridge keeps its carrier through another port, so FRR's fast external
+// failover cannot tell either; only the hold timer can. The speaker does
+// not advertise RFC 8538's N-bit, so the router's hold-timer expiry is no
+// restart: within the hold time node2's blocks are gone from the router
+// and from node0's kernel, the restart time does not add to it.
 func (f *fabric) checkNodeLost(t *testing.T) {
 	n0, n2 := f.nodes[0], f.nodes[2]
 	if err := f.waitRoutes(20*time.Second, f.nodes); err != nil {
 		t.Fatalf("before node2 goes: %v", err)
+	}
+	// The switch's other port: a veth whose two ends stay in the router.
+	other := "sw-" + harness.RandomSuffix(6)
+	if err := f.underlay.Do(func(ns.NetNS) error {
+		v := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: other}, PeerName: other + "p"}
+		if err := netlink.LinkAdd(v); err != nil {
+			return err
+		}
+		p, err := netlink.LinkByName(other + "p")
+		if err != nil {
+			return err
+		}
+		return netlink.LinkSetUp(p)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.bridgePort(other, f.bridges[1]); err != nil {
+		t.Fatal(err)
 	}
 	if err := n2.NS.Do(func(ns.NetNS) error {
 		l, err := netlink.LinkByName("uplink0")
 		if err != nil {
 			return err
 		}
-		addrs, err := netlink.AddrList(l, netlink.FAMILY_ALL)
-		if err != nil {
-			return err
-		}
-		for _, a := range addrs {
-			if err := netlink.AddrDel(l, &a); err != nil {
-				return err
-			}
-		}
-		return nil
+		return netlink.LinkSetDown(l)
 	}); err != nil {
 		t.Fatal(err)
 	}
