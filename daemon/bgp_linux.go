@@ -13,7 +13,11 @@ import (
 
 	"go.uber.org/zap"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
 
 	"github.com/coordino/coordino/api/client/clientset/versioned"
 	coordinov1alpha1 "github.com/coordino/coordino/api/coordino/v1alpha1"
@@ -48,12 +52,23 @@ type bgpNode struct {
 	addrs []netip.Addr
 	// applied is the spec last configured from the API (nil: none yet).
 	applied *coordinov1alpha1.BGPPeerPolicySpec
+	// services selects the Services announced (nil: none); svcKick wakes
+	// the loop that follows them (Kubernetes mode).
+	services labels.Selector
+	svcKick  chan struct{}
+	// cfg is the configuration the speaker last took, for a start after
+	// the node left the fabric and came back (left).
+	cfg  bgp.Config
+	left bool
+	// encrypted are the other nodes' blocks WireGuard carries (nil
+	// without --encryption).
+	encrypted []netip.Prefix
 }
 
 // startBGP starts the speaker from --bgp-config, or in Kubernetes mode
 // without it follows the BGPPeerPolicy that selects this node.
 func startBGP(ctx context.Context, o *config.Options, r *routing.Router, log *zap.Logger) (*bgpNode, error) {
-	b := &bgpNode{o: o, r: r, log: log}
+	b := &bgpNode{o: o, r: r, log: log, svcKick: make(chan struct{}, 1)}
 	addrs, err := nodeaddrs.List()
 	if err != nil {
 		return nil, fmt.Errorf("bgp: node addresses: %w", err)
@@ -67,7 +82,9 @@ func startBGP(ctx context.Context, o *config.Options, r *routing.Router, log *za
 		if err := b.configure(ctx, cfg); err != nil {
 			return nil, err
 		}
-		return b, nil
+		if o.Standalone {
+			return b, nil
+		}
 	}
 	rc, err := k8s.RestConfig(o.Kubeconfig)
 	if err != nil {
@@ -81,7 +98,11 @@ func startBGP(ctx context.Context, o *config.Options, r *routing.Router, log *za
 	if err != nil {
 		return nil, err
 	}
-	go b.followPolicies(ctx, cl, kube)
+	if o.BGPConfig == "" {
+		go b.followPolicies(ctx, cl, kube)
+	}
+	b.followServices(ctx, kube)
+	b.followOwnNode(ctx, kube)
 	return b, nil
 }
 
@@ -104,6 +125,30 @@ func (b *bgpNode) apply(s peers.Set) error {
 	return errors.Join(b.r.Apply(peers.Set{b.o.NodeName: s[b.o.NodeName]}), b.announce())
 }
 
+// applyEncrypted is apply with WireGuard (dev applies the set): the
+// speaker announces this node's blocks and installs no learned route over
+// another node's, which the device carries encrypted.
+func (b *bgpNode) applyEncrypted(dev func(peers.Set) error) func(peers.Set) error {
+	return func(s peers.Set) error {
+		err := dev(s)
+		var others []netip.Prefix
+		for name, n := range s {
+			if name != b.o.NodeName && n != nil {
+				others = append(others, n.Blocks...)
+			}
+		}
+		b.mu.Lock()
+		b.self = s[b.o.NodeName]
+		b.encrypted = others
+		sp := b.sp
+		b.mu.Unlock()
+		if sp != nil {
+			sp.SetEncrypted(others)
+		}
+		return errors.Join(err, b.announce())
+	}
+}
+
 // announce gives the speaker, once running, the node's blocks (flags and
 // peer set) and addresses.
 func (b *bgpNode) announce() error {
@@ -124,9 +169,13 @@ func (b *bgpNode) announce() error {
 
 // configure starts the speaker with cfg, or reconfigures the running one.
 func (b *bgpNode) configure(ctx context.Context, cfg bgp.Config) error {
+	cfg.AwaitEncrypted = b.o.Encryption == "wireguard"
 	b.mu.Lock()
 	sp := b.sp
+	b.services = cfg.Services
+	b.cfg = cfg
 	b.mu.Unlock()
+	b.kickServices()
 	if sp != nil {
 		return sp.Configure(ctx, cfg)
 	}
@@ -143,7 +192,11 @@ func (b *bgpNode) configure(ctx context.Context, cfg bgp.Config) error {
 	}
 	b.mu.Lock()
 	b.sp = sp
+	encrypted := b.encrypted
 	b.mu.Unlock()
+	if encrypted != nil {
+		sp.SetEncrypted(encrypted)
+	}
 	return b.announce()
 }
 
@@ -223,4 +276,118 @@ func (b *bgpNode) syncPolicy(ctx context.Context, cl versioned.Interface, kube k
 	b.mu.Unlock()
 	b.log.Info("BGP configured from BGPPeerPolicy", zap.String("policy", pol.Name), zap.Int("peers", len(cfg.Peers)))
 	return nil
+}
+
+func (b *bgpNode) kickServices() {
+	select {
+	case b.svcKick <- struct{}{}:
+	default:
+	}
+}
+
+// followServices announces the addresses of the Services the
+// configuration selects (bgp.ServiceRoutes), following Services and
+// EndpointSlices: a Local Service's address comes and goes with this
+// node's ready endpoints of it.
+func (b *bgpNode) followServices(ctx context.Context, kube kubernetes.Interface) {
+	f := informers.NewSharedInformerFactory(kube, 0)
+	svcs := f.Core().V1().Services()
+	eps := f.Discovery().V1().EndpointSlices()
+	h := cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { b.kickServices() },
+		UpdateFunc: func(any, any) { b.kickServices() },
+		DeleteFunc: func(any) { b.kickServices() },
+	}
+	for _, inf := range []cache.SharedIndexInformer{svcs.Informer(), eps.Informer()} {
+		if _, err := inf.AddEventHandler(h); err != nil {
+			b.log.Error("BGP: Service addresses not followed", zap.Error(err))
+			return
+		}
+	}
+	f.Start(ctx.Done())
+	go func() {
+		f.WaitForCacheSync(ctx.Done())
+		var last []netip.Prefix
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-b.svcKick:
+			}
+			b.mu.Lock()
+			sel, sp := b.services, b.sp
+			b.mu.Unlock()
+			if sp == nil {
+				continue // configure kicks again once the speaker runs
+			}
+			all, err := svcs.Lister().List(labels.Everything())
+			if err != nil {
+				b.log.Error("BGP: list Services", zap.Error(err))
+				continue
+			}
+			epSlices, err := eps.Lister().List(labels.Everything())
+			if err != nil {
+				b.log.Error("BGP: list EndpointSlices", zap.Error(err))
+				continue
+			}
+			routes := bgp.ServiceRoutes(sel, all, bgp.ReadyHere(epSlices, b.o.NodeName))
+			b.log.Debug("Service addresses to announce", zap.Int("services", len(all)), zap.Bool("selector", sel != nil), zap.Stringers("routes", routes))
+			if reflect.DeepEqual(routes, last) {
+				continue
+			}
+			if err := sp.SetServices(routes); err != nil {
+				b.log.Error("BGP: Service addresses partly announced", zap.Error(err))
+				continue
+			}
+			last = routes
+		}
+	}()
+}
+
+// followOwnNode watches this node's Node object. Deleted, the node is
+// leaving the cluster, not restarting: the speaker leaves the fabric
+// (bgp.Speaker.Leave, a Cease on every session), so the routers withdraw
+// its blocks at once instead of keeping them as a restarting speaker's
+// for the restart time. Created again (a node re-registering), the
+// speaker starts afresh with the last configuration.
+func (b *bgpNode) followOwnNode(ctx context.Context, kube kubernetes.Interface) {
+	f := informers.NewSharedInformerFactoryWithOptions(kube, 0, informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+		o.FieldSelector = fields.OneTermEqualSelector("metadata.name", b.o.NodeName).String()
+	}))
+	if _, err := f.Core().V1().Nodes().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { b.rejoin(ctx) },
+		DeleteFunc: func(any) { b.leave() },
+	}); err != nil {
+		b.log.Error("BGP: this node's deletion not followed", zap.Error(err))
+		return
+	}
+	f.Start(ctx.Done())
+}
+
+func (b *bgpNode) leave() {
+	b.mu.Lock()
+	sp := b.sp
+	b.sp, b.left = nil, sp != nil
+	b.mu.Unlock()
+	if sp == nil {
+		return
+	}
+	b.log.Info("node deleted: leaving the BGP fabric", zap.String("node", b.o.NodeName))
+	if err := sp.Leave(); err != nil {
+		b.log.Error("BGP: leaving the fabric", zap.Error(err))
+	}
+}
+
+func (b *bgpNode) rejoin(ctx context.Context) {
+	b.mu.Lock()
+	left, cfg := b.left, b.cfg
+	b.left = false
+	b.mu.Unlock()
+	if !left {
+		return
+	}
+	b.log.Info("node created again: rejoining the BGP fabric", zap.String("node", b.o.NodeName))
+	if err := b.configure(ctx, cfg); err != nil {
+		b.log.Error("BGP: rejoining the fabric", zap.Error(err))
+	}
 }

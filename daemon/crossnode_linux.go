@@ -73,6 +73,16 @@ func startCrossNode(ctx context.Context, o *config.Options, features *kernel.Fea
 		go func() { <-ctx.Done(); dev.Close() }()
 		go dev.Run(ctx)
 		apply = dev.Apply
+		if o.Routing == "bgp" {
+			// The fabric learns this node's blocks and routes the
+			// tunnel's endpoints; pods' traffic to other nodes stays in
+			// the device.
+			b, err := startBGP(ctx, o, nil, log)
+			if err != nil {
+				return 0, nil, err
+			}
+			apply, xn.st.bgp = b.applyEncrypted(dev.Apply), b
+		}
 	} else {
 		if err := wireguard.RemoveStale(wireguard.Config{Device: o.WireGuardDevice, RunDir: o.RunDir}, log); err != nil {
 			log.Error("removing WireGuard state of an earlier run", zap.Error(err))

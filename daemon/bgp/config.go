@@ -8,6 +8,8 @@ import (
 	"strings"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"sigs.k8s.io/yaml"
 
 	coordinov1alpha1 "github.com/coordino/coordino/api/coordino/v1alpha1"
@@ -28,6 +30,13 @@ type Config struct {
 	ListenPort  int32
 	RestartTime time.Duration
 	Peers       []Peer
+	// Services selects the Services whose addresses are announced (nil:
+	// none).
+	Services labels.Selector
+	// AwaitEncrypted (WireGuard, set by the daemon, not by the spec): no
+	// learned route is installed until SetEncrypted names the blocks the
+	// tunnel carries, so none of them is ever routed in clear.
+	AwaitEncrypted bool
 }
 
 // Peer is one validated neighbour.
@@ -115,6 +124,13 @@ func FromSpec(spec coordinov1alpha1.BGPPeerPolicySpec, pw PasswordReader) (Confi
 	}
 	if c.RestartTime == 0 {
 		c.RestartTime = DefaultRestartTime
+	}
+	if spec.ServiceSelector != nil {
+		sel, err := metav1.LabelSelectorAsSelector(spec.ServiceSelector)
+		if err != nil {
+			return Config{}, fmt.Errorf("serviceSelector: %w", err)
+		}
+		c.Services = sel
 	}
 	if len(spec.Peers) == 0 {
 		return Config{}, errors.New("peers: want at least one")

@@ -77,6 +77,7 @@ func TestGuard(t *testing.T) {
 		Blocks:    []netip.Prefix{netip.MustParsePrefix("10.10.0.0/24"), netip.MustParsePrefix("fd00:10::/64")},
 		Addresses: []netip.Addr{netip.MustParseAddr("192.0.2.1"), netip.MustParseAddr("2001:db8::1")},
 		Services:  []netip.Prefix{netip.MustParsePrefix("10.96.0.0/12")},
+		Encrypted: []netip.Prefix{netip.MustParsePrefix("10.10.2.0/24")},
 	}
 	nh := netip.MustParseAddr("192.0.2.254")
 	for _, c := range []struct {
@@ -96,6 +97,9 @@ func TestGuard(t *testing.T) {
 		{"10.10.1.0/24", netip.MustParseAddr("192.0.2.1"), true}, // via itself
 		{"10.10.1.0/24", netip.Addr{}, true},
 		{"10.10.1.0/24", netip.MustParseAddr("127.0.0.1"), true},
+		{"10.10.2.0/24", nh, true},  // WireGuard carries it
+		{"10.10.2.64/26", nh, true}, // inside that
+		{"10.10.3.0/24", nh, false}, // beside it
 	} {
 		why := g.Reject(netip.MustParsePrefix(c.dst), c.nh)
 		if (why != "") != c.reject {

@@ -15,5 +15,15 @@
 // leaves its kernel routes and the peers keep its routes as stale. The
 // next start sets the restart bit, keeps every route it had installed and
 // only prunes them once each peer has sent its End-of-RIB (or the restart
-// time has passed).
+// time has passed). No RFC 8538 N-bit is advertised, so a session a peer's
+// hold timer ends (the node lost) is withdrawn at once, not kept stale; a
+// node that is deleted leaves (Leave: a Cease on every session).
+//
+// Service addresses (ServiceRoutes): the LoadBalancer and external IPs of
+// the Services a serviceSelector selects are announced as host routes, a
+// Local Service's only from nodes with a ready endpoint of it.
+//
+// With WireGuard the speaker still announces the node's blocks, and the
+// guard also refuses learned routes over the blocks the tunnel carries
+// (Guard.Encrypted).
 package bgp

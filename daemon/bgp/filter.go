@@ -11,6 +11,10 @@ type Guard struct {
 	Blocks    []netip.Prefix
 	Addresses []netip.Addr
 	Services  []netip.Prefix
+	// Encrypted are other nodes' blocks WireGuard carries (--encryption
+	// with --routing=bgp): a learned route over one would send their pods'
+	// traffic in clear.
+	Encrypted []netip.Prefix
 }
 
 // Reject returns why a learned route to dst via nextHop must not be
@@ -31,6 +35,11 @@ func (g Guard) Reject(dst netip.Prefix, nextHop netip.Addr) string {
 		}
 		if nextHop == a {
 			return fmt.Sprintf("next hop %s is this node", a)
+		}
+	}
+	for _, e := range g.Encrypted {
+		if e.Overlaps(dst) {
+			return fmt.Sprintf("overlaps %s, which WireGuard carries encrypted", e)
 		}
 	}
 	for _, s := range g.Services {

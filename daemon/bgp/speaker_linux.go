@@ -54,13 +54,22 @@ type Speaker struct {
 	mu        sync.Mutex
 	guard     Guard
 	announced map[netip.Prefix]*apiutil.Path
-	eor       map[netip.Addr]map[bgp.Family]bool
-	rejected  map[netip.Prefix]string
+	// serviceRoutes are the Service addresses announced beside the
+	// blocks (SetServices).
+	serviceRoutes []netip.Prefix
+	eor           map[netip.Addr]map[bgp.Family]bool
+	rejected      map[netip.Prefix]string
 	// downReason is why each session last left Established or failed to
 	// reach it (GoBGP's list of peers keeps it only for some reasons).
 	downReason map[netip.Addr]string
 	installed  int
 	pruning    bool
+	// left: the node left the fabric (Leave); nothing is installed any
+	// more. syncMu orders a kernel sync and Leave's removal.
+	left   bool
+	syncMu sync.Mutex
+	// awaitEncrypted: Config.AwaitEncrypted until SetEncrypted.
+	awaitEncrypted bool
 }
 
 // Start runs a speaker for the node self with cfg; stateDir keeps the
@@ -71,7 +80,7 @@ func Start(ctx context.Context, cfg Config, self, stateDir string, routerID neti
 		return nil, fmt.Errorf("bgp: router ID %v: the node needs an IPv4 address (or set one)", routerID)
 	}
 	s := &Speaker{
-		cfg: cfg, self: self, stateDir: stateDir, log: log.Named("bgp"),
+		cfg: cfg, self: self, stateDir: stateDir, log: log.Named("bgp"), awaitEncrypted: cfg.AwaitEncrypted,
 		kick: make(chan struct{}, 1), announced: map[netip.Prefix]*apiutil.Path{},
 		eor: map[netip.Addr]map[bgp.Family]bool{}, rejected: map[netip.Prefix]string{},
 		downReason: map[netip.Addr]string{},
@@ -96,7 +105,11 @@ func Start(ctx context.Context, cfg Config, self, stateDir string, routerID neti
 	lvl.Set(slog.LevelWarn)
 	s.srv = server.NewBgpServer(server.LoggerOption(slog.New(zapslog.NewHandler(s.log.Named("gobgp").Core())), lvl))
 	go s.srv.Serve()
-	gr := &api.GracefulRestart{Enabled: true, RestartTime: uint32(cfg.RestartTime / time.Second), DeferralTime: uint32(cfg.RestartTime / time.Second)}
+	// No N-bit (RFC 8538, NotificationEnabled): a session that ends with a
+	// NOTIFICATION, such as a peer's hold-timer expiry when this node lost
+	// power, is then no restart, and the peers withdraw its routes within
+	// the hold time instead of keeping them for the restart time too.
+	gr := &api.GracefulRestart{Enabled: true, RestartTime: uint32(cfg.RestartTime / time.Second), DeferralTime: uint32(cfg.RestartTime / time.Second), NotificationEnabled: false}
 	s.gr = gr
 	if err := s.srv.StartBgp(ctx, &api.StartBgpRequest{Global: &api.Global{
 		Asn: cfg.LocalASN, RouterId: routerID.String(), ListenPort: cfg.ListenPort, GracefulRestart: gr,
@@ -187,7 +200,7 @@ func (s *Speaker) Configure(ctx context.Context, cfg Config) error {
 }
 
 func peerRequest(p Peer, gr *api.GracefulRestart, restarting bool) *api.Peer {
-	pgr := &api.GracefulRestart{Enabled: gr.Enabled, RestartTime: gr.RestartTime, DeferralTime: gr.DeferralTime, LocalRestarting: restarting}
+	pgr := &api.GracefulRestart{Enabled: gr.Enabled, RestartTime: gr.RestartTime, DeferralTime: gr.DeferralTime, NotificationEnabled: gr.NotificationEnabled, LocalRestarting: restarting}
 	var afs []*api.AfiSafi
 	for _, v6 := range []bool{false, true} {
 		if !p.carries(v6) {
@@ -266,14 +279,40 @@ func (s *Speaker) peerEvent(ev *apiutil.WatchEventMessage_PeerEvent) {
 func (s *Speaker) SetLocal(blocks []netip.Prefix, addresses []netip.Addr, services []netip.Prefix) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.guard = Guard{Blocks: slices.Clone(blocks), Addresses: slices.Clone(addresses), Services: slices.Clone(services)}
+	s.guard = Guard{Blocks: slices.Clone(blocks), Addresses: slices.Clone(addresses), Services: slices.Clone(services), Encrypted: s.guard.Encrypted}
+	return s.reconcile()
+}
+
+// SetEncrypted names the other nodes' blocks WireGuard carries: learned
+// routes over them are not installed (and the ones installed go).
+func (s *Speaker) SetEncrypted(blocks []netip.Prefix) {
+	s.mu.Lock()
+	s.guard.Encrypted = slices.Clone(blocks)
+	s.awaitEncrypted = false
+	s.mu.Unlock()
+	s.poke()
+}
+
+// SetServices announces Service addresses (ServiceRoutes) beside the
+// blocks, next hop the node, and withdraws those no longer listed. They
+// are not guarded: other nodes announce the same addresses.
+func (s *Speaker) SetServices(routes []netip.Prefix) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.serviceRoutes = slices.Clone(routes)
+	return s.reconcile()
+}
+
+// reconcile makes the announced set the blocks and Service routes, each
+// with the node's address of its family (callers hold mu).
+func (s *Speaker) reconcile() error {
 	want := map[netip.Prefix]bool{}
 	var errs []error
-	for _, b := range blocks {
+	for _, b := range append(slices.Clone(s.guard.Blocks), s.serviceRoutes...) {
 		b = b.Masked()
-		nh, ok := nextHopFor(b, addresses)
+		nh, ok := nextHopFor(b, s.guard.Addresses)
 		if !ok {
-			errs = append(errs, fmt.Errorf("bgp: block %s: the node has no %s address to announce it with", b, familyName(b.Addr().Is6())))
+			errs = append(errs, fmt.Errorf("bgp: %s: the node has no %s address to announce it with", b, familyName(b.Addr().Is6())))
 			continue
 		}
 		want[b] = true
@@ -290,7 +329,7 @@ func (s *Speaker) SetLocal(blocks []netip.Prefix, addresses []netip.Addr, servic
 			continue
 		}
 		s.announced[b] = p
-		s.log.Info("announcing block", zap.Stringer("block", b), zap.Stringer("nextHop", nh))
+		s.log.Info("announcing", zap.Stringer("prefix", b), zap.Stringer("nextHop", nh))
 	}
 	for b, p := range s.announced {
 		if want[b] {
@@ -301,7 +340,7 @@ func (s *Speaker) SetLocal(blocks []netip.Prefix, addresses []netip.Addr, servic
 			continue
 		}
 		delete(s.announced, b)
-		s.log.Info("withdrew block", zap.Stringer("block", b))
+		s.log.Info("withdrew", zap.Stringer("prefix", b))
 	}
 	s.poke()
 	return errors.Join(errs...)
@@ -414,6 +453,14 @@ func (s *Speaker) learnedPaths() ([]learnedPath, error) {
 // sync installs the learned best paths the guard allows and, unless a
 // graceful restart is still waiting for its peers, removes the others.
 func (s *Speaker) sync() error {
+	s.syncMu.Lock()
+	defer s.syncMu.Unlock()
+	s.mu.Lock()
+	left := s.left
+	s.mu.Unlock()
+	if left {
+		return nil
+	}
 	paths, err := s.learnedPaths()
 	if err != nil {
 		return err
@@ -425,6 +472,9 @@ func (s *Speaker) sync() error {
 		s.log.Info("graceful restart: every peer re-sent its routes; pruning what is left of the previous run")
 	}
 	prune := s.pruning
+	if s.awaitEncrypted {
+		paths = nil // WireGuard's blocks not known yet
+	}
 	s.mu.Unlock()
 	var want []netlink.Route
 	rejected := map[netip.Prefix]string{}
@@ -489,6 +539,26 @@ func ipNet(p netip.Prefix) *net.IPNet {
 func (s *Speaker) Stop() {
 	_ = s.srv.StopBgp(context.Background(), &api.StopBgpRequest{})
 	s.srv.Stop()
+}
+
+// Leave is this node leaving the fabric (its Node deleted), not
+// restarting: every session ends with a Cease, so the peers withdraw its
+// routes at once instead of keeping them for the restart time; the routes
+// it installed leave the kernel, and the marker goes, so a later start is
+// a fresh one.
+func (s *Speaker) Leave() error {
+	s.syncMu.Lock()
+	defer s.syncMu.Unlock()
+	s.mu.Lock()
+	s.left = true
+	s.mu.Unlock()
+	s.Stop()
+	errs := routing.SyncProtocol(unix.RT_TABLE_MAIN, RouteProtocol, nil, true, s.log)
+	if err := os.Remove(filepath.Join(s.stateDir, startedFile)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		errs = append(errs, err)
+	}
+	s.log.Info("left the fabric: sessions closed with a Cease, learned routes removed")
+	return errors.Join(errs...)
 }
 
 func familyName(v6 bool) string {

@@ -12,9 +12,6 @@ func (o *Options) validateCrossNode() error {
 	if o.Encryption != "none" && o.Encryption != "wireguard" {
 		return fmt.Errorf("encryption %q: want none or wireguard", o.Encryption)
 	}
-	if o.Routing == "bgp" && o.Encryption != "none" {
-		return fmt.Errorf("routing bgp with encryption %q: the fabric routes pod addresses, WireGuard routes them onto its device; choose one", o.Encryption)
-	}
 	if o.Routing == "bgp" && o.Standalone && o.BGPConfig == "" {
 		return fmt.Errorf("bgp-config: routing bgp in standalone mode needs the speaker's file (Kubernetes mode reads BGPPeerPolicies)")
 	}

@@ -14,6 +14,11 @@ func TestCrossNodeFlags(t *testing.T) {
 	if o.Routing != "vxlan" || o.Encryption != "wireguard" || o.PeersFile != "/etc/coordino/peers.yaml" || o.WireGuardDevice != "wg-a" || o.WireGuardPort != 51999 || o.WireGuardNodeToNode || o.HostRouting != "legacy" || o.WireGuardDeviceKind != "kernel" {
 		t.Fatalf("parsed %+v", o)
 	}
+	// BGP with WireGuard: the fabric learns the blocks, pod traffic to
+	// other nodes goes encrypted.
+	if _, err := Parse([]string{"--routing", "bgp", "--bgp-config", "/etc/coordino/bgp.yaml", "--encryption", "wireguard"}, io.Discard); err != nil {
+		t.Errorf("bgp with wireguard: %v", err)
+	}
 	b, err := Parse([]string{"--routing", "bgp", "--bgp-config", "/etc/coordino/bgp.yaml"}, io.Discard)
 	if err != nil || b.Routing != "bgp" || b.BGPConfig != "/etc/coordino/bgp.yaml" {
 		t.Fatalf("bgp: %+v, %v", b, err)
@@ -32,7 +37,6 @@ func TestCrossNodeFlags(t *testing.T) {
 		{[]string{"--routing", "ospf"}, "routing"},
 		{[]string{"--standalone", "--pod-cidr", "10.0.0.0/24", "--routing", "bgp"}, "bgp-config"},
 		{[]string{"--routing", "bgp", "--bgp-config", "bgp.yaml"}, "bgp-config"},
-		{[]string{"--routing", "bgp", "--bgp-config", "/etc/bgp.yaml", "--encryption", "wireguard"}, "encryption"},
 		{[]string{"--encryption", "ipsec"}, "encryption"},
 		{[]string{"--peers-file", "peers.yaml"}, "peers-file"},
 		{[]string{"--wireguard-device", "a-name-longer-than-15"}, "wireguard-device"},

@@ -174,6 +174,14 @@ func TestRBACOnAPIServer(t *testing.T) {
 		Spec: coordinov1alpha1.PolicyIRSpec{PolicyTypes: []string{}}}, metav1.CreateOptions{}); !apierrors.IsForbidden(err) {
 		t.Errorf("daemon wrote a PolicyIR: %v", err)
 	}
+	// With --routing=bgp: Services and their EndpointSlices (addresses
+	// announced by serviceSelector, Local ones where an endpoint is ready).
+	if _, err := kubernetes.NewForConfigOrDie(daemonCfg).DiscoveryV1().EndpointSlices("").List(ctx, metav1.ListOptions{}); err != nil {
+		t.Errorf("daemon cannot list endpointslices: %v", err)
+	}
+	if _, err := kubernetes.NewForConfigOrDie(daemonCfg).CoreV1().Services("").List(ctx, metav1.ListOptions{}); err != nil {
+		t.Errorf("daemon cannot list services: %v", err)
+	}
 	if _, err := kubernetes.NewForConfigOrDie(daemonCfg).CoreV1().Secrets("coordino-system").List(ctx, metav1.ListOptions{}); !apierrors.IsForbidden(err) {
 		t.Errorf("daemon lists secrets: %v", err)
 	}

@@ -132,6 +132,14 @@ func TestCRDValidation(t *testing.T) {
 	if err := bgpPolicy("ok", func(*coordinov1alpha1.BGPPeerPolicySpec) {}); err != nil {
 		t.Errorf("valid BGPPeerPolicy rejected: %v", err)
 	}
+	// The serviceSelector survives the schema (pruned, it would announce
+	// nothing).
+	sel := &metav1.LabelSelector{MatchLabels: map[string]string{"bgp": "announce"}}
+	if err := bgpPolicy("services", func(s *coordinov1alpha1.BGPPeerPolicySpec) { s.ServiceSelector = sel }); err != nil {
+		t.Errorf("BGPPeerPolicy with a serviceSelector rejected: %v", err)
+	} else if got, err := cs.BGPPeerPolicies().Get(ctx, "services", metav1.GetOptions{}); err != nil || got.Spec.ServiceSelector == nil || got.Spec.ServiceSelector.MatchLabels["bgp"] != "announce" {
+		t.Errorf("BGPPeerPolicy's serviceSelector read back as %+v (%v)", got, err)
+	}
 	for name, mutate := range map[string]func(*coordinov1alpha1.BGPPeerPolicySpec){
 		"asn-zero":   func(s *coordinov1alpha1.BGPPeerPolicySpec) { s.LocalASN = 0 },
 		"no-peers":   func(s *coordinov1alpha1.BGPPeerPolicySpec) { s.Peers = nil },

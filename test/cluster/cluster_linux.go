@@ -47,6 +47,12 @@ type Options struct {
 	// nftables or auto); Install then checks each daemon reports it.
 	// Default $COORDINO_CLUSTER_DATAPATH; empty keeps the manifest's.
 	Datapath string
+	// Routing "bgp" stands the workers in two racks on different subnets
+	// behind an FRR router in a namespace of its own, starts every daemon
+	// with --routing=bgp and applies a BGPPeerPolicy per rack (see
+	// racks_linux.go). Default $COORDINO_CLUSTER_ROUTING; empty: one
+	// segment and the manifest's routing.
+	Routing string
 	// SkipInstall brings nodes up without Coordino (they stay NotReady
 	// unless PrimaryCNI gives them a CNI).
 	SkipInstall bool
@@ -156,6 +162,12 @@ func (o *Options) defaults() error {
 	if err := checkDatapath(o.Datapath); err != nil {
 		return err
 	}
+	if o.Routing == "" {
+		o.Routing = os.Getenv("COORDINO_CLUSTER_ROUTING")
+	}
+	if err := checkRouting(o.Routing); err != nil {
+		return err
+	}
 	if o.RefPluginDir == "" {
 		o.RefPluginDir = filepath.Join(o.RepoRoot, "bin", "ref")
 	}
@@ -252,7 +264,11 @@ func Up(ctx context.Context, opts Options) (_ *Cluster, err error) {
 	if err != nil {
 		return nil, errors.New("nsenter not found (util-linux)")
 	}
-	if err := testbed.CheckCIDRsFree(UnderlayCIDR, PodCIDR); err != nil {
+	cidrs := []string{UnderlayCIDR, PodCIDR}
+	if opts.Routing == "bgp" {
+		cidrs = append(cidrs, rackCIDR(1).String())
+	}
+	if err := testbed.CheckCIDRsFree(cidrs...); err != nil {
 		return nil, bedInTheWay(err, opts.Dir, DefaultDir)
 	}
 	if err := Teardown(opts.Dir, opts.Logf); err != nil {
@@ -288,6 +304,12 @@ func Up(ctx context.Context, opts Options) (_ *Cluster, err error) {
 		return nil, err
 	}
 	c.Logf("cluster: network up (%s)", time.Since(start).Round(time.Millisecond))
+	if c.racks() > 1 {
+		if err := c.startRouter(ctx, "cb-"+sfx+"-r"); err != nil {
+			return nil, err
+		}
+		c.Logf("cluster: %d racks behind FRR (AS %d) in cb-%s-r (%s)", c.racks(), RouterASN, sfx, time.Since(start).Round(time.Millisecond))
+	}
 	if err := c.startControlPlane(ctx); err != nil {
 		return nil, err
 	}
@@ -348,12 +370,24 @@ func (c *Cluster) buildNetwork(sfx string) error {
 	if err := u.attach("cp", c.cp.ns, "eth0", controlPlaneIP); err != nil {
 		return err
 	}
+	if c.racks() > 1 {
+		if err := c.buildRouter(u, name("r")); err != nil {
+			return err
+		}
+		// The control plane reaches the other racks' nodes (kubelets,
+		// webhooks on the host network) through the router.
+		for r := 1; r < c.racks(); r++ {
+			if err := addRoute(c.cp.ns, rackCIDR(r), routerIP(0)); err != nil {
+				return err
+			}
+		}
+	}
 	for i := 1; i <= c.Workers; i++ {
 		m, err := newMachine(fmt.Sprintf("w%d", i), fmt.Sprintf("worker-%d", i))
 		if err != nil {
 			return err
 		}
-		if err := u.attach(fmt.Sprintf("w%d", i), m.ns, "eth0", workerIP(i)); err != nil {
+		if err := u.attachTo(fmt.Sprintf("br%d", c.rackOf(i)), fmt.Sprintf("w%d", i), m.ns, "eth0", c.workerIP(i)); err != nil {
 			return err
 		}
 		// A node forwards (kubeadm's preflight insists); the CNI and
@@ -365,12 +399,18 @@ func (c *Cluster) buildNetwork(sfx string) error {
 		// rewrites them after the route lookup) need one. It leads to the
 		// control plane, which forwards nothing, so what kube-proxy or the
 		// CNI does not route goes nowhere.
-		if err := addDefaultRoute(m.ns, controlPlaneIP); err != nil {
+		// With racks, the default route leads to the rack's router, which
+		// forwards only to the racks and to what BGP taught it.
+		gw := controlPlaneIP
+		if c.racks() > 1 {
+			gw = routerIP(c.rackOf(i))
+		}
+		if err := addDefaultRoute(m.ns, gw); err != nil {
 			return err
 		}
 		// The control plane answers pods (API server, webhooks) through
-		// the node that owns each pod range.
-		if err := addRoute(c.cp.ns, workerPodCIDR(i), workerIP(i)); err != nil {
+		// the node that owns each pod range (or the router to its rack).
+		if err := addRoute(c.cp.ns, workerPodCIDR(i), c.nodeGateway(i)); err != nil {
 			return err
 		}
 		c.workers = append(c.workers, m)
@@ -381,7 +421,17 @@ func (c *Cluster) buildNetwork(sfx string) error {
 		return err
 	}
 	defer host.Close()
-	return u.attach("host", host, c.state.HostLink, hostUnderlayIP)
+	if err := u.attach("host", host, c.state.HostLink, hostUnderlayIP); err != nil {
+		return err
+	}
+	// The host reaches the other racks' nodes (metrics, kubelets) through
+	// the router; the route goes with the host's link.
+	for r := 1; r < c.racks(); r++ {
+		if err := addRoute(host, rackCIDR(r), routerIP(0)); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // Down stops everything the cluster started and removes what it created.

@@ -28,12 +28,19 @@ func checkDatapath(d string) error {
 }
 
 // kustomization is the directory Install applies: the overlay itself, or,
-// with Datapath set, a kustomization in the bed's directory that takes the
-// overlay and appends --datapath to the daemon's arguments (so the
-// daemons start on it: a patch after the apply would first run them on
-// the default).
+// with Datapath or Routing set, a kustomization in the bed's directory
+// that takes the overlay and appends --datapath and --routing to the
+// daemon's arguments (so the daemons start on them: a patch after the
+// apply would first run them on the defaults).
 func (c *Cluster) kustomization() (string, error) {
-	if c.Datapath == "" {
+	var args []string
+	if c.Datapath != "" {
+		args = append(args, "--datapath="+c.Datapath)
+	}
+	if c.Routing != "" {
+		args = append(args, "--routing="+c.Routing)
+	}
+	if len(args) == 0 {
 		return c.Overlay, nil
 	}
 	dir := c.path("kustomize")
@@ -45,16 +52,16 @@ func (c *Cluster) kustomization() (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("overlay %s relative to %s: %w", c.Overlay, dir, err)
 	}
-	k, err := render(datapathKustomization, map[string]any{"Overlay": rel, "Datapath": c.Datapath})
+	k, err := render(argsKustomization, map[string]any{"Overlay": rel, "Args": args})
 	if err != nil {
 		return "", err
 	}
 	return dir, os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(k), 0o644)
 }
 
-// datapathKustomization: containers/0 is the daemon in
-// install/kubernetes/base (CheckDatapath proves the flag took).
-const datapathKustomization = `# Written by test/cluster: the overlay with the bed's --datapath.
+// argsKustomization: containers/0 is the daemon in
+// install/kubernetes/base (CheckDatapath proves --datapath took).
+const argsKustomization = `# Written by test/cluster: the overlay with the bed's daemon flags.
 apiVersion: kustomize.config.k8s.io/v1beta1
 kind: Kustomization
 resources:
@@ -66,9 +73,11 @@ patches:
       kind: DaemonSet
       name: coordino
     patch: |-
+{{- range .Args}}
       - op: add
         path: /spec/template/spec/containers/0/args/-
-        value: --datapath={{.Datapath}}
+        value: {{.}}
+{{- end}}
 `
 
 // DaemonMetricsPort is where the daemon serves /metrics on the node's

@@ -67,7 +67,7 @@ func TestKustomizationAddsDatapath(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := &Cluster{Options: Options{Dir: t.TempDir(), Datapath: "nftables",
+	c := &Cluster{Options: Options{Dir: t.TempDir(), Datapath: "nftables", Routing: "bgp",
 		Overlay: filepath.Join(root, "install", "kubernetes", "overlays", "primary")}}
 	dir, err := c.kustomization()
 	if err != nil {
@@ -89,13 +89,15 @@ func TestKustomizationAddsDatapath(t *testing.T) {
 	if ds == nil {
 		t.Fatalf("no coordino DaemonSet in:\n%s", out)
 	}
-	for _, ctr := range ds.Spec.Template.Spec.Containers {
-		has := false
-		for _, a := range ctr.Args {
-			has = has || a == "--datapath=nftables"
-		}
-		if has != (ctr.Name == "daemon") {
-			t.Errorf("container %s args %v: --datapath=nftables present %t, want it on the daemon only", ctr.Name, ctr.Args, has)
+	for _, flag := range []string{"--datapath=nftables", "--routing=bgp"} {
+		for _, ctr := range ds.Spec.Template.Spec.Containers {
+			has := false
+			for _, a := range ctr.Args {
+				has = has || a == flag
+			}
+			if has != (ctr.Name == "daemon") {
+				t.Errorf("container %s args %v: %s present %t, want it on the daemon only", ctr.Name, ctr.Args, flag, has)
+			}
 		}
 	}
 }

@@ -38,6 +38,11 @@ func (c *Cluster) Install(ctx context.Context) error {
 	if err := c.applyString(ctx, c.ipPools()); err != nil {
 		return err
 	}
+	if c.Routing == "bgp" {
+		if err := c.applyBGPPolicies(ctx); err != nil {
+			return err
+		}
+	}
 	dns, err := render(coreDNSManifest, map[string]any{"Image": CoreDNSImage, "IP": DNSServiceIP, "Domain": ClusterDNS})
 	if err != nil {
 		return err
@@ -60,6 +65,11 @@ func (c *Cluster) Install(ctx context.Context) error {
 	for _, r := range []string{"coordino-system/daemonset/coordino", "coordino-system/deployment/coordino-controller", "kube-system/deployment/coredns"} {
 		ns, obj, _ := strings.Cut(r, "/")
 		if _, err := c.Kubectl(ctx, "-n", ns, "rollout", "status", "--timeout=5m", obj); err != nil {
+			return err
+		}
+	}
+	if c.Routing == "bgp" {
+		if err := c.WaitRouterBlocks(ctx); err != nil {
 			return err
 		}
 	}

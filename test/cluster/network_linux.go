@@ -28,8 +28,11 @@ var (
 	controlPlaneIP = netip.MustParseAddr("10.233.0.2")
 )
 
-// workerIP is worker i's (1-based) underlay address.
-func workerIP(i int) netip.Addr { return netip.AddrFrom4([4]byte{10, 233, 0, byte(10 + i)}) }
+// workerIP is worker i's (1-based) underlay address: 10.233.<rack>.1<i>,
+// rack 0 unless the bed has racks (Routing bgp).
+func (c *Cluster) workerIP(i int) netip.Addr {
+	return netip.AddrFrom4([4]byte{10, 233, byte(c.rackOf(i)), byte(10 + i)})
+}
 
 // workerPodCIDR is the IPPool of worker i: one /24 per node, so the control
 // plane's routes back to pods (API server replies) are static.
@@ -82,27 +85,37 @@ func newUnderlay(name string) (*underlay, error) {
 		return nil, err
 	}
 	u := &underlay{ns: h, bridge: "br0"}
-	err = inNetns(h, func() error {
-		br := &netlink.Bridge{LinkAttrs: netlink.LinkAttrs{Name: u.bridge}}
+	return u, u.addBridge(u.bridge)
+}
+
+// addBridge adds one more segment (a rack) to the underlay namespace.
+func (u *underlay) addBridge(name string) error {
+	return inNetns(u.ns, func() error {
+		br := &netlink.Bridge{LinkAttrs: netlink.LinkAttrs{Name: name}}
 		if err := netlink.LinkAdd(br); err != nil {
-			return fmt.Errorf("add underlay bridge: %w", err)
+			return fmt.Errorf("add underlay bridge %s: %w", name, err)
 		}
 		return netlink.LinkSetUp(br)
 	})
-	return u, err
 }
 
 // attach connects a namespace (or the host when target is the host's
 // handle) to the bridge: a veth whose peer in the target is named ifName
 // and carries addr in the underlay prefix.
 func (u *underlay) attach(portName string, target netns.NsHandle, ifName string, addr netip.Addr) error {
+	return u.attachTo(u.bridge, portName, target, ifName, addr)
+}
+
+// attachTo is attach to one of the underlay's bridges (every segment is a
+// /24, as UnderlayCIDR).
+func (u *underlay) attachTo(bridge, portName string, target netns.NsHandle, ifName string, addr netip.Addr) error {
 	bits := netip.MustParsePrefix(UnderlayCIDR).Bits()
 	err := inNetns(u.ns, func() error {
 		veth := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: portName}, PeerName: ifName, PeerNamespace: netlink.NsFd(int(target))}
 		if err := netlink.LinkAdd(veth); err != nil {
 			return fmt.Errorf("add veth %s: %w", portName, err)
 		}
-		br, err := netlink.LinkByName(u.bridge)
+		br, err := netlink.LinkByName(bridge)
 		if err != nil {
 			return err
 		}
@@ -169,7 +182,7 @@ func writeProcSys(key, value string) error {
 func (c *Cluster) NodeIP(node string) (netip.Addr, error) {
 	for i, n := range c.Nodes {
 		if n == node {
-			return workerIP(i + 1), nil
+			return c.workerIP(i + 1), nil
 		}
 	}
 	return netip.Addr{}, fmt.Errorf("no worker %q", node)

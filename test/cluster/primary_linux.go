@@ -55,7 +55,7 @@ func (c *Cluster) installPrimaryCNI(ctx context.Context) error {
 		}
 		for j := range c.workers {
 			if j != i {
-				if err := addRoute(m.ns, workerPodCIDR(j+1), workerIP(j+1)); err != nil {
+				if err := addRoute(m.ns, workerPodCIDR(j+1), c.workerIP(j+1)); err != nil {
 					return err
 				}
 			}

@@ -118,7 +118,7 @@ func (c *Cluster) startWorker(ctx context.Context, i int, m *machine, images []s
 	if err := copyFile(filepath.Join(c.path("images"), "loopback"), filepath.Join(binds["/opt/cni/bin"], "loopback")); err != nil {
 		return err
 	}
-	ip := workerIP(i)
+	ip := c.workerIP(i)
 	pki := c.pki
 	if err := pki.Issue(m.name+"-serving", m.name, nil, []string{m.name}, ips(ip), true); err != nil {
 		return err
@@ -185,10 +185,15 @@ func (c *Cluster) startWorker(ctx context.Context, i int, m *machine, images []s
 	if err := os.WriteFile(kubeletCfgPath, []byte(kcfg), 0o644); err != nil {
 		return err
 	}
-	if _, err := c.startIn(m, "kubelet", c.bins.kubelet, []string{
+	kubeletArgs := []string{
 		"--config=" + kubeletCfgPath, "--kubeconfig=" + kubeletKcfg,
 		"--hostname-override=" + m.name, "--node-ip=" + ip.String(), "--v=1",
-	}); err != nil {
+	}
+	if c.racks() > 1 {
+		// The rack is the node's zone: what the BGPPeerPolicies select.
+		kubeletArgs = append(kubeletArgs, "--node-labels="+ZoneLabel+"="+rackName(c.rackOf(i)))
+	}
+	if _, err := c.startIn(m, "kubelet", c.bins.kubelet, kubeletArgs); err != nil {
 		return err
 	}
 

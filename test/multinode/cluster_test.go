@@ -335,6 +335,9 @@ func (c *cluster) peerSet(members []*node) peers.Set {
 	s := peers.Set{}
 	for _, n := range members {
 		p := &peers.Node{Name: n.Name, Addresses: []netip.Addr{n.address(false), n.address(true)}, Blocks: n.blocks()}
+		if c.mode.routing == "bgp" {
+			p.Addresses = []netip.Addr{n.fabricAddr(false), n.fabricAddr(true)}
+		}
 		if c.mode.v6Underlay {
 			p.Addresses = p.Addresses[1:]
 		}

@@ -23,7 +23,7 @@ const fabricScale = 5000
 // 5,000 blocks. go test -tags benchmultinode -count=1 -v -run
 // '^TestBenchFabricBGP$' ./test/multinode/
 func TestBenchFabricBGP(t *testing.T) {
-	f := newFabricWith(t, 3, fabricScale)
+	f := newFabricWith(t, bgpMode, 3, fabricScale, false)
 	n0, n2 := f.nodes[0], f.nodes[2]
 	if err := f.waitRoutes(60*time.Second, f.nodes); err != nil {
 		t.Fatal(err)

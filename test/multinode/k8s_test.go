@@ -38,6 +38,20 @@ type kubeEnv struct {
 func newKubeCluster(t *testing.T, m mode, count int) *cluster {
 	t.Helper()
 	c := newUnderlay(t, m)
+	c.kube = startKube(t)
+	for i := 0; i < count; i++ {
+		c.addNode()
+	}
+	for _, n := range c.nodes {
+		c.startDaemon(n)
+	}
+	return c
+}
+
+// startKube starts the API server and the controller a Kubernetes-mode
+// cluster's nodes join.
+func startKube(t *testing.T) *kubeEnv {
+	t.Helper()
 	srv := apiserver.Start(t)
 	env := &kubeEnv{srv: srv, kube: kubernetes.NewForConfigOrDie(srv.Config), crd: versioned.NewForConfigOrDie(srv.Config),
 		ns: "team-" + harness.RandomSuffix(6)}
@@ -58,14 +72,7 @@ func newKubeCluster(t *testing.T, m mode, count int) *cluster {
 	done := make(chan error, 1)
 	go func() { done <- controller.Run(cctx, srv.Config, opts, zap.NewNop()) }()
 	t.Cleanup(func() { cancel(); <-done })
-	c.kube = env
-	for i := 0; i < count; i++ {
-		c.addNode()
-	}
-	for _, n := range c.nodes {
-		c.startDaemon(n)
-	}
-	return c
+	return env
 }
 
 func bg(t *testing.T) context.Context {

@@ -53,6 +53,16 @@ type BGPPeerPolicySpec struct {
 	// +kubebuilder:validation:Minimum=0
 	// +kubebuilder:validation:Maximum=4095
 	RestartTimeSeconds int32 `json:"restartTimeSeconds,omitempty"`
+	// ServiceSelector selects the Services whose addresses the nodes
+	// announce as host routes (/32, /128), next hop the node: each
+	// LoadBalancer ingress IP and externalIP. A Service with
+	// externalTrafficPolicy Local is announced only by nodes with a
+	// ready endpoint of it, so the fabric sends its traffic where it is
+	// served without a second hop; any other by every selected node.
+	// Unset: no Service addresses are announced. Standalone mode has no
+	// Services and ignores it.
+	// +optional
+	ServiceSelector *metav1.LabelSelector `json:"serviceSelector,omitempty"`
 	// Peers are the routers the nodes open sessions to.
 	// +listType=atomic
 	// +kubebuilder:validation:MinItems=1

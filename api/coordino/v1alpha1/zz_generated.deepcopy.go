@@ -104,6 +104,11 @@ func (in *BGPPeerPolicySpec) DeepCopyInto(out *BGPPeerPolicySpec) {
 			(*out)[key] = val
 		}
 	}
+	if in.ServiceSelector != nil {
+		in, out := &in.ServiceSelector, &out.ServiceSelector
+		*out = new(v1.LabelSelector)
+		(*in).DeepCopyInto(*out)
+	}
 	if in.Peers != nil {
 		in, out := &in.Peers, &out.Peers
 		*out = make([]BGPPeer, len(*in))

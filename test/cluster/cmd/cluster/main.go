@@ -24,8 +24,9 @@ func main() {
 	workers := flag.Int("workers", 2, "worker nodes")
 	noInstall := flag.Bool("no-install", false, "leave Coordino out (nodes stay NotReady until a CNI is installed)")
 	datapath := flag.String("datapath", os.Getenv("COORDINO_CLUSTER_DATAPATH"), "start the daemons with --datapath=this (ebpf, nftables, auto; empty: the manifest's default); with datapath: the one every daemon must report")
+	routing := flag.String("routing", os.Getenv("COORDINO_CLUSTER_ROUTING"), "bgp: the workers in two racks on different subnets behind an FRR router, daemons with --routing=bgp and a BGPPeerPolicy per rack (empty: one segment)")
 	flag.Usage = func() {
-		fmt.Fprintln(os.Stderr, "usage: cluster [-workers N] [-no-install] [-datapath D] up|down|status|datapath (status: exit 0 when a bed is up; datapath: what enforces on each node of the bed, exit 1 unless every daemon reports -datapath)")
+		fmt.Fprintln(os.Stderr, "usage: cluster [-workers N] [-no-install] [-datapath D] [-routing bgp] up|down|status|datapath (status: exit 0 when a bed is up; datapath: what enforces on each node of the bed, exit 1 unless every daemon reports -datapath)")
 		flag.PrintDefaults()
 	}
 	flag.Parse()
@@ -36,7 +37,7 @@ func main() {
 	var err error
 	switch flag.Arg(0) {
 	case "up":
-		err = up(*workers, *noInstall, *datapath, dir)
+		err = up(*workers, *noInstall, *datapath, *routing, dir)
 	case "down":
 		err = down(dir)
 	case "status":
@@ -99,20 +100,28 @@ func datapathNote(d string) string {
 	return " with --datapath=" + d
 }
 
-func up(workers int, noInstall bool, datapath, dir string) error {
+// routingNote names the racks of a bed with routing bgp.
+func routingNote(r, dir string) string {
+	if r == "" {
+		return ""
+	}
+	return fmt.Sprintf(" with --routing=%s, workers alternating between 10.233.0.0/24 and 10.233.1.0/24 behind FRR (vtysh --vty_socket %s/router -c 'show bgp ipv4 unicast')", r, dir)
+}
+
+func up(workers int, noInstall bool, datapath, routing, dir string) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	c, err := cluster.Up(ctx, cluster.Options{Dir: dir, Workers: workers, SkipInstall: noInstall, Datapath: datapath, Logf: log.Printf})
+	c, err := cluster.Up(ctx, cluster.Options{Dir: dir, Workers: workers, SkipInstall: noInstall, Datapath: datapath, Routing: routing, Logf: log.Printf})
 	if err != nil {
 		return err
 	}
 	fmt.Printf(`
-Cluster up: %d workers %v, Coordino installed from %s%s.
+Cluster up: %d workers %v, Coordino installed from %s%s%s.
   export KUBECONFIG=%s
   alias kubectl=%s
   kubectl get nodes -o wide; kubectl -n coordino-system get pods -o wide
   kubectl run a --image=%s --overrides='{"spec":{"nodeName":"worker-1"}}' -- netexec
 Logs in %s/logs. make cluster-down removes everything.
-`, workers, c.Nodes, c.Overlay, datapathNote(c.Datapath), c.Kubeconfig, c.KubectlPath(), cluster.AgnhostImage, dir)
+`, workers, c.Nodes, c.Overlay, datapathNote(c.Datapath), routingNote(c.Routing, dir), c.Kubeconfig, c.KubectlPath(), cluster.AgnhostImage, dir)
 	return nil
 }
