@@ -708,6 +708,7 @@ func (d *Datapath) UpdatePolicy(s policy.Snapshot) error {
 		d.notEnforced = unenforced.Error()
 	}
 	delta, invalid := d.snap.Diff(s)
+	invalid = errors.Join(invalid, unenforced)
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	delta.Feed(d.engine)
