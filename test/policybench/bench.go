@@ -41,7 +41,7 @@ type Params struct {
 	// them selecting both pods, none deciding the measured traffic (its
 	// packets consult both tiers and fall through to NetworkPolicy).
 	ClusterPolicies int       `json:"clusterPolicies"`
-	Progress io.Writer `json:"-"`
+	Progress        io.Writer `json:"-"`
 }
 
 // DefaultParams is the full run recorded in docs/benchmarks.md.

@@ -48,7 +48,7 @@ type ScaleParams struct {
 	// ClusterPolicies, when > 0, adds a configuration: the largest size
 	// plus this many ClusterNetworkPolicies.
 	ClusterPolicies int       `json:"clusterPolicies"`
-	Progress io.Writer `json:"-"`
+	Progress        io.Writer `json:"-"`
 }
 
 // DefaultScaleParams is the run recorded in docs/benchmarks.md.
@@ -70,8 +70,8 @@ type ScaleReport struct {
 	// LoadSeconds is how long each configuration took to load, write to
 	// enforced, by policyLoad.String().
 	LoadSeconds map[string]float64 `json:"loadSeconds"`
-	Rows        []ScaleRow      `json:"rows"`
-	Change      ChangeRow       `json:"change"`
+	Rows        []ScaleRow         `json:"rows"`
+	Change      ChangeRow          `json:"change"`
 	// Cut is the time from a policy file write that revokes an allowed
 	// flow to the first lost exchange of an established connection on it.
 	Cut ChangeRow `json:"establishedCut"`
@@ -86,13 +86,13 @@ type ScaleRow struct {
 	Mode     string `json:"mode"`
 	Policies int    `json:"policies"`
 	// ClusterPolicies are the ClusterNetworkPolicies loaded besides.
-	ClusterPolicies int `json:"clusterPolicies,omitempty"`
-	N        int     `json:"n"`
-	Errors   int     `json:"errors"`
-	P50      float64 `json:"p50_ms"`
-	P99      float64 `json:"p99_ms"`
-	RatioP50 float64 `json:"ratio_p50"`
-	RatioP99 float64 `json:"ratio_p99"`
+	ClusterPolicies int     `json:"clusterPolicies,omitempty"`
+	N               int     `json:"n"`
+	Errors          int     `json:"errors"`
+	P50             float64 `json:"p50_ms"`
+	P99             float64 `json:"p99_ms"`
+	RatioP50        float64 `json:"ratio_p50"`
+	RatioP99        float64 `json:"ratio_p99"`
 	// Daemon* are coordino-daemon's own time per ADD (its "took" log field).
 	DaemonP50 float64 `json:"daemon_p50_ms"`
 	DaemonP99 float64 `json:"daemon_p99_ms"`
