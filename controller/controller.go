@@ -16,6 +16,7 @@ import (
 	"k8s.io/client-go/util/workqueue"
 
 	"github.com/coordino/coordino/api/client/clientset/versioned"
+	"github.com/coordino/coordino/api/policyir"
 )
 
 // Stores are the object caches the controller reads; Run fills them with
@@ -54,6 +55,13 @@ type Controller struct {
 	poolQueue  workqueue.TypedRateLimitingInterface[string]
 	identQueue workqueue.TypedRateLimitingInterface[string]
 
+	// selected counts the policies naming each excluded label; excluded
+	// is what identities leave out now. selMu also orders pod accounting
+	// with a change of them, so no pod keeps a set of the old exclusion.
+	selMu    sync.Mutex
+	selected *policyir.SelectedLabels
+	excluded []string
+
 	mu         sync.Mutex
 	waiting    map[string]map[string]struct{} // pool -> nodes that found it exhausted
 	emptySince map[netip.Prefix]time.Time
@@ -80,6 +88,8 @@ func New(opts Options, log *zap.Logger, core kubernetes.Interface, crd versioned
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "identities"}),
 	}
 	c.alloc = &numberAllocator{c: c}
+	c.selected = policyir.NewSelectedLabels(opts.ExcludedLabels)
+	c.excluded = opts.ExcludedLabels
 	return c
 }
 

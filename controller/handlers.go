@@ -9,7 +9,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/cache"
 
+	cnpv1beta1 "sigs.k8s.io/network-policy-api/apis/v1beta1"
+
 	coordinov1alpha1 "github.com/coordino/coordino/api/coordino/v1alpha1"
+	"github.com/coordino/coordino/api/policyir"
 )
 
 // Event handlers. Each takes the object as the informer delivers it (the
@@ -214,4 +217,62 @@ func (c *Controller) isExhausted(pool string) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return len(c.waiting[pool]) > 0
+}
+
+// OnPolicyIR and OnClusterPolicy track the excluded pod labels policies
+// select on (policyir.SelectedLabels): a key that becomes selected, or
+// stops being, re-derives the label sets of the pods carrying it, and
+// only theirs.
+func (c *Controller) OnPolicyIR(obj any, deleted bool) {
+	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj, deleted = d.Obj, true
+	}
+	ir, ok := obj.(*coordinov1alpha1.PolicyIR)
+	if !ok {
+		return
+	}
+	var names func(func(string))
+	if !deleted {
+		names = func(add func(string)) { policyir.PodLabelKeys(&ir.Spec, add) }
+	}
+	c.setSelected(policyir.PolicyIRKey(ir.Namespace, ir.Name), names)
+}
+
+// OnClusterPolicy: see OnPolicyIR.
+func (c *Controller) OnClusterPolicy(obj any, deleted bool) {
+	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj, deleted = d.Obj, true
+	}
+	cnp, ok := obj.(*cnpv1beta1.ClusterNetworkPolicy)
+	if !ok {
+		return
+	}
+	var names func(func(string))
+	if !deleted {
+		names = func(add func(string)) { policyir.ClusterPodLabelKeys(cnp, add) }
+	}
+	c.setSelected(policyir.ClusterPolicyKey(cnp.Name), names)
+}
+
+func (c *Controller) setSelected(key string, names func(func(string))) {
+	c.selMu.Lock()
+	defer c.selMu.Unlock()
+	changed := c.selected.Set(key, names)
+	if len(changed) == 0 {
+		return
+	}
+	c.excluded = c.selected.Excluded()
+	c.log.Info("pod labels selected by policies changed", zap.Strings("keys", changed), zap.Strings("excluded", c.excluded))
+	// A listing of the pods, but new label sets only for those carrying
+	// a changed key; a key changes only with the first or last policy
+	// naming it.
+	for _, o := range c.Pods.List() {
+		pod := o.(*corev1.Pod)
+		for _, k := range changed {
+			if _, ok := pod.Labels[k]; ok {
+				c.accountPodLocked(pod, false)
+				break
+			}
+		}
+	}
 }

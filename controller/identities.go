@@ -69,6 +69,13 @@ func holdsAddress(p *corev1.Pod) bool {
 // accountPod updates the pod's label set and node counts and queues its
 // set for an Identity when it has none.
 func (c *Controller) accountPod(pod *corev1.Pod, deleted bool) {
+	c.selMu.Lock()
+	defer c.selMu.Unlock()
+	c.accountPodLocked(pod, deleted)
+}
+
+// accountPodLocked is accountPod with c.selMu held.
+func (c *Controller) accountPodLocked(pod *corev1.Pod, deleted bool) {
 	key := pod.Namespace + "/" + pod.Name
 	var hash string
 	var lbls func() map[string]string
@@ -77,10 +84,11 @@ func (c *Controller) accountPod(pod *corev1.Pod, deleted bool) {
 		node = pod.Spec.NodeName
 		if o, ok, _ := c.Namespaces.GetByKey(pod.Namespace); ok {
 			nsLabels := o.(*corev1.Namespace).Labels
-			hash = coordinov1alpha1.SecurityLabelSetHash(pod.Namespace, pod.Labels, nsLabels, c.opts.ExcludedLabels)
+			excluded := c.excluded
+			hash = coordinov1alpha1.SecurityLabelSetHash(pod.Namespace, pod.Labels, nsLabels, excluded)
 			// Built only for a set seen for the first time.
 			lbls = func() map[string]string {
-				return coordinov1alpha1.SecurityLabels(pod.Labels, nsLabels, c.opts.ExcludedLabels)
+				return coordinov1alpha1.SecurityLabels(pod.Labels, nsLabels, excluded)
 			}
 		}
 		// Namespace not seen yet: OnNamespace accounts the pod later.

@@ -19,6 +19,7 @@ import (
 	"github.com/coordino/coordino/api/client/clientset/versioned"
 	coordinoinformers "github.com/coordino/coordino/api/client/informers/externalversions"
 	cnpclient "sigs.k8s.io/network-policy-api/pkg/client/clientset/versioned"
+	cnpinformers "sigs.k8s.io/network-policy-api/pkg/client/informers/externalversions"
 )
 
 // LeaseName is the leader election Lease in Options.Namespace.
@@ -146,6 +147,10 @@ func lead(ctx context.Context, opts Options, log *zap.Logger, core kubernetes.In
 	ncs := cf.Coordino().V1alpha1().NodeConfigs().Informer()
 	blocks := cf.Coordino().V1alpha1().IPBlocks().Informer()
 	idents := cf.Coordino().V1alpha1().Identities().Informer()
+	// Policies only for the pod labels they select on (OnPolicyIR).
+	irs := cf.Coordino().V1alpha1().PolicyIRs().Informer()
+	pf := cnpinformers.NewSharedInformerFactory(cnp, opts.ResyncPeriod)
+	cnps := pf.Policy().V1beta1().ClusterNetworkPolicies().Informer()
 	stores := Stores{Nodes: nodes.GetIndexer(), Pods: pods.GetIndexer(), Namespaces: namespaces.GetIndexer(),
 		IPPools: pools.GetIndexer(), NodeConfigs: ncs.GetIndexer(), IPBlocks: blocks.GetIndexer(), Identities: idents.GetIndexer()}
 	c := New(opts, log, core, crd, stores)
@@ -172,6 +177,7 @@ func lead(ctx context.Context, opts Options, log *zap.Logger, core kubernetes.In
 	}{
 		{nodes, simple(c.OnNode)}, {ncs, simple(c.OnNodeConfig)}, {pools, both(c.OnIPPool)}, {blocks, both(c.OnIPBlock)},
 		{namespaces, both(c.OnNamespace)}, {pods, both(c.OnPod)}, {idents, both(c.OnIdentity)},
+		{irs, both(c.OnPolicyIR)}, {cnps, both(c.OnClusterPolicy)},
 	} {
 		reg, err := r.inf.AddEventHandler(r.h)
 		if err != nil {
@@ -181,6 +187,7 @@ func lead(ctx context.Context, opts Options, log *zap.Logger, core kubernetes.In
 	}
 	kf.Start(ctx.Done())
 	cf.Start(ctx.Done())
+	pf.Start(ctx.Done())
 	if !cache.WaitForCacheSync(ctx.Done(), handled...) {
 		return fmt.Errorf("caches did not sync: %w", ctx.Err())
 	}
@@ -197,6 +204,7 @@ func lead(ctx context.Context, opts Options, log *zap.Logger, core kubernetes.In
 	}
 	kf.Shutdown()
 	cf.Shutdown()
+	pf.Shutdown()
 	return nil
 }
 

@@ -25,6 +25,7 @@ import (
 
 	"github.com/coordino/coordino/api/client/clientset/versioned"
 	coordinov1alpha1 "github.com/coordino/coordino/api/coordino/v1alpha1"
+	"github.com/coordino/coordino/api/policyir"
 	"github.com/coordino/coordino/daemon/controlplane"
 	"github.com/coordino/coordino/daemon/identity"
 	"github.com/coordino/coordino/daemon/ipam"
@@ -59,8 +60,9 @@ type Config struct {
 	StateDir string
 	Pool     *ipam.Pool
 	Log      *zap.Logger
-	// ExcludedLabels are pod label keys left out of identities; they must
-	// match the controller's (default coordinov1alpha1.DefaultExcludedLabels).
+	// ExcludedLabels are pod label keys left out of identities unless a
+	// policy selects on them; they must match the controller's (default
+	// coordinov1alpha1.DefaultExcludedLabels).
 	ExcludedLabels []string
 	// NodeAddresses are reported in NodeConfig status; may be nil.
 	NodeAddresses  func() []netip.Addr
@@ -94,6 +96,9 @@ type Source struct {
 	inf  *informerSet
 	cur  atomic.Pointer[view]
 	m    sourceMetrics
+	// excluded is ExcludedLabels without the keys some policy selects on
+	// (policyir.SelectedLabels), as the controller derives them.
+	excluded atomic.Pointer[[]string]
 
 	// remote turns other nodes' NodeEndpoints into ipcache deltas.
 	remote      *remoteEndpoints
@@ -161,6 +166,7 @@ func New(cfg Config) (*Source, error) {
 		kick: make(chan struct{}, 1), synced: make(chan struct{}), publishKick: make(chan struct{}, 1),
 	}
 	s.setView(known)
+	s.excluded.Store(&cfg.ExcludedLabels)
 	s.ids = NewIdentities(func(name string) (map[string]string, bool) { return s.view().namespaceLabels(name) })
 	s.remote = newRemoteEndpoints(cfg.NodeName, s.log)
 	s.m = newSourceMetrics(s)
@@ -311,6 +317,13 @@ func (s *Source) apply(sink Sink) {
 	s.dirtyMu.Unlock()
 	v := s.view()
 
+	var snap policy.Snapshot
+	if d.policy {
+		snap = snapshot(v)
+		if s.applyExcluded(snap) {
+			d.pods = true // endpoints move to their new label sets
+		}
+	}
 	if d.blocks {
 		s.applyBlocks(v)
 	}
@@ -325,7 +338,7 @@ func (s *Source) apply(sink Sink) {
 		s.applyNamedPorts(v, sink)
 	}
 	if d.policy {
-		if err := sink.UpdatePolicy(snapshot(v)); err != nil {
+		if err := sink.UpdatePolicy(snap); err != nil {
 			s.log.Warn("datapath reported policy errors", zap.Error(err))
 		}
 	}
@@ -333,6 +346,33 @@ func (s *Source) apply(sink Sink) {
 		s.refresh()
 		s.PublishEndpoints() // named ports, or identities moved
 	}
+}
+
+// applyExcluded derives the excluded labels no policy of snap selects on;
+// it reports whether they changed.
+func (s *Source) applyExcluded(snap policy.Snapshot) bool {
+	sel := policyir.NewSelectedLabels(s.cfg.ExcludedLabels)
+	for _, ir := range snap.PolicyIRs {
+		sel.Set(policyir.PolicyIRKey(ir.Namespace, ir.Name), func(add func(string)) { policyir.PodLabelKeys(&ir.Spec, add) })
+	}
+	for _, cnp := range snap.ClusterPolicies {
+		sel.Set(policyir.ClusterPolicyKey(cnp.Name), func(add func(string)) { policyir.ClusterPodLabelKeys(cnp, add) })
+	}
+	excluded := sel.Excluded()
+	if slices.Equal(excluded, s.excludedNow()) {
+		return false
+	}
+	s.log.Info("pod labels left out of identities changed (policies select on the others)", zap.Strings("excluded", excluded))
+	s.excluded.Store(&excluded)
+	return true
+}
+
+// excludedNow is the pod label keys identities leave out now.
+func (s *Source) excludedNow() []string {
+	if e := s.excluded.Load(); e != nil {
+		return *e
+	}
+	return s.cfg.ExcludedLabels
 }
 
 func (s *Source) applyBlocks(v view) {
@@ -460,7 +500,7 @@ func (s *Source) podLabelsNow(namespace, name, uid string) (map[string]string, b
 	if !ok {
 		return nil, false
 	}
-	return coordinov1alpha1.SecurityLabels(l, nil, s.cfg.ExcludedLabels), true
+	return coordinov1alpha1.SecurityLabels(l, nil, s.excludedNow()), true
 }
 
 // PodLabels implements endpoint.PodLabeler: the pod's labels from the

@@ -8,6 +8,9 @@
 #   E2E_SUITE=conformance  sig-network [Conformance] that need nothing outside the machine
 #   E2E_SUITE=all          both (default)
 #   E2E_FOCUS / E2E_SKIP   replace the suite's regexps (one-off runs)
+#   E2E_CNP_PASSALL=1      apply cnp-passall.yaml (an Admin and a Baseline
+#                          ClusterNetworkPolicy passing everything to NetworkPolicy)
+#                          before the suites, check both Accepted, remove them after
 #
 # Every skip is listed in e2e-skips.txt with its reason.
 set -euo pipefail
@@ -45,6 +48,21 @@ run() { # <name> <focus> <skip>
 	echo ">> $name took $(( $(date +%s) - start ))s; log $REPORT/$name/e2e.log"
 	grep -a -E '^Ran [0-9]+ of [0-9]+ Specs|^(SUCCESS|FAIL)! ' "$REPORT/$name/e2e.log" || true
 }
+
+passall() { # apply|delete
+	local f=$HERE/cnp-passall.yaml
+	if [ "$1" = delete ]; then "$KUBECTL" --kubeconfig="$KUBECONFIG" delete -f "$f" --ignore-not-found; return; fi
+	"$KUBECTL" --kubeconfig="$KUBECONFIG" apply -f "$f"
+	for n in e2e-admin-pass-all e2e-baseline-pass-all; do
+		"$KUBECTL" --kubeconfig="$KUBECONFIG" wait --for=condition=Accepted --timeout=60s "clusternetworkpolicy/$n"
+	done
+	echo ">> ClusterNetworkPolicies passing everything are present:"
+	"$KUBECTL" --kubeconfig="$KUBECONFIG" get clusternetworkpolicies
+}
+if [ "${E2E_CNP_PASSALL:-0}" = 1 ]; then
+	passall apply
+	trap 'passall delete' EXIT
+fi
 
 failed=0
 netpol_focus='\[sig-network\] Netpol'

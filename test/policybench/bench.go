@@ -35,20 +35,25 @@ type Params struct {
 	// ConnWorkers dial in parallel.
 	ConnWorkers int `json:"connWorkers"`
 	// NftSets adds the set-lookup nftables variant.
-	NftSets  bool      `json:"nftSets"`
-	Progress io.Writer `json:"-"`
+	NftSets bool `json:"nftSets"`
+	// ClusterPolicies, when > 0, adds a Coordino configuration with the
+	// largest rule count plus this many ClusterNetworkPolicies, 50 of
+	// them selecting both pods, none deciding the measured traffic (its
+	// packets consult both tiers and fall through to NetworkPolicy).
+	ClusterPolicies int       `json:"clusterPolicies"`
+	Progress        io.Writer `json:"-"`
 }
 
 // DefaultParams is the full run recorded in docs/benchmarks.md.
 func DefaultParams() Params {
 	return Params{Sizes: []int{10, 1000, 10000}, Rounds: 5, IperfSeconds: 2, ConnDuration: 1500 * time.Millisecond,
-		ConnWorkers: 2, NftSets: true}
+		ConnWorkers: 2, NftSets: true, ClusterPolicies: 1000}
 }
 
 // QuickParams exercise every code path in seconds.
 func QuickParams() Params {
 	return Params{Sizes: []int{10, 100}, Rounds: 1, IperfSeconds: 1, ConnDuration: 300 * time.Millisecond,
-		ConnWorkers: 2, NftSets: true}
+		ConnWorkers: 2, NftSets: true, ClusterPolicies: 10}
 }
 
 // Ports the measurements use; they come last in every rule list.
@@ -80,7 +85,9 @@ type benchPod struct {
 type config struct {
 	System string `json:"system"` // bare, nft-rules, nft-set, coordino
 	Rules  int    `json:"rulesPerEnd"`
-	side   *side
+	// ClusterPolicies are loaded besides the rules (coordino only).
+	ClusterPolicies int `json:"clusterPolicies,omitempty"`
+	side            *side
 }
 
 func (c config) label() string {
@@ -90,6 +97,9 @@ func (c config) label() string {
 	case "coordino":
 		if c.Rules == 0 {
 			return "Coordino, no policy"
+		}
+		if c.ClusterPolicies > 0 {
+			return fmt.Sprintf("Coordino + %d ClusterNetworkPolicies", c.ClusterPolicies)
 		}
 		return "Coordino"
 	case "nft-rules":
@@ -159,11 +169,14 @@ func Run(ctx context.Context, p Params) (*Report, error) {
 	for _, n := range p.Sizes {
 		configs = append(configs, config{System: "coordino", Rules: n, side: cdo})
 	}
+	if p.ClusterPolicies > 0 {
+		configs = append(configs, config{System: "coordino", Rules: slices.Max(p.Sizes), ClusterPolicies: p.ClusterPolicies, side: cdo})
+	}
 
 	r := &Report{Date: started.UTC().Format(time.RFC3339), Machine: machine(), Params: p}
 	rows := make([]Row, len(configs))
 	for i, c := range configs {
-		rows[i] = Row{System: c.System, Label: c.label(), Rules: c.Rules}
+		rows[i] = Row{System: c.System, Label: c.label(), Rules: c.Rules, ClusterPolicies: c.ClusterPolicies}
 	}
 	// One unmeasured pass warms caches, ARP and the iperf3 servers.
 	for _, s := range []*side{bare, cdo} {
@@ -346,6 +359,13 @@ func (c config) apply() (int, error) {
 	if c.Rules > 0 {
 		yaml = policyYAML(c.Rules)
 	}
+	if c.ClusterPolicies > 0 {
+		// The pods' namespace, for the cluster policies' namespace selectors.
+		yaml += "---\napiVersion: v1\nkind: Namespace\nmetadata: {name: bench, labels: {team: t0}}\n"
+		for i := range c.ClusterPolicies {
+			yaml += clusterPolicy(i, 10000)
+		}
+	}
 	s := c.side
 	if err := s.node.WritePolicy(s.policyDir, "bench.yaml", []byte(yaml), 30*time.Second); err != nil {
 		return 0, err
@@ -359,7 +379,8 @@ func (c config) apply() (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	if want := 2 * c.Rules; int(entries) != want {
+	// Cluster policies add the tier entries of the pods they select.
+	if want := 2 * c.Rules; int(entries) != want && (c.ClusterPolicies == 0 || int(entries) <= want) {
 		return 0, fmt.Errorf("policy map has %v entries, want %d", entries, want)
 	}
 	return int(entries), nil

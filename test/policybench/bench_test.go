@@ -2,10 +2,15 @@ package main
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	cnpv1beta1 "sigs.k8s.io/network-policy-api/apis/v1beta1"
+	"sigs.k8s.io/yaml"
+
+	"github.com/coordino/coordino/api/policyir"
 	"github.com/coordino/coordino/test/privileged"
 )
 
@@ -23,18 +28,21 @@ func TestQuickRun(t *testing.T) {
 	if err != nil {
 		t.Fatalf("%v\n%s", err, progress.String())
 	}
-	if want := 1 + 2*len(p.Sizes) + 1 + len(p.Sizes); len(r.Rows) != want {
+	if want := 1 + 2*len(p.Sizes) + 1 + len(p.Sizes) + 1; len(r.Rows) != want { // the last with cluster policies
 		t.Fatalf("%d rows, want %d", len(r.Rows), want)
 	}
 	for _, x := range r.Rows {
 		if x.MedianGbps <= 0 || x.MedianConn <= 0 || x.ConnErrors > 0 {
 			t.Errorf("%s %d rules: %.2f Gbit/s, %.0f conn/s, %d errors", x.Label, x.Rules, x.MedianGbps, x.MedianConn, x.ConnErrors)
 		}
-		if x.System == "coordino" && x.PolicyEntries != 2*x.Rules {
+		if x.System == "coordino" && x.ClusterPolicies == 0 && x.PolicyEntries != 2*x.Rules {
 			t.Errorf("Coordino %d rules/end: %d policy entries, want %d", x.Rules, x.PolicyEntries, 2*x.Rules)
 		}
 	}
-	if len(r.Targets) != 4 {
+	if last := r.Rows[len(r.Rows)-1]; last.ClusterPolicies != p.ClusterPolicies || last.PolicyEntries <= 2*last.Rules {
+		t.Errorf("cluster policies' row %+v: want %d policies adding tier entries", last, p.ClusterPolicies)
+	}
+	if len(r.Targets) != 5 {
 		t.Errorf("targets = %+v", r.Targets)
 	}
 	var table strings.Builder
@@ -78,14 +86,17 @@ func TestScaleQuickRun(t *testing.T) {
 	if err != nil {
 		t.Fatalf("%v\n%s", err, progress.String())
 	}
-	if want := 2 * len(p.Sizes) * len(p.Datapaths); len(r.Rows) != want {
+	if want := 2 * (len(p.Sizes) + 1) * len(p.Datapaths); len(r.Rows) != want { // + the cluster policies' configuration
 		t.Fatalf("%d rows, want %d", len(r.Rows), want)
 	}
 	for _, x := range r.Rows {
 		if x.N == 0 || x.Errors > 0 || x.P50 <= 0 || x.RatioP50 <= 0 || x.RatioDatapath <= 0 {
-			t.Errorf("%s %s %d policies: n=%d errors=%d p50=%.1f ratio=%.2f ×dp0=%.2f", x.Datapath, x.Mode, x.Policies, x.N, x.Errors,
-				x.P50, x.RatioP50, x.RatioDatapath)
+			t.Errorf("%s %s %d+%d policies: n=%d errors=%d p50=%.1f ratio=%.2f ×dp0=%.2f", x.Datapath, x.Mode, x.Policies, x.ClusterPolicies,
+				x.N, x.Errors, x.P50, x.RatioP50, x.RatioDatapath)
 		}
+	}
+	if last := r.Rows[len(r.Rows)-1]; last.ClusterPolicies != p.ClusterPolicies || last.Policies != slices.Max(p.Sizes) {
+		t.Errorf("last row %+v, want the largest size with %d cluster policies", last, p.ClusterPolicies)
 	}
 	if len(r.Datapaths) != len(p.Datapaths) {
 		t.Fatalf("%d datapaths measured, want %v", len(r.Datapaths), p.Datapaths)
@@ -104,6 +115,30 @@ func TestScaleQuickRun(t *testing.T) {
 	var table strings.Builder
 	r.WriteTable(&table)
 	t.Logf("\n%s", table.String())
+}
+
+// TestScaleClusterPolicies: the generated ClusterNetworkPolicies are valid
+// for the normalizer the daemon loads them with, both tiers and all three
+// actions occur, and every 20th selects every pod.
+func TestScaleClusterPolicies(t *testing.T) {
+	seen := map[string]bool{}
+	for i := range 60 {
+		cnp := &cnpv1beta1.ClusterNetworkPolicy{}
+		if err := yaml.UnmarshalStrict([]byte(strings.TrimPrefix(clusterPolicy(i, 10000), "---\n")), cnp); err != nil {
+			t.Fatalf("policy %d: %v", i, err)
+		}
+		p, err := policyir.NormalizeCluster(cnp)
+		if err != nil || len(p.Warnings) > 0 {
+			t.Fatalf("policy %d: %v %v", i, err, p)
+		}
+		seen[p.Tier.String()], seen[p.Rules[0].Action.String()] = true, true
+		if all := p.NamespaceSelector.Empty() && p.PodSelector.Empty(); all != (i%20 == 0) {
+			t.Errorf("policy %d selects every pod = %v", i, all)
+		}
+	}
+	if len(seen) != 5 {
+		t.Errorf("tiers and actions seen: %v", seen)
+	}
 }
 
 func TestScalePolicies(t *testing.T) {

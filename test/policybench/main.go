@@ -22,6 +22,7 @@ func main() {
 	flag.IntVar(&sp.Concurrency, "concurrency", sp.Concurrency, "-scale: ADDs in flight in the concurrent mode")
 	flag.IntVar(&sp.Changes, "changes", sp.Changes, "-scale: policy changes timed at the largest size")
 	datapaths := flag.String("datapaths", strings.Join(sp.Datapaths, ","), "-scale: comma-separated --datapath values, one node each; the first is the reference")
+	flag.IntVar(&sp.ClusterPolicies, "cluster-policies", sp.ClusterPolicies, "-scale: ClusterNetworkPolicies added to the largest size in one more configuration (0: none)")
 	asJSON := flag.Bool("json", false, "print the report as JSON instead of a table")
 	sizes := flag.String("sizes", "", "comma-separated rules per end (default 10,1000,10000)")
 	p := DefaultParams()
@@ -111,6 +112,9 @@ func runScale(p ScaleParams, quick bool, sizes string, asJSON bool, rounds int) 
 		}
 		if !set["changes"] {
 			p.Changes = q.Changes
+		}
+		if !set["cluster-policies"] {
+			p.ClusterPolicies = q.ClusterPolicies
 		}
 		p.Rounds = q.Rounds
 		if !set["datapaths"] {

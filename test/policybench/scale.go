@@ -30,7 +30,10 @@ import (
 // with 16 ADDs in flight; and the time from a policy file change to the
 // changed verdict on the wire at the largest size. Each datapath
 // (--datapath=ebpf, nftables) has a node of its own, measured in turn
-// within every round, so the ratios between them come from one run.
+// within every round, so the ratios between them come from one run. With
+// ClusterPolicies, one more configuration adds that many
+// ClusterNetworkPolicies of both tiers to the largest size, many of them
+// selecting the new pods.
 
 // ScaleParams shape a -scale run.
 type ScaleParams struct {
@@ -47,20 +50,23 @@ type ScaleParams struct {
 	Changes int `json:"changes"`
 	// Datapaths are the daemons' --datapath values, one node each; the
 	// first is the reference of the ratios between them.
-	Datapaths []string  `json:"datapaths"`
-	Progress  io.Writer `json:"-"`
+	Datapaths []string `json:"datapaths"`
+	// ClusterPolicies, when > 0, adds a configuration: the largest size
+	// plus this many ClusterNetworkPolicies.
+	ClusterPolicies int       `json:"clusterPolicies"`
+	Progress        io.Writer `json:"-"`
 }
 
 // DefaultScaleParams is the run recorded in docs/benchmarks.md.
 func DefaultScaleParams() ScaleParams {
 	return ScaleParams{Sizes: []int{0, 1000, 10000}, Pods: 160, Concurrency: 16, Rounds: 4, Changes: 20,
-		Datapaths: []string{"ebpf", "nftables"}}
+		Datapaths: []string{"ebpf", "nftables"}, ClusterPolicies: 1000}
 }
 
 // QuickScaleParams exercise every code path in seconds.
 func QuickScaleParams() ScaleParams {
 	return ScaleParams{Sizes: []int{0, 100}, Pods: 4, Concurrency: 4, Rounds: 1, Changes: 2,
-		Datapaths: []string{"ebpf", "nftables"}}
+		Datapaths: []string{"ebpf", "nftables"}, ClusterPolicies: 10}
 }
 
 // ScaleReport is the outcome of a -scale run.
@@ -77,9 +83,10 @@ type ScaleReport struct {
 // DatapathScale is what one datapath's node measured besides ADD.
 type DatapathScale struct {
 	Datapath string `json:"datapath"`
-	// LoadSeconds is how long each size took to load, write to enforced.
-	LoadSeconds map[int]float64 `json:"loadSeconds"`
-	Change      ChangeRow       `json:"change"`
+	// LoadSeconds is how long each configuration took to load, write to
+	// enforced, by policyLoad.String().
+	LoadSeconds map[string]float64 `json:"loadSeconds"`
+	Change      ChangeRow          `json:"change"`
 	// Cut is the time from a policy file write that revokes an allowed
 	// flow to the first lost exchange of an established connection on it.
 	Cut ChangeRow `json:"establishedCut"`
@@ -91,17 +98,19 @@ type DatapathScale struct {
 // ScaleRow is one (mode, policy count): ADD latency and its ratio to the
 // reference size in the same mode.
 type ScaleRow struct {
-	Datapath string  `json:"datapath"`
-	Mode     string  `json:"mode"`
-	Policies int     `json:"policies"`
-	N        int     `json:"n"`
-	Errors   int     `json:"errors"`
-	P50      float64 `json:"p50_ms"`
-	P99      float64 `json:"p99_ms"`
-	RatioP50 float64 `json:"ratio_p50"`
-	RatioP99 float64 `json:"ratio_p99"`
+	Datapath string `json:"datapath"`
+	Mode     string `json:"mode"`
+	Policies int    `json:"policies"`
+	// ClusterPolicies are the ClusterNetworkPolicies loaded besides.
+	ClusterPolicies int     `json:"clusterPolicies,omitempty"`
+	N               int     `json:"n"`
+	Errors          int     `json:"errors"`
+	P50             float64 `json:"p50_ms"`
+	P99             float64 `json:"p99_ms"`
+	RatioP50        float64 `json:"ratio_p50"`
+	RatioP99        float64 `json:"ratio_p99"`
 	// RatioDatapath is P50 over the first datapath's at the same mode
-	// and size.
+	// and configuration.
 	RatioDatapath float64 `json:"ratio_p50_datapath"`
 	// Daemon* are coordino-daemon's own time per ADD (its "took" log field).
 	DaemonP50 float64 `json:"daemon_p50_ms"`
@@ -136,9 +145,20 @@ type scaleBed struct {
 	conflist  []byte
 	slots     []*harness.Pod
 	seq       int
-	loaded    int // policies in the files now
+	loaded    policyLoad // policies in the files now
 	// rowOf maps a measured ADD's container ID to its row.
 	rowOf map[string]string
+}
+
+// policyLoad is one configuration: NetworkPolicies and
+// ClusterNetworkPolicies in the policy directory.
+type policyLoad struct{ NP, CNP int }
+
+func (l policyLoad) String() string {
+	if l.CNP == 0 {
+		return fmt.Sprint(l.NP)
+	}
+	return fmt.Sprintf("%d+%d cluster", l.NP, l.CNP)
 }
 
 // RunScale runs the -scale mode and tears everything down.
@@ -149,7 +169,7 @@ func RunScale(ctx context.Context, p ScaleParams) (*ScaleReport, error) {
 	if err := harness.RequireBinaries(); err != nil {
 		return nil, err
 	}
-	if len(p.Sizes) == 0 || p.Pods < 1 || p.Concurrency < 1 || p.Rounds < 1 || p.Changes < 0 {
+	if len(p.Sizes) == 0 || p.Pods < 1 || p.Concurrency < 1 || p.Rounds < 1 || p.Changes < 0 || p.ClusterPolicies < 0 {
 		return nil, fmt.Errorf("bad parameters %+v", p)
 	}
 	if len(p.Datapaths) == 0 {
@@ -177,30 +197,38 @@ func RunScale(ctx context.Context, p ScaleParams) (*ScaleReport, error) {
 	}
 	r := &ScaleReport{Date: started.UTC().Format(time.RFC3339), Machine: machine(), Params: p}
 	for _, b := range beds {
-		r.Datapaths = append(r.Datapaths, DatapathScale{Datapath: b.datapath, LoadSeconds: map[int]float64{}})
+		r.Datapaths = append(r.Datapaths, DatapathScale{Datapath: b.datapath, LoadSeconds: map[string]float64{}})
+	}
+	largest := slices.Max(p.Sizes)
+	var loads []policyLoad
+	for _, size := range p.Sizes {
+		loads = append(loads, policyLoad{NP: size})
+	}
+	if p.ClusterPolicies > 0 {
+		loads = append(loads, policyLoad{NP: largest, CNP: p.ClusterPolicies})
 	}
 	modes := []struct {
 		name    string
 		workers int
 	}{{"sequential", 1}, {fmt.Sprintf("concurrent-%d", p.Concurrency), p.Concurrency}}
 	rows := map[string]*ScaleRow{}
-	row := func(dp, mode string, size int) *ScaleRow {
-		k := fmt.Sprint(dp, mode, size)
+	row := func(dp, mode string, l policyLoad) *ScaleRow {
+		k := fmt.Sprint(dp, mode, l)
 		if rows[k] == nil {
-			rows[k] = &ScaleRow{Datapath: dp, Mode: mode, Policies: size}
+			rows[k] = &ScaleRow{Datapath: dp, Mode: mode, Policies: l.NP, ClusterPolicies: l.CNP}
 		}
 		return rows[k]
 	}
 	perRound := max(1, p.Pods/p.Rounds)
 	for round := range p.Rounds {
-		for k := range p.Sizes {
-			size := p.Sizes[(k+round)%len(p.Sizes)]
+		for k := range loads {
+			l := loads[(k+round)%len(loads)]
 			for i, b := range beds {
-				took, err := b.load(ctx, size)
+				took, err := b.load(ctx, l)
 				if err != nil {
-					return nil, fmt.Errorf("%s: load %d policies: %w", b.datapath, size, err)
+					return nil, fmt.Errorf("%s: load %s policies: %w", b.datapath, l, err)
 				}
-				r.Datapaths[i].LoadSeconds[size] = max(r.Datapaths[i].LoadSeconds[size], took.Seconds())
+				r.Datapaths[i].LoadSeconds[l.String()] = max(r.Datapaths[i].LoadSeconds[l.String()], took.Seconds())
 			}
 			for _, m := range modes {
 				// The datapaths alternate mode by mode, so drift on a
@@ -209,11 +237,11 @@ func RunScale(ctx context.Context, p ScaleParams) (*ScaleReport, error) {
 					if err := ctx.Err(); err != nil {
 						return nil, err
 					}
-					d, errs := b.adds(ctx, fmt.Sprint(m.name, size), size, perRound, m.workers)
-					x := row(b.datapath, m.name, size)
+					d, errs := b.adds(ctx, fmt.Sprint(m.name, l), l.NP, perRound, m.workers)
+					x := row(b.datapath, m.name, l)
 					x.samples = append(x.samples, d...)
 					x.Errors += errs
-					p.progress("round %d/%d  %-8s %-14s %6d policies  %d ADDs  p50 %.1f ms", round+1, p.Rounds, b.datapath, m.name, size,
+					p.progress("round %d/%d  %-8s %-14s %6s policies  %d ADDs  p50 %.1f ms", round+1, p.Rounds, b.datapath, m.name, l,
 						len(d), ms(percentile(d, 50)))
 				}
 			}
@@ -222,27 +250,26 @@ func RunScale(ctx context.Context, p ScaleParams) (*ScaleReport, error) {
 	for _, b := range beds {
 		daemon := b.daemonTimes()
 		for _, m := range modes {
-			ref := row(b.datapath, m.name, p.Sizes[0])
+			ref := row(b.datapath, m.name, loads[0])
 			refP50, refP99 := ms(percentile(ref.samples, 50)), ms(percentile(ref.samples, 99))
-			for _, size := range p.Sizes {
-				x := row(b.datapath, m.name, size)
+			for _, l := range loads {
+				x := row(b.datapath, m.name, l)
 				x.N, x.P50, x.P99 = len(x.samples), ms(percentile(x.samples, 50)), ms(percentile(x.samples, 99))
-				dt := daemon[fmt.Sprint(m.name, size)]
+				dt := daemon[fmt.Sprint(m.name, l)]
 				x.DaemonP50, x.DaemonP99 = ms(percentile(dt, 50)), ms(percentile(dt, 99))
 				if refP50 > 0 && refP99 > 0 {
 					x.RatioP50, x.RatioP99 = x.P50/refP50, x.P99/refP99
 				}
-				if first := ms(percentile(row(p.Datapaths[0], m.name, size).samples, 50)); first > 0 {
+				if first := ms(percentile(row(p.Datapaths[0], m.name, l).samples, 50)); first > 0 {
 					x.RatioDatapath = x.P50 / first
 				}
 				r.Rows = append(r.Rows, *x)
 			}
 		}
 	}
-	largest := slices.Max(p.Sizes)
 	for i, b := range beds {
-		if b.loaded != largest {
-			if _, err := b.load(ctx, largest); err != nil {
+		if b.loaded != (policyLoad{NP: largest}) {
+			if _, err := b.load(ctx, policyLoad{NP: largest}); err != nil {
 				return nil, err
 			}
 		}
@@ -342,10 +369,45 @@ spec:
 	return s.String()
 }
 
-// load replaces the policy files with n policies and waits until the
-// daemon has applied them (coordino_policies).
-func (b *scaleBed) load(ctx context.Context, n int) (time.Duration, error) {
+// clusterPolicy is ClusterNetworkPolicy i of n (sized against np
+// NetworkPolicies): Admin and Baseline in turn, every priority in use;
+// every 20th selects every pod, the others the pods of one app in a
+// team's namespaces (team t0 is the measured pods'); an ingress rule
+// accepting, denying or passing one app on one port, and an egress deny
+// of a /24 on port 25.
+func clusterPolicy(i, np int) string {
+	tier := []string{"Admin", "Baseline"}[i%2]
+	subject := fmt.Sprintf("pods: {namespaceSelector: {matchLabels: {team: t%d}}, podSelector: {matchLabels: {app: svc-%d}}}",
+		i%50, i*7%max(np, 1))
+	if i%20 == 0 {
+		subject = "namespaces: {}"
+	}
+	return fmt.Sprintf(`---
+apiVersion: policy.networking.k8s.io/v1beta1
+kind: ClusterNetworkPolicy
+metadata: {name: c%d}
+spec:
+  tier: %s
+  priority: %d
+  subject: {%s}
+  ingress:
+  - action: %s
+    from: [{pods: {namespaceSelector: {}, podSelector: {matchLabels: {app: svc-%d}}}}]
+    protocols: [{tcp: {destinationPort: {number: %d}}}]
+  egress:
+  - action: Deny
+    to: [{networks: [10.%d.%d.0/24]}]
+    protocols: [{tcp: {destinationPort: {number: 25}}}]
+`, i, tier, i%(1001), subject, []string{"Accept", "Deny", "Pass"}[i%3], (i*7+1)%max(np, 1), 9000+i%1000, 150+i/256%50, i%256)
+}
+
+// load replaces the policy files with l's policies and waits until the
+// daemon has applied them (coordino_policies counts both kinds).
+func (b *scaleBed) load(ctx context.Context, l policyLoad) (time.Duration, error) {
 	old, _ := filepath.Glob(filepath.Join(b.policyDir, "policies-*.yaml"))
+	oldCluster, _ := filepath.Glob(filepath.Join(b.policyDir, "cluster-*.yaml"))
+	old = append(old, oldCluster...)
+	n := l.NP
 	start := time.Now()
 	for _, f := range old {
 		if err := os.Remove(f); err != nil {
@@ -361,8 +423,17 @@ func (b *scaleBed) load(ctx context.Context, n int) (time.Duration, error) {
 			return 0, err
 		}
 	}
-	b.loaded = n
-	want := n
+	for c := 0; c*chunkPolicies < l.CNP; c++ {
+		var s strings.Builder
+		for i := c * chunkPolicies; i < min(l.CNP, (c+1)*chunkPolicies); i++ {
+			s.WriteString(clusterPolicy(i, n))
+		}
+		if err := b.writeFile(fmt.Sprintf("cluster-%03d.yaml", c), s.String()); err != nil {
+			return 0, err
+		}
+	}
+	b.loaded = l
+	want := n + l.CNP
 	if _, err := os.Stat(filepath.Join(b.policyDir, toggleFile)); err == nil {
 		want++
 	}
@@ -722,17 +793,17 @@ func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond)
 // WriteTable prints the report.
 func (r *ScaleReport) WriteTable(w io.Writer) {
 	fmt.Fprintf(w, "Policy scale: %s, %d CPUs, kernel %s, %s (took %s)\n\n", r.Machine.Model, r.Machine.CPUs, r.Machine.Kernel, r.Date, r.Duration)
-	fmt.Fprintf(w, "%-9s %-14s %9s %5s %6s %9s %9s %9s %9s %9s %11s %11s\n", "datapath", "ADD", "policies", "n", "errors", "p50 ms", "p99 ms",
+	fmt.Fprintf(w, "%-9s %-14s %16s %5s %6s %9s %9s %9s %9s %9s %11s %11s\n", "datapath", "ADD", "policies", "n", "errors", "p50 ms", "p99 ms",
 		"p50 ×ref", "p99 ×ref", "p50 ×dp0", "daemon p50", "daemon p99")
 	for _, x := range r.Rows {
-		fmt.Fprintf(w, "%-9s %-14s %9d %5d %6d %9.1f %9.1f %9.2f %9.2f %9.2f %11.2f %11.2f\n", x.Datapath, x.Mode, x.Policies, x.N, x.Errors,
-			x.P50, x.P99, x.RatioP50, x.RatioP99, x.RatioDatapath, x.DaemonP50, x.DaemonP99)
+		fmt.Fprintf(w, "%-9s %-14s %16s %5d %6d %9.1f %9.1f %9.2f %9.2f %9.2f %11.2f %11.2f\n", x.Datapath, x.Mode, policyLoad{x.Policies, x.ClusterPolicies},
+			x.N, x.Errors, x.P50, x.P99, x.RatioP50, x.RatioP99, x.RatioDatapath, x.DaemonP50, x.DaemonP99)
 	}
-	fmt.Fprintln(w, "(×ref: over 0 policies on the same datapath; ×dp0: over the first datapath at the same size)")
+	fmt.Fprintln(w, "(×ref: over 0 policies on the same datapath; ×dp0: over the first datapath in the same configuration)")
 	for _, d := range r.Datapaths {
 		fmt.Fprintf(w, "\n%s:\n", d.Datapath)
-		for _, size := range slices.Sorted(maps.Keys(d.LoadSeconds)) {
-			fmt.Fprintf(w, "load %6d policies from files to enforced: %.1f s (slowest round)\n", size, d.LoadSeconds[size])
+		for _, l := range slices.Sorted(maps.Keys(d.LoadSeconds)) {
+			fmt.Fprintf(w, "load %s policies from files to enforced: %.1f s (slowest round)\n", l, d.LoadSeconds[l])
 		}
 		if d.Change.N > 0 || d.Change.Errors > 0 {
 			fmt.Fprintf(w, "policy change to enforcement at %d policies: p50 %.0f ms, p99 %.0f ms (n=%d, %d errors; includes the 250 ms file debounce)\n",
