@@ -148,6 +148,14 @@ type CoordinoNotiersPolicyValue struct {
 	Flags uint32
 }
 
+type CoordinoNotiersSvcNodeportKey struct {
+	_      structs.HostLayout
+	Family uint8
+	Proto  uint8
+	Port   uint16
+	Addr   [16]uint8
+}
+
 type CoordinoNotiersSvcSlot struct {
 	_       structs.HostLayout
 	Key     CoordinoNotiersCtKey
@@ -174,50 +182,52 @@ type CoordinoNotiersTunnelPeer struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	CoordinoNotiersMapCdoConfig           = "cdo_config"
-	CoordinoNotiersMapCdoConntrack        = "cdo_conntrack"
-	CoordinoNotiersMapCdoCtStats          = "cdo_ct_stats"
-	CoordinoNotiersMapCdoEndpoints        = "cdo_endpoints"
-	CoordinoNotiersMapCdoEpAddrs          = "cdo_ep_addrs"
-	CoordinoNotiersMapCdoEvBudget         = "cdo_ev_budget"
-	CoordinoNotiersMapCdoFibCache         = "cdo_fib_cache"
-	CoordinoNotiersMapCdoFlowMemo         = "cdo_flow_memo"
-	CoordinoNotiersMapCdoFlows            = "cdo_flows"
-	CoordinoNotiersMapCdoFrags            = "cdo_frags"
-	CoordinoNotiersMapCdoHostrouteStats   = "cdo_hostroute_stats"
-	CoordinoNotiersMapCdoIpcache          = "cdo_ipcache"
-	CoordinoNotiersMapCdoLocalEps         = "cdo_local_eps"
-	CoordinoNotiersMapCdoNodeiso          = "cdo_nodeiso"
-	CoordinoNotiersMapCdoNodeisoCfg       = "cdo_nodeiso_cfg"
-	CoordinoNotiersMapCdoPeerBlocks       = "cdo_peer_blocks"
-	CoordinoNotiersMapCdoPolicy           = "cdo_policy"
-	CoordinoNotiersMapCdoSvcCidrs         = "cdo_svc_cidrs"
-	CoordinoNotiersMapCdoSvcLast          = "cdo_svc_last"
-	CoordinoNotiersMapCdoSvcPending       = "cdo_svc_pending"
-	CoordinoNotiersMapCdoTunnel           = "cdo_tunnel"
-	CoordinoNotiersMapCdoTunnelPeers      = "cdo_tunnel_peers"
-	CoordinoNotiersMapCdoVerdicts         = "cdo_verdicts"
-	CoordinoNotiersProgCdoFromEp          = "cdo_from_ep"
-	CoordinoNotiersProgCdoFromNode        = "cdo_from_node"
-	CoordinoNotiersProgCdoFromNodeL3      = "cdo_from_node_l3"
-	CoordinoNotiersProgCdoFromTunnel      = "cdo_from_tunnel"
-	CoordinoNotiersProgCdoToEp            = "cdo_to_ep"
-	CoordinoNotiersProgCdoToNode          = "cdo_to_node"
-	CoordinoNotiersProgCdoToNodeL3        = "cdo_to_node_l3"
-	CoordinoNotiersVarCdoHaveCtLookup     = "cdo_have_ct_lookup"
-	CoordinoNotiersVarCdoHaveTiers        = "cdo_have_tiers"
-	CoordinoNotiersVarUnusedCtStat        = "unused_ct_stat"
-	CoordinoNotiersVarUnusedDirection     = "unused_direction"
-	CoordinoNotiersVarUnusedEpAddrKey     = "unused_ep_addr_key"
-	CoordinoNotiersVarUnusedFlowEvent     = "unused_flow_event"
-	CoordinoNotiersVarUnusedHostrouteStat = "unused_hostroute_stat"
-	CoordinoNotiersVarUnusedLocalEp       = "unused_local_ep"
-	CoordinoNotiersVarUnusedLocalEpKey    = "unused_local_ep_key"
-	CoordinoNotiersVarUnusedNodeisoConfig = "unused_nodeiso_config"
-	CoordinoNotiersVarUnusedNodeisoFlag   = "unused_nodeiso_flag"
-	CoordinoNotiersVarUnusedReason        = "unused_reason"
-	CoordinoNotiersVarUnusedTunnelConfig  = "unused_tunnel_config"
-	CoordinoNotiersVarUnusedTunnelPeer    = "unused_tunnel_peer"
+	CoordinoNotiersMapCdoConfig            = "cdo_config"
+	CoordinoNotiersMapCdoConntrack         = "cdo_conntrack"
+	CoordinoNotiersMapCdoCtStats           = "cdo_ct_stats"
+	CoordinoNotiersMapCdoEndpoints         = "cdo_endpoints"
+	CoordinoNotiersMapCdoEpAddrs           = "cdo_ep_addrs"
+	CoordinoNotiersMapCdoEvBudget          = "cdo_ev_budget"
+	CoordinoNotiersMapCdoFibCache          = "cdo_fib_cache"
+	CoordinoNotiersMapCdoFlowMemo          = "cdo_flow_memo"
+	CoordinoNotiersMapCdoFlows             = "cdo_flows"
+	CoordinoNotiersMapCdoFrags             = "cdo_frags"
+	CoordinoNotiersMapCdoHostrouteStats    = "cdo_hostroute_stats"
+	CoordinoNotiersMapCdoIpcache           = "cdo_ipcache"
+	CoordinoNotiersMapCdoLocalEps          = "cdo_local_eps"
+	CoordinoNotiersMapCdoNodeiso           = "cdo_nodeiso"
+	CoordinoNotiersMapCdoNodeisoCfg        = "cdo_nodeiso_cfg"
+	CoordinoNotiersMapCdoPeerBlocks        = "cdo_peer_blocks"
+	CoordinoNotiersMapCdoPolicy            = "cdo_policy"
+	CoordinoNotiersMapCdoSvcCidrs          = "cdo_svc_cidrs"
+	CoordinoNotiersMapCdoSvcLast           = "cdo_svc_last"
+	CoordinoNotiersMapCdoSvcNodeports      = "cdo_svc_nodeports"
+	CoordinoNotiersMapCdoSvcPending        = "cdo_svc_pending"
+	CoordinoNotiersMapCdoTunnel            = "cdo_tunnel"
+	CoordinoNotiersMapCdoTunnelPeers       = "cdo_tunnel_peers"
+	CoordinoNotiersMapCdoVerdicts          = "cdo_verdicts"
+	CoordinoNotiersProgCdoFromEp           = "cdo_from_ep"
+	CoordinoNotiersProgCdoFromNode         = "cdo_from_node"
+	CoordinoNotiersProgCdoFromNodeL3       = "cdo_from_node_l3"
+	CoordinoNotiersProgCdoFromTunnel       = "cdo_from_tunnel"
+	CoordinoNotiersProgCdoToEp             = "cdo_to_ep"
+	CoordinoNotiersProgCdoToNode           = "cdo_to_node"
+	CoordinoNotiersProgCdoToNodeL3         = "cdo_to_node_l3"
+	CoordinoNotiersVarCdoHaveCtLookup      = "cdo_have_ct_lookup"
+	CoordinoNotiersVarCdoHaveTiers         = "cdo_have_tiers"
+	CoordinoNotiersVarUnusedCtStat         = "unused_ct_stat"
+	CoordinoNotiersVarUnusedDirection      = "unused_direction"
+	CoordinoNotiersVarUnusedEpAddrKey      = "unused_ep_addr_key"
+	CoordinoNotiersVarUnusedFlowEvent      = "unused_flow_event"
+	CoordinoNotiersVarUnusedHostrouteStat  = "unused_hostroute_stat"
+	CoordinoNotiersVarUnusedLocalEp        = "unused_local_ep"
+	CoordinoNotiersVarUnusedLocalEpKey     = "unused_local_ep_key"
+	CoordinoNotiersVarUnusedNodeisoConfig  = "unused_nodeiso_config"
+	CoordinoNotiersVarUnusedNodeisoFlag    = "unused_nodeiso_flag"
+	CoordinoNotiersVarUnusedReason         = "unused_reason"
+	CoordinoNotiersVarUnusedSvcNodeportKey = "unused_svc_nodeport_key"
+	CoordinoNotiersVarUnusedTunnelConfig   = "unused_tunnel_config"
+	CoordinoNotiersVarUnusedTunnelPeer     = "unused_tunnel_peer"
 )
 
 // LoadCoordinoNotiers returns the embedded CollectionSpec for CoordinoNotiers.
@@ -294,6 +304,7 @@ type CoordinoNotiersMapSpecs struct {
 	CdoPolicy         *ebpf.MapSpec `ebpf:"cdo_policy"`
 	CdoSvcCidrs       *ebpf.MapSpec `ebpf:"cdo_svc_cidrs"`
 	CdoSvcLast        *ebpf.MapSpec `ebpf:"cdo_svc_last"`
+	CdoSvcNodeports   *ebpf.MapSpec `ebpf:"cdo_svc_nodeports"`
 	CdoSvcPending     *ebpf.MapSpec `ebpf:"cdo_svc_pending"`
 	CdoTunnel         *ebpf.MapSpec `ebpf:"cdo_tunnel"`
 	CdoTunnelPeers    *ebpf.MapSpec `ebpf:"cdo_tunnel_peers"`
@@ -304,20 +315,21 @@ type CoordinoNotiersMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type CoordinoNotiersVariableSpecs struct {
-	CdoHaveCtLookup     *ebpf.VariableSpec `ebpf:"cdo_have_ct_lookup"`
-	CdoHaveTiers        *ebpf.VariableSpec `ebpf:"cdo_have_tiers"`
-	UnusedCtStat        *ebpf.VariableSpec `ebpf:"unused_ct_stat"`
-	UnusedDirection     *ebpf.VariableSpec `ebpf:"unused_direction"`
-	UnusedEpAddrKey     *ebpf.VariableSpec `ebpf:"unused_ep_addr_key"`
-	UnusedFlowEvent     *ebpf.VariableSpec `ebpf:"unused_flow_event"`
-	UnusedHostrouteStat *ebpf.VariableSpec `ebpf:"unused_hostroute_stat"`
-	UnusedLocalEp       *ebpf.VariableSpec `ebpf:"unused_local_ep"`
-	UnusedLocalEpKey    *ebpf.VariableSpec `ebpf:"unused_local_ep_key"`
-	UnusedNodeisoConfig *ebpf.VariableSpec `ebpf:"unused_nodeiso_config"`
-	UnusedNodeisoFlag   *ebpf.VariableSpec `ebpf:"unused_nodeiso_flag"`
-	UnusedReason        *ebpf.VariableSpec `ebpf:"unused_reason"`
-	UnusedTunnelConfig  *ebpf.VariableSpec `ebpf:"unused_tunnel_config"`
-	UnusedTunnelPeer    *ebpf.VariableSpec `ebpf:"unused_tunnel_peer"`
+	CdoHaveCtLookup      *ebpf.VariableSpec `ebpf:"cdo_have_ct_lookup"`
+	CdoHaveTiers         *ebpf.VariableSpec `ebpf:"cdo_have_tiers"`
+	UnusedCtStat         *ebpf.VariableSpec `ebpf:"unused_ct_stat"`
+	UnusedDirection      *ebpf.VariableSpec `ebpf:"unused_direction"`
+	UnusedEpAddrKey      *ebpf.VariableSpec `ebpf:"unused_ep_addr_key"`
+	UnusedFlowEvent      *ebpf.VariableSpec `ebpf:"unused_flow_event"`
+	UnusedHostrouteStat  *ebpf.VariableSpec `ebpf:"unused_hostroute_stat"`
+	UnusedLocalEp        *ebpf.VariableSpec `ebpf:"unused_local_ep"`
+	UnusedLocalEpKey     *ebpf.VariableSpec `ebpf:"unused_local_ep_key"`
+	UnusedNodeisoConfig  *ebpf.VariableSpec `ebpf:"unused_nodeiso_config"`
+	UnusedNodeisoFlag    *ebpf.VariableSpec `ebpf:"unused_nodeiso_flag"`
+	UnusedReason         *ebpf.VariableSpec `ebpf:"unused_reason"`
+	UnusedSvcNodeportKey *ebpf.VariableSpec `ebpf:"unused_svc_nodeport_key"`
+	UnusedTunnelConfig   *ebpf.VariableSpec `ebpf:"unused_tunnel_config"`
+	UnusedTunnelPeer     *ebpf.VariableSpec `ebpf:"unused_tunnel_peer"`
 }
 
 // CoordinoNotiersObjects contains all objects after they have been loaded into the kernel.
@@ -359,6 +371,7 @@ type CoordinoNotiersMaps struct {
 	CdoPolicy         *ebpf.Map `ebpf:"cdo_policy"`
 	CdoSvcCidrs       *ebpf.Map `ebpf:"cdo_svc_cidrs"`
 	CdoSvcLast        *ebpf.Map `ebpf:"cdo_svc_last"`
+	CdoSvcNodeports   *ebpf.Map `ebpf:"cdo_svc_nodeports"`
 	CdoSvcPending     *ebpf.Map `ebpf:"cdo_svc_pending"`
 	CdoTunnel         *ebpf.Map `ebpf:"cdo_tunnel"`
 	CdoTunnelPeers    *ebpf.Map `ebpf:"cdo_tunnel_peers"`
@@ -386,6 +399,7 @@ func (m *CoordinoNotiersMaps) Close() error {
 		m.CdoPolicy,
 		m.CdoSvcCidrs,
 		m.CdoSvcLast,
+		m.CdoSvcNodeports,
 		m.CdoSvcPending,
 		m.CdoTunnel,
 		m.CdoTunnelPeers,
@@ -397,20 +411,21 @@ func (m *CoordinoNotiersMaps) Close() error {
 //
 // It can be passed to LoadCoordinoNotiersObjects or ebpf.CollectionSpec.LoadAndAssign.
 type CoordinoNotiersVariables struct {
-	CdoHaveCtLookup     *ebpf.Variable `ebpf:"cdo_have_ct_lookup"`
-	CdoHaveTiers        *ebpf.Variable `ebpf:"cdo_have_tiers"`
-	UnusedCtStat        *ebpf.Variable `ebpf:"unused_ct_stat"`
-	UnusedDirection     *ebpf.Variable `ebpf:"unused_direction"`
-	UnusedEpAddrKey     *ebpf.Variable `ebpf:"unused_ep_addr_key"`
-	UnusedFlowEvent     *ebpf.Variable `ebpf:"unused_flow_event"`
-	UnusedHostrouteStat *ebpf.Variable `ebpf:"unused_hostroute_stat"`
-	UnusedLocalEp       *ebpf.Variable `ebpf:"unused_local_ep"`
-	UnusedLocalEpKey    *ebpf.Variable `ebpf:"unused_local_ep_key"`
-	UnusedNodeisoConfig *ebpf.Variable `ebpf:"unused_nodeiso_config"`
-	UnusedNodeisoFlag   *ebpf.Variable `ebpf:"unused_nodeiso_flag"`
-	UnusedReason        *ebpf.Variable `ebpf:"unused_reason"`
-	UnusedTunnelConfig  *ebpf.Variable `ebpf:"unused_tunnel_config"`
-	UnusedTunnelPeer    *ebpf.Variable `ebpf:"unused_tunnel_peer"`
+	CdoHaveCtLookup      *ebpf.Variable `ebpf:"cdo_have_ct_lookup"`
+	CdoHaveTiers         *ebpf.Variable `ebpf:"cdo_have_tiers"`
+	UnusedCtStat         *ebpf.Variable `ebpf:"unused_ct_stat"`
+	UnusedDirection      *ebpf.Variable `ebpf:"unused_direction"`
+	UnusedEpAddrKey      *ebpf.Variable `ebpf:"unused_ep_addr_key"`
+	UnusedFlowEvent      *ebpf.Variable `ebpf:"unused_flow_event"`
+	UnusedHostrouteStat  *ebpf.Variable `ebpf:"unused_hostroute_stat"`
+	UnusedLocalEp        *ebpf.Variable `ebpf:"unused_local_ep"`
+	UnusedLocalEpKey     *ebpf.Variable `ebpf:"unused_local_ep_key"`
+	UnusedNodeisoConfig  *ebpf.Variable `ebpf:"unused_nodeiso_config"`
+	UnusedNodeisoFlag    *ebpf.Variable `ebpf:"unused_nodeiso_flag"`
+	UnusedReason         *ebpf.Variable `ebpf:"unused_reason"`
+	UnusedSvcNodeportKey *ebpf.Variable `ebpf:"unused_svc_nodeport_key"`
+	UnusedTunnelConfig   *ebpf.Variable `ebpf:"unused_tunnel_config"`
+	UnusedTunnelPeer     *ebpf.Variable `ebpf:"unused_tunnel_peer"`
 }
 
 // CoordinoNotiersPrograms contains all programs after they have been loaded into the kernel.

@@ -100,6 +100,14 @@ type CoordinoSvcmatchNotiersPolicyValue struct {
 	Flags uint32
 }
 
+type CoordinoSvcmatchNotiersSvcNodeportKey struct {
+	_      structs.HostLayout
+	Family uint8
+	Proto  uint8
+	Port   uint16
+	Addr   [16]uint8
+}
+
 type CoordinoSvcmatchNotiersSvcSlot struct {
 	_       structs.HostLayout
 	Key     CoordinoSvcmatchNotiersCtKey
@@ -110,23 +118,24 @@ type CoordinoSvcmatchNotiersSvcSlot struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	CoordinoSvcmatchNotiersMapCdoConfig     = "cdo_config"
-	CoordinoSvcmatchNotiersMapCdoConntrack  = "cdo_conntrack"
-	CoordinoSvcmatchNotiersMapCdoCtStats    = "cdo_ct_stats"
-	CoordinoSvcmatchNotiersMapCdoEndpoints  = "cdo_endpoints"
-	CoordinoSvcmatchNotiersMapCdoEvBudget   = "cdo_ev_budget"
-	CoordinoSvcmatchNotiersMapCdoFlowMemo   = "cdo_flow_memo"
-	CoordinoSvcmatchNotiersMapCdoFlows      = "cdo_flows"
-	CoordinoSvcmatchNotiersMapCdoIpcache    = "cdo_ipcache"
-	CoordinoSvcmatchNotiersMapCdoNodeiso    = "cdo_nodeiso"
-	CoordinoSvcmatchNotiersMapCdoNodeisoCfg = "cdo_nodeiso_cfg"
-	CoordinoSvcmatchNotiersMapCdoPolicy     = "cdo_policy"
-	CoordinoSvcmatchNotiersMapCdoSvcCidrs   = "cdo_svc_cidrs"
-	CoordinoSvcmatchNotiersMapCdoSvcLast    = "cdo_svc_last"
-	CoordinoSvcmatchNotiersMapCdoSvcPending = "cdo_svc_pending"
-	CoordinoSvcmatchNotiersMapCdoVerdicts   = "cdo_verdicts"
-	CoordinoSvcmatchNotiersProgCdoSvcMatch  = "cdo_svc_match"
-	CoordinoSvcmatchNotiersVarCdoHaveTiers  = "cdo_have_tiers"
+	CoordinoSvcmatchNotiersMapCdoConfig       = "cdo_config"
+	CoordinoSvcmatchNotiersMapCdoConntrack    = "cdo_conntrack"
+	CoordinoSvcmatchNotiersMapCdoCtStats      = "cdo_ct_stats"
+	CoordinoSvcmatchNotiersMapCdoEndpoints    = "cdo_endpoints"
+	CoordinoSvcmatchNotiersMapCdoEvBudget     = "cdo_ev_budget"
+	CoordinoSvcmatchNotiersMapCdoFlowMemo     = "cdo_flow_memo"
+	CoordinoSvcmatchNotiersMapCdoFlows        = "cdo_flows"
+	CoordinoSvcmatchNotiersMapCdoIpcache      = "cdo_ipcache"
+	CoordinoSvcmatchNotiersMapCdoNodeiso      = "cdo_nodeiso"
+	CoordinoSvcmatchNotiersMapCdoNodeisoCfg   = "cdo_nodeiso_cfg"
+	CoordinoSvcmatchNotiersMapCdoPolicy       = "cdo_policy"
+	CoordinoSvcmatchNotiersMapCdoSvcCidrs     = "cdo_svc_cidrs"
+	CoordinoSvcmatchNotiersMapCdoSvcLast      = "cdo_svc_last"
+	CoordinoSvcmatchNotiersMapCdoSvcNodeports = "cdo_svc_nodeports"
+	CoordinoSvcmatchNotiersMapCdoSvcPending   = "cdo_svc_pending"
+	CoordinoSvcmatchNotiersMapCdoVerdicts     = "cdo_verdicts"
+	CoordinoSvcmatchNotiersProgCdoSvcMatch    = "cdo_svc_match"
+	CoordinoSvcmatchNotiersVarCdoHaveTiers    = "cdo_have_tiers"
 )
 
 // LoadCoordinoSvcmatchNotiers returns the embedded CollectionSpec for CoordinoSvcmatchNotiers.
@@ -178,21 +187,22 @@ type CoordinoSvcmatchNotiersProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type CoordinoSvcmatchNotiersMapSpecs struct {
-	CdoConfig     *ebpf.MapSpec `ebpf:"cdo_config"`
-	CdoConntrack  *ebpf.MapSpec `ebpf:"cdo_conntrack"`
-	CdoCtStats    *ebpf.MapSpec `ebpf:"cdo_ct_stats"`
-	CdoEndpoints  *ebpf.MapSpec `ebpf:"cdo_endpoints"`
-	CdoEvBudget   *ebpf.MapSpec `ebpf:"cdo_ev_budget"`
-	CdoFlowMemo   *ebpf.MapSpec `ebpf:"cdo_flow_memo"`
-	CdoFlows      *ebpf.MapSpec `ebpf:"cdo_flows"`
-	CdoIpcache    *ebpf.MapSpec `ebpf:"cdo_ipcache"`
-	CdoNodeiso    *ebpf.MapSpec `ebpf:"cdo_nodeiso"`
-	CdoNodeisoCfg *ebpf.MapSpec `ebpf:"cdo_nodeiso_cfg"`
-	CdoPolicy     *ebpf.MapSpec `ebpf:"cdo_policy"`
-	CdoSvcCidrs   *ebpf.MapSpec `ebpf:"cdo_svc_cidrs"`
-	CdoSvcLast    *ebpf.MapSpec `ebpf:"cdo_svc_last"`
-	CdoSvcPending *ebpf.MapSpec `ebpf:"cdo_svc_pending"`
-	CdoVerdicts   *ebpf.MapSpec `ebpf:"cdo_verdicts"`
+	CdoConfig       *ebpf.MapSpec `ebpf:"cdo_config"`
+	CdoConntrack    *ebpf.MapSpec `ebpf:"cdo_conntrack"`
+	CdoCtStats      *ebpf.MapSpec `ebpf:"cdo_ct_stats"`
+	CdoEndpoints    *ebpf.MapSpec `ebpf:"cdo_endpoints"`
+	CdoEvBudget     *ebpf.MapSpec `ebpf:"cdo_ev_budget"`
+	CdoFlowMemo     *ebpf.MapSpec `ebpf:"cdo_flow_memo"`
+	CdoFlows        *ebpf.MapSpec `ebpf:"cdo_flows"`
+	CdoIpcache      *ebpf.MapSpec `ebpf:"cdo_ipcache"`
+	CdoNodeiso      *ebpf.MapSpec `ebpf:"cdo_nodeiso"`
+	CdoNodeisoCfg   *ebpf.MapSpec `ebpf:"cdo_nodeiso_cfg"`
+	CdoPolicy       *ebpf.MapSpec `ebpf:"cdo_policy"`
+	CdoSvcCidrs     *ebpf.MapSpec `ebpf:"cdo_svc_cidrs"`
+	CdoSvcLast      *ebpf.MapSpec `ebpf:"cdo_svc_last"`
+	CdoSvcNodeports *ebpf.MapSpec `ebpf:"cdo_svc_nodeports"`
+	CdoSvcPending   *ebpf.MapSpec `ebpf:"cdo_svc_pending"`
+	CdoVerdicts     *ebpf.MapSpec `ebpf:"cdo_verdicts"`
 }
 
 // CoordinoSvcmatchNotiersVariableSpecs contains global variables before they are loaded into the kernel.
@@ -222,21 +232,22 @@ func (o *CoordinoSvcmatchNotiersObjects) Close() error {
 //
 // It can be passed to LoadCoordinoSvcmatchNotiersObjects or ebpf.CollectionSpec.LoadAndAssign.
 type CoordinoSvcmatchNotiersMaps struct {
-	CdoConfig     *ebpf.Map `ebpf:"cdo_config"`
-	CdoConntrack  *ebpf.Map `ebpf:"cdo_conntrack"`
-	CdoCtStats    *ebpf.Map `ebpf:"cdo_ct_stats"`
-	CdoEndpoints  *ebpf.Map `ebpf:"cdo_endpoints"`
-	CdoEvBudget   *ebpf.Map `ebpf:"cdo_ev_budget"`
-	CdoFlowMemo   *ebpf.Map `ebpf:"cdo_flow_memo"`
-	CdoFlows      *ebpf.Map `ebpf:"cdo_flows"`
-	CdoIpcache    *ebpf.Map `ebpf:"cdo_ipcache"`
-	CdoNodeiso    *ebpf.Map `ebpf:"cdo_nodeiso"`
-	CdoNodeisoCfg *ebpf.Map `ebpf:"cdo_nodeiso_cfg"`
-	CdoPolicy     *ebpf.Map `ebpf:"cdo_policy"`
-	CdoSvcCidrs   *ebpf.Map `ebpf:"cdo_svc_cidrs"`
-	CdoSvcLast    *ebpf.Map `ebpf:"cdo_svc_last"`
-	CdoSvcPending *ebpf.Map `ebpf:"cdo_svc_pending"`
-	CdoVerdicts   *ebpf.Map `ebpf:"cdo_verdicts"`
+	CdoConfig       *ebpf.Map `ebpf:"cdo_config"`
+	CdoConntrack    *ebpf.Map `ebpf:"cdo_conntrack"`
+	CdoCtStats      *ebpf.Map `ebpf:"cdo_ct_stats"`
+	CdoEndpoints    *ebpf.Map `ebpf:"cdo_endpoints"`
+	CdoEvBudget     *ebpf.Map `ebpf:"cdo_ev_budget"`
+	CdoFlowMemo     *ebpf.Map `ebpf:"cdo_flow_memo"`
+	CdoFlows        *ebpf.Map `ebpf:"cdo_flows"`
+	CdoIpcache      *ebpf.Map `ebpf:"cdo_ipcache"`
+	CdoNodeiso      *ebpf.Map `ebpf:"cdo_nodeiso"`
+	CdoNodeisoCfg   *ebpf.Map `ebpf:"cdo_nodeiso_cfg"`
+	CdoPolicy       *ebpf.Map `ebpf:"cdo_policy"`
+	CdoSvcCidrs     *ebpf.Map `ebpf:"cdo_svc_cidrs"`
+	CdoSvcLast      *ebpf.Map `ebpf:"cdo_svc_last"`
+	CdoSvcNodeports *ebpf.Map `ebpf:"cdo_svc_nodeports"`
+	CdoSvcPending   *ebpf.Map `ebpf:"cdo_svc_pending"`
+	CdoVerdicts     *ebpf.Map `ebpf:"cdo_verdicts"`
 }
 
 func (m *CoordinoSvcmatchNotiersMaps) Close() error {
@@ -254,6 +265,7 @@ func (m *CoordinoSvcmatchNotiersMaps) Close() error {
 		m.CdoPolicy,
 		m.CdoSvcCidrs,
 		m.CdoSvcLast,
+		m.CdoSvcNodeports,
 		m.CdoSvcPending,
 		m.CdoVerdicts,
 	)
