@@ -230,6 +230,14 @@ e2e-cluster-smoke: image
 	TESTBED_NICE=$${TESTBED_NICE:-10} test/testbed/build.sh cluster
 	$(GO) test -tags clustere2e -count=1 -v -timeout 30m -run '^TestClusterSmoke$$' ./test/cluster/
 
+# The bed's non-default Service range from the API, a ServiceCIDR added
+# live, NodePort with egress policy, and the outside host (masquerade), on
+# two workers (docs/cluster.md).
+e2e-cluster-egress: image
+	test/testbed/deps.sh
+	TESTBED_NICE=$${TESTBED_NICE:-10} test/testbed/build.sh cluster
+	$(GO) test -tags clustere2e -count=1 -v -timeout 30m -run '^TestClusterEgress$$' ./test/cluster/
+
 # The chained overlay over a bridge + host-local primary (pods networked,
 # policy enforced), then the documented uninstall kit, which must leave every
 # node as it was before the install.
