@@ -45,6 +45,7 @@ const struct local_ep *unused_local_ep __attribute__((unused));
 const enum hostroute_stat *unused_hostroute_stat __attribute__((unused));
 const struct tunnel_config *unused_tunnel_config __attribute__((unused));
 const struct tunnel_peer *unused_tunnel_peer __attribute__((unused));
+const struct svc_nodeport_key *unused_svc_nodeport_key __attribute__((unused));
 
 #ifndef ETH_P_8021AD
 #define ETH_P_8021AD 0x88A8

@@ -232,6 +232,14 @@ const (
 	CoordinoReasonREASON_SLOTS                 CoordinoReason = 32
 )
 
+type CoordinoSvcNodeportKey struct {
+	_      structs.HostLayout
+	Family uint8
+	Proto  uint8
+	Port   uint16
+	Addr   [16]uint8
+}
+
 type CoordinoSvcSlot struct {
 	_       structs.HostLayout
 	Key     CoordinoCtKey
@@ -258,50 +266,52 @@ type CoordinoTunnelPeer struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	CoordinoMapCdoConfig           = "cdo_config"
-	CoordinoMapCdoConntrack        = "cdo_conntrack"
-	CoordinoMapCdoCtStats          = "cdo_ct_stats"
-	CoordinoMapCdoEndpoints        = "cdo_endpoints"
-	CoordinoMapCdoEpAddrs          = "cdo_ep_addrs"
-	CoordinoMapCdoEvBudget         = "cdo_ev_budget"
-	CoordinoMapCdoFibCache         = "cdo_fib_cache"
-	CoordinoMapCdoFlowMemo         = "cdo_flow_memo"
-	CoordinoMapCdoFlows            = "cdo_flows"
-	CoordinoMapCdoFrags            = "cdo_frags"
-	CoordinoMapCdoHostrouteStats   = "cdo_hostroute_stats"
-	CoordinoMapCdoIpcache          = "cdo_ipcache"
-	CoordinoMapCdoLocalEps         = "cdo_local_eps"
-	CoordinoMapCdoNodeiso          = "cdo_nodeiso"
-	CoordinoMapCdoNodeisoCfg       = "cdo_nodeiso_cfg"
-	CoordinoMapCdoPeerBlocks       = "cdo_peer_blocks"
-	CoordinoMapCdoPolicy           = "cdo_policy"
-	CoordinoMapCdoSvcCidrs         = "cdo_svc_cidrs"
-	CoordinoMapCdoSvcLast          = "cdo_svc_last"
-	CoordinoMapCdoSvcPending       = "cdo_svc_pending"
-	CoordinoMapCdoTunnel           = "cdo_tunnel"
-	CoordinoMapCdoTunnelPeers      = "cdo_tunnel_peers"
-	CoordinoMapCdoVerdicts         = "cdo_verdicts"
-	CoordinoProgCdoFromEp          = "cdo_from_ep"
-	CoordinoProgCdoFromNode        = "cdo_from_node"
-	CoordinoProgCdoFromNodeL3      = "cdo_from_node_l3"
-	CoordinoProgCdoFromTunnel      = "cdo_from_tunnel"
-	CoordinoProgCdoToEp            = "cdo_to_ep"
-	CoordinoProgCdoToNode          = "cdo_to_node"
-	CoordinoProgCdoToNodeL3        = "cdo_to_node_l3"
-	CoordinoVarCdoHaveCtLookup     = "cdo_have_ct_lookup"
-	CoordinoVarCdoHaveTiers        = "cdo_have_tiers"
-	CoordinoVarUnusedCtStat        = "unused_ct_stat"
-	CoordinoVarUnusedDirection     = "unused_direction"
-	CoordinoVarUnusedEpAddrKey     = "unused_ep_addr_key"
-	CoordinoVarUnusedFlowEvent     = "unused_flow_event"
-	CoordinoVarUnusedHostrouteStat = "unused_hostroute_stat"
-	CoordinoVarUnusedLocalEp       = "unused_local_ep"
-	CoordinoVarUnusedLocalEpKey    = "unused_local_ep_key"
-	CoordinoVarUnusedNodeisoConfig = "unused_nodeiso_config"
-	CoordinoVarUnusedNodeisoFlag   = "unused_nodeiso_flag"
-	CoordinoVarUnusedReason        = "unused_reason"
-	CoordinoVarUnusedTunnelConfig  = "unused_tunnel_config"
-	CoordinoVarUnusedTunnelPeer    = "unused_tunnel_peer"
+	CoordinoMapCdoConfig            = "cdo_config"
+	CoordinoMapCdoConntrack         = "cdo_conntrack"
+	CoordinoMapCdoCtStats           = "cdo_ct_stats"
+	CoordinoMapCdoEndpoints         = "cdo_endpoints"
+	CoordinoMapCdoEpAddrs           = "cdo_ep_addrs"
+	CoordinoMapCdoEvBudget          = "cdo_ev_budget"
+	CoordinoMapCdoFibCache          = "cdo_fib_cache"
+	CoordinoMapCdoFlowMemo          = "cdo_flow_memo"
+	CoordinoMapCdoFlows             = "cdo_flows"
+	CoordinoMapCdoFrags             = "cdo_frags"
+	CoordinoMapCdoHostrouteStats    = "cdo_hostroute_stats"
+	CoordinoMapCdoIpcache           = "cdo_ipcache"
+	CoordinoMapCdoLocalEps          = "cdo_local_eps"
+	CoordinoMapCdoNodeiso           = "cdo_nodeiso"
+	CoordinoMapCdoNodeisoCfg        = "cdo_nodeiso_cfg"
+	CoordinoMapCdoPeerBlocks        = "cdo_peer_blocks"
+	CoordinoMapCdoPolicy            = "cdo_policy"
+	CoordinoMapCdoSvcCidrs          = "cdo_svc_cidrs"
+	CoordinoMapCdoSvcLast           = "cdo_svc_last"
+	CoordinoMapCdoSvcNodeports      = "cdo_svc_nodeports"
+	CoordinoMapCdoSvcPending        = "cdo_svc_pending"
+	CoordinoMapCdoTunnel            = "cdo_tunnel"
+	CoordinoMapCdoTunnelPeers       = "cdo_tunnel_peers"
+	CoordinoMapCdoVerdicts          = "cdo_verdicts"
+	CoordinoProgCdoFromEp           = "cdo_from_ep"
+	CoordinoProgCdoFromNode         = "cdo_from_node"
+	CoordinoProgCdoFromNodeL3       = "cdo_from_node_l3"
+	CoordinoProgCdoFromTunnel       = "cdo_from_tunnel"
+	CoordinoProgCdoToEp             = "cdo_to_ep"
+	CoordinoProgCdoToNode           = "cdo_to_node"
+	CoordinoProgCdoToNodeL3         = "cdo_to_node_l3"
+	CoordinoVarCdoHaveCtLookup      = "cdo_have_ct_lookup"
+	CoordinoVarCdoHaveTiers         = "cdo_have_tiers"
+	CoordinoVarUnusedCtStat         = "unused_ct_stat"
+	CoordinoVarUnusedDirection      = "unused_direction"
+	CoordinoVarUnusedEpAddrKey      = "unused_ep_addr_key"
+	CoordinoVarUnusedFlowEvent      = "unused_flow_event"
+	CoordinoVarUnusedHostrouteStat  = "unused_hostroute_stat"
+	CoordinoVarUnusedLocalEp        = "unused_local_ep"
+	CoordinoVarUnusedLocalEpKey     = "unused_local_ep_key"
+	CoordinoVarUnusedNodeisoConfig  = "unused_nodeiso_config"
+	CoordinoVarUnusedNodeisoFlag    = "unused_nodeiso_flag"
+	CoordinoVarUnusedReason         = "unused_reason"
+	CoordinoVarUnusedSvcNodeportKey = "unused_svc_nodeport_key"
+	CoordinoVarUnusedTunnelConfig   = "unused_tunnel_config"
+	CoordinoVarUnusedTunnelPeer     = "unused_tunnel_peer"
 )
 
 // LoadCoordino returns the embedded CollectionSpec for Coordino.
@@ -378,6 +388,7 @@ type CoordinoMapSpecs struct {
 	CdoPolicy         *ebpf.MapSpec `ebpf:"cdo_policy"`
 	CdoSvcCidrs       *ebpf.MapSpec `ebpf:"cdo_svc_cidrs"`
 	CdoSvcLast        *ebpf.MapSpec `ebpf:"cdo_svc_last"`
+	CdoSvcNodeports   *ebpf.MapSpec `ebpf:"cdo_svc_nodeports"`
 	CdoSvcPending     *ebpf.MapSpec `ebpf:"cdo_svc_pending"`
 	CdoTunnel         *ebpf.MapSpec `ebpf:"cdo_tunnel"`
 	CdoTunnelPeers    *ebpf.MapSpec `ebpf:"cdo_tunnel_peers"`
@@ -388,20 +399,21 @@ type CoordinoMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type CoordinoVariableSpecs struct {
-	CdoHaveCtLookup     *ebpf.VariableSpec `ebpf:"cdo_have_ct_lookup"`
-	CdoHaveTiers        *ebpf.VariableSpec `ebpf:"cdo_have_tiers"`
-	UnusedCtStat        *ebpf.VariableSpec `ebpf:"unused_ct_stat"`
-	UnusedDirection     *ebpf.VariableSpec `ebpf:"unused_direction"`
-	UnusedEpAddrKey     *ebpf.VariableSpec `ebpf:"unused_ep_addr_key"`
-	UnusedFlowEvent     *ebpf.VariableSpec `ebpf:"unused_flow_event"`
-	UnusedHostrouteStat *ebpf.VariableSpec `ebpf:"unused_hostroute_stat"`
-	UnusedLocalEp       *ebpf.VariableSpec `ebpf:"unused_local_ep"`
-	UnusedLocalEpKey    *ebpf.VariableSpec `ebpf:"unused_local_ep_key"`
-	UnusedNodeisoConfig *ebpf.VariableSpec `ebpf:"unused_nodeiso_config"`
-	UnusedNodeisoFlag   *ebpf.VariableSpec `ebpf:"unused_nodeiso_flag"`
-	UnusedReason        *ebpf.VariableSpec `ebpf:"unused_reason"`
-	UnusedTunnelConfig  *ebpf.VariableSpec `ebpf:"unused_tunnel_config"`
-	UnusedTunnelPeer    *ebpf.VariableSpec `ebpf:"unused_tunnel_peer"`
+	CdoHaveCtLookup      *ebpf.VariableSpec `ebpf:"cdo_have_ct_lookup"`
+	CdoHaveTiers         *ebpf.VariableSpec `ebpf:"cdo_have_tiers"`
+	UnusedCtStat         *ebpf.VariableSpec `ebpf:"unused_ct_stat"`
+	UnusedDirection      *ebpf.VariableSpec `ebpf:"unused_direction"`
+	UnusedEpAddrKey      *ebpf.VariableSpec `ebpf:"unused_ep_addr_key"`
+	UnusedFlowEvent      *ebpf.VariableSpec `ebpf:"unused_flow_event"`
+	UnusedHostrouteStat  *ebpf.VariableSpec `ebpf:"unused_hostroute_stat"`
+	UnusedLocalEp        *ebpf.VariableSpec `ebpf:"unused_local_ep"`
+	UnusedLocalEpKey     *ebpf.VariableSpec `ebpf:"unused_local_ep_key"`
+	UnusedNodeisoConfig  *ebpf.VariableSpec `ebpf:"unused_nodeiso_config"`
+	UnusedNodeisoFlag    *ebpf.VariableSpec `ebpf:"unused_nodeiso_flag"`
+	UnusedReason         *ebpf.VariableSpec `ebpf:"unused_reason"`
+	UnusedSvcNodeportKey *ebpf.VariableSpec `ebpf:"unused_svc_nodeport_key"`
+	UnusedTunnelConfig   *ebpf.VariableSpec `ebpf:"unused_tunnel_config"`
+	UnusedTunnelPeer     *ebpf.VariableSpec `ebpf:"unused_tunnel_peer"`
 }
 
 // CoordinoObjects contains all objects after they have been loaded into the kernel.
@@ -443,6 +455,7 @@ type CoordinoMaps struct {
 	CdoPolicy         *ebpf.Map `ebpf:"cdo_policy"`
 	CdoSvcCidrs       *ebpf.Map `ebpf:"cdo_svc_cidrs"`
 	CdoSvcLast        *ebpf.Map `ebpf:"cdo_svc_last"`
+	CdoSvcNodeports   *ebpf.Map `ebpf:"cdo_svc_nodeports"`
 	CdoSvcPending     *ebpf.Map `ebpf:"cdo_svc_pending"`
 	CdoTunnel         *ebpf.Map `ebpf:"cdo_tunnel"`
 	CdoTunnelPeers    *ebpf.Map `ebpf:"cdo_tunnel_peers"`
@@ -470,6 +483,7 @@ func (m *CoordinoMaps) Close() error {
 		m.CdoPolicy,
 		m.CdoSvcCidrs,
 		m.CdoSvcLast,
+		m.CdoSvcNodeports,
 		m.CdoSvcPending,
 		m.CdoTunnel,
 		m.CdoTunnelPeers,
@@ -481,20 +495,21 @@ func (m *CoordinoMaps) Close() error {
 //
 // It can be passed to LoadCoordinoObjects or ebpf.CollectionSpec.LoadAndAssign.
 type CoordinoVariables struct {
-	CdoHaveCtLookup     *ebpf.Variable `ebpf:"cdo_have_ct_lookup"`
-	CdoHaveTiers        *ebpf.Variable `ebpf:"cdo_have_tiers"`
-	UnusedCtStat        *ebpf.Variable `ebpf:"unused_ct_stat"`
-	UnusedDirection     *ebpf.Variable `ebpf:"unused_direction"`
-	UnusedEpAddrKey     *ebpf.Variable `ebpf:"unused_ep_addr_key"`
-	UnusedFlowEvent     *ebpf.Variable `ebpf:"unused_flow_event"`
-	UnusedHostrouteStat *ebpf.Variable `ebpf:"unused_hostroute_stat"`
-	UnusedLocalEp       *ebpf.Variable `ebpf:"unused_local_ep"`
-	UnusedLocalEpKey    *ebpf.Variable `ebpf:"unused_local_ep_key"`
-	UnusedNodeisoConfig *ebpf.Variable `ebpf:"unused_nodeiso_config"`
-	UnusedNodeisoFlag   *ebpf.Variable `ebpf:"unused_nodeiso_flag"`
-	UnusedReason        *ebpf.Variable `ebpf:"unused_reason"`
-	UnusedTunnelConfig  *ebpf.Variable `ebpf:"unused_tunnel_config"`
-	UnusedTunnelPeer    *ebpf.Variable `ebpf:"unused_tunnel_peer"`
+	CdoHaveCtLookup      *ebpf.Variable `ebpf:"cdo_have_ct_lookup"`
+	CdoHaveTiers         *ebpf.Variable `ebpf:"cdo_have_tiers"`
+	UnusedCtStat         *ebpf.Variable `ebpf:"unused_ct_stat"`
+	UnusedDirection      *ebpf.Variable `ebpf:"unused_direction"`
+	UnusedEpAddrKey      *ebpf.Variable `ebpf:"unused_ep_addr_key"`
+	UnusedFlowEvent      *ebpf.Variable `ebpf:"unused_flow_event"`
+	UnusedHostrouteStat  *ebpf.Variable `ebpf:"unused_hostroute_stat"`
+	UnusedLocalEp        *ebpf.Variable `ebpf:"unused_local_ep"`
+	UnusedLocalEpKey     *ebpf.Variable `ebpf:"unused_local_ep_key"`
+	UnusedNodeisoConfig  *ebpf.Variable `ebpf:"unused_nodeiso_config"`
+	UnusedNodeisoFlag    *ebpf.Variable `ebpf:"unused_nodeiso_flag"`
+	UnusedReason         *ebpf.Variable `ebpf:"unused_reason"`
+	UnusedSvcNodeportKey *ebpf.Variable `ebpf:"unused_svc_nodeport_key"`
+	UnusedTunnelConfig   *ebpf.Variable `ebpf:"unused_tunnel_config"`
+	UnusedTunnelPeer     *ebpf.Variable `ebpf:"unused_tunnel_peer"`
 }
 
 // CoordinoPrograms contains all programs after they have been loaded into the kernel.

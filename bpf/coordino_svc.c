@@ -83,7 +83,8 @@ extern int bpf_dynptr_from_skb(struct sk_buff___cdo *skb, __u64 flags,
 
 /* original_destination reads the destination the client addressed (the
  * Service's) from the packet's conntrack entry into orig; 0 when the packet
- * is not the original direction of its connection or not to a Service. */
+ * is not the original direction of its connection or not to a Service
+ * (a Service CIDR or a NodePort). */
 static __always_inline int original_destination(unsigned long nfct, __u8 family, struct packet *orig)
 {
 	if ((nfct & NFCT_INFOMASK) >= IP_CT_IS_REPLY)
@@ -97,7 +98,7 @@ static __always_inline int original_destination(unsigned long nfct, __u8 family,
 	if (family == 4)
 		__builtin_memset(addr + 4, 0, 12);
 	__builtin_memcpy(orig->dst, addr, 16);
-	return is_port_proto(orig->proto) && svc_address(family, orig->dst);
+	return is_port_proto(orig->proto) && svc_target(family, orig->proto, orig->dst, orig->dport);
 }
 
 /* cdo_svc decides a pending Service flow (see lib/service.h) on the
@@ -134,7 +135,7 @@ int cdo_svc(struct bpf_nf_ctx___cdo *ctx)
 	    p.frag == FRAG_LATER)
 		return NF_ACCEPT;
 	if (!nfct) {
-		if (!svc_address(family, p.dst))
+		if (!svc_target(family, p.proto, p.dst, p.dport))
 			return NF_ACCEPT;
 		orig = p;
 	} else {

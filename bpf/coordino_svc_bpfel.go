@@ -119,6 +119,14 @@ type CoordinoSvcPolicyValue struct {
 	Flags uint32
 }
 
+type CoordinoSvcSvcNodeportKey struct {
+	_      structs.HostLayout
+	Family uint8
+	Proto  uint8
+	Port   uint16
+	Addr   [16]uint8
+}
+
 type CoordinoSvcSvcSlot struct {
 	_       structs.HostLayout
 	Key     CoordinoSvcCtKey
@@ -129,24 +137,25 @@ type CoordinoSvcSvcSlot struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	CoordinoSvcMapCdoConfig     = "cdo_config"
-	CoordinoSvcMapCdoConntrack  = "cdo_conntrack"
-	CoordinoSvcMapCdoCtStats    = "cdo_ct_stats"
-	CoordinoSvcMapCdoEndpoints  = "cdo_endpoints"
-	CoordinoSvcMapCdoEvBudget   = "cdo_ev_budget"
-	CoordinoSvcMapCdoFlowMemo   = "cdo_flow_memo"
-	CoordinoSvcMapCdoFlows      = "cdo_flows"
-	CoordinoSvcMapCdoFrags      = "cdo_frags"
-	CoordinoSvcMapCdoIpcache    = "cdo_ipcache"
-	CoordinoSvcMapCdoNodeiso    = "cdo_nodeiso"
-	CoordinoSvcMapCdoNodeisoCfg = "cdo_nodeiso_cfg"
-	CoordinoSvcMapCdoPolicy     = "cdo_policy"
-	CoordinoSvcMapCdoSvcCidrs   = "cdo_svc_cidrs"
-	CoordinoSvcMapCdoSvcLast    = "cdo_svc_last"
-	CoordinoSvcMapCdoSvcPending = "cdo_svc_pending"
-	CoordinoSvcMapCdoVerdicts   = "cdo_verdicts"
-	CoordinoSvcProgCdoSvc       = "cdo_svc"
-	CoordinoSvcVarCdoHaveTiers  = "cdo_have_tiers"
+	CoordinoSvcMapCdoConfig       = "cdo_config"
+	CoordinoSvcMapCdoConntrack    = "cdo_conntrack"
+	CoordinoSvcMapCdoCtStats      = "cdo_ct_stats"
+	CoordinoSvcMapCdoEndpoints    = "cdo_endpoints"
+	CoordinoSvcMapCdoEvBudget     = "cdo_ev_budget"
+	CoordinoSvcMapCdoFlowMemo     = "cdo_flow_memo"
+	CoordinoSvcMapCdoFlows        = "cdo_flows"
+	CoordinoSvcMapCdoFrags        = "cdo_frags"
+	CoordinoSvcMapCdoIpcache      = "cdo_ipcache"
+	CoordinoSvcMapCdoNodeiso      = "cdo_nodeiso"
+	CoordinoSvcMapCdoNodeisoCfg   = "cdo_nodeiso_cfg"
+	CoordinoSvcMapCdoPolicy       = "cdo_policy"
+	CoordinoSvcMapCdoSvcCidrs     = "cdo_svc_cidrs"
+	CoordinoSvcMapCdoSvcLast      = "cdo_svc_last"
+	CoordinoSvcMapCdoSvcNodeports = "cdo_svc_nodeports"
+	CoordinoSvcMapCdoSvcPending   = "cdo_svc_pending"
+	CoordinoSvcMapCdoVerdicts     = "cdo_verdicts"
+	CoordinoSvcProgCdoSvc         = "cdo_svc"
+	CoordinoSvcVarCdoHaveTiers    = "cdo_have_tiers"
 )
 
 // LoadCoordinoSvc returns the embedded CollectionSpec for CoordinoSvc.
@@ -198,22 +207,23 @@ type CoordinoSvcProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type CoordinoSvcMapSpecs struct {
-	CdoConfig     *ebpf.MapSpec `ebpf:"cdo_config"`
-	CdoConntrack  *ebpf.MapSpec `ebpf:"cdo_conntrack"`
-	CdoCtStats    *ebpf.MapSpec `ebpf:"cdo_ct_stats"`
-	CdoEndpoints  *ebpf.MapSpec `ebpf:"cdo_endpoints"`
-	CdoEvBudget   *ebpf.MapSpec `ebpf:"cdo_ev_budget"`
-	CdoFlowMemo   *ebpf.MapSpec `ebpf:"cdo_flow_memo"`
-	CdoFlows      *ebpf.MapSpec `ebpf:"cdo_flows"`
-	CdoFrags      *ebpf.MapSpec `ebpf:"cdo_frags"`
-	CdoIpcache    *ebpf.MapSpec `ebpf:"cdo_ipcache"`
-	CdoNodeiso    *ebpf.MapSpec `ebpf:"cdo_nodeiso"`
-	CdoNodeisoCfg *ebpf.MapSpec `ebpf:"cdo_nodeiso_cfg"`
-	CdoPolicy     *ebpf.MapSpec `ebpf:"cdo_policy"`
-	CdoSvcCidrs   *ebpf.MapSpec `ebpf:"cdo_svc_cidrs"`
-	CdoSvcLast    *ebpf.MapSpec `ebpf:"cdo_svc_last"`
-	CdoSvcPending *ebpf.MapSpec `ebpf:"cdo_svc_pending"`
-	CdoVerdicts   *ebpf.MapSpec `ebpf:"cdo_verdicts"`
+	CdoConfig       *ebpf.MapSpec `ebpf:"cdo_config"`
+	CdoConntrack    *ebpf.MapSpec `ebpf:"cdo_conntrack"`
+	CdoCtStats      *ebpf.MapSpec `ebpf:"cdo_ct_stats"`
+	CdoEndpoints    *ebpf.MapSpec `ebpf:"cdo_endpoints"`
+	CdoEvBudget     *ebpf.MapSpec `ebpf:"cdo_ev_budget"`
+	CdoFlowMemo     *ebpf.MapSpec `ebpf:"cdo_flow_memo"`
+	CdoFlows        *ebpf.MapSpec `ebpf:"cdo_flows"`
+	CdoFrags        *ebpf.MapSpec `ebpf:"cdo_frags"`
+	CdoIpcache      *ebpf.MapSpec `ebpf:"cdo_ipcache"`
+	CdoNodeiso      *ebpf.MapSpec `ebpf:"cdo_nodeiso"`
+	CdoNodeisoCfg   *ebpf.MapSpec `ebpf:"cdo_nodeiso_cfg"`
+	CdoPolicy       *ebpf.MapSpec `ebpf:"cdo_policy"`
+	CdoSvcCidrs     *ebpf.MapSpec `ebpf:"cdo_svc_cidrs"`
+	CdoSvcLast      *ebpf.MapSpec `ebpf:"cdo_svc_last"`
+	CdoSvcNodeports *ebpf.MapSpec `ebpf:"cdo_svc_nodeports"`
+	CdoSvcPending   *ebpf.MapSpec `ebpf:"cdo_svc_pending"`
+	CdoVerdicts     *ebpf.MapSpec `ebpf:"cdo_verdicts"`
 }
 
 // CoordinoSvcVariableSpecs contains global variables before they are loaded into the kernel.
@@ -243,22 +253,23 @@ func (o *CoordinoSvcObjects) Close() error {
 //
 // It can be passed to LoadCoordinoSvcObjects or ebpf.CollectionSpec.LoadAndAssign.
 type CoordinoSvcMaps struct {
-	CdoConfig     *ebpf.Map `ebpf:"cdo_config"`
-	CdoConntrack  *ebpf.Map `ebpf:"cdo_conntrack"`
-	CdoCtStats    *ebpf.Map `ebpf:"cdo_ct_stats"`
-	CdoEndpoints  *ebpf.Map `ebpf:"cdo_endpoints"`
-	CdoEvBudget   *ebpf.Map `ebpf:"cdo_ev_budget"`
-	CdoFlowMemo   *ebpf.Map `ebpf:"cdo_flow_memo"`
-	CdoFlows      *ebpf.Map `ebpf:"cdo_flows"`
-	CdoFrags      *ebpf.Map `ebpf:"cdo_frags"`
-	CdoIpcache    *ebpf.Map `ebpf:"cdo_ipcache"`
-	CdoNodeiso    *ebpf.Map `ebpf:"cdo_nodeiso"`
-	CdoNodeisoCfg *ebpf.Map `ebpf:"cdo_nodeiso_cfg"`
-	CdoPolicy     *ebpf.Map `ebpf:"cdo_policy"`
-	CdoSvcCidrs   *ebpf.Map `ebpf:"cdo_svc_cidrs"`
-	CdoSvcLast    *ebpf.Map `ebpf:"cdo_svc_last"`
-	CdoSvcPending *ebpf.Map `ebpf:"cdo_svc_pending"`
-	CdoVerdicts   *ebpf.Map `ebpf:"cdo_verdicts"`
+	CdoConfig       *ebpf.Map `ebpf:"cdo_config"`
+	CdoConntrack    *ebpf.Map `ebpf:"cdo_conntrack"`
+	CdoCtStats      *ebpf.Map `ebpf:"cdo_ct_stats"`
+	CdoEndpoints    *ebpf.Map `ebpf:"cdo_endpoints"`
+	CdoEvBudget     *ebpf.Map `ebpf:"cdo_ev_budget"`
+	CdoFlowMemo     *ebpf.Map `ebpf:"cdo_flow_memo"`
+	CdoFlows        *ebpf.Map `ebpf:"cdo_flows"`
+	CdoFrags        *ebpf.Map `ebpf:"cdo_frags"`
+	CdoIpcache      *ebpf.Map `ebpf:"cdo_ipcache"`
+	CdoNodeiso      *ebpf.Map `ebpf:"cdo_nodeiso"`
+	CdoNodeisoCfg   *ebpf.Map `ebpf:"cdo_nodeiso_cfg"`
+	CdoPolicy       *ebpf.Map `ebpf:"cdo_policy"`
+	CdoSvcCidrs     *ebpf.Map `ebpf:"cdo_svc_cidrs"`
+	CdoSvcLast      *ebpf.Map `ebpf:"cdo_svc_last"`
+	CdoSvcNodeports *ebpf.Map `ebpf:"cdo_svc_nodeports"`
+	CdoSvcPending   *ebpf.Map `ebpf:"cdo_svc_pending"`
+	CdoVerdicts     *ebpf.Map `ebpf:"cdo_verdicts"`
 }
 
 func (m *CoordinoSvcMaps) Close() error {
@@ -277,6 +288,7 @@ func (m *CoordinoSvcMaps) Close() error {
 		m.CdoPolicy,
 		m.CdoSvcCidrs,
 		m.CdoSvcLast,
+		m.CdoSvcNodeports,
 		m.CdoSvcPending,
 		m.CdoVerdicts,
 	)

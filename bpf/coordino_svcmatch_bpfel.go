@@ -100,6 +100,14 @@ type CoordinoSvcmatchPolicyValue struct {
 	Flags uint32
 }
 
+type CoordinoSvcmatchSvcNodeportKey struct {
+	_      structs.HostLayout
+	Family uint8
+	Proto  uint8
+	Port   uint16
+	Addr   [16]uint8
+}
+
 type CoordinoSvcmatchSvcSlot struct {
 	_       structs.HostLayout
 	Key     CoordinoSvcmatchCtKey
@@ -110,23 +118,24 @@ type CoordinoSvcmatchSvcSlot struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	CoordinoSvcmatchMapCdoConfig     = "cdo_config"
-	CoordinoSvcmatchMapCdoConntrack  = "cdo_conntrack"
-	CoordinoSvcmatchMapCdoCtStats    = "cdo_ct_stats"
-	CoordinoSvcmatchMapCdoEndpoints  = "cdo_endpoints"
-	CoordinoSvcmatchMapCdoEvBudget   = "cdo_ev_budget"
-	CoordinoSvcmatchMapCdoFlowMemo   = "cdo_flow_memo"
-	CoordinoSvcmatchMapCdoFlows      = "cdo_flows"
-	CoordinoSvcmatchMapCdoIpcache    = "cdo_ipcache"
-	CoordinoSvcmatchMapCdoNodeiso    = "cdo_nodeiso"
-	CoordinoSvcmatchMapCdoNodeisoCfg = "cdo_nodeiso_cfg"
-	CoordinoSvcmatchMapCdoPolicy     = "cdo_policy"
-	CoordinoSvcmatchMapCdoSvcCidrs   = "cdo_svc_cidrs"
-	CoordinoSvcmatchMapCdoSvcLast    = "cdo_svc_last"
-	CoordinoSvcmatchMapCdoSvcPending = "cdo_svc_pending"
-	CoordinoSvcmatchMapCdoVerdicts   = "cdo_verdicts"
-	CoordinoSvcmatchProgCdoSvcMatch  = "cdo_svc_match"
-	CoordinoSvcmatchVarCdoHaveTiers  = "cdo_have_tiers"
+	CoordinoSvcmatchMapCdoConfig       = "cdo_config"
+	CoordinoSvcmatchMapCdoConntrack    = "cdo_conntrack"
+	CoordinoSvcmatchMapCdoCtStats      = "cdo_ct_stats"
+	CoordinoSvcmatchMapCdoEndpoints    = "cdo_endpoints"
+	CoordinoSvcmatchMapCdoEvBudget     = "cdo_ev_budget"
+	CoordinoSvcmatchMapCdoFlowMemo     = "cdo_flow_memo"
+	CoordinoSvcmatchMapCdoFlows        = "cdo_flows"
+	CoordinoSvcmatchMapCdoIpcache      = "cdo_ipcache"
+	CoordinoSvcmatchMapCdoNodeiso      = "cdo_nodeiso"
+	CoordinoSvcmatchMapCdoNodeisoCfg   = "cdo_nodeiso_cfg"
+	CoordinoSvcmatchMapCdoPolicy       = "cdo_policy"
+	CoordinoSvcmatchMapCdoSvcCidrs     = "cdo_svc_cidrs"
+	CoordinoSvcmatchMapCdoSvcLast      = "cdo_svc_last"
+	CoordinoSvcmatchMapCdoSvcNodeports = "cdo_svc_nodeports"
+	CoordinoSvcmatchMapCdoSvcPending   = "cdo_svc_pending"
+	CoordinoSvcmatchMapCdoVerdicts     = "cdo_verdicts"
+	CoordinoSvcmatchProgCdoSvcMatch    = "cdo_svc_match"
+	CoordinoSvcmatchVarCdoHaveTiers    = "cdo_have_tiers"
 )
 
 // LoadCoordinoSvcmatch returns the embedded CollectionSpec for CoordinoSvcmatch.
@@ -178,21 +187,22 @@ type CoordinoSvcmatchProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type CoordinoSvcmatchMapSpecs struct {
-	CdoConfig     *ebpf.MapSpec `ebpf:"cdo_config"`
-	CdoConntrack  *ebpf.MapSpec `ebpf:"cdo_conntrack"`
-	CdoCtStats    *ebpf.MapSpec `ebpf:"cdo_ct_stats"`
-	CdoEndpoints  *ebpf.MapSpec `ebpf:"cdo_endpoints"`
-	CdoEvBudget   *ebpf.MapSpec `ebpf:"cdo_ev_budget"`
-	CdoFlowMemo   *ebpf.MapSpec `ebpf:"cdo_flow_memo"`
-	CdoFlows      *ebpf.MapSpec `ebpf:"cdo_flows"`
-	CdoIpcache    *ebpf.MapSpec `ebpf:"cdo_ipcache"`
-	CdoNodeiso    *ebpf.MapSpec `ebpf:"cdo_nodeiso"`
-	CdoNodeisoCfg *ebpf.MapSpec `ebpf:"cdo_nodeiso_cfg"`
-	CdoPolicy     *ebpf.MapSpec `ebpf:"cdo_policy"`
-	CdoSvcCidrs   *ebpf.MapSpec `ebpf:"cdo_svc_cidrs"`
-	CdoSvcLast    *ebpf.MapSpec `ebpf:"cdo_svc_last"`
-	CdoSvcPending *ebpf.MapSpec `ebpf:"cdo_svc_pending"`
-	CdoVerdicts   *ebpf.MapSpec `ebpf:"cdo_verdicts"`
+	CdoConfig       *ebpf.MapSpec `ebpf:"cdo_config"`
+	CdoConntrack    *ebpf.MapSpec `ebpf:"cdo_conntrack"`
+	CdoCtStats      *ebpf.MapSpec `ebpf:"cdo_ct_stats"`
+	CdoEndpoints    *ebpf.MapSpec `ebpf:"cdo_endpoints"`
+	CdoEvBudget     *ebpf.MapSpec `ebpf:"cdo_ev_budget"`
+	CdoFlowMemo     *ebpf.MapSpec `ebpf:"cdo_flow_memo"`
+	CdoFlows        *ebpf.MapSpec `ebpf:"cdo_flows"`
+	CdoIpcache      *ebpf.MapSpec `ebpf:"cdo_ipcache"`
+	CdoNodeiso      *ebpf.MapSpec `ebpf:"cdo_nodeiso"`
+	CdoNodeisoCfg   *ebpf.MapSpec `ebpf:"cdo_nodeiso_cfg"`
+	CdoPolicy       *ebpf.MapSpec `ebpf:"cdo_policy"`
+	CdoSvcCidrs     *ebpf.MapSpec `ebpf:"cdo_svc_cidrs"`
+	CdoSvcLast      *ebpf.MapSpec `ebpf:"cdo_svc_last"`
+	CdoSvcNodeports *ebpf.MapSpec `ebpf:"cdo_svc_nodeports"`
+	CdoSvcPending   *ebpf.MapSpec `ebpf:"cdo_svc_pending"`
+	CdoVerdicts     *ebpf.MapSpec `ebpf:"cdo_verdicts"`
 }
 
 // CoordinoSvcmatchVariableSpecs contains global variables before they are loaded into the kernel.
@@ -222,21 +232,22 @@ func (o *CoordinoSvcmatchObjects) Close() error {
 //
 // It can be passed to LoadCoordinoSvcmatchObjects or ebpf.CollectionSpec.LoadAndAssign.
 type CoordinoSvcmatchMaps struct {
-	CdoConfig     *ebpf.Map `ebpf:"cdo_config"`
-	CdoConntrack  *ebpf.Map `ebpf:"cdo_conntrack"`
-	CdoCtStats    *ebpf.Map `ebpf:"cdo_ct_stats"`
-	CdoEndpoints  *ebpf.Map `ebpf:"cdo_endpoints"`
-	CdoEvBudget   *ebpf.Map `ebpf:"cdo_ev_budget"`
-	CdoFlowMemo   *ebpf.Map `ebpf:"cdo_flow_memo"`
-	CdoFlows      *ebpf.Map `ebpf:"cdo_flows"`
-	CdoIpcache    *ebpf.Map `ebpf:"cdo_ipcache"`
-	CdoNodeiso    *ebpf.Map `ebpf:"cdo_nodeiso"`
-	CdoNodeisoCfg *ebpf.Map `ebpf:"cdo_nodeiso_cfg"`
-	CdoPolicy     *ebpf.Map `ebpf:"cdo_policy"`
-	CdoSvcCidrs   *ebpf.Map `ebpf:"cdo_svc_cidrs"`
-	CdoSvcLast    *ebpf.Map `ebpf:"cdo_svc_last"`
-	CdoSvcPending *ebpf.Map `ebpf:"cdo_svc_pending"`
-	CdoVerdicts   *ebpf.Map `ebpf:"cdo_verdicts"`
+	CdoConfig       *ebpf.Map `ebpf:"cdo_config"`
+	CdoConntrack    *ebpf.Map `ebpf:"cdo_conntrack"`
+	CdoCtStats      *ebpf.Map `ebpf:"cdo_ct_stats"`
+	CdoEndpoints    *ebpf.Map `ebpf:"cdo_endpoints"`
+	CdoEvBudget     *ebpf.Map `ebpf:"cdo_ev_budget"`
+	CdoFlowMemo     *ebpf.Map `ebpf:"cdo_flow_memo"`
+	CdoFlows        *ebpf.Map `ebpf:"cdo_flows"`
+	CdoIpcache      *ebpf.Map `ebpf:"cdo_ipcache"`
+	CdoNodeiso      *ebpf.Map `ebpf:"cdo_nodeiso"`
+	CdoNodeisoCfg   *ebpf.Map `ebpf:"cdo_nodeiso_cfg"`
+	CdoPolicy       *ebpf.Map `ebpf:"cdo_policy"`
+	CdoSvcCidrs     *ebpf.Map `ebpf:"cdo_svc_cidrs"`
+	CdoSvcLast      *ebpf.Map `ebpf:"cdo_svc_last"`
+	CdoSvcNodeports *ebpf.Map `ebpf:"cdo_svc_nodeports"`
+	CdoSvcPending   *ebpf.Map `ebpf:"cdo_svc_pending"`
+	CdoVerdicts     *ebpf.Map `ebpf:"cdo_verdicts"`
 }
 
 func (m *CoordinoSvcmatchMaps) Close() error {
@@ -254,6 +265,7 @@ func (m *CoordinoSvcmatchMaps) Close() error {
 		m.CdoPolicy,
 		m.CdoSvcCidrs,
 		m.CdoSvcLast,
+		m.CdoSvcNodeports,
 		m.CdoSvcPending,
 		m.CdoVerdicts,
 	)

@@ -14,6 +14,7 @@ import (
 	"github.com/coordino/coordino/daemon/config"
 	"github.com/coordino/coordino/daemon/datapath"
 	"github.com/coordino/coordino/daemon/k8s"
+	"github.com/coordino/coordino/daemon/postdnat"
 )
 
 // firstRangesWait bounds how long start-up waits for the API's Service
@@ -36,6 +37,9 @@ type clusterRanges struct {
 	dp    *datapath.Datapath
 	// leftOut is how many external addresses the last services left out.
 	leftOut int
+	// nodePorts are this node's addresses on the Services' nodePorts
+	// (Kubernetes mode). Its lock is taken before mu.
+	nodePorts *k8s.NodePorts
 }
 
 // startRanges watches the API's ranges in Kubernetes mode.
@@ -58,7 +62,32 @@ func startRanges(ctx context.Context, o *config.Options, m *masq, log *zap.Logge
 		return nil, err
 	}
 	go k8s.WatchRanges(ctx, kube, crd, r.set, log)
+	r.nodePorts = k8s.NewNodePorts(r.updateNodePorts)
+	go k8s.WatchNodePorts(ctx, kube, o.NodeName, r.nodePorts, r.setNodePorts, log)
 	return r, nil
+}
+
+// setNodePorts passes the API's full set of node ports to the datapath
+// (once synced; later changes come by updateNodePorts).
+func (r *clusterRanges) setNodePorts(all []postdnat.NodePort) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.dp != nil {
+		if err := r.dp.SetNodePorts(all); err != nil {
+			r.log.Error("node ports decided after DNAT not updated", zap.Error(err))
+		}
+	}
+}
+
+// updateNodePorts passes one change of the node ports to the datapath.
+func (r *clusterRanges) updateNodePorts(add, del []postdnat.NodePort) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.dp != nil {
+		if err := r.dp.UpdateNodePorts(add, del); err != nil {
+			r.log.Error("node ports decided after DNAT not updated", zap.Error(err))
+		}
+	}
 }
 
 func (r *clusterRanges) set(got k8s.Ranges) {
@@ -137,9 +166,22 @@ func (r *clusterRanges) bind(dp *datapath.Datapath) {
 	if dp == nil {
 		return
 	}
-	r.mu.Lock()
-	r.dp = dp
-	r.mu.Unlock()
+	setDP := func(all []postdnat.NodePort, synced bool) {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		r.dp = dp
+		if synced {
+			if err := dp.SetNodePorts(all); err != nil {
+				r.log.Error("node ports decided after DNAT not updated", zap.Error(err))
+			}
+		}
+	}
+	if r.nodePorts != nil {
+		// Under the tracker's lock: no change slips between its set and dp.
+		r.nodePorts.With(setDP)
+	} else {
+		setDP(nil, false)
+	}
 	if err := dp.SetServiceCIDRs(r.services()); err != nil {
 		r.log.Error("post-DNAT Service ranges not updated", zap.Error(err))
 	}

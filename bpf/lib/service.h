@@ -32,6 +32,27 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } cdo_svc_cidrs SEC(".maps");
 
+/* svc_nodeports: this node's own addresses on the Services' NodePort
+ * ports, which kube-proxy translates in PREROUTING as it does ClusterIPs:
+ * exact (address, protocol, port) keys, written by the daemon from the
+ * API (Services' nodePorts, the Node's addresses), so a node address on
+ * any other port is judged on the address, as before. The value is unused. */
+struct svc_nodeport_key {
+	__u8 family;
+	__u8 proto;
+	__be16 port;
+	__u8 addr[16]; /* IPv4 in the first 4 bytes, the rest zero */
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 16384);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, struct svc_nodeport_key);
+	__type(value, __u8);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} cdo_svc_nodeports SEC(".maps");
+
 /* svc_pending: the endpoint (host ifindex) of each deferred packet's flow,
  * keyed by its tuple as the client sent it (ct_key with ifindex 0). The
  * netfilter program finds the endpoint by the packet's input device, which
@@ -115,6 +136,18 @@ static __always_inline int svc_address(__u8 family, const __u8 *addr)
 	return bpf_map_lookup_elem(&cdo_svc_cidrs, &k) != NULL;
 }
 
+/* svc_target reports whether a flow to dst:dport (proto) is one kube-proxy
+ * may translate: dst in a Service CIDR, or a node address on a NodePort.
+ * dst is 16 bytes, IPv4 zero-padded. */
+static __always_inline int svc_target(__u8 family, __u8 proto, const __u8 *dst, __be16 dport)
+{
+	if (svc_address(family, dst))
+		return 1;
+	struct svc_nodeport_key k = {.family = family, .proto = proto, .port = dport};
+	__builtin_memcpy(k.addr, dst, 16);
+	return bpf_map_lookup_elem(&cdo_svc_nodeports, &k) != NULL;
+}
+
 static __always_inline int svc_hook_active(const struct config *cfg)
 {
 	return cfg && (cfg->flags & CFG_SERVICE_HOOK);
@@ -141,10 +174,10 @@ static __always_inline void svc_source_key(struct ct_key *k, const struct packet
 
 /* svc_deferred reports whether a new flow of an endpoint's egress is decided
  * after DNAT: the endpoint is egress-isolated and p goes to a Service CIDR
- * with a protocol kube-proxy translates. */
+ * or a NodePort with a protocol kube-proxy translates. */
 static __always_inline int svc_deferred(const struct endpoint_info *ep, const struct packet *p)
 {
 	if (!(ep->flags & EP_EGRESS_ENFORCED) || !is_port_proto(p->proto) || p->icmp_error)
 		return 0;
-	return svc_address(p->family, p->dst);
+	return svc_target(p->family, p->proto, p->dst, p->dport);
 }

@@ -258,7 +258,7 @@ func Open(cfg Config) (_ *Datapath, err error) {
 		d.ct.wake()
 	}
 	d.svc = &services{cidrs: cfg.ServiceCIDRs, disabled: cfg.NoServiceHook, tiers: d.tiers, features: cfg.Features,
-		links: filepath.Join(cfg.BPFDir, "links"), shared: &d.objs.CoordinoMaps, cidrMap: d.objs.CdoSvcCidrs, ct: d.ct, log: d.log}
+		links: filepath.Join(cfg.BPFDir, "links"), shared: &d.objs.CoordinoMaps, cidrMap: d.objs.CdoSvcCidrs, nodePortMap: d.objs.CdoSvcNodeports, ct: d.ct, log: d.log}
 	setFlags := func(mask, set uint32) error {
 		d.mu.Lock()
 		defer d.mu.Unlock()

@@ -72,12 +72,16 @@ var errNoServiceCIDRs = errors.New("no Service CIDRs configured (--service-cidrs
 type services struct {
 	// mu guards cidrs, hookErr and stage: SetServiceCIDRs changes them
 	// while packets' verdicts are explained.
-	mu       sync.RWMutex
-	cidrs    []netip.Prefix
-	disabled bool // Config.NoServiceHook
-	tiers    bool // as the tc programs: they decide the ClusterNetworkPolicy tiers
-	features *kernel.Features
-	links    string // <BPFDir>/links
+	mu    sync.RWMutex
+	cidrs []netip.Prefix
+	// nodePorts are the deferred node ports (UpdateNodePorts), as written
+	// in nodePortMap (cdo_svc_nodeports) and the nftables stage's sets.
+	nodePorts   map[NodePort]bool
+	nodePortMap *ebpf.Map
+	disabled    bool // Config.NoServiceHook
+	tiers       bool // as the tc programs: they decide the ClusterNetworkPolicy tiers
+	features    *kernel.Features
+	links       string // <BPFDir>/links
 	// shared are the tc object's maps, which the stage's programs use too.
 	shared  *bpf.CoordinoMaps
 	cidrMap *ebpf.Map
@@ -102,6 +106,9 @@ func (sv *services) setup(setFlags func(mask, set uint32) error) error {
 	sv.mu.Lock()
 	defer sv.mu.Unlock()
 	sv.setFlags = setFlags
+	if err := sv.adoptNodePorts(); err != nil {
+		return err
+	}
 	return sv.setupLocked()
 }
 
@@ -138,7 +145,7 @@ func (sv *services) setupLocked() error {
 	}
 	stage, hookErr := ServiceStageNone, ErrServiceHookDisabled
 	switch {
-	case len(sv.cidrs) == 0:
+	case len(sv.cidrs) == 0 && len(sv.nodePorts) == 0:
 		// Nothing is deferred: spare every packet of isolated pods the hook.
 		hookErr = errNoServiceCIDRs
 	case !sv.disabled:
@@ -221,7 +228,11 @@ func (sv *services) attachServiceMatch() error {
 		return fmt.Errorf("load nftables post-DNAT program: %w", err)
 	}
 	defer objs.Close()
-	return postdnat.Install(objs.CdoSvcMatch.FD(), sv.cidrs, svcMarks)
+	nps := make([]NodePort, 0, len(sv.nodePorts))
+	for np := range sv.nodePorts {
+		nps = append(nps, np)
+	}
+	return postdnat.Install(objs.CdoSvcMatch.FD(), sv.cidrs, nps, svcMarks)
 }
 
 // ServiceStage says what decides Service traffic after DNAT.
@@ -403,7 +414,7 @@ func (sv *services) writeServiceCIDRs(cidrs []netip.Prefix) error {
 		}
 	}
 	if len(stale) > 0 {
-		sv.purgeServiceFlows(cidrs)
+		sv.purgeServiceFlows()
 	}
 	return nil
 }
@@ -411,10 +422,11 @@ func (sv *services) writeServiceCIDRs(cidrs []netip.Prefix) error {
 // ctService is CT_SERVICE of bpf/coordino.h.
 const ctService = 16
 
-// purgeServiceFlows forgets Service flows to addresses no longer in cidrs:
-// the post-DNAT hook only looks at Service CIDRs, so such a flow left
-// pending would never be decided. Their next packet is judged anew.
-func (sv *services) purgeServiceFlows(cidrs []netip.Prefix) {
+// purgeServiceFlows forgets Service flows to what is no longer deferred (a
+// Service CIDR or node port withdrawn): the post-DNAT stage only looks at
+// what is, so such a flow left pending would never be decided. Their next
+// packet is judged anew. Callers hold mu.
+func (sv *services) purgeServiceFlows() {
 	err := sv.ct.purgeWhere(func(k *bpf.CoordinoCtKey, v *bpf.CoordinoCtEntry) bool {
 		if v.Flags&ctService == 0 {
 			return false
@@ -423,10 +435,10 @@ func (sv *services) purgeServiceFlows(cidrs []netip.Prefix) {
 		if k.Family == 4 {
 			dst = netip.AddrFrom4([4]byte(k.Dst[:4]))
 		}
-		return !slices.ContainsFunc(cidrs, func(p netip.Prefix) bool { return p.Contains(dst) })
+		return !sv.containsLocked(dst) && !sv.nodePorts[NodePort{Addr: dst, Proto: k.Proto, Port: ntohs(k.Dport)}]
 	})
 	if err != nil {
-		sv.log.Warn("purge of flows to former Service CIDRs incomplete: they stay pending until they expire", zap.Error(err))
+		sv.log.Warn("purge of flows to former Service CIDRs and node ports incomplete: they stay pending until they expire", zap.Error(err))
 	}
 }
 
@@ -439,6 +451,11 @@ func (d *Datapath) ServiceAddress(addr netip.Addr) bool {
 func (sv *services) contains(addr netip.Addr) bool {
 	sv.mu.RLock()
 	defer sv.mu.RUnlock()
+	return sv.containsLocked(addr)
+}
+
+// containsLocked is contains; callers hold mu.
+func (sv *services) containsLocked(addr netip.Addr) bool {
 	addr = addr.Unmap()
 	for _, p := range sv.cidrs {
 		if p.Contains(addr) {

@@ -45,15 +45,21 @@ func dnatToServer(t *testing.T) {
 // of family ("ip" or "ip6"), as kube-proxy's nftables mode does.
 func nftDNAT(t testing.TB, family, svc, backend string, port int) {
 	t.Helper()
+	nftDNATFrom(t, family, svc, 8080, backend, port)
+}
+
+// nftDNATFrom translates svc:svcPort (TCP, UDP) to backend:port.
+func nftDNATFrom(t testing.TB, family, svc string, svcPort int, backend string, port int) {
+	t.Helper()
 	table := fmt.Sprintf("cdotest%x", rand.Uint32())
 	match := map[string]string{"ip": "ip", "ip6": "ip6"}[family]
 	rules := fmt.Sprintf(`table %[1]s %[2]s {
 	chain pre {
 		type nat hook prerouting priority dstnat; policy accept;
-		%[3]s daddr %[4]s tcp dport 8080 dnat to %[5]s:%[6]d
-		%[3]s daddr %[4]s udp dport 8080 dnat to %[5]s:%[6]d
+		%[3]s daddr %[4]s tcp dport %[7]d dnat to %[5]s:%[6]d
+		%[3]s daddr %[4]s udp dport %[7]d dnat to %[5]s:%[6]d
 	}
-}`, family, table, match, svc, backend, port)
+}`, family, table, match, svc, backend, port, svcPort)
 	cmd := exec.Command("nft", "-f", "-")
 	cmd.Stdin = strings.NewReader(rules)
 	if out, err := cmd.CombinedOutput(); err != nil {
@@ -591,4 +597,74 @@ func TestServiceCIDRsSetLive(t *testing.T) {
 		t.Fatal(err)
 	}
 	c.expectService(false, "a", "tcp")
+}
+
+// TestNodePortDecidedOnBackend: a node address on a NodePort port is
+// decided on the backend, as a ClusterIP: allowing the backend's pods lets
+// the client reach the node port (the old datapath judged the node address
+// and dropped it), allowing the node address but not the backend denies it
+// (the old one allowed it). Read as an attacker: the node address on any
+// other port is still judged on the address, and so is a listed port that
+// nothing translates, so deferring never turns into an allow for a port
+// that is not a Service's. A node port withdrawn is judged on the address
+// again.
+func TestNodePortDecidedOnBackend(t *testing.T) {
+	serviceStages(t, testNodePortDecidedOnBackend)
+}
+
+func testNodePortDecidedOnBackend(t *testing.T, cfg Config) {
+	c := newClusterWith(t, cfg, false)
+	c.requireStage(map[bool]ServiceStage{true: ServiceStageNetfilter, false: ServiceStageNftables}[cfg.Features.Has(kernel.NetfilterLink)])
+	node := testnet.NodeIP
+	const (
+		nodePort   = 30080 // translated to b:80
+		hostPort   = 30081 // a listener on the node, no Service
+		staleNPort = 30082 // a listed node port nothing translates; the node listens
+	)
+	nftDNATFrom(t, "ip", node.String(), nodePort, podIPs["b"].String(), 80)
+	testnet.ServeNodeTCP(t, "tcp4", netip.AddrPortFrom(node, hostPort).String())
+	testnet.ServeNodeTCP(t, "tcp4", netip.AddrPortFrom(node, staleNPort).String())
+	if err := c.dp.SetNodePorts([]NodePort{
+		{Addr: node, Proto: unix.IPPROTO_TCP, Port: nodePort}, {Addr: node, Proto: unix.IPPROTO_UDP, Port: nodePort},
+		{Addr: node, Proto: unix.IPPROTO_TCP, Port: staleNPort},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	probe := func(allowed bool, proto string, port int) {
+		t.Helper()
+		err := c.pods["a"].Probe(proto, node, port)
+		if allowed && err != nil {
+			t.Errorf("a>node %s/%d: want allowed, got %v", proto, port, err)
+		}
+		if !allowed && err == nil {
+			t.Errorf("a>node %s/%d: want denied, but it passed", proto, port)
+		}
+	}
+	probe(true, "tcp", nodePort) // not isolated yet
+
+	c.policies(clientEgressTo(`{podSelector: {matchLabels: {app: server}}}`))
+	probe(true, "tcp", nodePort)
+	probe(true, "udp", nodePort)
+	probe(false, "tcp", hostPort)
+	probe(false, "tcp", staleNPort)
+	if !c.dp.ServiceTarget(node, unix.IPPROTO_TCP, nodePort) || c.dp.ServiceTarget(node, unix.IPPROTO_TCP, hostPort) {
+		t.Error("ServiceTarget: want the node port deferred and the host port not")
+	}
+
+	c.policies(`
+metadata: {name: client-egress, namespace: default}
+spec:
+  podSelector: {matchLabels: {app: client}}
+  policyTypes: [Egress]
+  egress: [{to: [{ipBlock: {cidr: 192.0.2.1/32}}]}]`)
+	probe(false, "tcp", nodePort)
+	probe(false, "udp", nodePort)
+	probe(true, "tcp", hostPort)
+	probe(true, "tcp", staleNPort) // untranslated: decided on the node address
+
+	if err := c.dp.UpdateNodePorts(nil, []NodePort{{Addr: node, Proto: unix.IPPROTO_TCP, Port: nodePort}}); err != nil {
+		t.Fatal(err)
+	}
+	probe(true, "tcp", nodePort)  // judged on the node address again
+	probe(false, "udp", nodePort) // still deferred
 }

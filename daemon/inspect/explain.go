@@ -102,7 +102,7 @@ func (s *Service) ExplainPolicy(_ context.Context, req *inspectv1.ExplainPolicyR
 			v.SelectedBy, v.AllowedBy = dp.Provenance(dec, st.dir, st.peer, proto, port)
 		}
 		v.Detail = describe(dec, st.dir, v, st.at.name(), st.peerName, req.Protocol, port)
-		if explainService(dp, st.dir, st.peer, proto, dec, v, st.at.name()) && v.Verdict == verdictAfterDNAT {
+		if explainService(dp, st.dir, st.peer, proto, port, dec, v, st.at.name()) && v.Verdict == verdictAfterDNAT {
 			out.Verdict = verdictAfterDNAT
 		}
 		if v.Verdict == "denied" {

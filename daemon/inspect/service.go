@@ -77,6 +77,7 @@ type PolicyView interface {
 	DecidedBy(dec policy.Decision, dir policy.Direction, peer netip.Addr, proto uint8, port uint16) string
 	DescribeIdentity(id identity.ID) string
 	ServiceAddress(addr netip.Addr) bool
+	ServiceTarget(addr netip.Addr, proto uint8, port uint16) bool
 	ServiceHookError() error
 }
 

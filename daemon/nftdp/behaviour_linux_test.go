@@ -95,9 +95,55 @@ func TestServiceDecidedOnBackend(t *testing.T) {
 	}
 }
 
-// dnat installs a kube-proxy-like DNAT rule in a table of its own,
-// removed at cleanup.
+// TestNodePortDecidedOnBackend: kube-proxy's DNAT of a node address on a
+// NodePort port runs in PREROUTING, before routing: the translated packet
+// is forwarded to the backend's veth, so the forward hook's egress chain
+// decides on the backend with no deferral of its own (allowing the node
+// address does not reach the backend; allowing the backend does). The node
+// address on a port nothing translates goes to the input hook and is
+// judged on the address.
+func TestNodePortDecidedOnBackend(t *testing.T) {
+	c := newCluster(t, false)
+	node := testnet.NodeIP
+	dnatFrom(t, node.String(), 30080, podIPs["b"].String(), 80)
+	testnet.ServeNodeTCP(t, "tcp4", netip.AddrPortFrom(node, 30081).String())
+	probe := func(allowed bool, port int) {
+		t.Helper()
+		err := c.pods["a"].Probe("tcp", node, port)
+		if allowed && err != nil {
+			t.Errorf("a>node tcp/%d: want allowed, got %v", port, err)
+		}
+		if !allowed && err == nil {
+			t.Errorf("a>node tcp/%d: want denied, but it passed", port)
+		}
+	}
+	probe(true, 30080)
+	c.policies(policyDoc("client", "default", `  podSelector: {matchLabels: {app: client}}
+  policyTypes: [Egress]
+  egress:
+  - to: [{podSelector: {matchLabels: {app: server}}}]
+    ports: [{port: 80}]
+`))
+	probe(true, 30080)
+	probe(false, 30081)
+	c.policies(policyDoc("client", "default", `  podSelector: {matchLabels: {app: client}}
+  policyTypes: [Egress]
+  egress:
+  - to: [{ipBlock: {cidr: 192.0.2.1/32}}]
+`))
+	probe(false, 30080)
+	probe(true, 30081)
+}
+
+// dnat installs a kube-proxy-like DNAT rule (svc:8080 to backend:port)
+// in a table of its own, removed at cleanup.
 func dnat(t *testing.T, svc, backend string, port int) {
+	t.Helper()
+	dnatFrom(t, svc, 8080, backend, port)
+}
+
+// dnatFrom is dnat from svc:svcPort.
+func dnatFrom(t *testing.T, svc string, svcPort int, backend string, port int) {
 	t.Helper()
 	if _, err := exec.LookPath("nft"); err != nil {
 		privileged.Needs(t, "nft (Debian package nftables) for the DNAT rule kube-proxy would write")
@@ -106,9 +152,9 @@ func dnat(t *testing.T, svc, backend string, port int) {
 	rules := fmt.Sprintf(`table ip %[1]s {
 	chain pre {
 		type nat hook prerouting priority dstnat; policy accept;
-		ip daddr %[2]s tcp dport 8080 dnat to %[3]s:%[4]d
+		ip daddr %[2]s tcp dport %[5]d dnat to %[3]s:%[4]d
 	}
-}`, table, svc, backend, port)
+}`, table, svc, backend, port, svcPort)
 	cmd := exec.Command("nft", "-f", "-")
 	cmd.Stdin = strings.NewReader(rules)
 	if out, err := cmd.CombinedOutput(); err != nil {

@@ -77,6 +77,9 @@ func (d *Datapath) DescribeIdentity(id identity.ID) string {
 // after kube-proxy's DNAT, so explain decides on the backend it names.
 func (d *Datapath) ServiceAddress(netip.Addr) bool { return false }
 
+// ServiceTarget is always false, for the same reason (node ports too).
+func (d *Datapath) ServiceTarget(netip.Addr, uint8, uint16) bool { return false }
+
 // ServiceHookError is nil: no stage of its own is needed after DNAT.
 func (d *Datapath) ServiceHookError() error { return nil }
 

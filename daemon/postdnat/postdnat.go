@@ -31,16 +31,27 @@ const (
 
 // Install makes the stage run the socket filter program prog (a file
 // descriptor) for packets whose connection was first addressed to one of
-// cidrs, in both families, and clear marks after it: one transaction that
-// creates or replaces everything of the stage. The kernel takes its own
-// reference on prog; the caller may close it afterwards.
-func Install(prog int, cidrs []netip.Prefix, marks uint32) error {
+// cidrs or to one of nodePorts, in both families, and clear marks after it:
+// one transaction that creates or replaces everything of the stage. The
+// kernel takes its own reference on prog; the caller may close it
+// afterwards.
+func Install(prog int, cidrs []netip.Prefix, nodePorts []NodePort, marks uint32) error {
 	c, err := nftables.New()
 	if err != nil {
 		return fmt.Errorf("post-DNAT stage: nftables: %w", err)
 	}
 	for _, fam := range []nftables.TableFamily{nftables.TableFamilyIPv4, nftables.TableFamilyIPv6} {
 		t := c.AddTable(&nftables.Table{Family: fam, Name: TableName})
+		set := nodePortSet(t)
+		if err := c.AddSet(set, nil); err != nil {
+			return fmt.Errorf("post-DNAT stage: set %s: %w", set.Name, err)
+		}
+		c.FlushSet(set)
+		if elems := nodePortElements(fam, nodePorts); len(elems) > 0 {
+			if err := c.SetAddElements(set, elems); err != nil {
+				return fmt.Errorf("post-DNAT stage: fill set %s: %w", set.Name, err)
+			}
+		}
 		accept := nftables.ChainPolicyAccept
 		ch := c.AddChain(&nftables.Chain{
 			Name: chainName, Table: t, Type: nftables.ChainTypeFilter,
@@ -53,6 +64,7 @@ func Install(prog int, cidrs []netip.Prefix, marks uint32) error {
 			}
 			c.AddRule(&nftables.Rule{Table: t, Chain: ch, Exprs: decideRule(p.Masked(), prog)})
 		}
+		c.AddRule(&nftables.Rule{Table: t, Chain: ch, Exprs: nodePortRule(fam, set, prog)})
 		c.AddRule(&nftables.Rule{Table: t, Chain: ch, Exprs: clearMarks(marks)})
 	}
 	if err := c.Flush(); err != nil {
@@ -108,12 +120,18 @@ func decideRule(p netip.Prefix, prog int) []expr.Any {
 	for i := range p.Bits() {
 		mask[i/8] |= 0x80 >> (i % 8)
 	}
-	return []expr.Any{
+	return append([]expr.Any{
 		&expr.Ct{Register: 1, Key: expr.CtKeyDIRECTION},
 		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{0}}, // IP_CT_DIR_ORIGINAL
 		&expr.Ct{Register: 1, Key: expr.CtKeyDST, Direction: 0},
 		&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: uint32(len(addr)), Mask: mask, Xor: make([]byte, len(addr))},
 		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: addr},
+	}, matchDrop(prog)...)
+}
+
+// matchDrop: prog matches, the packet is dropped.
+func matchDrop(prog int) []expr.Any {
+	return []expr.Any{
 		&expr.Match{Name: "bpf", Rev: 1, Info: xtBPFInfo(prog)},
 		&expr.Counter{},
 		&expr.Verdict{Kind: expr.VerdictDrop},

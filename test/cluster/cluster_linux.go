@@ -87,6 +87,8 @@ type Cluster struct {
 	state   state
 	cp      *machine
 	workers []*machine
+	// outside is the outside host's namespace (OutsideIP).
+	outside netns.NsHandle
 	procs   []*testbed.Proc
 }
 
@@ -416,6 +418,14 @@ func (c *Cluster) buildNetwork(sfx string) error {
 		c.workers = append(c.workers, m)
 		c.Nodes = append(c.Nodes, m.name)
 	}
+	out, err := newMachine("out", "outside")
+	if err != nil {
+		return err
+	}
+	c.outside = out.ns
+	if err := u.attach("out", c.outside, "eth0", OutsideIP); err != nil {
+		return err
+	}
 	host, err := netns.Get()
 	if err != nil {
 		return err
@@ -434,12 +444,21 @@ func (c *Cluster) buildNetwork(sfx string) error {
 	return nil
 }
 
+// InOutside runs fn on a thread in the outside host's namespace (a
+// listener opened there stays in it).
+func (c *Cluster) InOutside(fn func() error) error {
+	return inNetns(c.outside, fn)
+}
+
 // Down stops everything the cluster started and removes what it created.
 func (c *Cluster) Down() error {
 	for _, m := range append([]*machine{c.cp}, c.workers...) {
 		if m != nil {
 			m.ns.Close()
 		}
+	}
+	if c.outside != 0 {
+		c.outside.Close()
 	}
 	return Teardown(c.Dir, c.Logf)
 }

@@ -38,7 +38,7 @@ func (c *Cluster) startControlPlane(ctx context.Context) error {
 	// the kubernetes Service (pods).
 	err = pki.Issue("apiserver", "kube-apiserver", nil,
 		[]string{"localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc", "kubernetes.default.svc." + ClusterDNS},
-		ips(netip.MustParseAddr("127.0.0.1"), controlPlaneIP, netip.MustParseAddr("10.96.0.1")), true)
+		ips(netip.MustParseAddr("127.0.0.1"), controlPlaneIP, kubernetesServiceIP()), true)
 	if err != nil {
 		return err
 	}

@@ -14,19 +14,31 @@ import (
 
 // Address plan. The underlay and pod ranges are checked against the host's
 // routes before anything is created; the service range exists only inside
-// the node namespaces (kube-proxy's rules).
+// the node namespaces (kube-proxy's rules). It is not Kubernetes' usual
+// 10.96.0.0/12, so every bed run shows that Coordino takes it from the
+// API (ServiceCIDR objects) and hard-codes none.
 const (
 	UnderlayCIDR = "10.233.0.0/24"
 	PodCIDR      = "10.234.0.0/16"
-	ServiceCIDR  = "10.96.0.0/16"
-	DNSServiceIP = "10.96.0.10"
+	ServiceCIDR  = "10.112.0.0/16"
+	DNSServiceIP = "10.112.0.10"
 	ClusterDNS   = "cluster.local"
 )
 
 var (
 	hostUnderlayIP = netip.MustParseAddr("10.233.0.254")
 	controlPlaneIP = netip.MustParseAddr("10.233.0.2")
+	// OutsideIP is the outside host's underlay address: a namespace on
+	// the underlay that is no node and has no route to the pod ranges, as
+	// a package mirror or a database VM beside the nodes would be.
+	OutsideIP = netip.MustParseAddr("10.233.0.200")
 )
+
+// kubernetesServiceIP is the kubernetes Service's address: the first of
+// the Service range (the API server's certificate names it).
+func kubernetesServiceIP() netip.Addr {
+	return netip.MustParsePrefix(ServiceCIDR).Addr().Next()
+}
 
 // workerIP is worker i's (1-based) underlay address: 10.233.<rack>.1<i>,
 // rack 0 unless the bed has racks (Routing bgp).

@@ -5,6 +5,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -298,6 +299,16 @@ func TestServicesWithKubeProxy(t *testing.T) {
 	// translates both to backend, and client's egress is decided there.
 	extIP, lbIP := netip.MustParseAddr("203.0.113.10"), netip.MustParseAddr("203.0.113.20")
 	c.exposeService(t, ns, "svc", extIP, lbIP)
+	// As a LoadBalancer, svc has node ports: the node's address on them is
+	// decided on the backend too (the API's nodePorts and Node addresses).
+	nodePorts := map[string]int{}
+	if got, err := c.kube.CoreV1().Services(ns).Get(bg(t), "svc", metav1.GetOptions{}); err != nil {
+		t.Fatal(err)
+	} else {
+		for _, p := range got.Spec.Ports {
+			nodePorts[strings.ToLower(string(p.Protocol))] = int(p.NodePort)
+		}
+	}
 
 	matrix := []svcProbe{
 		{client, svc, 80, "tcp", harness.Reached, "egress allows the backend"},
@@ -305,6 +316,8 @@ func TestServicesWithKubeProxy(t *testing.T) {
 		{client, svc2, 81, "tcp", harness.Blocked, "ipBlock allows the ClusterIP, not the backend"},
 		{client, extIP, 80, "tcp", harness.Reached, "externalIP: egress allows the backend"},
 		{client, lbIP, 80, "tcp", harness.Reached, "load-balancer IP: egress allows the backend"},
+		{client, node.NodeIP, nodePorts["tcp"], "tcp", harness.Reached, "NodePort: egress allows the backend"},
+		{client, node.NodeIP, nodePorts["udp"], "udp", harness.Reached, "NodePort: egress allows the backend"},
 		{other, svc, 80, "tcp", harness.Blocked, "backend's ingress sees other, not the node"},
 		{other, svc, 80, "udp", harness.Blocked, "backend's ingress sees other, not the node"},
 		{other, svc2, 81, "tcp", harness.Reached, "nothing isolated"},

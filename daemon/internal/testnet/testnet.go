@@ -320,6 +320,15 @@ func (p *Pod) ServeTCP(t testing.TB, network, addr string) {
 	}
 }
 
+// ServeNodeTCP starts a TCP echo server on network and address in the
+// node netns (the test process's own).
+func ServeNodeTCP(t testing.TB, network, addr string) {
+	t.Helper()
+	if err := serveTCPEcho(t, network, addr); err != nil {
+		t.Fatalf("node: serve %s %s: %v", network, addr, err)
+	}
+}
+
 // serveTCPEcho listens in the calling thread's netns until cleanup.
 func serveTCPEcho(t testing.TB, network, addr string) error {
 	ln, err := net.Listen(network, addr)
