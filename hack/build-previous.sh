@@ -56,7 +56,8 @@ if [ -n "${image}" ]; then
   # another tag, so a node holds both images at once.
   make -C "${src}" image IMAGE=coordino/coordino:previous VERSION="${commit:0:7}" IMAGE_ARCHIVE="${PWD}/${out}.tmp/coordino-image.tar" >&2
   mkdir -p "${out}.tmp/manifests"
-  git archive "${commit}" install/kubernetes api/crds | tar -x -C "${out}.tmp/manifests"
+  # The YAML only: Go files under bin/ would join this module's packages.
+  git archive "${commit}" install/kubernetes api/crds | tar -x -C "${out}.tmp/manifests" --wildcards '*.yaml'
 else
   ( cd "${src}" &&
     CGO_ENABLED=0 go build -trimpath -ldflags='-s -w' -o "${OLDPWD}/${out}.tmp/coordino" ./plugin/cmd/coordino &&
