@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Builds the plugin and daemon of a previous release (a commit) into
-# bin/previous/<commit>/, for the plugin/daemon skew tests (test/skew).
+# Builds the plugin, daemon and controller of a previous release (a commit)
+# into bin/previous/<commit>/, for the skew tests (test/skew, the plugin and
+# daemon; test/k8smode, the controller).
 # With --image it builds instead that release's image (its own make image,
 # tagged coordino/coordino:previous) into bin/previous/<commit>-image/, with
 # its install manifests (install/kubernetes and api/crds) beside it, for
@@ -41,7 +42,7 @@ if [ -n "${image}" ]; then
     fi
   done
 fi
-if [ -z "${image}" ] && [ -x "${out}/coordino" ] && [ -x "${out}/coordino-daemon" ]; then
+if [ -z "${image}" ] && [ -x "${out}/coordino" ] && [ -x "${out}/coordino-daemon" ] && [ -x "${out}/coordino-controller" ]; then
   echo "previous release ${commit}: cached" >&2
   echo "${PWD}/${out}"
   exit 0
@@ -61,7 +62,8 @@ if [ -n "${image}" ]; then
 else
   ( cd "${src}" &&
     CGO_ENABLED=0 go build -trimpath -ldflags='-s -w' -o "${OLDPWD}/${out}.tmp/coordino" ./plugin/cmd/coordino &&
-    CGO_ENABLED=0 go build -trimpath -ldflags='-s -w' -o "${OLDPWD}/${out}.tmp/coordino-daemon" ./daemon/cmd/coordino-daemon )
+    CGO_ENABLED=0 go build -trimpath -ldflags='-s -w' -o "${OLDPWD}/${out}.tmp/coordino-daemon" ./daemon/cmd/coordino-daemon &&
+    CGO_ENABLED=0 go build -trimpath -ldflags='-s -w' -o "${OLDPWD}/${out}.tmp/coordino-controller" ./controller/cmd/coordino-controller )
 fi
 echo "${commit}" >"${out}.tmp/COMMIT"
 rm -rf "${out}" && mv "${out}.tmp" "${out}"
