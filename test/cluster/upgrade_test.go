@@ -95,7 +95,16 @@ func TestClusterUpgrade(t *testing.T) {
 	current := filepath.Join(repo, "bin", "coordino-image.tar")
 	ctx, cancel := context.WithTimeout(context.Background(), 28*time.Minute)
 	defer cancel()
-	dir := t.TempDir()
+	// Not t.TempDir: the logs of a failed run (SavedLogsDir) must outlive it.
+	dir, err := os.MkdirTemp("", "coordino-upgrade-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if !t.Failed() {
+			os.RemoveAll(dir)
+		}
+	}()
 	prevKz := writeKustomization(t, filepath.Join(dir, "kz-previous"), filepath.Join(prev, "manifests", "install", "kubernetes", "overlays", "primary"), previousTag, false)
 	curKz := writeKustomization(t, filepath.Join(dir, "kz-current"), filepath.Join(repo, "install", "kubernetes", "overlays", "primary"), currentTag, true)
 	start := time.Now()
@@ -268,7 +277,7 @@ func TestClusterUpgrade(t *testing.T) {
 	if _, err := c.Kubectl(ctx, "apply", "-k", curKz); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.Kubectl(ctx, "-n", "coordino-system", "rollout", "status", "--timeout=3m", "deployment/coordino-controller"); err != nil {
+	if err := c.rolloutStatus(ctx, "deployment/coordino-controller"); err != nil {
 		t.Fatal(err)
 	}
 	check("upgrade controller")
@@ -282,7 +291,7 @@ func TestClusterUpgrade(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if _, err := c.Kubectl(ctx, "-n", "coordino-system", "rollout", "status", "--timeout=3m", "deployment/coordino-controller"); err != nil {
+	if err := c.rolloutStatus(ctx, "deployment/coordino-controller"); err != nil {
 		t.Fatal(err)
 	}
 	check("rollback controller")
@@ -301,6 +310,20 @@ func TestClusterUpgrade(t *testing.T) {
 	r := tr.Report()
 	t.Logf("UPGRADE SUMMARY: %d flows (TCP echo every 50 ms, UDP every 20 ms) over %s; resets %d; longest silence %s (%s); denied probes through %d; daemon replacements (delete to Ready): %s",
 		r.Flows, time.Since(start).Round(time.Second), len(r.Resets), r.MaxGap.Round(time.Millisecond), r.GapFlow, len(r.Through), strings.Join(rollTimes, ", "))
+}
+
+// rolloutStatus waits for obj's rollout in coordino-system and, when it
+// does not finish, says what its pods are doing.
+func (c *Cluster) rolloutStatus(ctx context.Context, obj string) error {
+	_, err := c.Kubectl(ctx, "-n", "coordino-system", "rollout", "status", "--timeout=3m", obj)
+	if err == nil {
+		return nil
+	}
+	pods, lerr := c.Client.CoreV1().Pods("coordino-system").List(ctx, metav1.ListOptions{})
+	if lerr != nil {
+		return fmt.Errorf("%w (pods: %v)", err, lerr)
+	}
+	return fmt.Errorf("%w; pods: %s", err, podProblems(pods.Items))
 }
 
 // pausePod starts an agnhost pause pod on node and returns its address.
