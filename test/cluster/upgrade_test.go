@@ -221,6 +221,16 @@ func TestClusterUpgrade(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The nodes' versions, and what each node held with each version with
+	// the same pods: veths and endpoints must match the pods at every step;
+	// map entry counts the first count seen with the same version (a
+	// release may keep more or fewer entries per pod).
+	version := map[string]string{}
+	seen := map[string]Footprint{}
+	for _, node := range c.Nodes {
+		version[node] = previousTag
+		seen[node+" "+previousTag] = baseline[node]
+	}
 	leaks := func(step string) {
 		t.Helper()
 		fps, err := c.SettledFootprints(ctx, 2*time.Minute)
@@ -229,17 +239,20 @@ func TestClusterUpgrade(t *testing.T) {
 			return
 		}
 		for _, node := range c.Nodes {
-			b, a := baseline[node], fps[node]
-			for _, count := range []struct{ what, prefix, suffix string }{
-				{"veths", "link ", "(veth)"}, {"endpoint map", "bpf map cdo_endpoints:", ""}, {"ipcache map", "bpf map cdo_ipcache:", ""},
-			} {
-				if count.suffix != "" {
-					if nb, na := b.CountLines(count.prefix, count.suffix), a.CountLines(count.prefix, count.suffix); nb != na {
-						t.Errorf("%s: %s has %d %s, %d before the upgrade with the same pods", step, node, na, count.what, nb)
+			a := fps[node]
+			if nb, na := baseline[node].CountLines("link ", "(veth)"), a.CountLines("link ", "(veth)"); nb != na {
+				t.Errorf("%s: %s has %d veths, %d before the upgrade with the same pods", step, node, na, nb)
+			}
+			key := node + " " + version[node]
+			if b, ok := seen[key]; ok {
+				for _, prefix := range []string{"bpf map cdo_endpoints:", "bpf map cdo_ipcache:"} {
+					if lb, la := b.Line(prefix), a.Line(prefix); lb != la {
+						t.Errorf("%s: %s: %q, earlier with the same version and pods %q", step, node, la, lb)
 					}
-				} else if lb, la := b.Line(count.prefix), a.Line(count.prefix); lb != la {
-					t.Errorf("%s: %s: %q, before the upgrade with the same pods %q", step, node, la, lb)
 				}
+			} else {
+				seen[key] = a
+				t.Logf("%s: %s with %s: %q %q", step, node, version[node], a.Line("bpf map cdo_endpoints:"), a.Line("bpf map cdo_ipcache:"))
 			}
 			if err := c.endpointsMatchPods(ctx, node); err != nil {
 				t.Errorf("%s: %v", step, err)
@@ -257,6 +270,7 @@ func TestClusterUpgrade(t *testing.T) {
 			t.Fatalf("%s %s: %v", phase, node, err)
 		}
 		took := time.Since(began)
+		version[node] = tag
 		for _, s := range []*pod{servers[0], servers[1]} {
 			name := fmt.Sprintf("new-%s-%s-%s", phase, node, s.node)
 			ok, err := c.Connect(ctx, ns, name, node, netip.AddrPortFrom(s.addr, uint16(tr.TCPPort)).String(), map[string]string{"role": "client"})
@@ -266,6 +280,21 @@ func TestClusterUpgrade(t *testing.T) {
 			if !ok {
 				t.Errorf("%s %s: a pod created after the roll cannot reach %s", phase, node, s.name)
 			}
+		}
+		// The probe pods gone (their DEL done) before the footprints.
+		if err := testbed.WaitFor(ctx, "probe pods gone", time.Minute, func() error {
+			l, err := c.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+			if err != nil {
+				return err
+			}
+			for _, p := range l.Items {
+				if strings.HasPrefix(p.Name, "new-") {
+					return fmt.Errorf("%s still there", p.Name)
+				}
+			}
+			return nil
+		}); err != nil {
+			t.Error(err)
 		}
 		rollTimes = append(rollTimes, fmt.Sprintf("%s %s %s", phase, node, took.Round(100*time.Millisecond)))
 		check(phase + " " + node)
