@@ -233,7 +233,7 @@ e2e-cluster-cnp:
 e2e-upgrade: image
 	test/testbed/deps.sh
 	TESTBED_NICE=$${TESTBED_NICE:-10} test/testbed/build.sh cluster
-	prev="$$(hack/build-previous.sh --image $(PREVIOUS_RELEASE) | tail -1)" && \
+	prev="$$(hack/build-previous.sh --image $(PREVIOUS_RELEASE))" && \
 	COORDINO_UPGRADE_PREVIOUS="$$prev" $(GO) test -tags clustere2e -count=1 -v -timeout 30m -run '^TestClusterUpgrade$$' ./test/cluster/
 
 # Two workers, Coordino via kustomize, pod-to-pod on one node and across

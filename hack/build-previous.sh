@@ -21,7 +21,7 @@ ref="${1:?usage: hack/build-previous.sh [--image] <commit>}"
 if ! commit="$(git rev-parse --verify --quiet "${ref}^{commit}")"; then
   # Exit 3: the skew tests say they did not run (a shallow clone has no
   # older commit to build), rather than fail a checkout they cannot judge.
-  echo "previous release ${ref} is not in this checkout's history (a shallow clone? git fetch --unshallow): the skew tests cannot run" >&2
+  echo "previous release ${ref} is not in this checkout's history (a shallow clone? git fetch --unshallow): the skew and upgrade tests cannot run" >&2
   exit 3
 fi
 out="bin/previous/${commit}"
