@@ -310,6 +310,22 @@ func TestClusterUpgrade(t *testing.T) {
 		t.Fatal(err)
 	}
 	check("upgrade controller")
+	// The new leader rewrites what the previous release stored as
+	// v1alpha1 (the IPPools at least) and says so in storedVersions.
+	for _, plural := range []string{"ippools", "nodeconfigs", "identities", "policyirs", "nodeisolationpolicies"} {
+		if err := testbed.WaitFor(ctx, plural+" storage version migrated", 2*time.Minute, func() error {
+			out, err := c.Kubectl(ctx, "get", "crd", plural+".coordino.io", "-o", "jsonpath={.status.storedVersions}")
+			if err != nil {
+				return err
+			}
+			if strings.TrimSpace(out) != `["v1beta1"]` {
+				return fmt.Errorf("storedVersions %s", out)
+			}
+			return nil
+		}); err != nil {
+			t.Error(err)
+		}
+	}
 	for _, node := range []string{w1, w2} {
 		roll("upgrade", node, currentTag)
 	}
