@@ -205,7 +205,7 @@ bench-cnp-change: deps build ref-plugins
 WORKERS ?= 2
 DATAPATH ?=
 ROUTING ?=
-.PHONY: cluster-up cluster-down e2e-cluster e2e-cluster-smoke
+.PHONY: cluster-up cluster-down e2e-cluster e2e-cluster-smoke e2e-upgrade
 cluster-up: image
 	test/testbed/deps.sh
 	if [ '$(ROUTING)' = bgp ]; then hack/fabric-deps.sh; fi
@@ -238,6 +238,19 @@ e2e-cluster-cnp:
 	$(GO) build -o $(BIN)/coordino-cluster ./test/cluster/cmd/cluster
 	@if $(BIN)/coordino-cluster status; then echo "e2e-cluster-cnp: using that bed as it is (make cluster-down first for one with this tree's image)"; else $(MAKE) cluster-up; fi
 	test/cluster/cnp-conformance.sh
+
+# Rolling upgrade and roll back under traffic (test/cluster
+# TestClusterUpgrade, about 10 min): the bed installed from PREVIOUS_RELEASE
+# (its own make image, tagged coordino/coordino:previous, and its
+# manifests), cross-node TCP connections and UDP streams plus probes the
+# policy denies, the controller and each node's daemon rolled to this
+# tree's image and back. Fails, naming why, when PREVIOUS_RELEASE is not in
+# this checkout or lacks an image target or the primary overlay.
+e2e-upgrade: image
+	test/testbed/deps.sh
+	TESTBED_NICE=$${TESTBED_NICE:-10} test/testbed/build.sh cluster
+	prev="$$(hack/build-previous.sh --image $(PREVIOUS_RELEASE))" && \
+	COORDINO_UPGRADE_PREVIOUS="$$prev" $(GO) test -tags clustere2e -count=1 -v -timeout 30m -run '^TestClusterUpgrade$$' ./test/cluster/
 
 # Two workers, Coordino via kustomize, pod-to-pod on one node and across
 # nodes, one NetworkPolicy case, tear-down leaves the host unchanged.

@@ -4,10 +4,12 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"time"
 
 	"go.uber.org/zap"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -61,6 +63,10 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options, log *zap.Logger) e
 	if err != nil {
 		return err
 	}
+	dyn, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
 	srv := newServer()
 	if opts.MetricsAddr != "" {
 		addr, err := srv.Serve(ctx, opts.MetricsAddr)
@@ -72,7 +78,7 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options, log *zap.Logger) e
 	lead := func(ctx context.Context) error {
 		isLeader.Set(1)
 		defer isLeader.Set(0)
-		return lead(ctx, opts, log, core, crd, cnp)
+		return lead(ctx, opts, log, core, crd, cnp, dyn)
 	}
 	if !opts.LeaderElect {
 		srv.SetReady(true)
@@ -133,7 +139,7 @@ func Run(ctx context.Context, cfg *rest.Config, opts Options, log *zap.Logger) e
 }
 
 // lead starts informers and workers; it returns when ctx is done.
-func lead(ctx context.Context, opts Options, log *zap.Logger, core kubernetes.Interface, crd versioned.Interface, cnp cnpclient.Interface) error {
+func lead(ctx context.Context, opts Options, log *zap.Logger, core kubernetes.Interface, crd versioned.Interface, cnp cnpclient.Interface, dyn dynamic.Interface) error {
 	kf := informers.NewSharedInformerFactory(core, opts.ResyncPeriod)
 	cf := coordinoinformers.NewSharedInformerFactory(crd, opts.ResyncPeriod)
 	nodes := kf.Core().V1().Nodes().Informer()
@@ -192,6 +198,10 @@ func lead(ctx context.Context, opts Options, log *zap.Logger, core kubernetes.In
 		return fmt.Errorf("caches did not sync: %w", ctx.Err())
 	}
 	log.Info("caches synced; allocating")
+	// Objects an older release stored as v1alpha1, rewritten once in the
+	// storage version; beside the work, which reads them through either.
+	migrated := make(chan struct{})
+	go func() { migrateStorageUntilDone(ctx, dyn, log, 30*time.Second); close(migrated) }()
 	policies, clusterPolicies := make(chan error, 1), make(chan error, 1)
 	go func() { policies <- NewPolicyCompiler(log, core, crd, c.recorder).Run(ctx, opts.Workers) }()
 	go func() { clusterPolicies <- NewClusterPolicyStatus(log, cnp, c.recorder).Run(ctx, opts.Workers) }()
@@ -202,6 +212,7 @@ func lead(ctx context.Context, opts Options, log *zap.Logger, core kubernetes.In
 	if err := <-clusterPolicies; err != nil && ctx.Err() == nil {
 		log.Error("clusternetworkpolicy status", zap.Error(err))
 	}
+	<-migrated
 	kf.Shutdown()
 	cf.Shutdown()
 	pf.Shutdown()

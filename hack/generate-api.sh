@@ -26,10 +26,12 @@ rm -rf api/client api/crds
 "$BIN/controller-gen" object:headerFile="$HEADER" crd:maxDescLen=400 \
 	paths=./api/... output:crd:artifacts:config=api/crds
 # Kinds the design has settled on are served as v1beta1 too, with the same
-# schema (no conversion: the API server only rewrites apiVersion); v1alpha1
-# stays the storage version and what the controller and daemons use, so a
-# release without v1beta1 still reads everything stored (docs/operations.md).
-go run ./hack/crdserve -version v1beta1 \
+# schema (no conversion: the API server only rewrites apiVersion), and
+# stored as v1beta1; v1alpha1 stays served and what the controller and
+# daemons use, so a release without v1beta1 still reads everything stored
+# through it. The controller rewrites objects stored as v1alpha1 once
+# (controller/storageversion.go, docs/operations.md).
+go run ./hack/crdserve -version v1beta1 -storage \
 	api/crds/coordino.io_ippools.yaml api/crds/coordino.io_nodeconfigs.yaml \
 	api/crds/coordino.io_identities.yaml api/crds/coordino.io_policyirs.yaml \
 	api/crds/coordino.io_nodeisolationpolicies.yaml

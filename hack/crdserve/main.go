@@ -1,11 +1,13 @@
 // Command crdserve adds a served version to generated CRD manifests: for
 // each file named, a copy of its storage version under the new name, with
-// the same schema, subresources and columns, served and not stored.
+// the same schema, subresources and columns, served and not stored; with
+// -storage the copy becomes the storage version and the original stays
+// served (the controller then rewrites the objects stored in it).
 // Identical schemas need no conversion webhook: the API server only
 // rewrites apiVersion. hack/generate-api.sh runs it after controller-gen
 // for the kinds that have graduated.
 //
-//	go run ./hack/crdserve -version v1beta1 api/crds/coordino.io_ippools.yaml ...
+//	go run ./hack/crdserve -version v1beta1 [-storage] api/crds/coordino.io_ippools.yaml ...
 package main
 
 import (
@@ -21,20 +23,21 @@ import (
 
 func main() {
 	version := flag.String("version", "", "the version to serve beside the storage version, e.g. v1beta1")
+	storage := flag.Bool("storage", false, "make the new version the storage version")
 	flag.Parse()
 	if *version == "" || flag.NArg() == 0 {
-		fmt.Fprintln(os.Stderr, "usage: crdserve -version VERSION CRD.yaml...")
+		fmt.Fprintln(os.Stderr, "usage: crdserve -version VERSION [-storage] CRD.yaml...")
 		os.Exit(2)
 	}
 	for _, path := range flag.Args() {
-		if err := serve(path, *version); err != nil {
+		if err := serve(path, *version, *storage); err != nil {
 			fmt.Fprintf(os.Stderr, "crdserve: %s: %v\n", path, err)
 			os.Exit(1)
 		}
 	}
 }
 
-func serve(path, version string) error {
+func serve(path, version string, storage bool) error {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return err
@@ -67,7 +70,10 @@ func serve(path, version string) error {
 	if err := json.Unmarshal(raw, &served); err != nil {
 		return err
 	}
-	served["name"], served["served"], served["storage"] = version, true, false
+	served["name"], served["served"], served["storage"] = version, true, storage
+	if storage {
+		stored["storage"] = false
+	}
 	spec["versions"] = append(versions, served)
 	out, err := yaml.Marshal(crd)
 	if err != nil {

@@ -354,6 +354,15 @@ func checkController(t *testing.T, objs []runtime.Object) {
 			t.Errorf("probe %+v not on the metrics port", p)
 		}
 	}
+	// On host network with a port, a surge pod fits no node that already
+	// runs a replica: with as many nodes as replicas the roll never ends
+	// (make e2e-upgrade on two workers).
+	if d.Spec.Template.Spec.HostNetwork && len(c.Ports) > 0 {
+		ru := d.Spec.Strategy.RollingUpdate
+		if ru == nil || ru.MaxSurge == nil || ru.MaxSurge.IntValue() != 0 || ru.MaxUnavailable == nil || ru.MaxUnavailable.IntValue() != 1 {
+			t.Errorf("controller strategy %+v: want maxSurge 0, maxUnavailable 1 (host network ports)", d.Spec.Strategy)
+		}
+	}
 }
 
 func checkPodBasics(t *testing.T, ds *appsv1.DaemonSet) {

@@ -5,16 +5,21 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/zap"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
 	"github.com/coordino/coordino/api/client/clientset/versioned"
 	coordinov1alpha1 "github.com/coordino/coordino/api/coordino/v1alpha1"
+	"github.com/coordino/coordino/controller"
 	"github.com/coordino/coordino/test/apiserver"
 )
 
@@ -210,5 +215,27 @@ func TestRBACOnAPIServer(t *testing.T) {
 	}
 	if _, err := ctlCore.Pods("default").Create(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "x"}}, metav1.CreateOptions{}); !apierrors.IsForbidden(err) {
 		t.Errorf("controller creates pods: %v", err)
+	}
+
+	// The storage version migration as a release that stored v1alpha1
+	// leaves it (storedVersions naming both), by the controller's account.
+	crds := schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
+	dynAdmin := dynamic.NewForConfigOrDie(s.Config)
+	for _, plural := range controller.GraduatedResources {
+		crd, err := dynAdmin.Resource(crds).Get(ctx, plural+".coordino.io", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = unstructured.SetNestedStringSlice(crd.Object, []string{"v1alpha1", "v1beta1"}, "status", "storedVersions")
+		if _, err := dynAdmin.Resource(crds).UpdateStatus(ctx, crd, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctlDyn := dynamic.NewForConfigOrDie(controllerCfg)
+	if n, err := controller.MigrateStorage(ctx, ctlDyn, zap.NewNop()); err != nil || n == 0 {
+		t.Errorf("controller's storage version migration: %d objects rewritten, %v", n, err)
+	}
+	if _, err := ctlDyn.Resource(crds).Get(ctx, "ipblocks.coordino.io", metav1.GetOptions{}); !apierrors.IsForbidden(err) {
+		t.Errorf("controller reads a CRD it does not migrate: %v", err)
 	}
 }

@@ -3,7 +3,10 @@ package apiserver
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
+	"encoding/json"
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -38,6 +41,7 @@ type Server struct {
 
 	t         testing.TB
 	dir       string
+	etcdURL   string
 	pki       *testbed.PKI
 	etcd      *testbed.Proc
 	apiServer *testbed.Proc
@@ -82,6 +86,7 @@ func StartWith(t testing.TB, opts Options) *Server {
 		t.Fatal(err)
 	}
 	s.URL = fmt.Sprintf("https://127.0.0.1:%d", ports[2])
+	s.etcdURL = fmt.Sprintf("http://127.0.0.1:%d", ports[0])
 	s.etcd = &testbed.Proc{Name: "etcd", Path: etcdBin, Args: testbed.EtcdArgs(filepath.Join(dir, "etcd"), ports[0], ports[1]),
 		LogPath: filepath.Join(dir, "etcd.log")}
 	s.apiServer = &testbed.Proc{Name: "kube-apiserver", Path: apiBin,
@@ -154,6 +159,35 @@ func (s *Server) StartAPIServer(ctx context.Context) error {
 		}
 		return cs.Discovery().RESTClient().Get().AbsPath("/readyz").Do(ctx).Error()
 	})
+}
+
+// Stored returns the bytes etcd holds for an object of a custom resource
+// (group/plural/name, or group/plural/namespace/name), as the API server
+// wrote them: a CRD's objects are JSON in the storage version of the
+// time. Read through etcd's JSON gateway, so no etcd client is needed.
+func (s *Server) Stored(ctx context.Context, key string) ([]byte, error) {
+	body, _ := json.Marshal(map[string]string{"key": base64.StdEncoding.EncodeToString([]byte("/registry/" + key))})
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.etcdURL+"/v3/kv/range", bytes.NewReader(body))
+	if err != nil {
+		return nil, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	var out struct {
+		KVs []struct {
+			Value []byte `json:"value"` // base64 in JSON
+		} `json:"kvs"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
+		return nil, fmt.Errorf("etcd range %s: %w", key, err)
+	}
+	if len(out.KVs) != 1 {
+		return nil, fmt.Errorf("etcd holds no /registry/%s", key)
+	}
+	return out.KVs[0].Value, nil
 }
 
 // StopAPIServer stops kube-apiserver (etcd keeps its data).

@@ -14,17 +14,18 @@ import (
 
 	"github.com/coordino/coordino/api/client/clientset/versioned"
 	coordinov1alpha1 "github.com/coordino/coordino/api/coordino/v1alpha1"
+	"github.com/coordino/coordino/controller"
 	"github.com/coordino/coordino/test/testbed"
 )
 
 // graduated are the kinds served as v1beta1 beside v1alpha1 (hack/generate-api.sh).
-var graduated = []string{"ippools", "nodeconfigs", "identities", "policyirs", "nodeisolationpolicies"}
+var graduated = controller.GraduatedResources
 
 // TestV1beta1ServedBesideV1alpha1: the graduated CRDs serve v1beta1 with
-// v1alpha1's schema, v1alpha1 stays the storage version (so a release
-// that knows only v1alpha1 reads all that is stored), and an object
-// written through either version reads the same through the other, with
-// the schema's validation and defaults applied to both.
+// v1alpha1's schema and store v1beta1 (v1alpha1 stays served, so a
+// release that knows only v1alpha1 reads all that is stored through it),
+// and an object written through either version reads the same through
+// the other, with the schema's validation and defaults applied to both.
 func TestV1beta1ServedBesideV1alpha1(t *testing.T) {
 	s := Start(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -45,8 +46,8 @@ func TestV1beta1ServedBesideV1alpha1(t *testing.T) {
 		if len(versions) != 2 || alpha == nil || beta == nil {
 			t.Fatalf("%s: versions %v, want v1alpha1 and v1beta1", plural, versions)
 		}
-		if alpha["storage"] != true || beta["storage"] != false || alpha["served"] != true || beta["served"] != true {
-			t.Errorf("%s: v1alpha1 served %v storage %v, v1beta1 served %v storage %v; want both served, v1alpha1 stored",
+		if alpha["storage"] != false || beta["storage"] != true || alpha["served"] != true || beta["served"] != true {
+			t.Errorf("%s: v1alpha1 served %v storage %v, v1beta1 served %v storage %v; want both served, v1beta1 stored",
 				plural, alpha["served"], alpha["storage"], beta["served"], beta["storage"])
 		}
 		for _, field := range []string{"schema", "subresources", "additionalPrinterColumns"} {
@@ -54,8 +55,8 @@ func TestV1beta1ServedBesideV1alpha1(t *testing.T) {
 				t.Errorf("%s: %s differs between v1alpha1 and v1beta1", plural, field)
 			}
 		}
-		if stored, _, _ := unstructured.NestedStringSlice(crd.Object, "status", "storedVersions"); !reflect.DeepEqual(stored, []string{"v1alpha1"}) {
-			t.Errorf("%s: storedVersions %v, want [v1alpha1]", plural, stored)
+		if stored, _, _ := unstructured.NestedStringSlice(crd.Object, "status", "storedVersions"); !reflect.DeepEqual(stored, []string{"v1beta1"}) {
+			t.Errorf("%s: storedVersions %v, want [v1beta1]", plural, stored)
 		}
 	}
 

@@ -40,6 +40,9 @@ type Options struct {
 	// ImageArchive is Coordino's image (make image). Default
 	// $COORDINO_CLUSTER_IMAGE or RepoRoot/bin/coordino-image.tar.
 	ImageArchive string
+	// ExtraImages are more image archives every node imports, such as a
+	// second Coordino image to roll to (make e2e-upgrade).
+	ExtraImages []string
 	// Overlay is the kustomize directory installed (default
 	// $COORDINO_CLUSTER_OVERLAY or install/kubernetes/overlays/primary).
 	Overlay string
@@ -320,6 +323,7 @@ func Up(ctx context.Context, opts Options) (_ *Cluster, err error) {
 	if err != nil {
 		return nil, err
 	}
+	images = append(images, c.ExtraImages...)
 	for i, m := range c.workers {
 		if err := c.startWorker(ctx, i+1, m, images); err != nil {
 			return nil, err

@@ -280,6 +280,13 @@ func startController(b *testing.B, c *cluster) *controllerProc {
 	if _, err := os.Stat(bin); err != nil {
 		b.Fatalf("%s missing: run make build first", bin)
 	}
+	return startControllerBinary(b, c, bin)
+}
+
+// startControllerBinary runs bin (a coordino-controller of this tree or
+// of another release) against the API server until the test ends.
+func startControllerBinary(b testing.TB, c *cluster, bin string) *controllerProc {
+	b.Helper()
 	kc := filepath.Join(b.TempDir(), "kubeconfig")
 	harness.WriteKubeconfig(b, c.cfg, harness.APIHostPort(c.cfg), kc)
 	l, err := net.Listen("tcp", "127.0.0.1:0")

@@ -3,12 +3,10 @@ package skew
 import (
 	"bufio"
 	"context"
-	"errors"
 	"fmt"
 	"net"
 	"net/netip"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -24,44 +22,6 @@ import (
 	"github.com/coordino/coordino/test/privileged"
 )
 
-// previousRelease returns the directory holding the previous release's
-// coordino and coordino-daemon, building them when they are not cached.
-// The release is $PREVIOUS_RELEASE, else the Makefile's default.
-func previousRelease(t *testing.T) string {
-	t.Helper()
-	privileged.Require(t)
-	if err := harness.RequireBinaries(); err != nil {
-		t.Fatal(err)
-	}
-	ref := os.Getenv("PREVIOUS_RELEASE")
-	if ref == "" {
-		mk, err := os.ReadFile(filepath.Join(harness.RepoRoot(), "Makefile"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		m := regexp.MustCompile(`(?m)^PREVIOUS_RELEASE \?= (\S+)$`).FindSubmatch(mk)
-		if m == nil {
-			t.Fatal("Makefile sets no PREVIOUS_RELEASE")
-		}
-		ref = string(m[1])
-	}
-	out, err := exec.Command(filepath.Join(harness.RepoRoot(), "hack", "build-previous.sh"), ref).Output()
-	if err != nil {
-		var ee *exec.ExitError
-		if errors.As(err, &ee) && ee.ExitCode() == 3 {
-			// Not this tree's fault: a shallow clone holds no older
-			// commit. Said loudly, in CI too.
-			t.Skipf("SKEW NOT TESTED: %s", strings.TrimSpace(string(ee.Stderr)))
-		}
-		if errors.As(err, &ee) {
-			t.Fatalf("build previous release %s: %v\n%s", ref, err, ee.Stderr)
-		}
-		t.Fatalf("build previous release %s: %v", ref, err)
-	}
-	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
-	return lines[len(lines)-1]
-}
-
 // build is one side's binaries.
 type build struct {
 	name      string
@@ -70,7 +30,11 @@ type build struct {
 }
 
 func builds(t *testing.T) (prev, cur build) {
-	dir := previousRelease(t)
+	privileged.Require(t)
+	if err := harness.RequireBinaries(); err != nil {
+		t.Fatal(err)
+	}
+	dir := harness.PreviousRelease(t)
 	return build{name: "previous", pluginDir: dir, daemon: filepath.Join(dir, "coordino-daemon")},
 		build{name: "current", pluginDir: harness.BinDir()}
 }
