@@ -286,13 +286,19 @@ spec:
 // the pod's address before the NAT; a masqueraded flow survives a daemon
 // restart. Without masquerade (the old code) no connection to the outside
 // host completes: it has no route to the pods.
-func TestMasquerade(t *testing.T) {
+func TestMasquerade(t *testing.T) { runMasquerade(t) }
+
+// TestMasqueradeNFTables is the same with --datapath=nftables: the NAT
+// table is the same, policy is decided by the other datapath.
+func TestMasqueradeNFTables(t *testing.T) { runMasquerade(t, "--datapath=nftables") }
+
+func runMasquerade(t *testing.T, extraArgs ...string) {
 	var o *outside
 	c := newClusterWith(t, direct, 2, func(dir string) []string {
 		if err := os.MkdirAll(filepath.Join(dir, "policies"), 0o700); err != nil {
 			t.Fatal(err)
 		}
-		return append([]string{"--policy-dir", filepath.Join(dir, "policies")}, nonMasqueradeArgs(o)...)
+		return append(append([]string{"--policy-dir", filepath.Join(dir, "policies")}, nonMasqueradeArgs(o)...), extraArgs...)
 	})
 	o = newOutside(t, c)
 	for _, n := range c.nodes {
