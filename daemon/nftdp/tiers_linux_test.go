@@ -359,6 +359,13 @@ spec:
 	}
 	c.expect(true, "a>d tcp/80", "c>ext tcp/80", "c>d tcp/81", "b>d tcp/81")
 	c.expect(false, "a>ext tcp/80", "b>ext tcp/80", "a>d tcp/81")
+	dec, err := c.dp.Decide(c.eps["b"].HostIfIndex, policy.Egress, podIPs["ext"], policy.ProtoTCP, 80)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := c.dp.DecidedBy(dec, policy.Egress, podIPs["ext"], policy.ProtoTCP, 80), "admin: ClusterNetworkPolicy/deny-infra spec.egress[0] Deny"; got != want {
+		t.Errorf("b>ext tcp/80 decided by %q, want %q (%+v)", got, want, dec)
+	}
 
 	s.Nodes = []*corev1.Node{node("n-ext", "worker", podIPs["ext"]), node("n-d", "infra", podIPs["d"])}
 	if err := c.dp.UpdatePolicy(s); err != nil {

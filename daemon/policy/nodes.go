@@ -6,6 +6,7 @@ import (
 	"slices"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 )
 
@@ -28,6 +29,15 @@ func (n *nodeState) prefixes() []netip.Prefix {
 	out := make([]netip.Prefix, 0, len(n.addrs))
 	for _, a := range n.addrs {
 		out = append(out, netip.PrefixFrom(a, a.BitLen()))
+	}
+	return out
+}
+
+// object is the node as a Node object of name (for Compile).
+func (n *nodeState) object(name string) *corev1.Node {
+	out := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: n.labels}}
+	for _, a := range n.addrs {
+		out.Status.Addresses = append(out.Status.Addresses, corev1.NodeAddress{Type: corev1.NodeInternalIP, Address: a.String()})
 	}
 	return out
 }
