@@ -1,0 +1,77 @@
+package policy
+
+import (
+	"fmt"
+	"net/netip"
+	"testing"
+
+	"sigs.k8s.io/yaml"
+
+	"github.com/coordino/coordino/api/policyir"
+	"github.com/coordino/coordino/daemon/identity"
+	cnpv1beta1 "sigs.k8s.io/network-policy-api/apis/v1beta1"
+)
+
+// TestNodePeerEvents: a node event touches only the nodes peers that
+// select the node before or after it: a node no selector names changes
+// nothing, a selected one brings its addresses' host prefixes in as CIDR
+// identities, and relabeling or deleting it releases them.
+func TestNodePeerEvents(t *testing.T) {
+	e := NewEngine(identity.NewCIDRs())
+	e.SetNamespace("a", nil)
+	e.AddLocal(identity.Identity{ID: identity.FirstPod, Namespace: "a", Labels: map[string]string{"app": "web"}})
+	cnp := &cnpv1beta1.ClusterNetworkPolicy{}
+	if err := yaml.UnmarshalStrict([]byte(`
+metadata: {name: deny-infra}
+spec:
+  tier: Admin
+  priority: 1
+  subject: {namespaces: {}}
+  egress: [{action: Deny, to: [{nodes: {matchLabels: {role: infra}}}]}]`), cnp); err != nil {
+		t.Fatal(err)
+	}
+	p, err := policyir.NormalizeCluster(cnp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.UpsertPolicy(p)
+	e.TakeChanges()
+	v4, v6 := netip.MustParseAddr("192.0.2.7"), netip.MustParseAddr("2001:db8::7")
+	host4, host6 := netip.PrefixFrom(v4, 32), netip.PrefixFrom(v6, 128)
+	denied := func(addr netip.Addr) bool {
+		f := Flow{Local: identity.FirstPod, Isolation: e.Isolation(identity.FirstPod), Dir: Egress,
+			Remote: identity.RemoteNode, RemoteCIDR: e.CIDRIdentity(addr), Proto: ProtoTCP, Port: 80}
+		return !Decide(func(k Key) (Value, bool) { v := e.KeyValue(k); return v, e.WantsKey(k) }, f).Allow
+	}
+
+	e.SetNode("w1", map[string]string{"role": "worker"}, []netip.Addr{v4})
+	if ch := e.TakeChanges(); !ch.Empty() {
+		t.Errorf("a node no selector names changed %+v", ch)
+	}
+	e.SetNode("i1", map[string]string{"role": "infra"}, []netip.Addr{v6, v4})
+	ch := e.TakeChanges()
+	if _, ok := ch.Prefixes[host4]; !ok || len(ch.Prefixes) != 2 {
+		t.Errorf("selected node: prefixes changed %v, want %s and %s", ch.Prefixes, host4, host6)
+	}
+	if !e.CIDRIdentity(v4).IsCIDR() || !denied(v4) || !denied(v6) {
+		t.Errorf("selected node's addresses: CIDR identity %s, denied %v %v", e.CIDRIdentity(v4), denied(v4), denied(v6))
+	}
+	e.SetNode("i1", map[string]string{"role": "infra"}, []netip.Addr{v4, v6})
+	if ch := e.TakeChanges(); !ch.Empty() {
+		t.Errorf("the same node again changed %+v", ch)
+	}
+	// w1 shares the address: relabeled infra, then i1 leaves; the prefix
+	// stays while one selected node has it.
+	e.SetNode("w1", map[string]string{"role": "infra"}, []netip.Addr{v4})
+	e.SetNode("i1", map[string]string{"role": "worker"}, []netip.Addr{v4, v6})
+	if !denied(v4) || denied(v6) {
+		t.Errorf("after relabeling: denied %v %v, want true false", denied(v4), denied(v6))
+	}
+	e.DeleteNode("w1")
+	if _, ok := e.PrefixIdentity(host4); ok || denied(v4) {
+		t.Errorf("no node selected: prefix %s still known or %s denied", host4, v4)
+	}
+	if errs := e.TakeErrors(); len(errs) > 0 {
+		t.Fatal(fmt.Sprint(errs))
+	}
+}
