@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/coordino/coordino/api/policyir"
+	"github.com/coordino/coordino/daemon/identity"
 	"github.com/coordino/coordino/daemon/internal/testnet"
 	"github.com/coordino/coordino/daemon/kernel"
 	"github.com/coordino/coordino/daemon/policy"
@@ -203,10 +204,20 @@ spec:
   - action: Accept
     to: [{nodes: {matchLabels: {role: worker}}}]
     protocols: [{tcp: {destinationPort: {number: 80}}}]`
-	c.policies(noEgress, denyInfra, acceptWorkers, nodeDoc("n-ext", "infra", podIPs["ext"]), nodeDoc("n-d", "worker", podIPs["d"]))
+	c.policies(noEgress, denyInfra, acceptWorkers, nodeDoc("n-ext", "infra", podIPs["ext"]), nodeDoc("n-d", "worker", podIPs["d"]),
+		nodeDoc("n-self", "infra", testnet.NodeIP))
 	c.expect(true, "a>d tcp/80", "c>ext tcp/80", "c>d tcp/81", "b>d tcp/81")
 	c.expect(false, "a>ext tcp/80", "b>ext tcp/80", "a>d tcp/81")
 	decidedBy(t, c, "b", policy.Egress, podIPs["ext"], 80, "admin: ClusterNetworkPolicy/deny-infra spec.egress[0] Deny")
+	// This node's own address keeps its node identity in the ipcache; the
+	// nodes peer matches it through the CIDR identity of its /32.
+	dec, err := c.dp.Decide(c.eps["b"].HostIfIndex, policy.Egress, testnet.NodeIP, policy.ProtoTCP, 80)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if dec.Remote != identity.Host || !dec.RemoteCIDR.IsCIDR() || dec.Allowed() || dec.Tier != policyir.TierAdmin {
+		t.Errorf("b>node: decision %+v, want remote host, a CIDR identity and the Admin Deny", dec)
+	}
 
 	c.policies(noEgress, denyInfra, acceptWorkers, nodeDoc("n-ext", "worker", podIPs["ext"]), nodeDoc("n-d", "infra", podIPs["d"]))
 	c.expect(true, "a>ext tcp/80", "c>d tcp/80", "b>ext tcp/81")
