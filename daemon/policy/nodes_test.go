@@ -75,3 +75,45 @@ spec:
 		t.Fatal(fmt.Sprint(errs))
 	}
 }
+
+// BenchmarkEngineNodeRelabel is the engine's share of a node label change
+// (one node moving between zones, each zone named by one nodes peer) with
+// the 1,000 ClusterNetworkPolicies of the ADD benchmark loaded and 100
+// or 5,000 nodes: the work should not grow with the node or policy count.
+func BenchmarkEngineNodeRelabel(b *testing.B) {
+	for _, nodes := range []int{100, 5000} {
+		b.Run(fmt.Sprint(nodes, "-nodes"), func(b *testing.B) {
+			e := NewEngine(identity.NewCIDRs())
+			for i := range 50 {
+				e.SetNamespace(fmt.Sprint("team-", i), map[string]string{"team": fmt.Sprint("t", i)})
+				e.AddLocal(identity.Identity{ID: identity.FirstPod + identity.ID(i), Namespace: fmt.Sprint("team-", i)})
+			}
+			for _, p := range benchClusterPolicies(b, 1000) {
+				e.UpsertPolicy(p)
+			}
+			for z := range 10 {
+				cnp := &cnpv1beta1.ClusterNetworkPolicy{}
+				doc := fmt.Sprintf("metadata: {name: zone%d}\nspec: {tier: Admin, priority: %d, subject: {namespaces: {}},"+
+					" egress: [{action: Deny, to: [{nodes: {matchLabels: {zone: z%d}}}]}]}", z, z, z)
+				if err := yaml.UnmarshalStrict([]byte(doc), cnp); err != nil {
+					b.Fatal(err)
+				}
+				p, err := policyir.NormalizeCluster(cnp)
+				if err != nil {
+					b.Fatal(err)
+				}
+				e.UpsertPolicy(p)
+			}
+			addr := func(i int) netip.Addr { return netip.AddrFrom4([4]byte{10, 200, byte(i >> 8), byte(i)}) }
+			for i := range nodes {
+				e.SetNode(fmt.Sprint("n", i), map[string]string{"zone": fmt.Sprint("z", i%10)}, []netip.Addr{addr(i)})
+			}
+			e.TakeChanges()
+			b.ResetTimer()
+			for i := 0; b.Loop(); i++ {
+				e.SetNode("n0", map[string]string{"zone": fmt.Sprint("z", 1+i%9)}, []netip.Addr{addr(0)})
+				e.TakeChanges()
+			}
+		})
+	}
+}
