@@ -146,6 +146,9 @@ func (e *Engine) DescribeIdentity(id identity.ID) string {
 	}
 	if id.IsCIDR() {
 		if p, ok := e.PrefixOf(id); ok {
+			if name, ok := e.nodeOf(p); ok {
+				return fmt.Sprintf("ipBlock %s, an address of node %s (%s)", p, name, id)
+			}
 			return fmt.Sprintf("ipBlock %s (%s)", p, id)
 		}
 		return fmt.Sprintf("an ipBlock no policy uses any more (%s)", id)

@@ -164,3 +164,21 @@ func NodeAddrs(n *corev1.Node) []netip.Addr {
 	}
 	return out
 }
+
+// nodeOf names a node that has host prefix p as an address (the first by
+// name), for explain; it costs one look at every node.
+func (e *Engine) nodeOf(p netip.Prefix) (string, bool) {
+	if !p.IsSingleIP() {
+		return "", false
+	}
+	var names []string
+	for name, n := range e.nodes {
+		if slices.Contains(n.addrs, p.Addr()) {
+			names = append(names, name)
+		}
+	}
+	if len(names) == 0 {
+		return "", false
+	}
+	return slices.Min(names), true
+}

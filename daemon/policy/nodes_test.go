@@ -56,6 +56,9 @@ spec:
 	if !e.CIDRIdentity(v4).IsCIDR() || !denied(v4) || !denied(v6) {
 		t.Errorf("selected node's addresses: CIDR identity %s, denied %v %v", e.CIDRIdentity(v4), denied(v4), denied(v6))
 	}
+	if got, want := e.DescribeIdentity(e.CIDRIdentity(v6)), fmt.Sprintf("ipBlock %s, an address of node i1 (%s)", host6, e.CIDRIdentity(v6)); got != want {
+		t.Errorf("DescribeIdentity = %q, want %q", got, want)
+	}
 	e.SetNode("i1", map[string]string{"role": "infra"}, []netip.Addr{v4, v6})
 	if ch := e.TakeChanges(); !ch.Empty() {
 		t.Errorf("the same node again changed %+v", ch)
