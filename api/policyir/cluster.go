@@ -13,7 +13,7 @@ import (
 // the controller and standalone mode share. The error names the policy
 // and the first bad field; an invalid policy has no IR.
 //
-// Peers the datapath cannot enforce yet (nodes, domainNames) and peers
+// Peers the datapath cannot enforce yet (domainNames) and peers
 // with no field set (a newer CRD than this code) fail closed as the API
 // asks: an Accept rule ignores them, a Deny or Pass rule becomes a Deny of
 // every peer on its ports. Each such case adds a warning.
@@ -68,7 +68,7 @@ func normalizeCluster(cnp *cnpv1beta1.ClusterNetworkPolicy) (*Policy, error) {
 		peers := make([]clusterPeer, len(r.To))
 		for j, peer := range r.To {
 			peers[j] = clusterPeer{namespaces: peer.Namespaces, pods: peer.Pods, networks: peer.Networks,
-				unsupported: unsupportedEgressPeer(peer)}
+				nodes: peer.Nodes, unsupported: unsupportedEgressPeer(peer)}
 		}
 		rule, err := clusterRule(p, f, "to", Egress, i, r.Action, peers, r.Protocols)
 		if err != nil {
@@ -80,10 +80,7 @@ func normalizeCluster(cnp *cnpv1beta1.ClusterNetworkPolicy) (*Policy, error) {
 }
 
 func unsupportedEgressPeer(peer cnpv1beta1.ClusterNetworkPolicyEgressPeer) string {
-	switch {
-	case peer.Nodes != nil:
-		return "nodes"
-	case len(peer.DomainNames) > 0:
+	if len(peer.DomainNames) > 0 {
 		return "domainNames"
 	}
 	return ""
@@ -125,6 +122,7 @@ type clusterPeer struct {
 	namespaces  *metav1.LabelSelector
 	pods        *cnpv1beta1.NamespacedPod
 	networks    []cnpv1beta1.CIDR
+	nodes       *metav1.LabelSelector
 	unsupported string // the field of a peer not enforced yet
 }
 
@@ -148,7 +146,7 @@ func clusterRule(p *Policy, field, peersField string, dir Direction, index int, 
 	for j, peer := range peers {
 		f := fmt.Sprintf("%s.%s[%d]", field, peersField, j)
 		set := 0
-		for _, b := range []bool{peer.namespaces != nil, peer.pods != nil, len(peer.networks) > 0, peer.unsupported != ""} {
+		for _, b := range []bool{peer.namespaces != nil, peer.pods != nil, len(peer.networks) > 0, peer.nodes != nil, peer.unsupported != ""} {
 			if b {
 				set++
 			}
@@ -179,6 +177,12 @@ func clusterRule(p *Policy, field, peersField string, dir Direction, index int, 
 				return r, err
 			}
 			r.Peers = append(r.Peers, Peer{NamespaceSelector: ns, PodSelector: pods})
+		case peer.nodes != nil:
+			sel, err := selector(f+".nodes", peer.nodes)
+			if err != nil {
+				return r, err
+			}
+			r.Peers = append(r.Peers, Peer{NodeSelector: sel})
 		default:
 			for k, c := range peer.networks {
 				cidr, err := parseCIDR(string(c))

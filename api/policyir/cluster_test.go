@@ -60,9 +60,10 @@ spec:
 	}
 }
 
-// TestNormalizeClusterFailsClosed: a peer Coordino does not enforce (nodes,
-// domainNames) is ignored by an Accept rule and turns a Deny or Pass rule
-// into a Deny of every peer, with a warning.
+// TestNormalizeClusterFailsClosed: a peer Coordino does not enforce
+// (domainNames) is ignored by an Accept rule and turns a Deny or Pass rule
+// into a Deny of every peer, with a warning. A nodes peer is a node
+// selector.
 func TestNormalizeClusterFailsClosed(t *testing.T) {
 	p, err := NormalizeCluster(parseCluster(t, `metadata: {name: c}
 spec:
@@ -70,16 +71,21 @@ spec:
   priority: 1
   subject: {namespaces: {}}
   egress:
-  - {action: Accept, to: [{nodes: {}}]}
-  - {action: Pass, to: [{domainNames: [example.com]}, {namespaces: {}}]}`))
+  - {action: Accept, to: [{domainNames: [example.com]}]}
+  - {action: Pass, to: [{domainNames: [example.com]}, {namespaces: {}}]}
+  - {action: Deny, to: [{nodes: {matchLabels: {role: infra}}}]}`))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if r := p.Rules[0]; !r.NoPorts || r.Action != ActionAccept {
-		t.Errorf("accept to nodes = %+v, want a rule matching nothing", r)
+		t.Errorf("accept to domainNames = %+v, want a rule matching nothing", r)
 	}
 	if r := p.Rules[1]; r.Action != ActionDeny || len(r.Peers) != 0 || r.NoPorts {
 		t.Errorf("pass to domainNames = %+v, want deny of every peer", r)
+	}
+	if r := p.Rules[2]; r.Action != ActionDeny || len(r.Peers) != 1 || r.Peers[0].NodeSelector == nil ||
+		r.Peers[0].NodeSelector.String() != "role=infra" {
+		t.Errorf("deny to nodes = %+v, want a node selector peer", r)
 	}
 	if len(p.Warnings) != 2 {
 		t.Errorf("warnings = %q", p.Warnings)
@@ -98,6 +104,7 @@ func TestNormalizeClusterNames(t *testing.T) {
 		"spec.ingress[0].action":           `{metadata: {name: c}, spec: {tier: Admin, priority: 1, subject: ` + ok + `, ingress: [{action: Allow, from: [` + ok + `]}]}}`,
 		"spec.ingress[0].from":             `{metadata: {name: c}, spec: {tier: Admin, priority: 1, subject: ` + ok + `, ingress: [{action: Deny, from: []}]}}`,
 		"spec.egress[0].to[0]":             `{metadata: {name: c}, spec: {tier: Admin, priority: 1, subject: ` + ok + `, egress: [{action: Deny, to: [{namespaces: {}, networks: [10.0.0.0/8]}]}]}}`,
+		"spec.egress[0].to[0].nodes":       `{metadata: {name: c}, spec: {tier: Admin, priority: 1, subject: ` + ok + `, egress: [{action: Deny, to: [{nodes: {matchExpressions: [{key: a, operator: Bogus}]}}]}]}}`,
 		"spec.egress[0].to[0].networks[0]": `{metadata: {name: c}, spec: {tier: Admin, priority: 1, subject: ` + ok + `, egress: [{action: Deny, to: [{networks: [10.0.0.1/8]}]}]}}`,
 		"spec.egress[0].protocols[0].tcp.destinationPort.range": `{metadata: {name: c}, spec: {tier: Admin, priority: 1, subject: ` + ok + `,
 			egress: [{action: Deny, to: [` + ok + `], protocols: [{tcp: {destinationPort: {range: {start: 90, end: 80}}}}]}]}}`,

@@ -160,8 +160,8 @@ type NamedPort struct {
 	Name     string
 }
 
-// Peer is one peer of a rule: either pods chosen by selectors, or a CIDR
-// block.
+// Peer is one peer of a rule: pods chosen by selectors, a CIDR block, or
+// nodes chosen by their labels.
 type Peer struct {
 	// NamespaceSelector picks the peer's namespaces; nil means the
 	// policy's own namespace.
@@ -171,6 +171,10 @@ type Peer struct {
 	PodSelector labels.Selector
 	// Block is set for an ipBlock peer.
 	Block *IPBlock
+	// NodeSelector is set for a nodes peer of a ClusterNetworkPolicy: the
+	// addresses of the nodes whose labels it matches (each node's own
+	// prefix, /32 or /128, through the ipcache's CIDR identities).
+	NodeSelector labels.Selector
 }
 
 // IPBlock is a CIDR minus the CIDRs in Except (each strictly inside it).

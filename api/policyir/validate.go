@@ -35,6 +35,23 @@ func ValidateNamespace(ns *corev1.Namespace) error {
 	return nil
 }
 
+// ValidateNode checks a Node document of the standalone policy directory:
+// a name, and addresses a nodes peer can match. The error names the field.
+func ValidateNode(n *corev1.Node) error {
+	if n.Name == "" {
+		return fieldErr("metadata.name", "required")
+	}
+	for i, a := range n.Status.Addresses {
+		if a.Type != corev1.NodeInternalIP && a.Type != corev1.NodeExternalIP {
+			continue
+		}
+		if _, err := netip.ParseAddr(a.Address); err != nil {
+			return fieldErr(fmt.Sprintf("status.addresses[%d].address", i), "%q is not an IP address", a.Address)
+		}
+	}
+	return nil
+}
+
 // ValidateNetworkPolicy checks np the way the API server would for the parts
 // Coordino relies on; the error names the first bad field.
 func ValidateNetworkPolicy(np *networkingv1.NetworkPolicy) error {

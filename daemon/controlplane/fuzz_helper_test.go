@@ -10,7 +10,7 @@ import (
 func compileForFuzz(t *testing.T, objs *Objects) {
 	alloc := identity.NewAllocator()
 	var in policy.Input
-	in.Policies, in.Namespaces, in.ClusterPolicies = objs.Policies, objs.Namespaces, objs.ClusterPolicies
+	in.Policies, in.Namespaces, in.ClusterPolicies, in.Nodes = objs.Policies, objs.Namespaces, objs.ClusterPolicies, objs.Nodes
 	for _, labels := range []map[string]string{{"app": "web"}, {"a": "b"}, nil} {
 		id, _, _ := alloc.Acquire("default", labels)
 		in.Identities = append(in.Identities, id)

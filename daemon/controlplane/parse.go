@@ -28,11 +28,14 @@ type Objects struct {
 	ClusterPolicies []*cnpv1beta1.ClusterNetworkPolicy
 	Namespaces      []*corev1.Namespace
 	NodeIsolation   []*coordinov1alpha1.NodeIsolationPolicy
+	// Nodes give ClusterNetworkPolicy nodes peers the labels and
+	// addresses of the cluster's nodes.
+	Nodes []*corev1.Node
 }
 
 // ParseFile parses a YAML or JSON file of networking.k8s.io/v1
 // NetworkPolicy, policy.networking.k8s.io/v1beta1 ClusterNetworkPolicy,
-// v1 Namespace and coordino.io/v1alpha1 NodeIsolationPolicy documents
+// v1 Namespace, v1 Node and coordino.io/v1alpha1 NodeIsolationPolicy documents
 // separated by "---". Every error
 // names the file, the document and, where it can, the field.
 func ParseFile(name string, data []byte) (*Objects, error) {
@@ -94,6 +97,15 @@ func parseDoc(raw []byte, out *Objects) error {
 			return fmt.Errorf("Namespace: %w", err)
 		}
 		out.Namespaces = append(out.Namespaces, ns)
+	case tm.Kind == "Node" && tm.APIVersion == "v1":
+		n := &corev1.Node{}
+		if err := yaml.UnmarshalStrict(raw, n); err != nil {
+			return fmt.Errorf("Node: %w", err)
+		}
+		if err := policyir.ValidateNode(n); err != nil {
+			return fmt.Errorf("Node %s: %w", n.Name, err)
+		}
+		out.Nodes = append(out.Nodes, n)
 	case tm.Kind == "NodeIsolationPolicy" && tm.APIVersion == coordinov1alpha1.SchemeGroupVersion.String():
 		nip := &coordinov1alpha1.NodeIsolationPolicy{}
 		if err := yaml.UnmarshalStrict(raw, nip); err != nil {
@@ -104,7 +116,7 @@ func parseDoc(raw []byte, out *Objects) error {
 		}
 		out.NodeIsolation = append(out.NodeIsolation, nip)
 	default:
-		return fmt.Errorf("apiVersion %q kind %q: want networking.k8s.io/v1 NetworkPolicy, policy.networking.k8s.io/v1beta1 ClusterNetworkPolicy, v1 Namespace or coordino.io/v1alpha1 NodeIsolationPolicy", tm.APIVersion, tm.Kind)
+		return fmt.Errorf("apiVersion %q kind %q: want networking.k8s.io/v1 NetworkPolicy, policy.networking.k8s.io/v1beta1 ClusterNetworkPolicy, v1 Namespace, v1 Node or coordino.io/v1alpha1 NodeIsolationPolicy", tm.APIVersion, tm.Kind)
 	}
 	return nil
 }

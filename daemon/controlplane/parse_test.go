@@ -77,6 +77,7 @@ func FuzzParseFile(f *testing.F) {
 	f.Add([]byte("apiVersion: networking.k8s.io/v1\nkind: NetworkPolicy\nmetadata: {name: p}\nspec:\n  podSelector: {}\n  ingress: [{from: [{ipBlock: {cidr: '::/0', except: ['::1/128']}}], ports: [{port: http}]}]"))
 	f.Add([]byte("---\n---\n"))
 	f.Add([]byte(clusterPolicyDoc))
+	f.Add([]byte(nodeDoc + "\n---\n" + strings.Replace(clusterPolicyDoc, "networks: [10.0.0.0/8]", "nodes: {matchLabels: {role: infra}}", 1)))
 	f.Add([]byte("apiVersion: coordino.io/v1alpha1\nkind: NodeIsolationPolicy\nmetadata: {name: n}\nspec:\n  podToHost: [{protocol: UDP, port: 53, scope: AllNodes}, {protocol: ICMP, scope: OwnNode}]\n  nodeToNode: [{protocol: TCP, port: 10250, endPort: 10259}]"))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		objs, err := ParseFile("fuzz.yaml", data)
@@ -141,5 +142,28 @@ func TestParseClusterNetworkPolicy(t *testing.T) {
 	bad = strings.Replace(clusterPolicyDoc, "action: Pass", "action: Allow", 1)
 	if _, err := ParseFile("c.yaml", []byte(bad)); err == nil || !strings.Contains(err.Error(), "spec.egress[0].action") {
 		t.Errorf("action Allow: %v, want an error naming spec.egress[0].action", err)
+	}
+}
+
+const nodeDoc = `apiVersion: v1
+kind: Node
+metadata: {name: infra-1, labels: {role: infra}}
+status:
+  addresses: [{type: InternalIP, address: 192.0.2.7}, {type: ExternalIP, address: "2001:db8::7"}, {type: Hostname, address: infra-1}]`
+
+// TestParseNode: the policy directory takes v1 Node documents, the labels
+// and addresses a ClusterNetworkPolicy's nodes peer selects; a bad address
+// is rejected with an error naming the field.
+func TestParseNode(t *testing.T) {
+	objs, err := ParseFile("n.yaml", []byte(nodeDoc))
+	if err != nil || len(objs.Nodes) != 1 || objs.Nodes[0].Labels["role"] != "infra" {
+		t.Fatalf("valid node: %v, %+v", err, objs)
+	}
+	bad := strings.Replace(nodeDoc, "192.0.2.7", "192.0.2.300", 1)
+	if _, err := ParseFile("n.yaml", []byte(bad)); err == nil || !strings.Contains(err.Error(), "status.addresses[0].address") {
+		t.Errorf("bad address: %v, want an error naming status.addresses[0].address", err)
+	}
+	if _, err := ParseFile("n.yaml", []byte("apiVersion: v1\nkind: Node\nmetadata: {}\n")); err == nil || !strings.Contains(err.Error(), "metadata.name") {
+		t.Errorf("no name: %v, want an error naming metadata.name", err)
 	}
 }

@@ -289,7 +289,7 @@ func (s *Standalone) sweepSaved(seen map[string]bool) {
 // is dropped with a warning so the result does not depend on map order.
 func (s *Standalone) snapshot() policy.Snapshot {
 	var snap policy.Snapshot
-	seenNP, seenNS, seenNIP, seenCNP := map[string]string{}, map[string]string{}, map[string]string{}, map[string]string{}
+	seenNP, seenNS, seenNIP, seenCNP, seenNode := map[string]string{}, map[string]string{}, map[string]string{}, map[string]string{}, map[string]string{}
 	for _, name := range slices.Sorted(maps.Keys(s.files)) {
 		objs := s.files[name]
 		for _, np := range objs.Policies {
@@ -324,6 +324,14 @@ func (s *Standalone) snapshot() policy.Snapshot {
 			}
 			seenNIP[nip.Name] = name
 			snap.NodeIsolation = append(snap.NodeIsolation, nip)
+		}
+		for _, n := range objs.Nodes {
+			if first, dup := seenNode[n.Name]; dup {
+				s.log.Warn("duplicate Node ignored", zap.String("node", n.Name), zap.String("file", name), zap.String("first", first))
+				continue
+			}
+			seenNode[n.Name] = name
+			snap.Nodes = append(snap.Nodes, n)
 		}
 	}
 	return snap

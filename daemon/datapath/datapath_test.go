@@ -23,6 +23,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/vishvananda/netlink"
 	"go.uber.org/zap/zaptest"
+	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	cnpv1beta1 "sigs.k8s.io/network-policy-api/apis/v1beta1"
 	"sigs.k8s.io/yaml"
@@ -120,11 +121,20 @@ func (c *cluster) policies(docs ...string) {
 	}
 }
 
-// tryPolicies applies docs as the whole policy snapshot.
+// tryPolicies applies docs (NetworkPolicies, ClusterNetworkPolicies and
+// Nodes) as the whole policy snapshot.
 func (c *cluster) tryPolicies(docs ...string) error {
 	c.t.Helper()
 	s := policy.Snapshot{}
 	for _, d := range docs {
+		if strings.HasPrefix(strings.TrimSpace(d), "kind: Node\n") {
+			n := &corev1.Node{}
+			if err := yaml.UnmarshalStrict([]byte(d), n); err != nil {
+				c.t.Fatalf("bad node: %v", err)
+			}
+			s.Nodes = append(s.Nodes, n)
+			continue
+		}
 		if strings.HasPrefix(strings.TrimSpace(d), "kind: ClusterNetworkPolicy") {
 			cnp := &cnpv1beta1.ClusterNetworkPolicy{}
 			if err := yaml.UnmarshalStrict([]byte(d), cnp); err != nil {

@@ -2,12 +2,15 @@ package datapath
 
 import (
 	"context"
+	"fmt"
 	"net/netip"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/coordino/coordino/api/policyir"
+	"github.com/coordino/coordino/daemon/identity"
+	"github.com/coordino/coordino/daemon/internal/testnet"
 	"github.com/coordino/coordino/daemon/kernel"
 	"github.com/coordino/coordino/daemon/policy"
 )
@@ -162,4 +165,61 @@ func TestClusterPoliciesLeftOutWithoutTiers(t *testing.T) {
 	}
 	c.expect(true, "a>b tcp/80")
 	c.expect(false, "a>b tcp/81", "c>b tcp/80")
+}
+
+// nodeDoc is a Node with one role label and one address.
+func nodeDoc(name, role string, addr netip.Addr) string {
+	return fmt.Sprintf("kind: Node\nmetadata: {name: %s, labels: {role: %s}}\nstatus: {addresses: [{type: InternalIP, address: %q}]}", name, role, addr)
+}
+
+// TestClusterPolicyNodePeers: egress peers chosen by node labels through
+// the ipcache's prefixes. "ext" and an unattached host "d" stand for two
+// nodes: an Admin Deny to the infra node holds, an Admin Accept to the
+// worker node opens what a NetworkPolicy closes, and swapping the nodes'
+// labels swaps the verdicts with the policies unchanged.
+func TestClusterPolicyNodePeers(t *testing.T) {
+	c := newCluster(t, AttachTCX)
+	c.pods["d"] = testnet.NewPod(t, "d", podIPs["d"])
+	const noEgress = `
+metadata: {name: no-egress, namespace: default}
+spec: {podSelector: {matchLabels: {app: client}}, policyTypes: [Egress]}`
+	const denyInfra = `
+kind: ClusterNetworkPolicy
+metadata: {name: deny-infra}
+spec:
+  tier: Admin
+  priority: 1
+  subject: {namespaces: {matchLabels: {kubernetes.io/metadata.name: default}}}
+  egress:
+  - action: Deny
+    to: [{nodes: {matchLabels: {role: infra}}}]`
+	const acceptWorkers = `
+kind: ClusterNetworkPolicy
+metadata: {name: accept-workers}
+spec:
+  tier: Admin
+  priority: 2
+  subject: {namespaces: {matchLabels: {kubernetes.io/metadata.name: default}}}
+  egress:
+  - action: Accept
+    to: [{nodes: {matchLabels: {role: worker}}}]
+    protocols: [{tcp: {destinationPort: {number: 80}}}]`
+	c.policies(noEgress, denyInfra, acceptWorkers, nodeDoc("n-ext", "infra", podIPs["ext"]), nodeDoc("n-d", "worker", podIPs["d"]),
+		nodeDoc("n-self", "infra", testnet.NodeIP))
+	c.expect(true, "a>d tcp/80", "c>ext tcp/80", "c>d tcp/81", "b>d tcp/81")
+	c.expect(false, "a>ext tcp/80", "b>ext tcp/80", "a>d tcp/81")
+	decidedBy(t, c, "b", policy.Egress, podIPs["ext"], 80, "admin: ClusterNetworkPolicy/deny-infra spec.egress[0] Deny")
+	// This node's own address keeps its node identity in the ipcache; the
+	// nodes peer matches it through the CIDR identity of its /32.
+	dec, err := c.dp.Decide(c.eps["b"].HostIfIndex, policy.Egress, testnet.NodeIP, policy.ProtoTCP, 80)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if dec.Remote != identity.Host || !dec.RemoteCIDR.IsCIDR() || dec.Allowed() || dec.Tier != policyir.TierAdmin {
+		t.Errorf("b>node: decision %+v, want remote host, a CIDR identity and the Admin Deny", dec)
+	}
+
+	c.policies(noEgress, denyInfra, acceptWorkers, nodeDoc("n-ext", "worker", podIPs["ext"]), nodeDoc("n-d", "infra", podIPs["d"]))
+	c.expect(true, "a>ext tcp/80", "c>d tcp/80", "b>ext tcp/81")
+	c.expect(false, "a>d tcp/80", "b>d tcp/80", "a>ext tcp/81")
 }

@@ -1,6 +1,10 @@
 package k8s
 
 import (
+	"maps"
+	"slices"
+
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/client-go/informers"
@@ -12,6 +16,8 @@ import (
 	coordinolisters "github.com/coordino/coordino/api/client/listers/coordino/v1alpha1"
 	cnpclient "sigs.k8s.io/network-policy-api/pkg/client/clientset/versioned"
 	cnpinformers "sigs.k8s.io/network-policy-api/pkg/client/informers/externalversions"
+
+	"github.com/coordino/coordino/daemon/policy"
 )
 
 // informerSet is the source's informers: the factories to start, what the
@@ -27,7 +33,8 @@ type informerSet struct {
 // newInformers registers the informers: this node's Pods and NodeConfig
 // through factories filtered on the node, Namespaces, PolicyIRs,
 // ClusterNetworkPolicies (normalized here, as in standalone mode),
-// Identities, NodeIsolationPolicies and every node's NodeEndpoints
+// Identities, NodeIsolationPolicies, Nodes (their labels and addresses,
+// for ClusterNetworkPolicy nodes peers) and every node's NodeEndpoints
 // cluster-wide. Each kind's events mark what they make dirty; NodeEndpoints
 // events go to remote.
 //
@@ -54,10 +61,16 @@ func newInformers(kube kubernetes.Interface, crd versioned.Interface, cnp cnpcli
 	idI := crdInf.Coordino().V1alpha1().Identities()
 	nipI := crdInf.Coordino().V1alpha1().NodeIsolationPolicies()
 	neI := crdInf.Coordino().V1alpha1().NodeEndpoints()
+	nodeI := coreInf.Core().V1().Nodes()
+	// Only the labels and addresses are kept: a Node's status is large
+	// and rewritten often.
+	if err := nodeI.Informer().SetTransform(policyNode); err != nil {
+		return nil, err
+	}
 	set := &informerSet{
 		factories: []interface{ Start(<-chan struct{}) }{coreInf, podInf, crdInf, ncInf, cnpInf},
 		live: &liveView{node: node, pods: podI.Lister(), nss: nsI.Lister(), irs: irI.Lister(), ncs: ncI.Lister(),
-			idents: idI.Lister(), nips: nipI.Lister(), cnps: cnpI.Lister()},
+			idents: idI.Lister(), nips: nipI.Lister(), cnps: cnpI.Lister(), nodes: nodeI.Lister()},
 		nodeEps: neI.Lister(),
 	}
 	marking := func(f func(*dirtyBits)) cache.ResourceEventHandler {
@@ -75,6 +88,7 @@ func newInformers(kube kubernetes.Interface, crd versioned.Interface, cnp cnpcli
 		{ncI.Informer(), marking(func(d *dirtyBits) { d.blocks = true })},
 		{idI.Informer(), marking(func(d *dirtyBits) { d.identities = true })},
 		{nipI.Informer(), marking(func(d *dirtyBits) { d.policy = true })},
+		{nodeI.Informer(), nodeChanges(func() { mark(func(d *dirtyBits) { d.policy = true }) })},
 		{neI.Informer(), remote},
 	} {
 		handled, err := reg.inf.AddEventHandler(reg.h)
@@ -90,5 +104,37 @@ func newInformers(kube kubernetes.Interface, crd versioned.Interface, cnp cnpcli
 func (set *informerSet) start(stop <-chan struct{}) {
 	for _, f := range set.factories {
 		f.Start(stop)
+	}
+}
+
+// policyNode strips a Node to what policy reads: name, labels and the
+// addresses nodes peers match.
+func policyNode(obj any) (any, error) {
+	n, ok := obj.(*corev1.Node)
+	if !ok {
+		return obj, nil // a tombstone
+	}
+	out := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n.Name, Labels: n.Labels, ResourceVersion: n.ResourceVersion}}
+	for _, a := range n.Status.Addresses {
+		if a.Type == corev1.NodeInternalIP || a.Type == corev1.NodeExternalIP {
+			out.Status.Addresses = append(out.Status.Addresses, a)
+		}
+	}
+	return out, nil
+}
+
+// nodeChanges calls changed for a Node added or deleted, or updated in its
+// labels or addresses; status heartbeats change nothing policy reads.
+func nodeChanges(changed func()) cache.ResourceEventHandler {
+	return cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { changed() },
+		DeleteFunc: func(any) { changed() },
+		UpdateFunc: func(o, n any) {
+			on, ok1 := o.(*corev1.Node)
+			nn, ok2 := n.(*corev1.Node)
+			if !ok1 || !ok2 || !maps.Equal(on.Labels, nn.Labels) || !slices.Equal(policy.NodeAddrs(on), policy.NodeAddrs(nn)) {
+				changed()
+			}
+		},
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 
 	coordinov1alpha1 "github.com/coordino/coordino/api/coordino/v1alpha1"
@@ -47,8 +48,10 @@ type lastKnown struct {
 	// older daemon ignores the field, a newer one reads none from an older file).
 	ClusterPolicies []*cnpv1beta1.ClusterNetworkPolicy `json:"clusterNetworkPolicies,omitempty"`
 	// NodeIsolation keeps node isolation in force through an API outage.
-	NodeIsolation []*coordinov1alpha1.NodeIsolationPolicy  `json:"nodeIsolation,omitempty"`
-	Identities    map[string]coordinov1alpha1.IdentitySpec `json:"identities,omitempty"` // name (number) → spec
+	NodeIsolation []*coordinov1alpha1.NodeIsolationPolicy `json:"nodeIsolation,omitempty"`
+	// Nodes keep nodes peers in force: names, labels and addresses only.
+	Nodes      []*corev1.Node                           `json:"nodes,omitempty"`
+	Identities map[string]coordinov1alpha1.IdentitySpec `json:"identities,omitempty"` // name (number) → spec
 }
 
 type knownPod struct {

@@ -456,6 +456,7 @@ func snapshot(v view) policy.Snapshot {
 	slices.SortFunc(snap.ClusterPolicies, func(a, b *cnpv1beta1.ClusterNetworkPolicy) int { return strings.Compare(a.Name, b.Name) })
 	slices.SortFunc(snap.Namespaces, func(a, b *corev1.Namespace) int { return strings.Compare(a.Name, b.Name) })
 	slices.SortFunc(snap.NodeIsolation, func(a, b *coordinov1alpha1.NodeIsolationPolicy) int { return strings.Compare(a.Name, b.Name) })
+	slices.SortFunc(snap.Nodes, func(a, b *corev1.Node) int { return strings.Compare(a.Name, b.Name) })
 	return snap
 }
 

@@ -58,6 +58,7 @@ type liveView struct {
 	idents coordinolisters.IdentityLister
 	nips   coordinolisters.NodeIsolationPolicyLister
 	cnps   cnplisters.ClusterNetworkPolicyLister
+	nodes  corelisters.NodeLister
 	// known is what the run started from: its blocks are saved again while
 	// the node's NodeConfig is missing from the cache.
 	known *lastKnown
@@ -94,6 +95,7 @@ func (v *liveView) policy() policy.Snapshot {
 	snap.ClusterPolicies, _ = v.cnps.List(labels.Everything())
 	snap.Namespaces, _ = v.nss.List(labels.Everything())
 	snap.NodeIsolation, _ = v.nips.List(labels.Everything())
+	snap.Nodes, _ = v.nodes.List(labels.Everything())
 	return snap
 }
 
@@ -148,6 +150,7 @@ func (v *liveView) state() *lastKnown {
 	lk.PolicyIRs, _ = v.irs.List(labels.Everything())
 	lk.ClusterPolicies, _ = v.cnps.List(labels.Everything())
 	lk.NodeIsolation, _ = v.nips.List(labels.Everything())
+	lk.Nodes, _ = v.nodes.List(labels.Everything())
 	for _, id := range v.identities() {
 		lk.Identities[id.Name] = id.Spec
 	}
@@ -186,7 +189,7 @@ func (lk *lastKnown) policy() policy.Snapshot {
 		return snap
 	}
 	snap.Policies, snap.PolicyIRs, snap.ClusterPolicies = lk.Policies, lk.PolicyIRs, lk.ClusterPolicies
-	snap.NodeIsolation = lk.NodeIsolation
+	snap.NodeIsolation, snap.Nodes = lk.NodeIsolation, lk.Nodes
 	for name, l := range lk.Namespaces {
 		snap.Namespaces = append(snap.Namespaces, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: l}})
 	}

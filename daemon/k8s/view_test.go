@@ -25,7 +25,7 @@ func testLiveView(t *testing.T, node string, objs ...any) *liveView {
 	idx := func() cache.Indexer {
 		return cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
 	}
-	pods, nss, irs, ncs, ids, nips, cnps := idx(), idx(), idx(), idx(), idx(), idx(), idx()
+	pods, nss, irs, ncs, ids, nips, cnps, nodes := idx(), idx(), idx(), idx(), idx(), idx(), idx(), idx()
 	for _, o := range objs {
 		var into cache.Indexer
 		switch o.(type) {
@@ -43,6 +43,8 @@ func testLiveView(t *testing.T, node string, objs ...any) *liveView {
 			into = nips
 		case *cnpv1beta1.ClusterNetworkPolicy:
 			into = cnps
+		case *corev1.Node:
+			into = nodes
 		default:
 			t.Fatalf("no lister for %T", o)
 		}
@@ -53,7 +55,7 @@ func testLiveView(t *testing.T, node string, objs ...any) *liveView {
 	return &liveView{node: node, pods: corelisters.NewPodLister(pods), nss: corelisters.NewNamespaceLister(nss),
 		irs: coordinolisters.NewPolicyIRLister(irs), ncs: coordinolisters.NewNodeConfigLister(ncs),
 		idents: coordinolisters.NewIdentityLister(ids), nips: coordinolisters.NewNodeIsolationPolicyLister(nips),
-		cnps: cnplisters.NewClusterNetworkPolicyLister(cnps)}
+		cnps: cnplisters.NewClusterNetworkPolicyLister(cnps), nodes: corelisters.NewNodeLister(nodes)}
 }
 
 // TestViewsAgree: the last-known state saved from the live view answers
@@ -75,6 +77,8 @@ func TestViewsAgree(t *testing.T) {
 			Spec: coordinov1alpha1.IdentitySpec{Namespace: "ns", Labels: map[string]string{"app": "web"}}},
 		&coordinov1alpha1.NodeIsolationPolicy{ObjectMeta: metav1.ObjectMeta{Name: "iso"}},
 		&cnpv1beta1.ClusterNetworkPolicy{ObjectMeta: metav1.ObjectMeta{Name: "tenants"}, Spec: cnpv1beta1.ClusterNetworkPolicySpec{Tier: cnpv1beta1.AdminTier, Priority: 4}},
+		&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1", Labels: map[string]string{"role": "infra"}},
+			Status: corev1.NodeStatus{Addresses: []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "192.0.2.1"}}}},
 	)
 	known := live.state()
 	if known == nil {
@@ -114,6 +118,9 @@ func TestViewsAgree(t *testing.T) {
 		}
 		if len(snap.ClusterPolicies) != 1 || snap.ClusterPolicies[0].Spec.Priority != 4 {
 			t.Errorf("%s: cluster policies %v", name, snap.ClusterPolicies)
+		}
+		if len(snap.Nodes) != 1 || snap.Nodes[0].Labels["role"] != "infra" || len(policy.NodeAddrs(snap.Nodes[0])) != 1 {
+			t.Errorf("%s: nodes %v, want n1 with its label and address", name, snap.Nodes)
 		}
 	}
 	if _, ok := live.nodeConfig(); !ok {
@@ -235,5 +242,39 @@ func TestApplyFollowsTheView(t *testing.T) {
 	check("live", "10.9.1.0/26", 3, 401, nil, "new")
 	if _, ok := s.podLabelsNow("ns", "old", "u0"); ok {
 		t.Error("live: a pod gone from the cluster still has labels")
+	}
+}
+
+// TestNodeEventsFilter: a Node is stripped to what policy reads, and only
+// a change of its labels or addresses marks policy dirty (status
+// heartbeats do not).
+func TestNodeEventsFilter(t *testing.T) {
+	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1", Labels: map[string]string{"role": "infra"}},
+		Status: corev1.NodeStatus{Addresses: []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "192.0.2.1"},
+			{Type: corev1.NodeHostName, Address: "n1"}}, Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady}}}}
+	obj, err := policyNode(n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stripped := obj.(*corev1.Node)
+	if len(stripped.Status.Addresses) != 1 || len(stripped.Status.Conditions) != 0 || stripped.Labels["role"] != "infra" {
+		t.Errorf("stripped node %+v", stripped)
+	}
+	marks := 0
+	h := nodeChanges(func() { marks++ })
+	heartbeat := stripped.DeepCopy()
+	heartbeat.ResourceVersion = "2"
+	h.OnUpdate(stripped, heartbeat)
+	if marks != 0 {
+		t.Errorf("a heartbeat marked policy dirty")
+	}
+	relabeled := stripped.DeepCopy()
+	relabeled.Labels["role"] = "worker"
+	h.OnUpdate(stripped, relabeled)
+	readdressed := stripped.DeepCopy()
+	readdressed.Status.Addresses[0].Address = "192.0.2.2"
+	h.OnUpdate(stripped, readdressed)
+	if marks != 2 {
+		t.Errorf("label and address changes marked %d times, want 2", marks)
 	}
 }

@@ -228,3 +228,45 @@ func TestFlowLogRateLimited(t *testing.T) {
 		t.Errorf("drops %v (%v) for %d datagrams sent: every packet is counted", drops, err, sent)
 	}
 }
+
+// TestFlowEventsOfTierDenies: a flow an Admin or Baseline Deny drops is
+// reported with its tier's reason (admin-deny, baseline-deny), as the eBPF
+// datapath reports it, not only counted.
+func TestFlowEventsOfTierDenies(t *testing.T) {
+	c := newCluster(t, false)
+	rec := c.readFlows()
+	s := withCluster(t, snapshotOf(t), `
+metadata: {name: deny-ext}
+spec:
+  tier: Admin
+  priority: 3
+  subject: {namespaces: {matchLabels: {kubernetes.io/metadata.name: default}}}
+  egress:
+  - action: Deny
+    to: [{networks: [203.0.113.0/24]}]`, `
+metadata: {name: baseline-deny}
+spec:
+  tier: Baseline
+  priority: 1
+  subject: {pods: {namespaceSelector: {}, podSelector: {matchLabels: {app: server}}}}
+  ingress:
+  - action: Deny
+    from: [{namespaces: {}}]`)
+	if err := c.dp.UpdatePolicy(s); err != nil {
+		t.Fatalf("UpdatePolicy: %v", err)
+	}
+	c.expect(false, "a>ext tcp/80", "c>b tcp/80")
+	ids := c.dp.LocalIdentities()
+	for _, w := range []struct {
+		from, to, dir, reason string
+		local                 string
+	}{{"a", "ext", "egress", "admin-deny", "a"}, {"c", "b", "ingress", "baseline-deny", "b"}} {
+		f := rec.wait(t, "of "+w.from+">"+w.to, func(f datapath.Flow) bool {
+			return f.Src == podIPs[w.from] && f.Dst == podIPs[w.to] && f.Verdict == "dropped"
+		})
+		if f.Reason != w.reason || f.Direction != w.dir || f.Endpoint != c.eps[w.local].Key ||
+			f.LocalIdentity != uint32(ids[c.eps[w.local].Key]) || f.DstPort != 80 {
+			t.Errorf("%s>%s: event %+v, want %s %s at %s", w.from, w.to, f, w.dir, w.reason, w.local)
+		}
+	}
+}

@@ -166,7 +166,9 @@ type tierElem struct {
 	rule policy.TierRule
 }
 
-// classRules is the content of a class chain: its rules in rank order.
+// classRules is the content of a class chain: its rules in rank order. A
+// Deny is reported to the flow log with its tier's reason before it
+// drops, as the endpoint chains' drops are.
 func classRules(u tierUnit, elems []tierElem) [][]expr.Any {
 	var out [][]expr.Any
 	for _, el := range elems {
@@ -176,13 +178,13 @@ func classRules(u tierUnit, elems []tierElem) [][]expr.Any {
 		}
 		switch el.rule.Action {
 		case policyir.ActionAccept:
-			e = append(e, verdict(expr.VerdictAccept))
+			out = append(out, append(e, verdict(expr.VerdictAccept)))
 		case policyir.ActionDeny:
-			e = append(e, countDrop(dropCounter(u.flowDir(), u.denyReason())), verdict(expr.VerdictDrop))
+			pfx := logPrefix{dir: u.flowDir(), reason: u.denyReason(), local: u.local}
+			out = append(out, dropRules(e, pfx, dropCounter(u.flowDir(), u.denyReason()))...)
 		default: // Pass: on to the next stage
-			e = append(e, verdict(expr.VerdictReturn))
+			out = append(out, append(e, verdict(expr.VerdictReturn)))
 		}
-		out = append(out, e)
 	}
 	return out
 }

@@ -3,6 +3,7 @@ package nftdp
 import (
 	"fmt"
 	"math/rand/v2"
+	"net/netip"
 	"os"
 	"strconv"
 	"strings"
@@ -15,6 +16,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	coordinov1alpha1 "github.com/coordino/coordino/api/coordino/v1alpha1"
+	"github.com/coordino/coordino/daemon/internal/testnet"
 	"github.com/coordino/coordino/daemon/policy"
 )
 
@@ -316,4 +318,59 @@ func TestNodeIsolationNamedNotEnforced(t *testing.T) {
 	if err := c.dp.UpdatePolicy(snapshotOf(t, serverFromClientsOn80)); err != nil || c.dp.NotEnforced() != "" {
 		t.Errorf("without them: %v, NotEnforced %q", err, c.dp.NotEnforced())
 	}
+}
+
+// TestClusterPolicyNodePeers: egress peers chosen by node labels over real
+// traffic. "ext" and an unattached host "d" stand for two nodes: an Admin
+// Deny to the infra node holds, an Admin Accept to the worker node opens
+// what a NetworkPolicy closes, and swapping the nodes' labels swaps the
+// verdicts with the policies unchanged.
+func TestClusterPolicyNodePeers(t *testing.T) {
+	c := newCluster(t, false)
+	c.pods["d"] = testnet.NewPod(t, "d", podIPs["d"])
+	node := func(name, role string, addr netip.Addr) *corev1.Node {
+		return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"role": role}},
+			Status: corev1.NodeStatus{Addresses: []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: addr.String()},
+				{Type: corev1.NodeHostName, Address: name}}}}
+	}
+	s := withCluster(t, snapshotOf(t, policyDoc("no-egress", "default", `  podSelector: {matchLabels: {app: client}}
+  policyTypes: [Egress]
+`)), `
+metadata: {name: deny-infra}
+spec:
+  tier: Admin
+  priority: 1
+  subject: {namespaces: {matchLabels: {kubernetes.io/metadata.name: default}}}
+  egress:
+  - action: Deny
+    to: [{nodes: {matchLabels: {role: infra}}}]`, `
+metadata: {name: accept-workers}
+spec:
+  tier: Admin
+  priority: 2
+  subject: {namespaces: {matchLabels: {kubernetes.io/metadata.name: default}}}
+  egress:
+  - action: Accept
+    to: [{nodes: {matchLabels: {role: worker}}}]
+    protocols: [{tcp: {destinationPort: {number: 80}}}]`)
+	s.Nodes = []*corev1.Node{node("n-ext", "infra", podIPs["ext"]), node("n-d", "worker", podIPs["d"])}
+	if err := c.dp.UpdatePolicy(s); err != nil {
+		t.Fatalf("UpdatePolicy: %v", err)
+	}
+	c.expect(true, "a>d tcp/80", "c>ext tcp/80", "c>d tcp/81", "b>d tcp/81")
+	c.expect(false, "a>ext tcp/80", "b>ext tcp/80", "a>d tcp/81")
+	dec, err := c.dp.Decide(c.eps["b"].HostIfIndex, policy.Egress, podIPs["ext"], policy.ProtoTCP, 80)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := c.dp.DecidedBy(dec, policy.Egress, podIPs["ext"], policy.ProtoTCP, 80), "admin: ClusterNetworkPolicy/deny-infra spec.egress[0] Deny"; got != want {
+		t.Errorf("b>ext tcp/80 decided by %q, want %q (%+v)", got, want, dec)
+	}
+
+	s.Nodes = []*corev1.Node{node("n-ext", "worker", podIPs["ext"]), node("n-d", "infra", podIPs["d"])}
+	if err := c.dp.UpdatePolicy(s); err != nil {
+		t.Fatalf("UpdatePolicy with the labels swapped: %v", err)
+	}
+	c.expect(true, "a>ext tcp/80", "c>d tcp/80", "b>ext tcp/81")
+	c.expect(false, "a>d tcp/80", "b>d tcp/80", "a>ext tcp/81")
 }

@@ -22,6 +22,9 @@ func Compile(in Input, cidrs *identity.CIDRs) (*Result, error) {
 	for _, ns := range in.Namespaces {
 		e.SetNamespace(ns.Name, ns.Labels)
 	}
+	for _, n := range in.Nodes {
+		e.SetNode(n.Name, n.Labels, NodeAddrs(n))
+	}
 	local := map[identity.ID]bool{}
 	for _, id := range in.Local {
 		local[id] = true

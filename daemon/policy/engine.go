@@ -36,6 +36,10 @@ type Engine struct {
 	nsPeers *selectorIndex[*peerState]
 	// cidrPeers are active ipBlock peers.
 	cidrPeers map[*peerState]struct{}
+	// nodes are the cluster's nodes; nodePeers the active nodes peers,
+	// filed by their node selector over node labels (nodes.go).
+	nodes     map[string]*nodeState
+	nodePeers *selectorIndex[*peerState]
 	prefixes  map[netip.Prefix]*prefixState
 	// prefixLens counts prefixes per (family, length), for longest-prefix
 	// lookups that cost at most one map probe per length in use.
@@ -88,6 +92,10 @@ type peerState struct {
 	// namespaces the peer is filed in (pod peers).
 	inNS    []*nsState
 	matched map[identity.ID]struct{}
+	// nodes are the prefixes a nodes peer matches of each node it
+	// selects; nodePrefixes counts them (two nodes may share one).
+	nodes        map[string][]netip.Prefix
+	nodePrefixes map[netip.Prefix]int
 }
 
 type prefixState struct {
@@ -167,7 +175,7 @@ func NewEngine(cidrs *identity.CIDRs) *Engine {
 	return &Engine{
 		cidrs: cidrs, ids: map[identity.ID]*idState{}, namespaces: map[string]*nsState{},
 		policies: map[string]*polState{}, cluster: newSelectorIndex[*polState](), tiers: newTierKeys(), nsPeers: newSelectorIndex[*peerState](),
-		cidrPeers: map[*peerState]struct{}{}, prefixes: map[netip.Prefix]*prefixState{},
+		cidrPeers: map[*peerState]struct{}{}, nodes: map[string]*nodeState{}, nodePeers: newSelectorIndex[*peerState](), prefixes: map[netip.Prefix]*prefixState{},
 		prefixLens: map[prefixLen]int{}, rules: map[Rule]int{}, keys: map[Key]int{},
 		isolation: map[identity.ID]*isoCount{}, named: newNamedPortState(), changes: newChanges(),
 	}
@@ -625,6 +633,10 @@ func (e *Engine) activatePeer(q *peerState) {
 		}
 		return
 	}
+	if q.peer.NodeSelector != nil {
+		e.activateNodePeer(q)
+		return
+	}
 	if q.peer.NamespaceSelector == nil {
 		e.fileInNamespace(q, q.pol.ns)
 		return
@@ -650,6 +662,8 @@ func (e *Engine) deactivate(p *polState) {
 			for _, pfx := range q.peer.Block.Prefixes() {
 				e.unrefPrefix(pfx)
 			}
+		case q.peer.NodeSelector != nil:
+			e.deactivateNodePeer(q)
 		default:
 			if q.peer.NamespaceSelector != nil {
 				e.nsPeers.remove(q.peer.NamespaceSelector, q)

@@ -39,6 +39,7 @@ func (dec Decision) Allowed() bool { return dec.Allow }
 type Explainer struct {
 	objects    []Object // sorted by key
 	namespaces []*corev1.Namespace
+	nodes      []*corev1.Node
 	ids        []identity.Identity
 	ports      []PodPorts
 	cidrs      *identity.CIDRs
@@ -50,13 +51,17 @@ type Explainer struct {
 func NewExplainer(st *SnapshotState, ids []identity.Identity, ports []PodPorts, cidrs *identity.CIDRs) Explainer {
 	objs := slices.Collect(maps.Values(st.Policies))
 	slices.SortFunc(objs, func(a, b Object) int { return strings.Compare(a.Key, b.Key) })
-	return Explainer{objects: objs, namespaces: slices.Collect(maps.Values(st.Namespaces)), ids: ids, ports: ports, cidrs: cidrs}
+	var nodes []*corev1.Node
+	for name, n := range st.Nodes {
+		nodes = append(nodes, n.object(name))
+	}
+	return Explainer{objects: objs, namespaces: slices.Collect(maps.Values(st.Namespaces)), nodes: nodes, ids: ids, ports: ports, cidrs: cidrs}
 }
 
 // compile compiles o alone for local.
 func (x Explainer) compile(local identity.ID, o Object) *Result {
 	snap := o.Snapshot()
-	snap.Namespaces = x.namespaces
+	snap.Namespaces, snap.Nodes = x.namespaces, x.nodes
 	res, _ := Compile(Input{Snapshot: snap, Identities: x.ids, Local: []identity.ID{local}, NamedPorts: x.ports}, x.cidrs)
 	return res
 }
@@ -141,6 +146,9 @@ func (e *Engine) DescribeIdentity(id identity.ID) string {
 	}
 	if id.IsCIDR() {
 		if p, ok := e.PrefixOf(id); ok {
+			if name, ok := e.nodeOf(p); ok {
+				return fmt.Sprintf("ipBlock %s, an address of node %s (%s)", p, name, id)
+			}
 			return fmt.Sprintf("ipBlock %s (%s)", p, id)
 		}
 		return fmt.Sprintf("an ipBlock no policy uses any more (%s)", id)

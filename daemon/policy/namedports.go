@@ -246,7 +246,7 @@ func (e *Engine) namedUsesOf(q *peerState, pod PodPorts, out map[namedUse][]poli
 		}
 		return
 	}
-	if q.peer == nil || q.peer.Block != nil {
+	if q.peer == nil || q.peer.Block != nil || q.peer.NodeSelector != nil {
 		// Every remote of q is a wildcard or CIDR identity.
 		for r := range q.matched {
 			for l := range q.pol.selected {

@@ -7,6 +7,7 @@ import (
 
 	"github.com/coordino/coordino/api/policyir"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
 )
 
 // SnapshotState is what the last UpdatePolicy applied; it lets the next one
@@ -16,11 +17,14 @@ type SnapshotState struct {
 	Policies   map[string]Object // valid ones, by namespace/name
 	Invalid    map[string]error
 	Namespaces map[string]*corev1.Namespace
+	// Nodes are the labels and addresses of the last snapshot's nodes.
+	Nodes map[string]*nodeState
 }
 
 // SnapshotDelta is a snapshot's difference to the last one, normalized.
 type SnapshotDelta struct {
 	namespaces map[string]map[string]string // nil value: gone
+	nodes      map[string]*nodeState        // nil value: gone
 	deleted    []string                     // namespace/name
 	upserted   []*policyir.Policy
 }
@@ -51,6 +55,7 @@ func (st *SnapshotState) Diff(s Snapshot) (*SnapshotDelta, error) {
 		}
 	}
 	st.Namespaces = nextNS
+	delta.nodes, st.Nodes = diffNodes(st.Nodes, s.Nodes)
 
 	next := map[string]Object{}
 	invalid := map[string]error{}
@@ -101,6 +106,13 @@ func (delta *SnapshotDelta) Feed(e *Engine) {
 	for _, name := range slices.Sorted(maps.Keys(delta.namespaces)) {
 		e.SetNamespace(name, delta.namespaces[name])
 	}
+	for _, name := range slices.Sorted(maps.Keys(delta.nodes)) {
+		if n := delta.nodes[name]; n != nil {
+			e.SetNode(name, n.labels, n.addrs)
+		} else {
+			e.DeleteNode(name)
+		}
+	}
 	for _, key := range delta.deleted {
 		ns, name := splitKey(key)
 		e.DeletePolicy(ns, name)
@@ -117,4 +129,26 @@ func splitKey(key string) (ns, name string) {
 		}
 	}
 	return "", key
+}
+
+// diffNodes returns the nodes of next whose labels or addresses differ
+// from last, and those gone (nil), with next's state.
+func diffNodes(last map[string]*nodeState, next []*corev1.Node) (changed, state map[string]*nodeState) {
+	changed, state = map[string]*nodeState{}, map[string]*nodeState{}
+	for _, n := range next {
+		if _, dup := state[n.Name]; dup {
+			continue
+		}
+		ns := &nodeState{labels: labels.Set(n.Labels), addrs: normalAddrs(NodeAddrs(n))}
+		state[n.Name] = ns
+		if old := last[n.Name]; old == nil || !maps.Equal(old.labels, ns.labels) || !slices.Equal(old.addrs, ns.addrs) {
+			changed[n.Name] = ns
+		}
+	}
+	for name := range last {
+		if _, ok := state[name]; !ok {
+			changed[name] = nil
+		}
+	}
+	return changed, state
 }

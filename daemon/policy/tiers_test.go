@@ -20,8 +20,9 @@ import (
 
 // refDecide is the reference evaluator of the tiers: it walks the
 // normalized policies per flow, in the order the API defines, without
-// keys, folding or lookups.
-func refDecide(pols []*policyir.Policy, nsLabels map[string]labels.Set, local identity.Identity,
+// keys, folding or lookups. nodes are the cluster's nodes: a nodes peer
+// matches addr when a node it selects has that address.
+func refDecide(pols []*policyir.Policy, nsLabels map[string]labels.Set, nodes map[string]refNode, local identity.Identity,
 	dir Direction, remote *identity.Identity, addr netip.Addr, proto uint8, port uint16) Verdict {
 	selects := func(p *policyir.Policy) bool {
 		if p.Cluster() {
@@ -33,7 +34,15 @@ func refDecide(pols []*policyir.Policy, nsLabels map[string]labels.Set, local id
 		if peer.Block != nil {
 			return addr.IsValid() && peer.Block.Covers(netip.PrefixFrom(addr, addr.BitLen()))
 		}
-		if remote == nil {
+		if peer.NodeSelector != nil {
+			for _, n := range nodes {
+				if peer.NodeSelector.Matches(n.labels) && slices.Contains(n.addrs, addr) {
+					return true
+				}
+			}
+			return false
+		}
+		if remote == nil || remote.ID < identity.FirstPod { // not a pod
 			return false
 		}
 		if peer.NamespaceSelector == nil {
@@ -96,6 +105,17 @@ func refDecide(pols []*policyir.Policy, nsLabels map[string]labels.Set, local id
 	return Verdict{Allow: true}
 }
 
+// refNode is a node as the reference evaluator sees it.
+type refNode struct {
+	labels labels.Set
+	addrs  []netip.Addr
+}
+
+// tierNodeAddrs are the addresses random nodes take: inside and outside
+// the random networks peers, one in IPv6.
+var tierNodeAddrs = []netip.Addr{netip.MustParseAddr("10.0.1.50"), netip.MustParseAddr("10.0.9.9"),
+	netip.MustParseAddr("192.168.7.1"), netip.MustParseAddr("172.16.5.5"), netip.MustParseAddr("fd00::5")}
+
 type tierWorld struct {
 	rng      *rand.Rand
 	e        *Engine
@@ -103,6 +123,7 @@ type tierWorld struct {
 	addrs    map[identity.ID]netip.Addr
 	local    map[identity.ID]bool
 	nsLabels map[string]labels.Set
+	nodes    map[string]refNode
 	pols     map[string]*policyir.Policy
 	// mirror is the policy map as a writer following TakeChanges holds it.
 	mirror map[Key]Value
@@ -173,11 +194,16 @@ func (w *tierWorld) clusterPolicy(name string) *cnpv1beta1.ClusterNetworkPolicy 
 	}
 	for range w.rng.IntN(3) {
 		var peer cnpv1beta1.ClusterNetworkPolicyEgressPeer
-		switch w.rng.IntN(3) {
+		switch w.rng.IntN(4) {
 		case 0:
 			peer.Namespaces = w.selector()
 		case 1:
 			peer.Pods = &cnpv1beta1.NamespacedPod{NamespaceSelector: *w.selector(), PodSelector: *w.selector()}
+		case 2:
+			peer.Nodes = &metav1.LabelSelector{MatchLabels: map[string]string{"role": w.pick("infra", "worker")}}
+			if w.rng.IntN(4) == 0 {
+				peer.Nodes = &metav1.LabelSelector{}
+			}
 		default:
 			peer.Networks = []cnpv1beta1.CIDR{cnpv1beta1.CIDR(w.pick("10.0.0.0/16", "10.0.1.0/24", "192.168.0.0/16", "0.0.0.0/0"))}
 		}
@@ -203,7 +229,7 @@ func (w *tierWorld) networkPolicy(ns, name string) *networkingv1.NetworkPolicy {
 
 // step applies one random change to the engine and the world.
 func (w *tierWorld) step() string {
-	switch w.rng.IntN(6) {
+	switch w.rng.IntN(7) {
 	case 0, 1:
 		name := fmt.Sprintf("cnp%d", w.rng.IntN(4))
 		p, err := policyir.NormalizeCluster(w.clusterPolicy(name))
@@ -238,6 +264,8 @@ func (w *tierWorld) step() string {
 		w.nsLabels[ns] = l
 		w.e.SetNamespace(ns, map[string]string{"team": l["team"]})
 		return "ns " + ns + " " + l["team"]
+	case 5:
+		return w.nodeStep()
 	}
 	id := w.ids[w.rng.IntN(len(w.ids))]
 	if w.local[id.ID] {
@@ -272,7 +300,7 @@ func (w *tierWorld) compare(t *testing.T, history []string) {
 				}{{ProtoTCP, 80}, {ProtoTCP, 85}, {ProtoTCP, 443}, {ProtoUDP, 53}} {
 					f.Proto, f.Port = pp.proto, pp.port
 					got := Decide(w.lookup, f)
-					want := refDecide(pols, w.nsLabels, l, dir, remote, addr, pp.proto, pp.port)
+					want := refDecide(pols, w.nsLabels, w.nodes, l, dir, remote, addr, pp.proto, pp.port)
 					if got.Allow != want.Allow || got.Tier != want.Tier || got.Action != want.Action || got.Rank != want.Rank {
 						t.Fatalf("local %d %s remote %v %s %d/%d: engine %+v, reference %+v\nhistory:\n  %s",
 							l.ID, dir, f.Remote, addr, pp.proto, pp.port, got, want, strings.Join(history, "\n  "))
@@ -285,19 +313,26 @@ func (w *tierWorld) compare(t *testing.T, history []string) {
 			for _, a := range world {
 				check(nil, a)
 			}
+			// Node addresses keep their node identity; the CIDR lookup
+			// finds their prefix.
+			nodeID := &identity.Identity{ID: identity.RemoteNode}
+			for _, a := range tierNodeAddrs {
+				check(nodeID, a)
+			}
 		}
 	}
 }
 
 // TestTiersMatchReference drives the engine with random ClusterNetworkPolicies
 // (both tiers, colliding priorities, Accept/Deny/Pass, pod, namespace and
-// network peers, ports) beside NetworkPolicies, and checks every flow's
+// network and node peers, ports) beside NetworkPolicies and node label and
+// address changes, and checks every flow's
 // verdict, read from a map kept by TakeChanges as the datapath's is,
 // against the reference evaluator after every change.
 func TestTiersMatchReference(t *testing.T) {
 	for seed := range uint64(30) {
 		w := &tierWorld{rng: rand.New(rand.NewPCG(seed, 38)), e: NewEngine(identity.NewCIDRs()),
-			addrs: map[identity.ID]netip.Addr{}, local: map[identity.ID]bool{}, nsLabels: map[string]labels.Set{}, pols: map[string]*policyir.Policy{}, mirror: map[Key]Value{}}
+			addrs: map[identity.ID]netip.Addr{}, local: map[identity.ID]bool{}, nsLabels: map[string]labels.Set{}, nodes: map[string]refNode{}, pols: map[string]*policyir.Policy{}, mirror: map[Key]Value{}}
 		for _, ns := range tierNamespaces {
 			w.nsLabels[ns] = labels.Set{NamespaceNameLabel: ns}
 			w.e.SetNamespace(ns, nil)
@@ -319,4 +354,21 @@ func TestTiersMatchReference(t *testing.T) {
 			w.compare(t, history)
 		}
 	}
+}
+
+// nodeStep sets a random node's labels and addresses, or deletes it.
+func (w *tierWorld) nodeStep() string {
+	name := fmt.Sprintf("node%d", w.rng.IntN(3))
+	if w.rng.IntN(4) == 0 {
+		delete(w.nodes, name)
+		w.e.DeleteNode(name)
+		return "node -" + name
+	}
+	n := refNode{labels: labels.Set{"role": w.pick("infra", "worker")}}
+	for range 1 + w.rng.IntN(2) {
+		n.addrs = append(n.addrs, tierNodeAddrs[w.rng.IntN(len(tierNodeAddrs))])
+	}
+	w.nodes[name] = n
+	w.e.SetNode(name, n.labels, n.addrs)
+	return fmt.Sprintf("node %s %s %v", name, n.labels, n.addrs)
 }

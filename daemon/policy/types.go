@@ -84,6 +84,9 @@ type Snapshot struct {
 	Namespaces      []*corev1.Namespace
 	// NodeIsolation are the cluster's NodeIsolationPolicies (daemon/nodeiso).
 	NodeIsolation []*coordinov1alpha1.NodeIsolationPolicy
+	// Nodes are the cluster's nodes: the labels and addresses nodes peers
+	// of ClusterNetworkPolicies select (NodeAddrs).
+	Nodes []*corev1.Node
 }
 
 // Input is what Compile needs besides the snapshot: the known identities and
