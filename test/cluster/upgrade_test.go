@@ -458,23 +458,24 @@ func (c *Cluster) replaceDaemon(ctx context.Context, node, tag string) error {
 		if err != nil {
 			return err
 		}
-		for _, p := range pods.Items {
-			if old[string(p.UID)] {
-				return fmt.Errorf("old pod %s still there", p.Name)
-			}
-			for _, ct := range p.Spec.Containers {
-				if !strings.HasSuffix(ct.Image, ":"+tag) {
-					return fmt.Errorf("pod %s runs %s, want tag %s", p.Name, ct.Image, tag)
-				}
-			}
-			for _, cond := range p.Status.Conditions {
-				if cond.Type == corev1.PodReady && cond.Status == corev1.ConditionTrue {
-					return nil
-				}
-			}
-			return fmt.Errorf("pod %s not Ready: %s", p.Name, podProblems([]corev1.Pod{p}))
+		if len(pods.Items) != 1 {
+			return fmt.Errorf("%d daemon pods on %s, want 1", len(pods.Items), node)
 		}
-		return fmt.Errorf("no daemon pod on %s", node)
+		p := pods.Items[0]
+		if old[string(p.UID)] {
+			return fmt.Errorf("old pod %s still there", p.Name)
+		}
+		for _, ct := range p.Spec.Containers {
+			if !strings.HasSuffix(ct.Image, ":"+tag) {
+				return fmt.Errorf("pod %s runs %s, want tag %s", p.Name, ct.Image, tag)
+			}
+		}
+		for _, cond := range p.Status.Conditions {
+			if cond.Type == corev1.PodReady && cond.Status == corev1.ConditionTrue {
+				return nil
+			}
+		}
+		return fmt.Errorf("pod %s not Ready: %s", p.Name, podProblems([]corev1.Pod{p}))
 	})
 }
 

@@ -20,7 +20,6 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/coordino/coordino/daemon/bgp"
-	"github.com/coordino/coordino/daemon/wireguard"
 	"github.com/coordino/coordino/test/harness"
 )
 
@@ -52,12 +51,7 @@ var (
 // nodes announce (their --bgp-config's serviceSelector).
 const announceLabel = "bgp-announce"
 
-var (
-	bgpMode = mode{name: "bgp", routing: "bgp", encryption: "none"}
-	// bgpWG: blocks announced over BGP, pod traffic through WireGuard
-	// (the userspace device: this kernel may lack the module).
-	bgpWG = mode{name: "bgp-wireguard", routing: "bgp", encryption: "wireguard", overhead: 80, wgKind: wireguard.KindUserspace}
-)
+var bgpMode = mode{name: "bgp", routing: "bgp", encryption: "none"}
 
 // rackOf puts node0 and node1 in rack 1, the others in rack 2.
 func rackOf(i int) int { return min(i/2, 1) }

@@ -13,7 +13,13 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/coordino/coordino/daemon/wireguard"
 )
+
+// bgpWG: blocks announced over BGP, pod traffic through WireGuard (the
+// userspace device: this kernel may lack the module).
+var bgpWG = mode{name: "bgp-wireguard", routing: "bgp", encryption: "wireguard", overhead: 80, wgKind: wireguard.KindUserspace}
 
 // TestFabricBGPWireGuard: the fabric with --encryption=wireguard (the
 // userspace device). The router learns every node's blocks over BGP and
