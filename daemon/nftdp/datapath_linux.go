@@ -91,6 +91,8 @@ type Datapath struct {
 	// emitAllowed says whether the allowed-flow chains report.
 	emitAllowed bool
 	flowCounts  flowCounters
+	// iso is node isolation's state (nodeiso_linux.go).
+	iso nodeIsoState
 	// onLocalChange is told when endpoints or their identities change
 	// (this node's NodeEndpoints publisher); it must only signal.
 	onLocalChange func()
@@ -145,6 +147,7 @@ type dirtySet struct {
 	host    bool
 	ifnames map[string]struct{}
 	units   map[tierUnit]struct{}
+	iso     bool
 }
 
 func (s *dirtySet) reset() {
@@ -697,21 +700,14 @@ func (d *Datapath) SetNodeIPs(ips []netip.Addr) error {
 // transaction. Invalid policies are skipped and reported in the error;
 // valid ones are applied regardless.
 func (d *Datapath) UpdatePolicy(s policy.Snapshot) error {
-	// Node isolation (the node's own traffic, and other nodes') is the
-	// eBPF datapath's alone: named as not enforced in every update, never
-	// silently dropped.
-	unenforced := policy.LeaveOutNodeIsolation(&s, "nftables datapath: node isolation is enforced only by the eBPF datapath")
 	d.snapMu.Lock()
 	defer d.snapMu.Unlock()
 	d.notEnforced = ""
-	if unenforced != nil {
-		d.notEnforced = unenforced.Error()
-	}
 	delta, invalid := d.snap.Diff(s)
-	invalid = errors.Join(invalid, unenforced)
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	delta.Feed(d.engine)
+	invalid = errors.Join(invalid, d.setNodeIsolation(s.NodeIsolation))
 	if !d.synced {
 		d.synced = true
 		d.dirty.all = true
