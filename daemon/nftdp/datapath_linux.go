@@ -53,11 +53,9 @@ type Datapath struct {
 	lay   *layout
 	store recordStore
 
-	// snapMu serialises UpdatePolicy; snap is the last applied snapshot,
-	// notEnforced what of it this datapath left out ("" when nothing).
-	snapMu      sync.Mutex
-	snap        policy.SnapshotState
-	notEnforced string
+	// snapMu serialises UpdatePolicy; snap is the last applied snapshot.
+	snapMu sync.Mutex
+	snap   policy.SnapshotState
 
 	// mu guards what follows.
 	mu     sync.Mutex
@@ -702,7 +700,6 @@ func (d *Datapath) SetNodeIPs(ips []netip.Addr) error {
 func (d *Datapath) UpdatePolicy(s policy.Snapshot) error {
 	d.snapMu.Lock()
 	defer d.snapMu.Unlock()
-	d.notEnforced = ""
 	delta, invalid := d.snap.Diff(s)
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -719,13 +716,10 @@ func (d *Datapath) UpdatePolicy(s policy.Snapshot) error {
 }
 
 // NotEnforced says which policies of the last snapshot this datapath
-// does not enforce (ClusterNetworkPolicies, NodeIsolationPolicies), ""
-// when it enforces all: coordinoctl status shows it as a problem.
-func (d *Datapath) NotEnforced() string {
-	d.snapMu.Lock()
-	defer d.snapMu.Unlock()
-	return d.notEnforced
-}
+// does not enforce (coordinoctl status shows it as a problem): none, it
+// enforces NetworkPolicy, both ClusterNetworkPolicy tiers and
+// NodeIsolationPolicy.
+func (d *Datapath) NotEnforced() string { return "" }
 
 // --- Kubernetes (k8s.Sink) ---
 
