@@ -55,6 +55,26 @@ func serveNode(t testing.TB, port int) {
 	}()
 }
 
+// serveNodeUDP echoes UDP on the node's address.
+func serveNodeUDP(t testing.TB, port int) {
+	t.Helper()
+	pc, err := net.ListenPacket("udp4", netip.AddrPortFrom(testnet.NodeIP, uint16(port)).String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { pc.Close() })
+	go func() {
+		buf := make([]byte, 2048)
+		for {
+			n, from, err := pc.ReadFrom(buf)
+			if err != nil {
+				return
+			}
+			_, _ = pc.WriteTo(buf[:n], from)
+		}
+	}()
+}
+
 // nodeProbe runs "from>node tcp/port": a pod, or "ext" (another node
 // here), towards this node's address.
 func (c *cluster) expectNode(allowed bool, from string, ports ...int) {
@@ -124,6 +144,20 @@ func TestNodeIsolation(t *testing.T) {
 	}
 	c.expectNode(true, "ext", 7000, 7001)
 
+	// A restarted daemon keeps isolation in force until its first
+	// snapshot, and that snapshot's transaction replaces it whole.
+	c.dp.Close()
+	c.open()
+	c.expectNode(false, "a", 7001)
+	if err := c.dp.SetRemoteNodeIPs([]netip.Addr{ext}); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.dp.UpdatePolicy(s); err != nil {
+		t.Fatal(err)
+	}
+	c.expectNode(false, "a", 7001)
+	c.expect(false, "a>ext tcp/81")
+
 	if err := c.dp.UpdatePolicy(snapshotOf(t)); err != nil {
 		t.Fatal(err)
 	}
@@ -137,6 +171,7 @@ func TestNodeIsolation(t *testing.T) {
 func TestNodeIsolationKeepsTunnelsOpen(t *testing.T) {
 	c := newCluster(t, false)
 	serveNode(t, 7002)
+	serveNodeUDP(t, 7002)
 	if err := c.dp.SetTunnelPorts([]uint16{7002}); err != nil {
 		t.Fatal(err)
 	}
@@ -152,7 +187,10 @@ spec:
 	if err := c.dp.UpdatePolicy(s); err != nil {
 		t.Fatal(err)
 	}
-	// TCP stands in for the UDP tunnel: the set is keyed by protocol.
+	if err := c.pods["ext"].Probe("udp", testnet.NodeIP, 7002); err != nil {
+		t.Errorf("ext>node udp/7002 (the tunnel port): want allowed, got %v", err)
+	}
+	// The tunnel's port, not the TCP one of the same number.
 	c.expectNode(false, "ext", 7002)
 	elems, err := c.dp.conn.GetSetElements(c.dp.lay.sets[setIsoNode])
 	if err != nil {
