@@ -130,9 +130,17 @@ func nodesSet(f family) string {
 	return setNodes4
 }
 
-// isoPodRules is chainIsoPod's content while pod -> host is isolated.
+// isoPodRules is chainIsoPod's content while pod -> host is isolated. A
+// packet from an address not its pod's returns unjudged: the pod's chain
+// drops it as spoofed, as the eBPF program checks the source first.
 func isoPodRules() [][]expr.Any {
 	out := isoTrackedReturn()
+	for _, f := range families {
+		out = append(out, append(f.match(), &expr.Meta{Key: expr.MetaKeyIIFNAME, Register: regConcat},
+			&expr.Payload{DestRegister: regConcat + 4, Base: expr.PayloadBaseNetworkHeader, Offset: f.srcOffset, Len: f.addrLen},
+			&expr.Lookup{SourceRegister: regConcat, SetName: f.src, Invert: true},
+			verdict(expr.VerdictReturn)))
+	}
 	pfx := logPrefix{dir: policy.Egress, reason: reasonNodeIsolated}
 	for _, f := range families {
 		for _, dst := range []struct{ addrs, ports string }{{f.host, setIsoPodHost}, {nodesSet(f), setIsoPodNode}} {

@@ -210,3 +210,35 @@ spec:
 	// policy.
 	c.expectNode(true, "a", 7002)
 }
+
+// TestNodeIsolationAfterSpoofCheck: as in eBPF mode, a pod's packet from
+// an address not its own is dropped as spoofed before node isolation
+// judges it.
+func TestNodeIsolationAfterSpoofCheck(t *testing.T) {
+	c := newCluster(t, false)
+	serveNode(t, 7001)
+	spoofed := netip.MustParseAddr("198.51.100.98")
+	a := c.pods["a"]
+	addPodAddr(t, a, spoofed)
+	s := snapshotOf(t)
+	s.NodeIsolation = []*coordinov1alpha1.NodeIsolationPolicy{nodeIsoPolicy(t, "metadata: {name: all}\n")}
+	if err := c.dp.UpdatePolicy(s); err != nil {
+		t.Fatal(err)
+	}
+	err := a.Do(func() error {
+		d := net.Dialer{Timeout: testnet.Timeout, LocalAddr: &net.TCPAddr{IP: spoofed.AsSlice()}}
+		conn, err := d.Dial("tcp4", netip.AddrPortFrom(testnet.NodeIP, 7001).String())
+		if err == nil {
+			conn.Close()
+		}
+		return err
+	})
+	if err == nil {
+		t.Fatal("spoofed connection to the node got through")
+	}
+	drops, err := c.dp.Drops()
+	if err != nil || drops["egress-spoofed"] == 0 || drops["egress-node-isolated"] != 0 {
+		t.Errorf("drops %v (%v), want the spoofed SYNs counted as spoofed", drops, err)
+	}
+	c.expectNode(false, "a", 7001)
+}
