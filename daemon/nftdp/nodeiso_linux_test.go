@@ -4,6 +4,7 @@ import (
 	"io"
 	"net"
 	"net/netip"
+	"strconv"
 	"testing"
 
 	"sigs.k8s.io/yaml"
@@ -241,4 +242,32 @@ func TestNodeIsolationAfterSpoofCheck(t *testing.T) {
 		t.Errorf("drops %v (%v), want the spoofed SYNs counted as spoofed", drops, err)
 	}
 	c.expectNode(false, "a", 7001)
+}
+
+// BenchmarkNodeIsolationChange: one port of a NodeIsolationPolicy with
+// 100 rules added or removed, to the kernel's commit (the element
+// differences in one transaction).
+func BenchmarkNodeIsolationChange(b *testing.B) {
+	c := newCluster(b, false)
+	doc := "metadata: {name: many}\nspec:\n  podToHost:\n"
+	for i := range 100 {
+		doc += "  - {protocol: TCP, port: " + strconv.Itoa(10000+2*i) + "}\n"
+	}
+	snaps := [2]policy.Snapshot{snapshotOf(b), snapshotOf(b)}
+	snaps[0].NodeIsolation = []*coordinov1alpha1.NodeIsolationPolicy{nodeIsoPolicy(b, doc)}
+	snaps[1].NodeIsolation = []*coordinov1alpha1.NodeIsolationPolicy{nodeIsoPolicy(b, doc+"  - {protocol: TCP, port: 9000}\n")}
+	if err := c.dp.UpdatePolicy(snaps[0]); err != nil {
+		b.Fatal(err)
+	}
+	b.ResetTimer()
+	for i := range b.N {
+		if err := c.dp.UpdatePolicy(snaps[(i+1)%2]); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.StopTimer()
+	// AllNodes: one element of the own node's set and one of the others'.
+	if c.dp.stats.lastOps != 2 {
+		b.Errorf("a port added or removed: %d changes, want 2 elements", c.dp.stats.lastOps)
+	}
 }
