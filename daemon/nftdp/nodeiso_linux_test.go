@@ -2,6 +2,7 @@ package nftdp
 
 import (
 	"io"
+	"maps"
 	"net"
 	"net/netip"
 	"strconv"
@@ -13,6 +14,7 @@ import (
 	"github.com/coordino/coordino/daemon/datapath"
 	"github.com/coordino/coordino/daemon/identity"
 	"github.com/coordino/coordino/daemon/internal/testnet"
+	"github.com/coordino/coordino/daemon/nodeiso"
 	"github.com/coordino/coordino/daemon/policy"
 )
 
@@ -269,5 +271,37 @@ func BenchmarkNodeIsolationChange(b *testing.B) {
 	// AllNodes: one element of the own node's set and one of the others'.
 	if c.dp.stats.lastOps != 2 {
 		b.Errorf("a port added or removed: %d changes, want 2 elements", c.dp.stats.lastOps)
+	}
+}
+
+// TestIsoElems: ICMP rules hold their protocol whole (the eBPF key has
+// port 0, which the rule's block holds), port ranges merge, and the
+// directions land in their own sets.
+func TestIsoElems(t *testing.T) {
+	p := nodeIsoPolicy(t, `metadata: {name: p}
+spec:
+  podToHost:
+  - {protocol: ICMP, scope: OwnNode}
+  - {protocol: TCP, port: 80, endPort: 90, scope: OwnNode}
+  - {protocol: TCP, port: 91, scope: AllNodes}
+`)
+	rules, err := nodeiso.Compile([]*coordinov1alpha1.NodeIsolationPolicy{p}, []uint16{51820})
+	if err != nil {
+		t.Fatal(err)
+	}
+	byGroup := map[group][]policy.Key{}
+	for _, k := range rules.Keys {
+		g := group{local: k.Local, remote: k.Remote, dir: k.Dir}
+		byGroup[g] = append(byGroup[g], k)
+	}
+	want := map[string]map[isoElem]struct{}{
+		setIsoPodHost: {{1, 1, 0, 65535}: {}, {58, 58, 0, 65535}: {}, {6, 6, 80, 91}: {}},
+		setIsoPodNode: {{6, 6, 91, 91}: {}},
+		setIsoNode:    {},
+	}
+	for _, s := range isoSets {
+		if got := isoElems(s.g, byGroup[s.g]); !maps.Equal(got, want[s.name]) {
+			t.Errorf("%s: %v, want %v", s.name, got, want[s.name])
+		}
 	}
 }
