@@ -78,7 +78,7 @@ func serveNodeUDP(t testing.TB, port int) {
 	}()
 }
 
-// nodeProbe runs "from>node tcp/port": a pod, or "ext" (another node
+// expectNode probes "from>node tcp/port": a pod, or "ext" (another node
 // here), towards this node's address.
 func (c *cluster) expectNode(allowed bool, from string, ports ...int) {
 	c.t.Helper()
