@@ -66,6 +66,7 @@ type parts struct {
 	kube     *k8s.Source        // nil standalone
 	dp       *datapath.Datapath // the eBPF datapath; nil with nftables or --no-datapath
 	enforcer enforcer           // the datapath enforcing policy; nil with --no-datapath
+	nft      *nftdp.Datapath    // the nftables datapath; nil with eBPF or --no-datapath
 	choice   datapathChoice
 	mgr      *endpoint.Manager
 	queueDir string
@@ -139,6 +140,7 @@ func start(ctx context.Context, o *config.Options, log *zap.Logger) (*parts, err
 		return p, err
 	}
 	nodes.bind(ctx, p.dp)
+	nodes.bindNFTables(p.nft)
 	// One decision, once the first state is in: in Kubernetes mode that
 	// brought the node's blocks, so the pool's families are known now in
 	// either mode.
@@ -214,7 +216,7 @@ func (p *parts) startPolicy(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	p.enforcer = dp
+	p.enforcer, p.nft = dp, dp
 	p.onStop(func() { dp.Close() }) // the table stays in force while the daemon is away
 	return nil
 }

@@ -12,15 +12,17 @@ import (
 
 	"github.com/coordino/coordino/daemon/config"
 	"github.com/coordino/coordino/daemon/datapath"
+	"github.com/coordino/coordino/daemon/nftdp"
 	"github.com/coordino/coordino/daemon/peers"
 	"github.com/coordino/coordino/daemon/routing"
 )
 
 // nodePeers hands the peer set to node isolation: the cross-node datapath
-// starts (and publishes its first set) before the eBPF datapath exists, so
-// the latest set is kept until bind. Each set gives the other nodes'
-// addresses the remote-node identity and (re)attaches the node-to-node
-// programs to the underlay and tunnel devices.
+// starts (and publishes its first set) before the datapath exists, so the
+// latest set is kept until bind. Each set gives the other nodes' addresses
+// the remote-node identity and, in eBPF mode, (re)attaches the
+// node-to-node programs to the underlay and tunnel devices (nftables
+// judges other nodes' traffic in its input hook, whatever the device).
 type nodePeers struct {
 	o   *config.Options
 	log *zap.Logger
@@ -28,10 +30,19 @@ type nodePeers struct {
 	mu   sync.Mutex
 	last peers.Set
 	dp   *datapath.Datapath
+	// iso is the datapath enforcing node isolation: dp, or the nftables
+	// datapath.
+	iso nodeIsoSink
 	// prunedFor is the tunnel device whose hook the last pruning of device
 	// hooks kept (nil: not pruned yet). Pruning lists every pinned link, so
 	// it runs at start and when that device changes, not on every check.
 	prunedFor *string
+}
+
+// nodeIsoSink is what both datapaths take of node isolation's inputs.
+type nodeIsoSink interface {
+	SetRemoteNodeIPs(ips []netip.Addr) error
+	SetTunnelPorts(ports []uint16) error
 }
 
 func newNodePeers(o *config.Options, log *zap.Logger) *nodePeers {
@@ -74,16 +85,7 @@ func (n *nodePeers) bind(ctx context.Context, dp *datapath.Datapath) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	n.dp = dp
-	var ports []uint16
-	switch {
-	case n.o.Encryption == "wireguard":
-		ports = append(ports, uint16(n.o.WireGuardPort))
-	case n.o.Routing == "vxlan":
-		ports = append(ports, routing.DefaultVXLANPort)
-	}
-	if err := dp.SetTunnelPorts(ports); err != nil {
-		n.log.Error("node isolation: tunnel ports", zap.Error(err))
-	}
+	n.setSink(dp)
 	var guard uint16
 	if n.o.Routing == routing.VXLAN && n.o.Encryption != "wireguard" {
 		guard = routing.DefaultVXLANPort
@@ -97,8 +99,36 @@ func (n *nodePeers) bind(ctx context.Context, dp *datapath.Datapath) {
 	n.applyLocked()
 }
 
+// bindNFTables starts feeding the nftables datapath (nil in eBPF mode).
+func (n *nodePeers) bindNFTables(dp *nftdp.Datapath) {
+	if dp == nil {
+		return
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.setSink(dp)
+	n.applyLocked()
+}
+
+// setSink makes s the datapath of node isolation and gives it the tunnel
+// ports (WireGuard, VXLAN) nodes always accept from each other; callers
+// hold mu.
+func (n *nodePeers) setSink(s nodeIsoSink) {
+	n.iso = s
+	var ports []uint16
+	switch {
+	case n.o.Encryption == "wireguard":
+		ports = append(ports, uint16(n.o.WireGuardPort))
+	case n.o.Routing == "vxlan":
+		ports = append(ports, routing.DefaultVXLANPort)
+	}
+	if err := s.SetTunnelPorts(ports); err != nil {
+		n.log.Error("node isolation: tunnel ports", zap.Error(err))
+	}
+}
+
 func (n *nodePeers) applyLocked() {
-	if n.dp == nil || n.last == nil {
+	if n.iso == nil || n.last == nil {
 		return
 	}
 	var remote []netip.Addr
@@ -108,8 +138,11 @@ func (n *nodePeers) applyLocked() {
 		}
 	}
 	slices.SortFunc(remote, netip.Addr.Compare)
-	if err := n.dp.SetRemoteNodeIPs(remote); err != nil {
+	if err := n.iso.SetRemoteNodeIPs(remote); err != nil {
 		n.log.Error("node isolation: remote node addresses", zap.Error(err))
+	}
+	if n.dp == nil {
+		return
 	}
 	n.applyHostRouting()
 	n.attachDevices()

@@ -53,11 +53,9 @@ type Datapath struct {
 	lay   *layout
 	store recordStore
 
-	// snapMu serialises UpdatePolicy; snap is the last applied snapshot,
-	// notEnforced what of it this datapath left out ("" when nothing).
-	snapMu      sync.Mutex
-	snap        policy.SnapshotState
-	notEnforced string
+	// snapMu serialises UpdatePolicy; snap is the last applied snapshot.
+	snapMu sync.Mutex
+	snap   policy.SnapshotState
 
 	// mu guards what follows.
 	mu     sync.Mutex
@@ -91,6 +89,8 @@ type Datapath struct {
 	// emitAllowed says whether the allowed-flow chains report.
 	emitAllowed bool
 	flowCounts  flowCounters
+	// iso is node isolation's state (nodeiso_linux.go).
+	iso nodeIsoState
 	// onLocalChange is told when endpoints or their identities change
 	// (this node's NodeEndpoints publisher); it must only signal.
 	onLocalChange func()
@@ -145,6 +145,7 @@ type dirtySet struct {
 	host    bool
 	ifnames map[string]struct{}
 	units   map[tierUnit]struct{}
+	iso     bool
 }
 
 func (s *dirtySet) reset() {
@@ -697,21 +698,13 @@ func (d *Datapath) SetNodeIPs(ips []netip.Addr) error {
 // transaction. Invalid policies are skipped and reported in the error;
 // valid ones are applied regardless.
 func (d *Datapath) UpdatePolicy(s policy.Snapshot) error {
-	// Node isolation (the node's own traffic, and other nodes') is the
-	// eBPF datapath's alone: named as not enforced in every update, never
-	// silently dropped.
-	unenforced := policy.LeaveOutNodeIsolation(&s, "nftables datapath: node isolation is enforced only by the eBPF datapath")
 	d.snapMu.Lock()
 	defer d.snapMu.Unlock()
-	d.notEnforced = ""
-	if unenforced != nil {
-		d.notEnforced = unenforced.Error()
-	}
 	delta, invalid := d.snap.Diff(s)
-	invalid = errors.Join(invalid, unenforced)
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	delta.Feed(d.engine)
+	invalid = errors.Join(invalid, d.setNodeIsolation(s.NodeIsolation))
 	if !d.synced {
 		d.synced = true
 		d.dirty.all = true
@@ -723,13 +716,10 @@ func (d *Datapath) UpdatePolicy(s policy.Snapshot) error {
 }
 
 // NotEnforced says which policies of the last snapshot this datapath
-// does not enforce (ClusterNetworkPolicies, NodeIsolationPolicies), ""
-// when it enforces all: coordinoctl status shows it as a problem.
-func (d *Datapath) NotEnforced() string {
-	d.snapMu.Lock()
-	defer d.snapMu.Unlock()
-	return d.notEnforced
-}
+// does not enforce (coordinoctl status shows it as a problem): none, it
+// enforces NetworkPolicy, both ClusterNetworkPolicy tiers and
+// NodeIsolationPolicy.
+func (d *Datapath) NotEnforced() string { return "" }
 
 // --- Kubernetes (k8s.Sink) ---
 

@@ -31,6 +31,6 @@
 // Explain decides from what the table was rendered from and names rules
 // with policy.Explainer (explain_linux.go). The table carries a schema
 // stamp (schema_linux.go): a newer layout this build cannot read is
-// refused and left in force. ClusterNetworkPolicy and NodeIsolationPolicy
-// are not enforced here and every update names them.
+// refused and left in force. NodeIsolationPolicy is enforced in chains of
+// its own before the pods' (nodeiso_linux.go).
 package nftdp

@@ -211,6 +211,9 @@ func (d *Datapath) identityOf(a netip.Addr) identity.ID {
 	if slices.Contains(d.nodeIPs, a) {
 		return identity.Host
 	}
+	if d.isRemoteNode(a) {
+		return identity.RemoteNode
+	}
 	if id, ok := d.remote[a]; ok {
 		return id
 	}

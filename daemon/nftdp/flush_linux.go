@@ -89,6 +89,7 @@ func (d *Datapath) flush() error {
 	d.writePods(t)
 	d.writeCIDRs(t)
 	d.writeLocals(t)
+	d.writeNodeIso(t)
 	if t.ops == 0 {
 		d.dirty.reset()
 		return nil

@@ -53,7 +53,7 @@ func dropCounters() []string {
 		out = append(out, dropCounter(dir, reasonDenied), dropCounter(dir, reasonRevoked),
 			dropCounter(dir, reasonAdminDeny), dropCounter(dir, reasonBaselineDeny))
 	}
-	return out
+	return append(out, dropCounter(policy.Egress, reasonNodeIsolated), dropCounter(policy.Ingress, reasonNodeDenied))
 }
 
 // Hook chains, all at filter priority like kube-proxy's and iptables'
@@ -187,6 +187,8 @@ type layout struct {
 	hooks   []hookChain
 	allowed []*nftables.Chain
 	limits  []*nftables.NamedObj
+	// isoChains are node isolation's chains, by name (nodeiso_linux.go).
+	isoChains map[string]*nftables.Chain
 }
 
 type hookChain struct {
@@ -202,6 +204,7 @@ func newLayout() *layout {
 	add(&nftables.Set{Name: setHost6, KeyType: nftables.TypeIP6Addr})
 	add(&nftables.Set{Name: setSrc4, Concatenation: true, KeyType: typeSrc4})
 	add(&nftables.Set{Name: setSrc6, Concatenation: true, KeyType: typeSrc6})
+	l.addNodeIsoLayout()
 	for _, dir := range []policy.Direction{policy.Ingress, policy.Egress} {
 		add(&nftables.Set{Name: epsSet(dir), IsMap: true, KeyType: nftables.TypeIFName, DataType: nftables.TypeVerdict,
 			KeyByteOrder: binaryutil.NativeEndian})
@@ -267,12 +270,19 @@ func (l *layout) ensure(c *nftables.Conn) error {
 	for _, o := range l.limits {
 		c.AddObj(o)
 	}
+	// Their content stays: an adopted table's isolation is in force until
+	// the first flush rewrites it.
+	for _, name := range []string{chainIsoPod, chainIsoNode} {
+		c.AddChain(l.isoChains[name])
+	}
 	for _, h := range l.hooks {
 		c.AddChain(h.chain)
 		// The dispatch is replaced in the same transaction: no packet
 		// passes between the flush and the new rule.
 		c.FlushChain(h.chain)
-		c.AddRule(&nftables.Rule{Table: l.table, Chain: h.chain, Exprs: dispatchRule(h.dir)})
+		for _, e := range append(isoHookRules(h.chain.Name), dispatchRule(h.dir)) {
+			c.AddRule(&nftables.Rule{Table: l.table, Chain: h.chain, Exprs: e})
+		}
 	}
 	// Allowed flows are off until a reader asks for them.
 	l.setAllowed(c, false)

@@ -15,7 +15,6 @@ import (
 	cnpv1beta1 "sigs.k8s.io/network-policy-api/apis/v1beta1"
 	"sigs.k8s.io/yaml"
 
-	coordinov1alpha1 "github.com/coordino/coordino/api/coordino/v1alpha1"
 	"github.com/coordino/coordino/daemon/internal/testnet"
 	"github.com/coordino/coordino/daemon/policy"
 )
@@ -294,30 +293,6 @@ spec:
 	}
 	c.expect(true, "a>b tcp/80", "a>b tcp/81", "b>a6 tcp/80", "b>c6 tcp/80")
 	c.expect(false, "a>b6 tcp/80", "a>b6 tcp/81", "c>b tcp/80", "c>b6 tcp/80")
-}
-
-// TestNodeIsolationNamedNotEnforced: NodeIsolationPolicy is the eBPF
-// datapath's; here every update names the policies as not enforced (the
-// error is logged and counted), never leaves them out silently, and
-// NetworkPolicy holds as without them.
-func TestNodeIsolationNamedNotEnforced(t *testing.T) {
-	c := newCluster(t, false)
-	s := snapshotOf(t, serverFromClientsOn80)
-	for _, name := range []string{"only-ssh", "deny-pods-to-host"} {
-		s.NodeIsolation = append(s.NodeIsolation, &coordinov1alpha1.NodeIsolationPolicy{ObjectMeta: metav1.ObjectMeta{Name: name}})
-	}
-	err := c.dp.UpdatePolicy(s)
-	if err == nil || !strings.Contains(err.Error(), "NodeIsolationPolicy not enforced on this node: deny-pods-to-host, only-ssh") {
-		t.Fatalf("UpdatePolicy: %v, want the node isolation policies named as not enforced", err)
-	}
-	if got := c.dp.NotEnforced(); !strings.Contains(got, "deny-pods-to-host, only-ssh") {
-		t.Errorf("NotEnforced (status) = %q", got)
-	}
-	c.expect(true, "a>b tcp/80")
-	c.expect(false, "c>b tcp/80")
-	if err := c.dp.UpdatePolicy(snapshotOf(t, serverFromClientsOn80)); err != nil || c.dp.NotEnforced() != "" {
-		t.Errorf("without them: %v, NotEnforced %q", err, c.dp.NotEnforced())
-	}
 }
 
 // TestClusterPolicyNodePeers: egress peers chosen by node labels over real

@@ -143,18 +143,6 @@ func LeaveOutClusterPolicies(s *Snapshot, why string) error {
 	return notEnforced(why, "ClusterNetworkPolicy", names)
 }
 
-// LeaveOutNodeIsolation removes s's NodeIsolationPolicies, for a datapath
-// that cannot enforce them, and returns the error naming them (nil: there
-// were none); why says which datapath, and why it cannot.
-func LeaveOutNodeIsolation(s *Snapshot, why string) error {
-	names := make([]string, len(s.NodeIsolation))
-	for i, p := range s.NodeIsolation {
-		names[i] = p.Name
-	}
-	s.NodeIsolation = nil
-	return notEnforced(why, "NodeIsolationPolicy", names)
-}
-
 // notEnforced names the objects of kind a datapath left out.
 func notEnforced(why, kind string, names []string) error {
 	if len(names) == 0 {

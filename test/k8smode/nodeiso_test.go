@@ -13,10 +13,18 @@ import (
 
 // TestKubernetesNodeIsolation: a NodeIsolationPolicy created in the API
 // server closes the node's ports to its pods except those it lists, and
-// deleting it opens them again; the daemon watches the object.
+// deleting it opens them again; the daemon watches the object. Both
+// datapaths.
 func TestKubernetesNodeIsolation(t *testing.T) {
+	for _, dp := range []string{"ebpf", "nftables"} {
+		t.Run(dp, func(t *testing.T) { checkKubernetesNodeIsolation(t, dp) })
+	}
+}
+
+func checkKubernetesNodeIsolation(t *testing.T, datapath string) {
 	_, c, ns, node := setup(t, "10.62.0.0/26")
 	c.pod(t, ns, "client", node.Name, clientLabels)
+	node.ExtraArgs = append(node.ExtraArgs, "--datapath", datapath)
 	if err := node.StartDaemon(); err != nil {
 		t.Fatal(err)
 	}

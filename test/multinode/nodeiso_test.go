@@ -50,19 +50,27 @@ spec:
 // counters with their own reasons, and that removing the policy restores
 // today's behaviour. Under WireGuard node-to-node traffic arrives on the
 // tunnel device and the tunnel's own port must stay open on the underlay.
+// The nftables variants run the same checks with --datapath=nftables.
 func TestNodeIsolation(t *testing.T) {
 	for _, m := range []mode{direct, wgUser} {
-		t.Run(m.name, func(t *testing.T) { checkNodeIsolation(t, m) })
+		for _, dp := range []string{"ebpf", "nftables"} {
+			name := m.name
+			if dp != "ebpf" {
+				name += "-" + dp
+			}
+			t.Run(name, func(t *testing.T) { checkNodeIsolation(t, m, dp) })
+		}
 	}
 }
 
-func checkNodeIsolation(t *testing.T, m mode) {
+func checkNodeIsolation(t *testing.T, m mode, datapath string) {
 	start := time.Now()
 	c := newClusterWith(t, m, 3, func(dir string) []string {
 		if err := os.MkdirAll(filepath.Join(dir, "policies"), 0o700); err != nil {
 			t.Fatal(err)
 		}
-		return []string{"--policy-dir", filepath.Join(dir, "policies"), "--flow-log", filepath.Join(dir, "flows.jsonl")}
+		return []string{"--policy-dir", filepath.Join(dir, "policies"), "--flow-log", filepath.Join(dir, "flows.jsonl"),
+			"--datapath", datapath}
 	})
 	for _, n := range c.nodes {
 		p := c.addPod(n)
@@ -187,7 +195,7 @@ func checkNodeIsolation(t *testing.T, m mode) {
 			expectHost(t, n1.NS, "node1 -> node0 closed port", n0, v6, closedPort, true)
 		}
 	})
-	t.Logf("node isolation, %s: %v", m.name, time.Since(start).Round(time.Millisecond))
+	t.Logf("node isolation, %s, %s: %v", m.name, datapath, time.Since(start).Round(time.Millisecond))
 }
 
 // expectHost dials target's port from netns and checks that it answers
