@@ -372,10 +372,14 @@ func TestClusterUpgrade(t *testing.T) {
 // knows nor removes, by design: the schema stamp (the older release reads
 // unstamped state as version 1 and leaves the stamp as the newer wrote
 // it) and the newer programs (reused, not reloaded, when the node is
-// upgraded again; docs/operations.md, Restart cost).
+// upgraded again; docs/operations.md, Restart cost), and the maps the
+// newer release added (the node ports it defers to the post-DNAT stage:
+// unread by the older programs, replaced from the API by the newer
+// daemon's first full view).
 func keptForReupgrade(diffLine string) bool {
 	return strings.HasPrefix(diffLine, "+ ") && (strings.Contains(diffLine, "/sys/fs/bpf/coordino/progs-") ||
-		strings.HasSuffix(diffLine, "/sys/fs/bpf/coordino/cdo_schema"))
+		strings.HasSuffix(diffLine, "/sys/fs/bpf/coordino/cdo_schema") ||
+		strings.HasSuffix(diffLine, "/sys/fs/bpf/coordino/cdo_svc_nodeports"))
 }
 
 // rolloutStatus waits for obj's rollout in coordino-system and, when it
