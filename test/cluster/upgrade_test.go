@@ -237,8 +237,16 @@ func TestClusterUpgrade(t *testing.T) {
 	defer tr.Stop()
 	time.Sleep(3 * time.Second)
 	lastWire := map[string]UnderlayCount{}
+	var lastCheck time.Time
 	check := func(step string) {
 		t.Helper()
+		r := tr.Report()
+		for _, sl := range r.Silences {
+			if sl.End.After(lastCheck) {
+				t.Logf("%s: %s", step, sl)
+			}
+		}
+		lastCheck = time.Now()
 		if wg {
 			// Since the last check: no pod packet readable on the wire,
 			// and WireGuard frames through each node's underlay.
@@ -258,7 +266,6 @@ func TestClusterUpgrade(t *testing.T) {
 				}
 			}
 		}
-		r := tr.Report()
 		if len(r.Silent) > 0 {
 			t.Errorf("%s: flows that never passed a packet: %v", step, r.Silent)
 		}
