@@ -246,11 +246,16 @@ e2e-cluster-cnp:
 # policy denies, the controller and each node's daemon rolled to this
 # tree's image and back. Fails, naming why, when PREVIOUS_RELEASE is not in
 # this checkout or lacks an image target or the primary overlay.
+# ENCRYPTION=wireguard: the same with every daemon of both releases on
+# --encryption=wireguard (the userspace device), and each node's underlay
+# watched throughout: no pod-to-pod packet in the clear, WireGuard frames
+# on both nodes between every two steps.
+ENCRYPTION ?=
 e2e-upgrade: image
 	test/testbed/deps.sh
 	TESTBED_NICE=$${TESTBED_NICE:-10} test/testbed/build.sh cluster
 	prev="$$(hack/build-previous.sh --image $(PREVIOUS_RELEASE))" && \
-	COORDINO_UPGRADE_PREVIOUS="$$prev" $(GO) test -tags clustere2e -count=1 -v -timeout 30m -run '^TestClusterUpgrade$$' ./test/cluster/
+	COORDINO_UPGRADE_PREVIOUS="$$prev" COORDINO_UPGRADE_ENCRYPTION='$(ENCRYPTION)' $(GO) test -tags clustere2e -count=1 -v -timeout 30m -run '^TestClusterUpgrade$$' ./test/cluster/
 
 # Two workers, Coordino via kustomize, pod-to-pod on one node and across
 # nodes, one NetworkPolicy case, tear-down leaves the host unchanged.

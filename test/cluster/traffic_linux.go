@@ -38,6 +38,7 @@ type flowStat struct {
 	last    time.Time
 	maxGap  time.Duration
 	gapAt   time.Time
+	long    []Silence // every silence over noticeableGap
 	packets int
 	err     error
 }
@@ -165,8 +166,12 @@ func (tr *Traffic) flow(key string) *flowStat {
 
 func (f *flowStat) seen(now time.Time) {
 	if !f.last.IsZero() {
-		if g := now.Sub(f.last); g > f.maxGap {
+		g := now.Sub(f.last)
+		if g > f.maxGap {
 			f.maxGap, f.gapAt = g, now
+		}
+		if g > noticeableGap {
+			f.long = append(f.long, Silence{Len: g, End: now})
 		}
 	}
 	f.last = now
@@ -310,6 +315,24 @@ type TrafficReport struct {
 	Through  []string      // denied probes that arrived
 	Silent   []string      // flows that never passed a packet
 	Accepted int           // TCP connections accepted from allowed pods
+	// Silences are every ended silence of a flow over noticeableGap, in
+	// the order they ended: which step of a roll each belongs to.
+	Silences []Silence
+}
+
+// noticeableGap is the shortest silence a report lists one by one: ten
+// of the flows' slowest beats (a TCP echo every 50 ms).
+const noticeableGap = 500 * time.Millisecond
+
+// Silence is one flow's silence, ended at End.
+type Silence struct {
+	Flow string
+	Len  time.Duration
+	End  time.Time
+}
+
+func (s Silence) String() string {
+	return fmt.Sprintf("%s silent %s ending %s", s.Flow, s.Len.Round(time.Millisecond), s.End.Format(time.StampMilli))
 }
 
 // Report reads the figures, counting a live flow's silence up to now.
@@ -327,6 +350,10 @@ func (tr *Traffic) Report() TrafficReport {
 			r.Silent = append(r.Silent, key)
 			continue
 		}
+		for _, l := range f.long {
+			l.Flow = key
+			r.Silences = append(r.Silences, l)
+		}
 		gap, at := f.maxGap, f.gapAt
 		if g := now.Sub(f.last); g > gap {
 			gap, at = g, now
@@ -336,6 +363,7 @@ func (tr *Traffic) Report() TrafficReport {
 		}
 	}
 	sort.Strings(r.Resets)
+	sort.Slice(r.Silences, func(i, j int) bool { return r.Silences[i].End.Before(r.Silences[j].End) })
 	return r
 }
 

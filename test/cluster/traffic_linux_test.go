@@ -99,6 +99,15 @@ func TestTrafficSeesGapsAndDeniedProbes(t *testing.T) {
 	if len(r.Resets) > 0 {
 		t.Errorf("a link down reset connections: %v", r.Resets)
 	}
+	// Each flow's silence listed, ended after the link came back.
+	if len(r.Silences) == 0 {
+		t.Error("no silence listed for a 1.5 s link down")
+	}
+	for _, sl := range r.Silences {
+		if sl.Len < time.Second || sl.Flow == "" {
+			t.Errorf("silence %s: want a flow's silence over 1 s", sl)
+		}
+	}
 	tr.Deny(client)
 	tr.Probe(nss[1], server)
 	time.Sleep(300 * time.Millisecond)

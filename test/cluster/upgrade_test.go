@@ -33,7 +33,10 @@ const (
 
 // upgradeKustomization installs overlay with the Coordino image of tag.
 // With onDelete the DaemonSet replaces a node's pod only when the test
-// deletes it, so the roll goes node by node with checks between.
+// deletes it, so the roll goes node by node with checks between. With
+// encryption wireguard every daemon encrypts cross-node traffic with the
+// userspace device (flags both releases know; the bed's kernel has no
+// WireGuard module, and auto would pick the same).
 const upgradeKustomization = `# Written by TestClusterUpgrade.
 apiVersion: kustomize.config.k8s.io/v1beta1
 kind: Kustomization
@@ -42,7 +45,7 @@ resources:
 images:
   - name: coordino/coordino
     newTag: {{.Tag}}
-{{- if .OnDelete}}
+{{- if or .OnDelete .WireGuard}}
 patches:
   - target:
       group: apps
@@ -50,13 +53,23 @@ patches:
       kind: DaemonSet
       name: coordino
     patch: |-
+{{- if .OnDelete}}
       - op: replace
         path: /spec/updateStrategy
         value: {type: OnDelete}
 {{- end}}
+{{- if .WireGuard}}
+      - op: add
+        path: /spec/template/spec/containers/0/args/-
+        value: --encryption=wireguard
+      - op: add
+        path: /spec/template/spec/containers/0/args/-
+        value: --wireguard-device-kind=userspace
+{{- end}}
+{{- end}}
 `
 
-func writeKustomization(t *testing.T, dir, overlay, tag string, onDelete bool) string {
+func writeKustomization(t *testing.T, dir, overlay, tag string, onDelete bool, encryption string) string {
 	t.Helper()
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)
@@ -65,7 +78,7 @@ func writeKustomization(t *testing.T, dir, overlay, tag string, onDelete bool) s
 	if err != nil {
 		t.Fatal(err)
 	}
-	k, err := render(upgradeKustomization, map[string]any{"Overlay": rel, "Tag": tag, "OnDelete": onDelete})
+	k, err := render(upgradeKustomization, map[string]any{"Overlay": rel, "Tag": tag, "OnDelete": onDelete, "WireGuard": encryption == "wireguard"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -91,6 +104,14 @@ func TestClusterUpgrade(t *testing.T) {
 	if prev == "" {
 		t.Fatal("COORDINO_UPGRADE_PREVIOUS unset: run make e2e-upgrade, which builds the previous release's image")
 	}
+	// COORDINO_UPGRADE_ENCRYPTION (make e2e-upgrade ENCRYPTION=wireguard):
+	// the same roll with every daemon encrypting, and the underlay watched
+	// for pod traffic in the clear.
+	encryption := os.Getenv("COORDINO_UPGRADE_ENCRYPTION")
+	if encryption != "" && encryption != "none" && encryption != "wireguard" {
+		t.Fatalf("COORDINO_UPGRADE_ENCRYPTION %q: want none or wireguard", encryption)
+	}
+	wg := encryption == "wireguard"
 	repo := mustRepoRoot(t)
 	current := filepath.Join(repo, "bin", "coordino-image.tar")
 	ctx, cancel := context.WithTimeout(context.Background(), 28*time.Minute)
@@ -105,8 +126,8 @@ func TestClusterUpgrade(t *testing.T) {
 			os.RemoveAll(dir)
 		}
 	}()
-	prevKz := writeKustomization(t, filepath.Join(dir, "kz-previous"), filepath.Join(prev, "manifests", "install", "kubernetes", "overlays", "primary"), previousTag, false)
-	curKz := writeKustomization(t, filepath.Join(dir, "kz-current"), filepath.Join(repo, "install", "kubernetes", "overlays", "primary"), currentTag, true)
+	prevKz := writeKustomization(t, filepath.Join(dir, "kz-previous"), filepath.Join(prev, "manifests", "install", "kubernetes", "overlays", "primary"), previousTag, false, encryption)
+	curKz := writeKustomization(t, filepath.Join(dir, "kz-current"), filepath.Join(repo, "install", "kubernetes", "overlays", "primary"), currentTag, true, encryption)
 	start := time.Now()
 	c, err := Up(ctx, Options{Dir: dir + "/c", Workers: 2, ImageArchive: filepath.Join(prev, "coordino-image.tar"),
 		ExtraImages: []string{current}, Overlay: prevKz, Logf: t.Logf})
@@ -169,6 +190,20 @@ func TestClusterUpgrade(t *testing.T) {
 			*p.list = append(*p.list, &pod{name, node, addr, h})
 		}
 	}
+	var watch *UnderlayWatch
+	if wg {
+		for _, node := range c.Nodes {
+			if err := c.wireGuardUserspace(node); err != nil {
+				t.Fatal(err)
+			}
+		}
+		// From before the first flow to the end: every frame on each
+		// node's underlay interface.
+		if watch, err = c.WatchUnderlay(); err != nil {
+			t.Fatal(err)
+		}
+		defer watch.Stop()
+	}
 	tr := NewTraffic(9400, 9401)
 	for _, s := range servers {
 		if err := tr.Serve(s.ns); err != nil {
@@ -201,9 +236,36 @@ func TestClusterUpgrade(t *testing.T) {
 	}
 	defer tr.Stop()
 	time.Sleep(3 * time.Second)
+	lastWire := map[string]UnderlayCount{}
+	var lastCheck time.Time
 	check := func(step string) {
 		t.Helper()
 		r := tr.Report()
+		for _, sl := range r.Silences {
+			if sl.End.After(lastCheck) {
+				t.Logf("%s: %s", step, sl)
+			}
+		}
+		lastCheck = time.Now()
+		if wg {
+			// Since the last check: no pod packet readable on the wire,
+			// and WireGuard frames through each node's underlay.
+			for node, n := range watch.Counts() {
+				if n.Cleartext > 0 {
+					t.Errorf("%s: %d pod-to-pod frames in the clear on %s's underlay so far (first: %s)", step, n.Cleartext, node, n.Sample)
+				}
+				if n.WireGuard <= lastWire[node].WireGuard {
+					t.Errorf("%s: no WireGuard frame on %s's underlay since the last step", step, node)
+				}
+				t.Logf("%s: %s underlay: %d WireGuard frames (+%d), %d pod frames in the clear", step, node, n.WireGuard, n.WireGuard-lastWire[node].WireGuard, n.Cleartext)
+				lastWire[node] = n
+			}
+			for _, node := range c.Nodes {
+				if err := c.wireGuardUserspace(node); err != nil {
+					t.Errorf("%s: %v", step, err)
+				}
+			}
+		}
 		if len(r.Silent) > 0 {
 			t.Errorf("%s: flows that never passed a packet: %v", step, r.Silent)
 		}
@@ -364,8 +426,17 @@ func TestClusterUpgrade(t *testing.T) {
 		}
 	}
 	r := tr.Report()
-	t.Logf("UPGRADE SUMMARY: %d flows (TCP echo every 50 ms, UDP every 20 ms) over %s; resets %d; longest silence %s (%s); denied probes through %d; daemon replacements (delete to Ready): %s",
-		r.Flows, time.Since(start).Round(time.Second), len(r.Resets), r.MaxGap.Round(time.Millisecond), r.GapFlow, len(r.Through), strings.Join(rollTimes, ", "))
+	enc := "no encryption"
+	if wg {
+		var parts []string
+		for node, n := range watch.Counts() {
+			parts = append(parts, fmt.Sprintf("%s %d WireGuard frames, %d pod frames in the clear", node, n.WireGuard, n.Cleartext))
+		}
+		sort.Strings(parts)
+		enc = "WireGuard (userspace): " + strings.Join(parts, "; ")
+	}
+	t.Logf("UPGRADE SUMMARY (%s): %d flows (TCP echo every 50 ms, UDP every 20 ms) over %s; resets %d; longest silence %s (%s); denied probes through %d; daemon replacements (delete to Ready): %s",
+		enc, r.Flows, time.Since(start).Round(time.Second), len(r.Resets), r.MaxGap.Round(time.Millisecond), r.GapFlow, len(r.Through), strings.Join(rollTimes, ", "))
 }
 
 // keptForReupgrade: what the newer daemon pins that the older one neither
