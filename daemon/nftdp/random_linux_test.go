@@ -26,18 +26,7 @@ import (
 // protocols, both directions. The engine itself is checked against the
 // reference evaluator in daemon/policy. NFTDP_SEED repeats a run.
 func TestRandomPoliciesMatchEngine(t *testing.T) {
-	seed := rand.Uint64()
-	if s := os.Getenv("NFTDP_SEED"); s != "" {
-		seed, _ = strconv.ParseUint(s, 10, 64)
-	}
-	t.Logf("seed %d (NFTDP_SEED=%d repeats this run)", seed, seed)
-	rng := rand.New(rand.NewPCG(seed, seed))
-	c := newCluster(t, false)
-	c.addPod("d", "other", map[string]string{"app": "server"})
-	namespaces := []*corev1.Namespace{
-		{ObjectMeta: metav1.ObjectMeta{Name: "default", Labels: map[string]string{policy.NamespaceNameLabel: "default", "team": "x"}}},
-		{ObjectMeta: metav1.ObjectMeta{Name: "other", Labels: map[string]string{policy.NamespaceNameLabel: "other", "team": "y"}}},
-	}
+	rng, c, namespaces := newRandomWorld(t)
 	for round := range 4 {
 		s := policy.Snapshot{Namespaces: namespaces}
 		for i := range 1 + rng.IntN(4) {
@@ -206,4 +195,23 @@ func (c *cluster) checkAgainstEngine(t *testing.T, s policy.Snapshot, round int)
 			t.Errorf("round %d: %s: got allowed=%v (%v), the engine says %v", round, p.check, got, errs[i], p.want)
 		}
 	}
+}
+
+// newRandomWorld is the randomized tests' start: a seeded generator
+// (NFTDP_SEED repeats a run), the cluster with a fourth pod in another
+// namespace, and the two namespaces with the labels the policies select.
+func newRandomWorld(t *testing.T) (*rand.Rand, *cluster, []*corev1.Namespace) {
+	seed := rand.Uint64()
+	if s := os.Getenv("NFTDP_SEED"); s != "" {
+		seed, _ = strconv.ParseUint(s, 10, 64)
+	}
+	t.Logf("seed %d (NFTDP_SEED=%d repeats this run)", seed, seed)
+	rng := rand.New(rand.NewPCG(seed, seed))
+	c := newCluster(t, false)
+	c.addPod("d", "other", map[string]string{"app": "server"})
+	namespaces := []*corev1.Namespace{
+		{ObjectMeta: metav1.ObjectMeta{Name: "default", Labels: map[string]string{policy.NamespaceNameLabel: "default", "team": "x"}}},
+		{ObjectMeta: metav1.ObjectMeta{Name: "other", Labels: map[string]string{policy.NamespaceNameLabel: "other", "team": "y"}}},
+	}
+	return rng, c, namespaces
 }

@@ -4,8 +4,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/netip"
-	"os"
-	"strconv"
 	"strings"
 	"testing"
 
@@ -160,18 +158,7 @@ spec:
 // programs make, itself checked against the tier reference evaluator in
 // daemon/policy (TestTiersMatchReference). NFTDP_SEED repeats a run.
 func TestRandomTiersMatchEngine(t *testing.T) {
-	seed := rand.Uint64()
-	if s := os.Getenv("NFTDP_SEED"); s != "" {
-		seed, _ = strconv.ParseUint(s, 10, 64)
-	}
-	t.Logf("seed %d (NFTDP_SEED=%d repeats this run)", seed, seed)
-	rng := rand.New(rand.NewPCG(seed, seed))
-	c := newCluster(t, false)
-	c.addPod("d", "other", map[string]string{"app": "server"})
-	namespaces := []*corev1.Namespace{
-		{ObjectMeta: metav1.ObjectMeta{Name: "default", Labels: map[string]string{policy.NamespaceNameLabel: "default", "team": "x"}}},
-		{ObjectMeta: metav1.ObjectMeta{Name: "other", Labels: map[string]string{policy.NamespaceNameLabel: "other", "team": "y"}}},
-	}
+	rng, c, namespaces := newRandomWorld(t)
 	for round := range 5 {
 		s := policy.Snapshot{Namespaces: namespaces}
 		for i := range rng.IntN(3) {
