@@ -547,7 +547,7 @@ func TestWireGuardUserspaceComponent(t *testing.T) {
 		dir := t.TempDir()
 		res, _ := filepath.Rel(dir, filepath.Join(abs, "overlays", overlay))
 		comp, _ := filepath.Rel(dir, filepath.Join(abs, "components", "wireguard-userspace"))
-		k := fmt.Sprintf("resources: [%s]\ncomponents: [%s]\n", res, comp)
+		k := fmt.Sprintf("resources: [%s]\ncomponents: [%s]\nimages: [{name: coordino/coordino, newName: registry.example/coordino, newTag: v9}]\n", res, comp)
 		if err := os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(k), 0o600); err != nil {
 			t.Fatal(err)
 		}
@@ -576,6 +576,9 @@ func TestWireGuardUserspaceComponent(t *testing.T) {
 			t.Errorf("%s: coordino-wireguard must run in the host network namespace, where the daemon routes to its device", overlay)
 		}
 		w := container(t, wg.Spec.Template.Spec.Containers, "wireguard")
+		if w.Image != "registry.example/coordino:v9" || w.Image != d.Image {
+			t.Errorf("%s: coordino-wireguard image %q, daemon %q: want the overlay's override in both", overlay, w.Image, d.Image)
+		}
 		if !slices.Contains(w.Args, "--interface=coordino-wg") || !slices.Contains(w.Args, "--wait-for-name") {
 			t.Errorf("%s: coordino-wireguard args %v", overlay, w.Args)
 		}
