@@ -58,7 +58,8 @@ type Options struct {
 	WireGuardPort       int    `json:"wireGuardPort"`
 	WireGuardNodeToNode bool   `json:"wireGuardNodeToNode"`
 	// WireGuardDeviceKind is auto (the kernel's device where the kernel has
-	// WireGuard, else the userspace process), kernel or userspace.
+	// WireGuard, else the userspace process), kernel, userspace or external
+	// (a userspace device the coordino-wireguard DaemonSet runs).
 	WireGuardDeviceKind string `json:"wireGuardDeviceKind"`
 	// WireGuardKeyMaxAge rotates the WireGuard key when older (0: only on
 	// request, by creating wireguard.rotate in the state dir).
@@ -149,7 +150,7 @@ func Parse(args []string, stderr io.Writer) (*Options, error) {
 	fs.StringVar(&o.WireGuardDevice, "wireguard-device", o.WireGuardDevice, "WireGuard interface name (userspace devices share /var/run/wireguard: unique per host)")
 	fs.IntVar(&o.WireGuardPort, "wireguard-port", o.WireGuardPort, "WireGuard UDP listen port")
 	fs.BoolVar(&o.WireGuardNodeToNode, "wireguard-node-to-node", o.WireGuardNodeToNode, "also encrypt node-to-node traffic (needed for node-to-remote-pod traffic under encryption)")
-	fs.StringVar(&o.WireGuardDeviceKind, "wireguard-device-kind", o.WireGuardDeviceKind, "auto (the kernel's WireGuard where it has the module, else the userspace coordino-wireguard process), kernel (fail without the module) or userspace")
+	fs.StringVar(&o.WireGuardDeviceKind, "wireguard-device-kind", o.WireGuardDeviceKind, "auto (the kernel's WireGuard where it has the module, else the userspace coordino-wireguard process), kernel (fail without the module), userspace, or external (adopt the userspace device the coordino-wireguard DaemonSet runs, which outlives the daemon's pod)")
 	fs.StringVar(&o.HostRouting, "host-routing", o.HostRouting, "bpf: pod-to-pod traffic between nodes skips the host's forwarding path (and its netfilter FORWARD) unless the host's conntrack tracks the flow; legacy: always the host's path")
 	fs.DurationVar(&o.WireGuardKeyMaxAge, "wireguard-key-max-age", 0, "rotate the WireGuard key when it is older than this (0: only when <state-dir>/wireguard.rotate is created)")
 	fs.StringVar(&o.OTLPEndpoint, "otlp-endpoint", "", "export OpenTelemetry traces of CNI verbs over OTLP/gRPC to host:port (plaintext) or a URL (https://…); default: the OTEL_EXPORTER_OTLP_* variables, else no tracing")

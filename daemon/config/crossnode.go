@@ -28,8 +28,8 @@ func (o *Options) validateCrossNode() error {
 	if o.WireGuardPort < 1 || o.WireGuardPort > 65535 {
 		return fmt.Errorf("wireguard-port %d: want 1..65535", o.WireGuardPort)
 	}
-	if k := o.WireGuardDeviceKind; k != "auto" && k != "kernel" && k != "userspace" {
-		return fmt.Errorf("wireguard-device-kind %q: want auto, kernel or userspace", k)
+	if k := o.WireGuardDeviceKind; k != "auto" && k != "kernel" && k != "userspace" && k != "external" {
+		return fmt.Errorf("wireguard-device-kind %q: want auto, kernel, userspace or external", k)
 	}
 	if o.HostRouting != "bpf" && o.HostRouting != "legacy" {
 		return fmt.Errorf("host-routing %q: want bpf or legacy", o.HostRouting)

@@ -40,7 +40,16 @@ const (
 
 // superviseInterval is how often the device is checked to answer on its
 // control socket; a dead userspace process is restarted and reconfigured.
-const superviseInterval = 2 * time.Second
+// An external device is restarted by its own pod, and every moment it runs
+// unconfigured its peers' pods are unreachable: it is checked more often.
+const (
+	superviseInterval         = 2 * time.Second
+	superviseIntervalExternal = 200 * time.Millisecond
+)
+
+// externalWait bounds how long a start waits for an external device, whose
+// pod may start after the daemon's.
+var externalWait = 60 * time.Second
 
 // Config configures the node's device.
 type Config struct {
@@ -84,6 +93,12 @@ const (
 	KindKernel = "kernel"
 	// KindUserspace always runs the userspace process.
 	KindUserspace = "userspace"
+	// KindExternal adopts a userspace device another process runs (the
+	// coordino-wireguard DaemonSet): a device in the daemon's own container
+	// ends with the daemon's pod, and pod traffic to other nodes with it,
+	// for as long as the replacement takes. The daemon configures this
+	// device but never starts or ends it.
+	KindExternal = "external"
 )
 
 // Device is this node's WireGuard device and its configuration.
@@ -128,7 +143,7 @@ func Start(cfg Config, log *zap.Logger) (*Device, error) {
 	} else if ok {
 		d.next = &next
 	}
-	if err := d.ensure(); err != nil {
+	if err := d.ensureWaiting(); err != nil {
 		client.Close()
 		return nil, err
 	}
@@ -150,11 +165,31 @@ func (d *Device) PublicKey() wgtypes.Key { return d.key.PublicKey() }
 // Userspace reports whether the device is the userspace process.
 func (d *Device) Userspace() bool { return d.userspace }
 
+// ensureWaiting is ensure, waiting up to externalWait for an external
+// device to answer.
+func (d *Device) ensureWaiting() error {
+	err := d.ensure()
+	if err == nil || d.cfg.Kind != KindExternal {
+		return err
+	}
+	d.log.Info("waiting for the external wireguard device", zap.String("device", d.cfg.Device), zap.Duration("upTo", externalWait))
+	for deadline := time.Now().Add(externalWait); err != nil && time.Now().Before(deadline); {
+		time.Sleep(100 * time.Millisecond)
+		err = d.ensure()
+	}
+	return err
+}
+
 // ensure adopts a working device or creates one, then sets key, port, mark
 // and MTU where they differ.
 func (d *Device) ensure() error {
 	name := d.cfg.Device
 	if _, err := d.client.Device(name); err != nil {
+		if d.cfg.Kind == KindExternal {
+			// A link without a control plane may be that process starting:
+			// it is not ours to remove.
+			return fmt.Errorf("wireguard device %s does not answer on /var/run/wireguard/%s.sock (--wireguard-device-kind=external: the coordino-wireguard DaemonSet runs it): %w", name, name, err)
+		}
 		if l, lerr := netlink.LinkByName(name); lerr == nil {
 			// A link without a control plane: the userspace process died
 			// (its TUN would be gone with it) or a foreign device squats
@@ -439,21 +474,33 @@ func samePeer(h wgtypes.Peer, w wgtypes.PeerConfig) bool {
 }
 
 // Run supervises the device until ctx is done: a userspace process that
-// died is restarted and given the last peer set again.
+// died is restarted (an external one waited for) and given the last peer
+// set again.
 func (d *Device) Run(ctx context.Context) {
-	t := time.NewTicker(superviseInterval)
+	interval := superviseInterval
+	if d.cfg.Kind == KindExternal {
+		interval = superviseIntervalExternal
+	}
+	t := time.NewTicker(interval)
 	defer t.Stop()
+	var down time.Time // when the device stopped answering; zero while it answers
+	reported := false
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
 		}
-		d.checkRotation()
-		if _, err := d.client.Device(d.cfg.Device); err == nil {
+		if down.IsZero() {
+			d.checkRotation()
+		}
+		if d.answersConfigured() {
 			continue
 		}
-		d.log.Warn("wireguard device stopped answering: re-creating it", zap.String("device", d.cfg.Device))
+		if down.IsZero() {
+			down = time.Now()
+			d.log.Warn("wireguard device stopped answering: re-creating it", zap.String("device", d.cfg.Device), zap.String("kind", d.cfg.Kind))
+		}
 		d.mu.Lock()
 		since := time.Now()
 		err := d.ensure()
@@ -461,10 +508,29 @@ func (d *Device) Run(ctx context.Context) {
 			err = d.apply(d.last, since, false)
 		}
 		d.mu.Unlock()
-		if err != nil {
+		switch {
+		case err == nil:
+			d.log.Info("wireguard device answering again", zap.String("device", d.cfg.Device), zap.Duration("after", time.Since(down)))
+			down, reported = time.Time{}, false
+		case d.cfg.Kind != KindExternal || !reported:
+			// An external device's absence is logged once, not every tick.
 			d.log.Error("re-creating wireguard device", zap.Error(err))
+			reported = true
 		}
 	}
+}
+
+// answersConfigured reports whether the device answers with this node's
+// key: a device that answers without it is a new process (an external
+// device's pod restarted between two checks) that knows no peers yet.
+func (d *Device) answersConfigured() bool {
+	dev, err := d.client.Device(d.cfg.Device)
+	if err != nil {
+		return false
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return dev.PrivateKey == d.key || (d.next != nil && dev.PrivateKey == *d.next)
 }
 
 // Close releases the control client; the device keeps running.

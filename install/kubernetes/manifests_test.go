@@ -533,3 +533,75 @@ func TestNodeLocalMetricsComponent(t *testing.T) {
 		}
 	}
 }
+
+// TestWireGuardUserspaceComponent: the component turns encryption on with
+// the device in its own DaemonSet, which a new image does not restart
+// (OnDelete), runs with NET_ADMIN alone, and shares the control sockets'
+// host directory with the daemon that adopts its device.
+func TestWireGuardUserspaceComponent(t *testing.T) {
+	abs, err := filepath.Abs(".")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, overlay := range []string{"primary", "chained"} {
+		dir := t.TempDir()
+		res, _ := filepath.Rel(dir, filepath.Join(abs, "overlays", overlay))
+		comp, _ := filepath.Rel(dir, filepath.Join(abs, "components", "wireguard-userspace"))
+		k := fmt.Sprintf("resources: [%s]\ncomponents: [%s]\nimages: [{name: coordino/coordino, newName: registry.example/coordino, newTag: v9}]\n", res, comp)
+		if err := os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(k), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		var node, wg *appsv1.DaemonSet
+		for _, ds := range only[*appsv1.DaemonSet](render(t, dir)) {
+			switch ds.Name {
+			case "coordino":
+				node = ds
+			case "coordino-wireguard":
+				wg = ds
+			}
+		}
+		if node == nil || wg == nil {
+			t.Fatalf("%s: want the coordino and coordino-wireguard DaemonSets", overlay)
+		}
+		d := container(t, node.Spec.Template.Spec.Containers, "daemon")
+		for _, a := range []string{"--encryption=wireguard", "--wireguard-device-kind=external"} {
+			if !slices.Contains(d.Args, a) {
+				t.Errorf("%s: daemon args %v lack %s", overlay, d.Args, a)
+			}
+		}
+		if wg.Spec.UpdateStrategy.Type != appsv1.OnDeleteDaemonSetStrategyType {
+			t.Errorf("%s: coordino-wireguard update strategy %q: a new image would restart every tunnel", overlay, wg.Spec.UpdateStrategy.Type)
+		}
+		if !wg.Spec.Template.Spec.HostNetwork {
+			t.Errorf("%s: coordino-wireguard must run in the host network namespace, where the daemon routes to its device", overlay)
+		}
+		w := container(t, wg.Spec.Template.Spec.Containers, "wireguard")
+		if w.Image != "registry.example/coordino:v9" || w.Image != d.Image {
+			t.Errorf("%s: coordino-wireguard image %q, daemon %q: want the overlay's override in both", overlay, w.Image, d.Image)
+		}
+		if !slices.Contains(w.Args, "--interface=coordino-wg") || !slices.Contains(w.Args, "--wait-for-name") {
+			t.Errorf("%s: coordino-wireguard args %v", overlay, w.Args)
+		}
+		sc := w.SecurityContext
+		if sc == nil || (sc.Privileged != nil && *sc.Privileged) || sc.Capabilities == nil ||
+			!slices.Equal(sc.Capabilities.Add, []corev1.Capability{"NET_ADMIN"}) || !slices.Contains(sc.Capabilities.Drop, "ALL") {
+			t.Errorf("%s: coordino-wireguard security context %+v: want NET_ADMIN alone", overlay, sc)
+		}
+		hostDir := func(ds *appsv1.DaemonSet, c corev1.Container) string {
+			for _, m := range c.VolumeMounts {
+				if m.MountPath != "/var/run/wireguard" {
+					continue
+				}
+				for _, v := range ds.Spec.Template.Spec.Volumes {
+					if v.Name == m.Name && v.HostPath != nil {
+						return v.HostPath.Path
+					}
+				}
+			}
+			return ""
+		}
+		if a, b := hostDir(node, d), hostDir(wg, w); a == "" || a != b {
+			t.Errorf("%s: control sockets on host paths %q (daemon) and %q (device): want one shared directory", overlay, a, b)
+		}
+	}
+}
