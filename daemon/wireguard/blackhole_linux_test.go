@@ -3,10 +3,12 @@ package wireguard
 import (
 	"bytes"
 	"errors"
+	"maps"
 	"net"
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -84,6 +86,34 @@ func TestOtherNodesBlocksFailClosed(t *testing.T) {
 		if err := d.Apply(set); err != nil {
 			return err
 		}
+		// Reconciled with the peer set: a peer that leaves takes its
+		// blackholes along, one that comes back brings them again, and
+		// an unchanged set changes nothing.
+		wantHoles := func(peers ...string) {
+			t.Helper()
+			var want []string
+			for _, p := range peers {
+				for _, b := range set[p].Blocks {
+					want = append(want, b.String())
+				}
+			}
+			if got := blackholes(t); !slices.Equal(got, sorted(want)) {
+				t.Errorf("blackholes %v, want those of %v: %v", got, peers, sorted(want))
+			}
+		}
+		wantHoles("b", "c")
+		without := maps.Clone(set)
+		delete(without, "c")
+		if err := d.Apply(without); err != nil {
+			return err
+		}
+		wantHoles("b")
+		for i := 0; i < 2; i++ {
+			if err := d.Apply(set); err != nil {
+				return err
+			}
+		}
+		wantHoles("b", "c")
 		dev, err := netlink.LinkByName(cfg.Device)
 		if err != nil {
 			return err
@@ -117,13 +147,8 @@ func TestOtherNodesBlocksFailClosed(t *testing.T) {
 		if err := RemoveStale(cfg, log); err != nil {
 			return err
 		}
-		rs, err := netlink.RouteListFiltered(netlink.FAMILY_ALL, &netlink.Route{Protocol: routing.BlackholeProtocol, Table: unix.RT_TABLE_MAIN},
-			netlink.RT_FILTER_PROTOCOL|netlink.RT_FILTER_TABLE)
-		if err != nil {
-			return err
-		}
-		if len(rs) != 0 {
-			t.Errorf("after RemoveStale: %d blackhole routes left: %v", len(rs), rs)
+		if left := blackholes(t); len(left) != 0 {
+			t.Errorf("after RemoveStale: blackhole routes left: %v", left)
 		}
 		return nil
 	})
@@ -131,6 +156,28 @@ func TestOtherNodesBlocksFailClosed(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// blackholes lists the destinations of the blackhole routes of
+// routing.BlackholeProtocol in the main table, sorted; each must be a
+// blackhole of routing.BlackholeMetric.
+func blackholes(t *testing.T) []string {
+	t.Helper()
+	rs, err := netlink.RouteListFiltered(netlink.FAMILY_ALL, &netlink.Route{Protocol: routing.BlackholeProtocol, Table: unix.RT_TABLE_MAIN},
+		netlink.RT_FILTER_PROTOCOL|netlink.RT_FILTER_TABLE)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, r := range rs {
+		if r.Type != unix.RTN_BLACKHOLE || r.Priority != routing.BlackholeMetric {
+			t.Errorf("route %v: type %d metric %d, want a blackhole (%d) of metric %d", r.Dst, r.Type, r.Priority, unix.RTN_BLACKHOLE, routing.BlackholeMetric)
+		}
+		out = append(out, r.Dst.String())
+	}
+	return sorted(out)
+}
+
+func sorted(s []string) []string { slices.Sort(s); return s }
 
 // plainUplink gives the namespace an uplink (a veth, its peer up beside
 // it) holding both families' default routes via a gateway with a
