@@ -125,8 +125,9 @@ type Source struct {
 	syncedOnce sync.Once
 	// started and stopped frame Run, so the daemon can wait for its last
 	// save before the process exits (Wait).
-	started atomic.Bool
-	stopped chan struct{}
+	started  atomic.Bool
+	stopped  chan struct{}
+	stopOnce sync.Once
 }
 
 // dirtyBits say what changed since the last apply.
@@ -248,7 +249,7 @@ var _ controlplane.Source[Sink] = (*Source)(nil)
 // every change, until ctx ends. It also writes the NodeConfig status.
 func (s *Source) Run(ctx context.Context, sink Sink) error {
 	s.started.Store(true)
-	defer close(s.stopped)
+	defer s.stopOnce.Do(func() { close(s.stopped) })
 	if !s.startInformers(ctx) {
 		return nil
 	}
