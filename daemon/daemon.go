@@ -41,8 +41,10 @@ const queueDrainInterval = 5 * time.Second
 // the delete queue drained and orphans reclaimed before the socket exists,
 // so no ADD can interleave with recovery.
 func Run(ctx context.Context, o *config.Options, log *zap.Logger) error {
+	ctx, cancel := context.WithCancel(ctx)
 	p, err := start(ctx, o, log)
 	defer p.stop()
+	defer cancel() // before stop: the parts that wait for their goroutines end them
 	if err != nil {
 		return err
 	}
@@ -132,6 +134,11 @@ func start(ctx context.Context, o *config.Options, log *zap.Logger) (*parts, err
 	}
 	if p.kube, err = newKubernetesSource(o, p.pool, p.m, p.log, xn); err != nil {
 		return p, err
+	}
+	if p.kube != nil {
+		// Its last save at exit finishes, rather than leave a temporary
+		// file in the state dir.
+		p.onStop(func() { p.kube.Wait(5 * time.Second) })
 	}
 	if p.ranges, err = startRanges(ctx, o, p.masq, p.log); err != nil {
 		return p, err

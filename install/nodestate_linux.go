@@ -18,6 +18,7 @@ import (
 	"github.com/coordino/coordino/daemon/netns"
 	"github.com/coordino/coordino/daemon/nftdp"
 	"github.com/coordino/coordino/daemon/postdnat"
+	"github.com/coordino/coordino/daemon/routing"
 	"github.com/coordino/coordino/proto/cni/v1/wire"
 )
 
@@ -36,8 +37,9 @@ const ourFilterPrefix = "cdo_"
 //     Coordino's two filters; then each endpoint's two tcx link pins;
 //  3. remove the nftables post-DNAT stage (older kernels), the nftables
 //     datapath's table (--datapath=nftables, or auto's fallback), the
-//     masquerade table and the BPF dir (maps are freed once no program
-//     holds them);
+//     masquerade table, the blackhole routes encryption keeps for the other
+//     nodes' blocks, and the BPF dir (maps are freed once no program holds
+//     them);
 //  4. unmount and remove the netns pins (pods keep their namespaces through
 //     the runtime's handles);
 //  5. remove the rest of the run dir's entries (sockets, the deletion queue:
@@ -71,6 +73,10 @@ func RemoveNodeState(s NodeState, log *zap.Logger) error {
 	// Established masqueraded flows keep their conntrack entries until
 	// they end; new ones leave with the pod's address, as before install.
 	if err := (&masquerade.Table{}).Remove(); err != nil {
+		return err
+	}
+	// Left behind, they would drop the other nodes' pod blocks for good.
+	if err := routing.RemoveBlackholes(log); err != nil {
 		return err
 	}
 	if err := os.RemoveAll(s.BPFDir); err != nil {

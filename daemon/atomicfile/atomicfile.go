@@ -6,6 +6,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 )
 
 // Write replaces path with data, readable as perm: a temporary file in the
@@ -13,7 +14,7 @@ import (
 // directory is fsynced so the rename itself survives a crash.
 func Write(path string, data []byte, perm os.FileMode) error {
 	dir := filepath.Dir(path)
-	f, err := os.CreateTemp(dir, ".tmp-"+filepath.Base(path)+"-")
+	f, err := os.CreateTemp(dir, tempPrefix(path))
 	if err != nil {
 		return fmt.Errorf("write %s: %w", path, err)
 	}
@@ -35,6 +36,32 @@ func Write(path string, data []byte, perm os.FileMode) error {
 		return fmt.Errorf("write %s: %w", path, err)
 	}
 	return SyncDir(dir)
+}
+
+func tempPrefix(path string) string { return ".tmp-" + filepath.Base(path) + "-" }
+
+// RemoveTemps deletes the temporary files of path that a writer killed
+// between its create and its rename left beside it. Only path's one
+// writer calls it, before it writes: another writer's file in flight would
+// go too.
+func RemoveTemps(path string) error {
+	dir := filepath.Dir(path)
+	ents, err := os.ReadDir(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("list %s: %w", dir, err)
+	}
+	var errs []error
+	for _, e := range ents {
+		if strings.HasPrefix(e.Name(), tempPrefix(path)) {
+			if err := os.Remove(filepath.Join(dir, e.Name())); err != nil && !errors.Is(err, fs.ErrNotExist) {
+				errs = append(errs, err)
+			}
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // SyncDir fsyncs a directory, making renames and removals in it durable. A

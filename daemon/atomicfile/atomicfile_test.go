@@ -34,3 +34,30 @@ func TestWriteIntoMissingDirFails(t *testing.T) {
 		t.Fatal("write into a missing directory succeeded")
 	}
 }
+
+// TestRemoveTempsLeavesOthers: the temporaries of one file a killed writer
+// left go; the file itself, another file's temporaries and other files stay.
+func TestRemoveTempsLeavesOthers(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "state.json")
+	keep := []string{"state.json", ".tmp-other.json-1", "state.json.bak"}
+	for _, name := range append([]string{".tmp-state.json-123", ".tmp-state.json-456"}, keep...) {
+		if err := os.WriteFile(filepath.Join(dir, name), nil, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := RemoveTemps(path); err != nil {
+		t.Fatal(err)
+	}
+	entries, _ := os.ReadDir(dir)
+	var got []string
+	for _, e := range entries {
+		got = append(got, e.Name())
+	}
+	if len(got) != len(keep) {
+		t.Fatalf("left %v, want %v", got, keep)
+	}
+	if err := RemoveTemps(filepath.Join(t.TempDir(), "gone", "x")); err != nil {
+		t.Fatalf("missing directory: %v", err)
+	}
+}

@@ -62,6 +62,11 @@ type knownPod struct {
 
 // loadLastKnown reads the state saved by a previous run; nil when none.
 func loadLastKnown(dir string) (*lastKnown, error) {
+	// A daemon killed while saving left its temporary file: this run is
+	// the file's one writer, and has not written yet.
+	if err := atomicfile.RemoveTemps(filepath.Join(dir, lastKnownFile)); err != nil {
+		return nil, fmt.Errorf("remove temporary files of the last-known cluster state: %w", err)
+	}
 	data, err := os.ReadFile(filepath.Join(dir, lastKnownFile))
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil

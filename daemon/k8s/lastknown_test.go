@@ -80,3 +80,24 @@ func TestLastKnownSchema(t *testing.T) {
 		t.Fatalf("saved stamp %+v, %v", lk, err)
 	}
 }
+
+// TestLastKnownLoadRemovesKilledSave: a daemon killed during a save (the
+// pod replaced mid-write) left a temporary file; the next start removes it
+// and reads the state of the save before.
+func TestLastKnownLoadRemovesKilledSave(t *testing.T) {
+	dir := t.TempDir()
+	if err := (&lastKnown{Generation: 3}).save(dir); err != nil {
+		t.Fatal(err)
+	}
+	left := filepath.Join(dir, ".tmp-"+lastKnownFile+"-2856450844")
+	if err := os.WriteFile(left, []byte(`{"generation":`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	lk, err := loadLastKnown(dir)
+	if err != nil || lk == nil || lk.Generation != 3 {
+		t.Fatalf("load: %+v, %v; want the earlier save", lk, err)
+	}
+	if _, err := os.Stat(left); !os.IsNotExist(err) {
+		t.Fatalf("temporary file of the killed save still there: %v", err)
+	}
+}

@@ -123,6 +123,11 @@ type Source struct {
 	dirty      dirtyBits
 	synced     chan struct{}
 	syncedOnce sync.Once
+	// started and stopped frame Run, so the daemon can wait for its last
+	// save before the process exits (Wait).
+	started  atomic.Bool
+	stopped  chan struct{}
+	stopOnce sync.Once
 }
 
 // dirtyBits say what changed since the last apply.
@@ -163,7 +168,7 @@ func New(cfg Config) (*Source, error) {
 	s := &Source{
 		cfg: cfg, log: cfg.Log.Named("k8s"), kube: kube, crd: crd,
 		announced: map[identity.ID]identity.Identity{}, fedPorts: map[string][]policy.NamedPort{},
-		kick: make(chan struct{}, 1), synced: make(chan struct{}), publishKick: make(chan struct{}, 1),
+		kick: make(chan struct{}, 1), synced: make(chan struct{}), publishKick: make(chan struct{}, 1), stopped: make(chan struct{}),
 	}
 	s.setView(known)
 	s.excluded.Store(&cfg.ExcludedLabels)
@@ -243,6 +248,8 @@ var _ controlplane.Source[Sink] = (*Source)(nil)
 // server answers within SyncWait, else the last-known state — and then
 // every change, until ctx ends. It also writes the NodeConfig status.
 func (s *Source) Run(ctx context.Context, sink Sink) error {
+	s.started.Store(true)
+	defer s.stopOnce.Do(func() { close(s.stopped) })
 	if !s.startInformers(ctx) {
 		return nil
 	}
@@ -526,6 +533,21 @@ func (s *Source) PodLabels(ctx context.Context, namespace, name, uid string) (ma
 			return nil, ctx.Err()
 		case <-time.After(10 * time.Millisecond):
 		}
+	}
+}
+
+// Wait returns once Run has returned after its context ended, its last
+// save of the last-known state done, or after timeout; at once when Run
+// never started. A process that exits in the middle of that save leaves
+// the state of the save before and a temporary file beside it.
+func (s *Source) Wait(timeout time.Duration) {
+	if !s.started.Load() {
+		return
+	}
+	select {
+	case <-s.stopped:
+	case <-time.After(timeout):
+		s.log.Warn("control-plane source still saving its last-known state at exit", zap.Duration("waited", timeout))
 	}
 }
 

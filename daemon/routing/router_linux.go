@@ -240,12 +240,20 @@ func SyncProtocol(table int, proto netlink.RouteProtocol, want []netlink.Route, 
 		w.Table, w.Protocol = table, proto
 		key := w.Dst.String()
 		wanted[key] = true
-		if h, ok := byDst[key]; ok && sameRoute(h, w) {
+		h, ok := byDst[key]
+		if ok && sameRoute(h, w) {
 			continue
 		}
 		if err := netlink.RouteReplace(&w); err != nil {
 			errs = append(errs, fmt.Errorf("route %s: %w", key, err))
 			continue
+		}
+		if ok && w.Priority != 0 && h.Priority != w.Priority {
+			// A replace matches on the metric too: the route of another
+			// metric is still there beside the new one.
+			if err := netlink.RouteDel(&h); err != nil {
+				errs = append(errs, fmt.Errorf("delete route %s of metric %d: %w", key, h.Priority, err))
+			}
 		}
 		log.Debug("route set", zap.String("dst", key), zap.Stringer("gw", w.Gw), zap.Any("via", w.Via), zap.Int("link", w.LinkIndex))
 	}
@@ -262,8 +270,13 @@ func SyncProtocol(table int, proto netlink.RouteProtocol, want []netlink.Route, 
 	return errs
 }
 
+// sameRoute compares what w sets: a zero type or metric in w is the
+// kernel's default, whatever it reads back as.
 func sameRoute(h, w netlink.Route) bool {
 	if !h.Gw.Equal(w.Gw) || (w.LinkIndex != 0 && h.LinkIndex != w.LinkIndex) {
+		return false
+	}
+	if (w.Type != 0 && h.Type != w.Type) || (w.Priority != 0 && h.Priority != w.Priority) {
 		return false
 	}
 	if (h.Via == nil) != (w.Via == nil) || (w.Via != nil && !w.Via.Equal(h.Via)) {

@@ -342,10 +342,13 @@ func (d *Device) startUserspace() error {
 	return fmt.Errorf("%s did not open its UAPI socket within 10s", bin)
 }
 
-// Apply configures peers and routes from set: peers without a published
-// key get no routes (their blocks stay unreachable rather than cleartext).
-// Only peers that changed are reconfigured, so established sessions of the
-// others keep their keys.
+// Apply configures peers and routes from set. Every other node's blocks get
+// a blackhole route behind the device's (routing.SyncBlackholes), installed
+// first and kept when the daemon exits: a peer without a published key, or a
+// device that is gone (the userspace process ended with the daemon's
+// container), drops pod packets to those blocks where the node's default
+// route would otherwise carry them in the clear. Only peers that changed are
+// reconfigured, so established sessions of the others keep their keys.
 func (d *Device) Apply(set peers.Set) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -371,9 +374,15 @@ func (d *Device) switchAndApply(set peers.Set) error {
 // (handshakes after it count for settling) and rekeyed says this node's own
 // key changed then, which makes every peer settle. Callers hold mu.
 func (d *Device) apply(set peers.Set, since time.Time, rekeyed bool) error {
+	// Before anything else, and whatever the device's state: the blocks
+	// of a peer that is not usable yet must not fall to the default route.
+	var errs []error
+	if err := routing.SyncBlackholes(d.remoteBlocks(set), d.log); err != nil {
+		errs = append(errs, fmt.Errorf("blackhole routes of the other nodes' blocks: %w", err))
+	}
 	dev, err := d.client.Device(d.cfg.Device)
 	if err != nil {
-		return fmt.Errorf("wireguard %s: %w", d.cfg.Device, err)
+		return errors.Join(append(errs, fmt.Errorf("wireguard %s: %w", d.cfg.Device, err))...)
 	}
 	have := map[wgtypes.Key]wgtypes.Peer{}
 	for _, p := range dev.Peers {
@@ -382,7 +391,6 @@ func (d *Device) apply(set peers.Set, since time.Time, rekeyed bool) error {
 	keyed := peers.Set{}
 	var c wgtypes.Config
 	want := map[wgtypes.Key]bool{}
-	var errs []error
 	for _, name := range set.Names() {
 		n := set[name]
 		if name == d.cfg.Self {
@@ -390,7 +398,7 @@ func (d *Device) apply(set peers.Set, since time.Time, rekeyed bool) error {
 			continue
 		}
 		if n.WireGuard == nil {
-			d.log.Warn("peer has no wireguard key yet: its pods are unreachable", zap.String("peer", name))
+			d.log.Warn("peer has no wireguard key yet: its pods are unreachable (blackholed)", zap.String("peer", name))
 			continue
 		}
 		key, err := wgtypes.ParseKey(n.WireGuard.PublicKey)
@@ -433,6 +441,18 @@ func (d *Device) apply(set peers.Set, since time.Time, rekeyed bool) error {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
+}
+
+// remoteBlocks are the blocks of every node in set but this one, keyed or
+// not.
+func (d *Device) remoteBlocks(set peers.Set) []netip.Prefix {
+	var out []netip.Prefix
+	for _, name := range set.Names() {
+		if name != d.cfg.Self {
+			out = append(out, set[name].Blocks...)
+		}
+	}
+	return out
 }
 
 func (d *Device) peerConfig(n *peers.Node, key wgtypes.Key) (wgtypes.PeerConfig, bool) {
@@ -596,11 +616,16 @@ func syncRule(family int, present bool) error {
 }
 
 // RemoveStale undoes what an earlier run with encryption left when the
-// daemon now runs without it: the node-to-node rules and table, and the
-// device (the userspace process is ended through its PID file). Without
-// this, node-to-node traffic would keep flowing into an orphaned tunnel.
+// daemon now runs without it: the node-to-node rules and table, the
+// blackholes of the other nodes' blocks, and the device (the userspace
+// process is ended through its PID file). Without this, node-to-node
+// traffic would keep flowing into an orphaned tunnel, and a block whose
+// peer left would stay dropped.
 func RemoveStale(cfg Config, log *zap.Logger) error {
 	errs := routing.SyncTable(NodeTable, nil, log)
+	if err := routing.RemoveBlackholes(log); err != nil {
+		errs = append(errs, err)
+	}
 	for _, fam := range []int{netlink.FAMILY_V4, netlink.FAMILY_V6} {
 		if err := syncRule(fam, false); err != nil {
 			errs = append(errs, err)

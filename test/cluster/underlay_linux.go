@@ -3,6 +3,7 @@ package cluster
 import (
 	"encoding/binary"
 	"fmt"
+	"maps"
 	"net/netip"
 	"sync"
 
@@ -24,6 +25,9 @@ type UnderlayCount struct {
 	WireGuard uint64
 	// Sample is the first cleartext frame's addresses, for the message.
 	Sample string
+	// ClearFrom splits Cleartext by the worker whose pod range holds the
+	// packet's source: the node that let it out unencrypted.
+	ClearFrom map[string]uint64
 }
 
 // UnderlayWatch reads every frame, both directions, of each worker's
@@ -42,8 +46,9 @@ type UnderlayWatch struct {
 func (c *Cluster) WatchUnderlay() (*UnderlayWatch, error) {
 	w := &UnderlayWatch{counts: map[string]*UnderlayCount{}}
 	pods := make([]netip.Prefix, len(c.workers))
-	for i := range c.workers {
-		pods[i] = workerPodCIDR(i + 1)
+	names := make([]string, len(c.workers))
+	for i, m := range c.workers {
+		pods[i], names[i] = workerPodCIDR(i+1), m.name
 	}
 	for _, m := range c.workers {
 		var fd int
@@ -70,16 +75,16 @@ func (c *Cluster) WatchUnderlay() (*UnderlayWatch, error) {
 		_ = unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, 16<<20)
 		tv := unix.Timeval{Usec: 200000}
 		_ = unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &tv)
-		cnt := &UnderlayCount{}
+		cnt := &UnderlayCount{ClearFrom: map[string]uint64{}}
 		w.counts[m.name] = cnt
 		w.fds = append(w.fds, fd)
 		w.done.Add(1)
-		go w.read(fd, cnt, pods)
+		go w.read(fd, cnt, pods, names)
 	}
 	return w, nil
 }
 
-func (w *UnderlayWatch) read(fd int, cnt *UnderlayCount, pods []netip.Prefix) {
+func (w *UnderlayWatch) read(fd int, cnt *UnderlayCount, pods []netip.Prefix, names []string) {
 	defer w.done.Done()
 	buf := make([]byte, 256) // headers are enough; the rest is truncated
 	for {
@@ -93,7 +98,7 @@ func (w *UnderlayWatch) read(fd int, cnt *UnderlayCount, pods []netip.Prefix) {
 		if n > len(buf) {
 			n = len(buf)
 		}
-		kind, sample := classifyFrame(buf[:n], pods)
+		kind, sample, from := classifyFrame(buf[:n], pods)
 		w.mu.Lock()
 		switch kind {
 		case frameCleartext:
@@ -101,6 +106,7 @@ func (w *UnderlayWatch) read(fd int, cnt *UnderlayCount, pods []netip.Prefix) {
 				cnt.Sample = sample
 			}
 			cnt.Cleartext++
+			cnt.ClearFrom[names[from]]++
 		case frameWireGuard:
 			cnt.WireGuard++
 		}
@@ -114,7 +120,9 @@ func (w *UnderlayWatch) Counts() map[string]UnderlayCount {
 	defer w.mu.Unlock()
 	out := map[string]UnderlayCount{}
 	for n, c := range w.counts {
-		out[n] = *c
+		cp := *c
+		cp.ClearFrom = maps.Clone(c.ClearFrom)
+		out[n] = cp
 	}
 	return out
 }
@@ -141,17 +149,17 @@ const (
 // classifyFrame sorts an Ethernet frame (802.1Q tags skipped): IPv4 from
 // one of pods to one of pods, bare or in VXLAN, is cleartext pod traffic;
 // UDP to or from WireGuardPort is WireGuard. sample names a cleartext
-// packet's ends.
-func classifyFrame(f []byte, pods []netip.Prefix) (frameKind, string) {
+// packet's ends, from the index in pods of its source's range.
+func classifyFrame(f []byte, pods []netip.Prefix) (kind frameKind, sample string, from int) {
 	if len(f) < 14 {
-		return frameOther, ""
+		return frameOther, "", 0
 	}
 	etype, off := binary.BigEndian.Uint16(f[12:14]), 14
 	for etype == 0x8100 && len(f) >= off+4 {
 		etype, off = binary.BigEndian.Uint16(f[off+2:off+4]), off+4
 	}
 	if etype != 0x0800 || len(f) < off+20 || f[off]>>4 != 4 {
-		return frameOther, ""
+		return frameOther, "", 0
 	}
 	ip := f[off:]
 	ihl := int(ip[0]&0x0f) * 4
@@ -160,26 +168,26 @@ func classifyFrame(f []byte, pods []netip.Prefix) (frameKind, string) {
 	if proto == unix.IPPROTO_UDP && ihl >= 20 && len(ip) >= ihl+4 {
 		sp, dp := binary.BigEndian.Uint16(ip[ihl:]), binary.BigEndian.Uint16(ip[ihl+2:])
 		if sp == WireGuardPort || dp == WireGuardPort {
-			return frameWireGuard, ""
+			return frameWireGuard, "", 0
 		}
 		// VXLAN carries pods' packets readable too: look inside.
 		if dp == routing.DefaultVXLANPort && len(ip) >= ihl+16 {
 			return classifyFrame(ip[ihl+16:], pods)
 		}
 	}
-	if inAny(src, pods) && inAny(dst, pods) {
-		return frameCleartext, fmt.Sprintf("%s -> %s proto %d", src, dst, proto)
+	if i := indexOf(src, pods); i >= 0 && indexOf(dst, pods) >= 0 {
+		return frameCleartext, fmt.Sprintf("%s -> %s proto %d", src, dst, proto), i
 	}
-	return frameOther, ""
+	return frameOther, "", 0
 }
 
-func inAny(a netip.Addr, ps []netip.Prefix) bool {
-	for _, p := range ps {
+func indexOf(a netip.Addr, ps []netip.Prefix) int {
+	for i, p := range ps {
 		if p.Contains(a) {
-			return true
+			return i
 		}
 	}
-	return false
+	return -1
 }
 
 func htons(v uint16) uint16 { return v<<8 | v>>8 }

@@ -52,11 +52,15 @@ func TestClassifyFrame(t *testing.T) {
 		{"truncated IPv4", ipv4Frame(false, "10.234.1.5", "10.234.2.9", 6, nil)[:20], frameOther},
 		{"runt", []byte{1, 2, 3}, frameOther},
 	} {
-		if got, _ := classifyFrame(tc.frame, pods); got != tc.want {
+		if got, _, _ := classifyFrame(tc.frame, pods); got != tc.want {
 			t.Errorf("%s: %d, want %d", tc.name, got, tc.want)
 		}
 	}
-	if _, s := classifyFrame(podTCP, pods); s != "10.234.1.5 -> 10.234.2.9 proto 6" {
-		t.Errorf("sample %q", s)
+	if _, s, from := classifyFrame(podTCP, pods); s != "10.234.1.5 -> 10.234.2.9 proto 6" || from != 0 {
+		t.Errorf("sample %q from %d, want the first range's", s, from)
+	}
+	// The source's range names the node that let the packet out.
+	if _, _, from := classifyFrame(ipv4Frame(false, "10.234.2.9", "10.234.1.5", unix.IPPROTO_UDP, udp(9401, 40000, nil)), pods); from != 1 {
+		t.Errorf("reply from the second range attributed to range %d", from)
 	}
 }

@@ -2,6 +2,8 @@ package e2e
 
 import (
 	"errors"
+	"fmt"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,10 +16,12 @@ import (
 	"github.com/cilium/ebpf/asm"
 	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/vishvananda/netlink"
+	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
 
 	"github.com/coordino/coordino/daemon/masquerade"
 	"github.com/coordino/coordino/daemon/netsetup"
+	"github.com/coordino/coordino/daemon/routing"
 	"github.com/coordino/coordino/test/harness"
 )
 
@@ -101,8 +105,9 @@ func dirNames(ents []os.DirEntry) []string {
 
 // TestUninstallRemovesNodeState: with the daemon stopped, uninstall detaches
 // Coordino's programs (cls_bpf and tcx) from every pod, leaves another CNI's
-// filter alone, removes the BPF pins, the netns pins, the run files and the
-// daemon's state (endpoint store), and the pods keep
+// filter alone, removes the BPF pins, the netns pins, the blackhole routes
+// of encryption, the run files and the daemon's state (endpoint store), and
+// the pods keep
 // their network, now unpoliced. While the daemon runs it refuses. The old
 // installer had no way to remove any of this.
 func TestUninstallRemovesNodeState(t *testing.T) {
@@ -135,6 +140,11 @@ func TestUninstallRemovesNodeState(t *testing.T) {
 			masq := &masquerade.Table{NetNS: int(n.NS.Fd())}
 			if _, ok, err := masq.Counters(); err != nil || !ok {
 				t.Fatalf("masquerade table before uninstall: there %v, %v; want there (on by default)", ok, err)
+			}
+			// The blackholes an encrypted run keeps for other nodes' blocks.
+			holes := []netip.Prefix{netip.MustParsePrefix("10.87.1.0/24"), netip.MustParsePrefix("fd00:87:1::/64")}
+			if err := n.NS.Do(func(ns.NetNS) error { return routing.SyncBlackholes(holes, zap.NewNop()) }); err != nil {
+				t.Fatal(err)
 			}
 			if out, err := uninstallNode(t, n); err == nil || !strings.Contains(out, "still running") {
 				t.Fatalf("uninstall with the daemon running: %v\n%s", err, out)
@@ -171,6 +181,16 @@ func TestUninstallRemovesNodeState(t *testing.T) {
 			}
 			if _, ok, err := masq.Counters(); err != nil || ok {
 				t.Errorf("masquerade table after uninstall: there %v, %v", ok, err)
+			}
+			if err := n.NS.Do(func(ns.NetNS) error {
+				left, err := netlink.RouteListFiltered(netlink.FAMILY_ALL, &netlink.Route{Protocol: routing.BlackholeProtocol, Table: unix.RT_TABLE_MAIN},
+					netlink.RT_FILTER_PROTOCOL|netlink.RT_FILTER_TABLE)
+				if err == nil && len(left) > 0 {
+					err = fmt.Errorf("%d blackhole routes left after uninstall: %v", len(left), left)
+				}
+				return err
+			}); err != nil {
+				t.Error(err)
 			}
 			// Nothing of the daemon's is left in its run and state dirs.
 			for _, dir := range []string{n.RunDir, n.StateDir} {

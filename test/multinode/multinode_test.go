@@ -45,6 +45,7 @@ func TestMultinode(t *testing.T) {
 			if m.wgKind == wireguard.KindUserspace {
 				// Per host: the process, and the UAPI socket its name makes.
 				t.Run("userspace-device-crash", func(t *testing.T) { checkDeviceCrash(t, c) })
+				t.Run("container-end-fails-closed", func(t *testing.T) { checkContainerEndFailsClosed(t, c) })
 				t.Run("device-name-collision", func(t *testing.T) { checkNameCollision(t, c) })
 			}
 			if m.encryption == "wireguard" {
@@ -462,8 +463,9 @@ func checkDeviceCrash(t *testing.T, c *cluster) {
 }
 
 // checkEncryptionOff restarts node0 without encryption: the device, its
-// process and the node-to-node steering of the earlier run must go, or
-// node-to-node traffic would keep flowing into an orphaned tunnel.
+// process, the node-to-node steering and the blackholes of the earlier run
+// must go, or node-to-node traffic would keep flowing into an orphaned
+// tunnel.
 func checkEncryptionOff(t *testing.T, c *cluster) {
 	n0 := c.nodes[0]
 	pid := n0.wgPID()
@@ -493,6 +495,15 @@ func checkEncryptionOff(t *testing.T, c *cluster) {
 					return fmt.Errorf("node-to-node rule still present: %v", r)
 				}
 			}
+		}
+		// Left behind, they would drop the blocks of a peer that leaves.
+		holes, err := netlink.RouteListFiltered(netlink.FAMILY_ALL, &netlink.Route{Protocol: routing.BlackholeProtocol, Table: unix.RT_TABLE_MAIN},
+			netlink.RT_FILTER_PROTOCOL|netlink.RT_FILTER_TABLE)
+		if err != nil {
+			return err
+		}
+		if len(holes) > 0 {
+			return fmt.Errorf("%d blackhole routes of the encrypted run still present: %v", len(holes), holes)
 		}
 		return nil
 	}); err != nil {
