@@ -120,7 +120,8 @@ func writeKustomization(t *testing.T, dir, overlay, tag string, onDelete bool, e
 // previous release (its image and its manifests), long-lived cross-node
 // TCP connections and UDP streams plus probes the policy denies, then the
 // controller and the DaemonSet rolled to this tree's image node by node,
-// then rolled back the same way. Throughout: no connection reset, no flow
+// each node's new daemon replaced once more (a restart), then rolled back
+// the same way. Throughout: no connection reset, no flow
 // silent over a second, no denied probe through; after each step the
 // nodes' endpoints, veths and map entries match the pods, a pod created
 // on the rolled node gets networking, and after the roll back each node's
@@ -468,6 +469,12 @@ func TestClusterUpgrade(t *testing.T) {
 	}
 	for _, node := range []string{w1, w2} {
 		roll("upgrade", node, currentTag)
+	}
+	// This tree's daemon replaced by itself: the next upgrade's step, and
+	// under WireGuard the one where the device's own DaemonSet keeps the
+	// tunnel up while the daemon's pod is gone.
+	for _, node := range []string{w1, w2} {
+		roll("restart", node, currentTag)
 	}
 	// Roll back: the previous pod templates (the CRDs and RBAC of this
 	// tree stay; docs/operations.md), controller first, then each node.
