@@ -84,10 +84,13 @@ var Suites = []Suite{
 	{
 		// The device kind: the userspace TUN where the kernel has the
 		// module, the kernel's link replacing it, adopted by the next
-		// start. Seconds: no datapath, no daemon.
+		// start; the external device handed over and outliving the
+		// daemon; the other nodes' blocks failing closed (blackholes
+		// behind the device's routes, a veth uplink captured). Seconds:
+		// no datapath, no daemon.
 		Name: "wireguard-device", Package: "./daemon/wireguard",
-		Run:     `^TestDeviceKind$`,
-		Modules: []string{"wireguard", "tun"},
+		Run:     `^(TestDeviceKind|TestExternalDevice|TestOtherNodesBlocksFailClosed)$`,
+		Modules: []string{"wireguard", "tun", "veth"},
 		Timeout: time.Minute,
 	},
 	{
