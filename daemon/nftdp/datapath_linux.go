@@ -177,8 +177,17 @@ func Open(cfg Config) (_ *Datapath, err error) {
 	}
 	d.engine = policy.NewEngine(d.cidrs)
 	d.dirty.reset()
-	if err := d.adoptTable(); err != nil {
+	found, err := d.adoptTable()
+	if err != nil {
 		return nil, err
+	}
+	if !found {
+		// Records without a table describe chains a reboot (or someone)
+		// took away; the daemon re-attaches its pods from its own store.
+		// A record written unsynced before a power loss may be torn.
+		if err := d.store.clear(); err != nil {
+			return nil, err
+		}
 	}
 	c, err := d.newConn()
 	if err != nil {
@@ -254,25 +263,25 @@ func unmapAll(ips []netip.Addr) []netip.Addr {
 // adoptTable reads what the table a previous run left holds into the
 // mirror; nothing is changed, so that policy stays in force until the
 // first snapshot's flush replaces it by difference.
-func (d *Datapath) adoptTable() error {
+func (d *Datapath) adoptTable() (found bool, err error) {
 	d.inst = installed{host: map[netip.Addr]struct{}{}, pods: map[netip.Addr]map[localDir]string{},
 		cidrs: map[cidrElem]string{}, pairs: map[group]pairState{}, locals: map[identity.ID]bool{},
 		src: map[srcElem]struct{}{}, eps: map[string]epState{},
 		units: map[tierUnit]*unitState{}, tierAddrs: map[netip.Addr]map[tierUnit]struct{}{}}
 	if _, err := d.conn.ListTableOfFamily(TableName, nftables.TableFamilyINet); err != nil {
 		if errors.Is(err, unix.ENOENT) {
-			return nil
+			return false, nil
 		}
-		return fmt.Errorf("nftables datapath: look for table inet %s: %w", TableName, err)
+		return false, fmt.Errorf("nftables datapath: look for table inet %s: %w", TableName, err)
 	}
 	// Before anything else: a table this build cannot read is left as
 	// it is, in force.
 	if err := d.checkTableSchema(); err != nil {
-		return err
+		return true, err
 	}
 	chains, err := d.conn.ListChainsOfTableFamily(nftables.TableFamilyINet)
 	if err != nil {
-		return fmt.Errorf("nftables datapath: list chains of inet %s: %w", TableName, err)
+		return true, fmt.Errorf("nftables datapath: list chains of inet %s: %w", TableName, err)
 	}
 	for _, ch := range chains {
 		if ch.Table.Name != TableName {
@@ -287,7 +296,7 @@ func (d *Datapath) adoptTable() error {
 	}
 	sets, err := d.conn.GetSets(d.lay.table)
 	if err != nil {
-		return fmt.Errorf("nftables datapath: list sets of inet %s: %w", TableName, err)
+		return true, fmt.Errorf("nftables datapath: list sets of inet %s: %w", TableName, err)
 	}
 	for _, s := range sets {
 		local, dir, _, cidr, isLocal := parseLocalSet(s.Name)
@@ -297,7 +306,7 @@ func (d *Datapath) adoptTable() error {
 		}
 		elems, err := d.conn.GetSetElements(s)
 		if err != nil {
-			return fmt.Errorf("nftables datapath: read set %s: %w", s.Name, err)
+			return true, fmt.Errorf("nftables datapath: read set %s: %w", s.Name, err)
 		}
 		if isLocal {
 			d.inst.locals[local] = true
@@ -318,7 +327,7 @@ func (d *Datapath) adoptTable() error {
 			}
 		}
 	}
-	return nil
+	return true, nil
 }
 
 // adoptPod records an element of a pods map, and the remote pod it names.
