@@ -94,6 +94,14 @@ type Datapath struct {
 	// onLocalChange is told when endpoints or their identities change
 	// (this node's NodeEndpoints publisher); it must only signal.
 	onLocalChange func()
+	// Group commit (commit_linux.go): attaches waiting for a transaction,
+	// whether one is in the kernel (mu is released meanwhile), whether an
+	// attach retrying alone holds the others back, and settled, signalled
+	// on mu when a transaction ends or that attach is done.
+	waiting    []*attachWait
+	committing bool
+	exclusive  bool
+	settled    *sync.Cond
 }
 
 // installed mirrors what the table holds, so a flush writes differences.
@@ -153,6 +161,20 @@ func (s *dirtySet) reset() {
 		groups: map[group]struct{}{}, ifnames: map[string]struct{}{}, units: map[tierUnit]struct{}{}}
 }
 
+// merge adds what o holds: the pending items of a refused transaction
+// join those marked while it was in the kernel.
+func (s *dirtySet) merge(o dirtySet) {
+	s.all = s.all || o.all
+	s.cidr = s.cidr || o.cidr
+	s.host = s.host || o.host
+	s.iso = s.iso || o.iso
+	maps.Copy(s.addrs, o.addrs)
+	maps.Copy(s.remotes, o.remotes)
+	maps.Copy(s.groups, o.groups)
+	maps.Copy(s.ifnames, o.ifnames)
+	maps.Copy(s.units, o.units)
+}
+
 // Open creates the table, or adopts the one a previous run left with the
 // policy it holds in force, and the endpoint records of that run.
 func Open(cfg Config) (_ *Datapath, err error) {
@@ -176,6 +198,7 @@ func Open(cfg Config) (_ *Datapath, err error) {
 		return nil, err
 	}
 	d.engine = policy.NewEngine(d.cidrs)
+	d.settled = sync.NewCond(&d.mu)
 	d.dirty.reset()
 	found, err := d.adoptTable()
 	if err != nil {
@@ -485,8 +508,19 @@ func Installed() (bool, error) {
 // AttachEndpoint resolves ep's identity and, in one transaction, its
 // chains, source addresses, ipcache entries and the policy its identity
 // brings; when it returns the endpoint is enforced from its first packet.
-// Repeating it for the same key updates the endpoint in place.
+// Repeating it for the same key updates the endpoint in place. Attaches
+// that arrive while a transaction is in the kernel share the next one
+// (commit_linux.go).
 func (d *Datapath) AttachEndpoint(ep dpapi.Endpoint) error {
+	err := d.attach(ep, false)
+	if errors.Is(err, errRetryAlone) {
+		// Its batch was refused: alone, its error is its own.
+		err = d.attach(ep, true)
+	}
+	return err
+}
+
+func (d *Datapath) attach(ep dpapi.Endpoint, alone bool) error {
 	r, err := newRecord(ep)
 	if err != nil {
 		return err
@@ -495,7 +529,7 @@ func (d *Datapath) AttachEndpoint(ep dpapi.Endpoint) error {
 	if err != nil {
 		return err
 	}
-	// Record first, outside the lock (its fsync would serialise concurrent
+	// Record first, outside the lock (its write would serialise concurrent
 	// ADDs): a crash after the table has it still finds it.
 	if err := d.store.put(r); err != nil {
 		d.mu.Lock()
@@ -504,6 +538,22 @@ func (d *Datapath) AttachEndpoint(ep dpapi.Endpoint) error {
 		return err
 	}
 	d.mu.Lock()
+	err = d.attachLocked(r, id, alone)
+	d.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	warnBridged(d.log, r)
+	d.log.Debug("endpoint attached", zap.String("endpoint", r.Key), zap.String("interface", r.HostIfName),
+		zap.Uint32("identity", uint32(r.Identity)))
+	return nil
+}
+
+// attachLocked books r in and waits for the transaction that includes
+// it; callers hold mu. Nothing of a refused attach is in the kernel: the
+// commit undoes it here too (forget).
+func (d *Datapath) attachLocked(r *record, id identity.Identity, alone bool) error {
+	defer d.enterAttach(alone)()
 	old := d.eps[r.Key]
 	d.engine.AddLocal(id)
 	d.feedNamedPorts(r)
@@ -514,17 +564,13 @@ func (d *Datapath) AttachEndpoint(ep dpapi.Endpoint) error {
 	}
 	d.eps[r.Key] = r
 	d.markEndpoint(r)
-	if err := d.flush(); err != nil {
-		// Nothing of this attach is in the kernel: undo it here too.
-		d.forget(r, old)
-		d.mu.Unlock()
+	if err := d.commitAttach(&attachWait{r: r, old: old, alone: alone}); err != nil {
+		if errors.Is(err, errRetryAlone) {
+			return err
+		}
 		return fmt.Errorf("endpoint %q: %w", r.Key, err)
 	}
 	d.localChanged()
-	d.mu.Unlock()
-	warnBridged(d.log, r)
-	d.log.Debug("endpoint attached", zap.String("endpoint", r.Key), zap.String("interface", r.HostIfName),
-		zap.Uint32("identity", uint32(r.Identity)))
 	return nil
 }
 
@@ -552,6 +598,9 @@ func (d *Datapath) prepareAttach(r *record) (identity.Identity, error) {
 // forget undoes the bookkeeping of an attach whose transaction failed,
 // putting back the attachment it replaced.
 func (d *Datapath) forget(r, old *record) {
+	if d.eps[r.Key] != r {
+		return // replaced or detached since: that change owns the key now
+	}
 	d.engine.RemoveNamedPorts(localPortsKey(r))
 	d.engine.RemoveLocal(r.Identity)
 	d.ids.Release(r.Identity)
