@@ -57,6 +57,12 @@ func (t *txn) elems(s *nftables.Set, del bool, es []nftables.SetElement) {
 // an existing chain tens of milliseconds to commit, a new chain or a
 // flush tens of microseconds.
 func (t *txn) rewrite(ch *nftables.Chain, rules [][]expr.Any, create bool) {
+	t.rewriteWith(ch, create, func(*nftables.Conn) ([][]expr.Any, error) { return rules, nil })
+}
+
+// rewriteWith is rewrite of rules that queue sets of their own on the
+// transaction's connection first.
+func (t *txn) rewriteWith(ch *nftables.Chain, create bool, rules func(c *nftables.Conn) ([][]expr.Any, error)) {
 	t.ops++
 	if create {
 		t.chainAdds++
@@ -66,7 +72,11 @@ func (t *txn) rewrite(ch *nftables.Chain, rules [][]expr.Any, create bool) {
 			c.AddChain(ch)
 		}
 		c.FlushChain(ch)
-		for _, e := range rules {
+		rs, err := rules(c)
+		if err != nil {
+			return fmt.Errorf("chain %s: %w", ch.Name, err)
+		}
+		for _, e := range rs {
 			c.AddRule(&nftables.Rule{Table: ch.Table, Chain: ch, Exprs: e})
 		}
 		return nil
@@ -474,7 +484,9 @@ func (d *Datapath) writePairs(t *txn) {
 		}
 		d.needLocal(t, g.local)
 		// The "any remote" chain exists with its identity (needLocal).
-		t.rewrite(ch, pairRules(want), !had && g.remote != identity.Any)
+		t.rewriteWith(ch, !had && g.remote != identity.Any, func(c *nftables.Conn) ([][]expr.Any, error) {
+			return pairRules(c, d.lay.table, want)
+		})
 		t.commit = append(t.commit, func() { d.inst.pairs[g] = pairState{elems: want, known: true} })
 	}
 }

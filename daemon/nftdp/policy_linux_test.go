@@ -2,7 +2,14 @@ package nftdp
 
 import (
 	"fmt"
+	"os/exec"
+	"strings"
 	"testing"
+
+	"github.com/google/nftables"
+
+	"github.com/coordino/coordino/daemon/identity"
+	"github.com/coordino/coordino/test/privileged"
 )
 
 func TestDefaultAllowThenIsolation(t *testing.T) {
@@ -45,4 +52,51 @@ func TestRewriteCreatesNoChain(t *testing.T) {
 		t.Errorf("isolation change: %d changes, %d chains added, want some and none", ops, adds)
 	}
 	c.expect(true, "a>b tcp/80", "c>b tcp/81")
+}
+
+// TestManyPortsOneLookup: a pair allowing many ports is one set lookup,
+// not a rule per port that every packet of a connection's opening
+// direction would walk; the set reads back with nft.
+func TestManyPortsOneLookup(t *testing.T) {
+	c := newCluster(t, false)
+	var ports []string
+	for p := 80; p < 80+2*300; p += 2 { // 80, 82, ...: no two merge
+		ports = append(ports, fmt.Sprintf("{port: %d}", p))
+	}
+	c.policies(policyDoc("server", "default", fmt.Sprintf(`  podSelector: {matchLabels: {app: server}}
+  ingress:
+  - from: [{podSelector: {matchLabels: {app: client}}}]
+    ports: [%s, {protocol: UDP, port: 53}]
+`, strings.Join(ports, ", "))))
+	c.expect(true, "a>b tcp/80")
+	c.expect(false, "a>b tcp/81", "a>b udp/80", "c>b tcp/80")
+	chains, err := c.dp.conn.ListChainsOfTableFamily(nftables.TableFamilyINet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pairs := 0
+	for _, ch := range chains {
+		g, ok := parsePairChain(ch.Name)
+		if ch.Table.Name != TableName || !ok || g.remote == identity.Any {
+			continue
+		}
+		pairs++
+		rules, err := c.dp.conn.GetRules(ch.Table, ch)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(rules) != 1 {
+			t.Errorf("chain %s has %d rules for 301 ports, want 1", ch.Name, len(rules))
+		}
+	}
+	if pairs != 1 {
+		t.Errorf("%d pair chains, want 1", pairs)
+	}
+	if _, err := exec.LookPath("nft"); err != nil {
+		privileged.Needs(t, "nft (Debian package nftables) to read the table back")
+	}
+	out, err := exec.Command("nft", "list", "table", "inet", TableName).CombinedOutput()
+	if err != nil || strings.Contains(string(out), "invalid") || !strings.Contains(string(out), "meta l4proto . th dport {") {
+		t.Errorf("nft list table: %v\n%s", err, out)
+	}
 }

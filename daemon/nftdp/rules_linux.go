@@ -2,8 +2,10 @@ package nftdp
 
 import (
 	"encoding/binary"
+	"fmt"
 	"slices"
 
+	"github.com/google/nftables"
 	"github.com/google/nftables/expr"
 	"golang.org/x/sys/unix"
 
@@ -69,19 +71,52 @@ func peerRules(dir policy.Direction, local identity.ID) [][]expr.Any {
 	return append(out, []expr.Any{&expr.Verdict{Kind: expr.VerdictJump, Chain: pairChain(group{local: local, remote: identity.Any, dir: dir})}})
 }
 
-// pairRules is the content of an identity pair's chain: what its merged
-// elements allow.
-func pairRules(elems []allowElem) [][]expr.Any {
+// pairSetMin is the number of port blocks above which a pair's chain
+// looks them up in a set of its rule instead of one rule each: every
+// packet of a connection's opening direction walks the chain, and a
+// policy may list thousands of ports.
+const pairSetMin = 4
+
+// pairRules queues on c the content of an identity pair's chain: what its
+// merged elements allow. Port blocks beyond pairSetMin are one lookup in
+// an anonymous set of protocol . port ranges, created with the rule in
+// the same transaction and removed by the kernel with it.
+func pairRules(c *nftables.Conn, t *nftables.Table, elems []allowElem) ([][]expr.Any, error) {
 	var out [][]expr.Any
+	var ported []allowElem
 	for _, el := range elems {
 		if el.protoLo != el.protoHi {
-			return [][]expr.Any{{verdict(expr.VerdictAccept)}}
+			return [][]expr.Any{{verdict(expr.VerdictAccept)}}, nil
+		}
+		if portProto(el.protoLo) {
+			ported = append(ported, el)
+		}
+	}
+	for _, el := range elems {
+		if len(ported) > pairSetMin && portProto(el.protoLo) {
+			continue
 		}
 		if e, ok := elemMatch(el); ok {
 			out = append(out, append(e, verdict(expr.VerdictAccept)))
 		}
 	}
-	return out
+	if len(ported) <= pairSetMin {
+		return out, nil
+	}
+	set := &nftables.Set{Table: t, Anonymous: true, Constant: true, Interval: true, Concatenation: true, KeyType: typeProtoPort}
+	es := make([]nftables.SetElement, 0, len(ported))
+	for _, el := range ported {
+		es = append(es, isoElem{protoLo: el.protoLo, protoHi: el.protoHi, portLo: el.portLo, portHi: el.portHi}.setElement())
+	}
+	if err := c.AddSet(set, es); err != nil {
+		return nil, fmt.Errorf("ports set of a pair's chain: %w", err)
+	}
+	return append(out, []expr.Any{
+		&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: regConcat},
+		&expr.Payload{DestRegister: regConcat + 1, Base: expr.PayloadBaseTransportHeader, Offset: 2, Len: 2},
+		&expr.Lookup{SourceRegister: regConcat, SetName: set.Name, SetID: set.ID},
+		verdict(expr.VerdictAccept),
+	}), nil
 }
 
 // elemMatch matches the packets of one element: nothing to match for
