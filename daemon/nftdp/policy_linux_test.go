@@ -54,9 +54,10 @@ func TestRewriteCreatesNoChain(t *testing.T) {
 	c.expect(true, "a>b tcp/80", "c>b tcp/81")
 }
 
-// TestManyPortsOneLookup: a pair allowing many ports is one set lookup,
-// not a rule per port that every packet of a connection's opening
-// direction would walk; the set reads back with nft.
+// TestManyPortsOneLookup: a pair allowing many ports is one set lookup
+// (and its few port ranges a rule each), not a rule per port that every
+// packet of a connection's opening direction would walk; the set reads
+// back with nft.
 func TestManyPortsOneLookup(t *testing.T) {
 	c := newCluster(t, false)
 	var ports []string
@@ -66,7 +67,7 @@ func TestManyPortsOneLookup(t *testing.T) {
 	c.policies(policyDoc("server", "default", fmt.Sprintf(`  podSelector: {matchLabels: {app: server}}
   ingress:
   - from: [{podSelector: {matchLabels: {app: client}}}]
-    ports: [%s, {protocol: UDP, port: 53}]
+    ports: [%s, {protocol: UDP, port: 53}, {port: 5000, endPort: 5010}, {protocol: UDP, port: 6000, endPort: 6010}]
 `, strings.Join(ports, ", "))))
 	c.expect(true, "a>b tcp/80")
 	c.expect(false, "a>b tcp/81", "a>b udp/80", "c>b tcp/80")
@@ -85,18 +86,27 @@ func TestManyPortsOneLookup(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(rules) != 1 {
-			t.Errorf("chain %s has %d rules for 301 ports, want 1", ch.Name, len(rules))
+		if len(rules) != 3 {
+			t.Errorf("chain %s has %d rules for 301 ports and 2 ranges, want 3", ch.Name, len(rules))
 		}
 	}
 	if pairs != 1 {
 		t.Errorf("%d pair chains, want 1", pairs)
 	}
+	// Many ranges: one interval set.
+	c.policies(policyDoc("server", "default", `  podSelector: {matchLabels: {app: server}}
+  ingress:
+  - from: [{podSelector: {matchLabels: {app: client}}}]
+    ports: [{port: 70, endPort: 72}, {port: 74, endPort: 76}, {port: 78, endPort: 80}, {port: 90, endPort: 92},
+      {port: 94, endPort: 96}, {port: 98, endPort: 99}]
+`))
+	c.expect(true, "a>b tcp/80")
+	c.expect(false, "a>b tcp/81", "c>b tcp/80")
 	if _, err := exec.LookPath("nft"); err != nil {
 		privileged.Needs(t, "nft (Debian package nftables) to read the table back")
 	}
 	out, err := exec.Command("nft", "list", "table", "inet", TableName).CombinedOutput()
-	if err != nil || strings.Contains(string(out), "invalid") || !strings.Contains(string(out), "meta l4proto . th dport {") {
+	if err != nil || strings.Contains(string(out), "invalid") || !strings.Contains(string(out), "meta l4proto . th dport { tcp . 70-72, ") {
 		t.Errorf("nft list table: %v\n%s", err, out)
 	}
 }
