@@ -271,6 +271,9 @@ func allowedRules(hook string) [][]expr.Any {
 		if hook == chainAllowedIn && dir == policy.Ingress {
 			continue // to the node: only the sender is a pod
 		}
+		if hook == chainAllowedOut && dir == policy.Egress {
+			continue // from the node: only the receiver is a pod
+		}
 		out = append(out, append(slices.Clone(newFlow), dispatchKey(dir),
 			&expr.Lookup{SourceRegister: 1, SetName: epsSet(dir)},
 			&expr.Objref{Type: unix.NFT_OBJECT_LIMIT, Name: limitAllowedLog},
