@@ -577,7 +577,11 @@ func (d *Datapath) writeEndpoints(t *txn) {
 		if had && have == want {
 			continue
 		}
-		d.needLocal(t, want.id)
+		if want.iso.Has(policy.Ingress) || want.iso.Has(policy.Egress) {
+			// Only an isolated direction's rules look the peer up in the
+			// identity's maps: a pod no policy selects costs no sets.
+			d.needLocal(t, want.id)
+		}
 		for _, dir := range dirs {
 			ch := &nftables.Chain{Table: d.lay.table, Name: endpointChain(ifname, dir)}
 			t.rewrite(ch, endpointRules(dir, want.id, want.iso), !had)

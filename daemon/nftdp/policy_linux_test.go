@@ -110,3 +110,38 @@ func TestManyPortsOneLookup(t *testing.T) {
 		t.Errorf("nft list table: %v\n%s", err, out)
 	}
 }
+
+// TestUnselectedPodsHaveNoMaps: an identity's verdict maps and chains are
+// made when a policy selects it (its chains look peers up in them), not
+// at every attach of a new label set: eight sets and two chains less in
+// the ADD's transaction.
+func TestUnselectedPodsHaveNoMaps(t *testing.T) {
+	c := newCluster(t, false)
+	ids := c.dp.LocalIdentities()
+	mapsOf := func(id identity.ID) int {
+		sets, err := c.dp.conn.GetSets(c.dp.lay.table)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		for _, s := range sets {
+			if local, _, _, _, ok := parseLocalSet(s.Name); ok && local == id {
+				n++
+			}
+		}
+		return n
+	}
+	for name, id := range map[string]identity.ID{"a": ids[c.eps["a"].Key], "b": ids[c.eps["b"].Key]} {
+		if n := mapsOf(id); n != 0 {
+			t.Errorf("%s, selected by no policy, has %d verdict maps", name, n)
+		}
+	}
+	c.policies(serverFromClientsOn80)
+	if n := mapsOf(ids[c.eps["b"].Key]); n != 8 {
+		t.Errorf("b, isolated, has %d verdict maps, want 8", n)
+	}
+	c.expect(true, "a>b tcp/80")
+	c.expect(false, "c>b tcp/80")
+	c.policies()
+	c.expect(true, "c>b tcp/80")
+}
