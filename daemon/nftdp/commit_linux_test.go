@@ -2,6 +2,8 @@ package nftdp
 
 import (
 	"fmt"
+	"maps"
+	"math/rand/v2"
 	"net/netip"
 	"strings"
 	"sync"
@@ -9,6 +11,7 @@ import (
 	"time"
 
 	"github.com/coordino/coordino/daemon/datapath/dpapi"
+	"github.com/coordino/coordino/daemon/identity"
 	"github.com/coordino/coordino/daemon/internal/testnet"
 )
 
@@ -127,4 +130,76 @@ func TestRefusedBatchFailsOnlyItsCulprit(t *testing.T) {
 	// Nothing of it stays pending either: the next change keeps b isolated.
 	c.policies(serverFromClientsOn80)
 	c.expect(false, "c>b tcp/80")
+}
+
+// TestConcurrentChangesKeepTheMirror: attaches, detaches and policy
+// changes from many goroutines, batched or not, leave the table as the
+// datapath's mirror says (a second Open reads the kernel's back), and a
+// repeated snapshot has nothing left to write.
+func TestConcurrentChangesKeepTheMirror(t *testing.T) {
+	c := newCluster(t, false)
+	eps := fakeEndpoints(t, 24)
+	var wg sync.WaitGroup
+	for w := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(uint64(w), 1))
+			for range 60 {
+				ep := eps[w*3+rng.IntN(3)]
+				ep.Labels = map[string]string{"app": []string{"client", "server", "batch"}[rng.IntN(3)], "x": fmt.Sprint(rng.IntN(2))}
+				var err error
+				if rng.IntN(3) == 0 {
+					err = c.dp.DetachEndpoint(ep)
+				} else {
+					err = c.dp.AttachEndpoint(ep)
+				}
+				if err != nil {
+					t.Error(err)
+				}
+			}
+		}()
+	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for i := range 30 {
+			var docs []string
+			if i%2 == 0 {
+				docs = []string{serverFromClientsOn80}
+			}
+			if err := c.dp.UpdatePolicy(snapshotOf(t, docs...)); err != nil {
+				t.Error(err)
+			}
+		}
+	}()
+	wg.Wait()
+	c.policies(serverFromClientsOn80)
+	before := c.dp.stats.transactions
+	c.policies(serverFromClientsOn80)
+	if c.dp.stats.transactions != before {
+		t.Error("a repeated snapshot wrote a transaction")
+	}
+	kernel, err := Open(c.cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.dp.mu.Lock()
+	defer c.dp.mu.Unlock()
+	mirror := c.dp.inst
+	if !maps.EqualFunc(kernel.inst.pods, mirror.pods, maps.Equal) || !maps.Equal(kernel.inst.src, mirror.src) ||
+		!maps.Equal(kernel.inst.cidrs, mirror.cidrs) || !maps.Equal(kernel.inst.locals, mirror.locals) ||
+		len(kernel.inst.eps) != len(mirror.eps) || len(kernel.eps) != len(c.dp.eps) {
+		t.Errorf("the table and the mirror differ:\nkernel %+v\nmirror %+v", kernel.inst, mirror)
+	}
+	for g := range kernel.inst.pairs {
+		if _, ok := mirror.pairs[g]; !ok && g.remote != identity.Any { // any-peer chains go with their identity's maps
+			t.Errorf("chain %s in the table, not in the mirror", pairChain(g))
+		}
+	}
+	for g := range mirror.pairs {
+		if _, ok := kernel.inst.pairs[g]; !ok {
+			t.Errorf("chain %s in the mirror, not in the table", pairChain(g))
+		}
+	}
 }
