@@ -13,6 +13,20 @@ import (
 // same directory is written, fsynced and renamed over path, and the
 // directory is fsynced so the rename itself survives a crash.
 func Write(path string, data []byte, perm os.FileMode) error {
+	return write(path, data, perm, true)
+}
+
+// WriteVolatile replaces path with data as Write does, without the
+// fsyncs: a reader sees the old or the new content, also after the
+// process dies, but a kernel crash or power loss may leave either, or an
+// empty file. For state that describes the running kernel and dies with
+// it (what is in force in nftables), where two fsyncs per write cost
+// more than the write.
+func WriteVolatile(path string, data []byte, perm os.FileMode) error {
+	return write(path, data, perm, false)
+}
+
+func write(path string, data []byte, perm os.FileMode, sync bool) error {
 	dir := filepath.Dir(path)
 	f, err := os.CreateTemp(dir, tempPrefix(path))
 	if err != nil {
@@ -23,7 +37,7 @@ func Write(path string, data []byte, perm os.FileMode) error {
 	if err == nil {
 		_, err = f.Write(data)
 	}
-	if err == nil {
+	if err == nil && sync {
 		err = f.Sync()
 	}
 	if cerr := f.Close(); err == nil {
@@ -34,6 +48,9 @@ func Write(path string, data []byte, perm os.FileMode) error {
 	}
 	if err != nil {
 		return fmt.Errorf("write %s: %w", path, err)
+	}
+	if !sync {
+		return nil
 	}
 	return SyncDir(dir)
 }

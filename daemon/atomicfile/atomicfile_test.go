@@ -7,12 +7,18 @@ import (
 )
 
 func TestWriteReplacesWithModeAndLeavesNoTemporaries(t *testing.T) {
+	for name, write := range map[string]func(string, []byte, os.FileMode) error{"Write": Write, "WriteVolatile": WriteVolatile} {
+		t.Run(name, func(t *testing.T) { testReplaces(t, write) })
+	}
+}
+
+func testReplaces(t *testing.T, write func(string, []byte, os.FileMode) error) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "state.json")
 	if err := os.WriteFile(path, []byte("old"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if err := Write(path, []byte("new"), 0o600); err != nil {
+	if err := write(path, []byte("new"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	got, err := os.ReadFile(path)

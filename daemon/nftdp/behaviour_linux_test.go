@@ -5,7 +5,9 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/netip"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -333,4 +335,37 @@ func TestDetachRefusedThenRestart(t *testing.T) {
 			t.Errorf("chain %s of the detached endpoint left", ch.Name)
 		}
 	}
+}
+
+// TestRecordsWithoutTableDropped: records are written without fsync, so
+// a power loss may tear one; it also takes the table away. A start that
+// finds records but no table drops them (the daemon re-attaches its pods
+// from its own store) instead of refusing a torn one or adopting
+// endpoints whose chains are gone.
+func TestRecordsWithoutTableDropped(t *testing.T) {
+	c := newCluster(t, false)
+	c.dp.Close()
+	if err := Remove(); err != nil { // what a reboot does to the table
+		t.Fatal(err)
+	}
+	torn := filepath.Join(c.cfg.StateDir, "0123456789abcdef0123456789abcdef.json")
+	if err := os.WriteFile(torn, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c.open()
+	if keys, err := c.dp.Endpoints(); err != nil || len(keys) != 0 {
+		t.Fatalf("adopted %v (%v) with no table, want none", keys, err)
+	}
+	if files, _ := os.ReadDir(c.cfg.StateDir); len(files) != 0 {
+		t.Errorf("%d records left, want none", len(files))
+	}
+	// The daemon's reconcile attaches its pods again.
+	c.policies(serverFromClientsOn80)
+	for _, name := range []string{"a", "b", "c"} {
+		if err := c.dp.AttachEndpoint(c.eps[name]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.expect(true, "a>b tcp/80")
+	c.expect(false, "c>b tcp/80")
 }

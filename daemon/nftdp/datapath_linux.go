@@ -94,6 +94,14 @@ type Datapath struct {
 	// onLocalChange is told when endpoints or their identities change
 	// (this node's NodeEndpoints publisher); it must only signal.
 	onLocalChange func()
+	// Group commit (commit_linux.go): attaches waiting for a transaction,
+	// whether one is in the kernel (mu is released meanwhile), whether an
+	// attach retrying alone holds the others back, and settled, signalled
+	// on mu when a transaction ends or that attach is done.
+	waiting    []*attachWait
+	committing bool
+	exclusive  bool
+	settled    *sync.Cond
 }
 
 // installed mirrors what the table holds, so a flush writes differences.
@@ -153,6 +161,20 @@ func (s *dirtySet) reset() {
 		groups: map[group]struct{}{}, ifnames: map[string]struct{}{}, units: map[tierUnit]struct{}{}}
 }
 
+// merge adds what o holds: the pending items of a refused transaction
+// join those marked while it was in the kernel.
+func (s *dirtySet) merge(o dirtySet) {
+	s.all = s.all || o.all
+	s.cidr = s.cidr || o.cidr
+	s.host = s.host || o.host
+	s.iso = s.iso || o.iso
+	maps.Copy(s.addrs, o.addrs)
+	maps.Copy(s.remotes, o.remotes)
+	maps.Copy(s.groups, o.groups)
+	maps.Copy(s.ifnames, o.ifnames)
+	maps.Copy(s.units, o.units)
+}
+
 // Open creates the table, or adopts the one a previous run left with the
 // policy it holds in force, and the endpoint records of that run.
 func Open(cfg Config) (_ *Datapath, err error) {
@@ -176,9 +198,19 @@ func Open(cfg Config) (_ *Datapath, err error) {
 		return nil, err
 	}
 	d.engine = policy.NewEngine(d.cidrs)
+	d.settled = sync.NewCond(&d.mu)
 	d.dirty.reset()
-	if err := d.adoptTable(); err != nil {
+	found, err := d.adoptTable()
+	if err != nil {
 		return nil, err
+	}
+	if !found {
+		// Records without a table describe chains a reboot (or someone)
+		// took away; the daemon re-attaches its pods from its own store.
+		// A record written unsynced before a power loss may be torn.
+		if err := d.store.clear(); err != nil {
+			return nil, err
+		}
 	}
 	c, err := d.newConn()
 	if err != nil {
@@ -254,25 +286,25 @@ func unmapAll(ips []netip.Addr) []netip.Addr {
 // adoptTable reads what the table a previous run left holds into the
 // mirror; nothing is changed, so that policy stays in force until the
 // first snapshot's flush replaces it by difference.
-func (d *Datapath) adoptTable() error {
+func (d *Datapath) adoptTable() (found bool, err error) {
 	d.inst = installed{host: map[netip.Addr]struct{}{}, pods: map[netip.Addr]map[localDir]string{},
 		cidrs: map[cidrElem]string{}, pairs: map[group]pairState{}, locals: map[identity.ID]bool{},
 		src: map[srcElem]struct{}{}, eps: map[string]epState{},
 		units: map[tierUnit]*unitState{}, tierAddrs: map[netip.Addr]map[tierUnit]struct{}{}}
 	if _, err := d.conn.ListTableOfFamily(TableName, nftables.TableFamilyINet); err != nil {
 		if errors.Is(err, unix.ENOENT) {
-			return nil
+			return false, nil
 		}
-		return fmt.Errorf("nftables datapath: look for table inet %s: %w", TableName, err)
+		return false, fmt.Errorf("nftables datapath: look for table inet %s: %w", TableName, err)
 	}
 	// Before anything else: a table this build cannot read is left as
 	// it is, in force.
 	if err := d.checkTableSchema(); err != nil {
-		return err
+		return true, err
 	}
 	chains, err := d.conn.ListChainsOfTableFamily(nftables.TableFamilyINet)
 	if err != nil {
-		return fmt.Errorf("nftables datapath: list chains of inet %s: %w", TableName, err)
+		return true, fmt.Errorf("nftables datapath: list chains of inet %s: %w", TableName, err)
 	}
 	for _, ch := range chains {
 		if ch.Table.Name != TableName {
@@ -287,7 +319,7 @@ func (d *Datapath) adoptTable() error {
 	}
 	sets, err := d.conn.GetSets(d.lay.table)
 	if err != nil {
-		return fmt.Errorf("nftables datapath: list sets of inet %s: %w", TableName, err)
+		return true, fmt.Errorf("nftables datapath: list sets of inet %s: %w", TableName, err)
 	}
 	for _, s := range sets {
 		local, dir, _, cidr, isLocal := parseLocalSet(s.Name)
@@ -297,7 +329,7 @@ func (d *Datapath) adoptTable() error {
 		}
 		elems, err := d.conn.GetSetElements(s)
 		if err != nil {
-			return fmt.Errorf("nftables datapath: read set %s: %w", s.Name, err)
+			return true, fmt.Errorf("nftables datapath: read set %s: %w", s.Name, err)
 		}
 		if isLocal {
 			d.inst.locals[local] = true
@@ -318,7 +350,7 @@ func (d *Datapath) adoptTable() error {
 			}
 		}
 	}
-	return nil
+	return true, nil
 }
 
 // adoptPod records an element of a pods map, and the remote pod it names.
@@ -476,8 +508,19 @@ func Installed() (bool, error) {
 // AttachEndpoint resolves ep's identity and, in one transaction, its
 // chains, source addresses, ipcache entries and the policy its identity
 // brings; when it returns the endpoint is enforced from its first packet.
-// Repeating it for the same key updates the endpoint in place.
+// Repeating it for the same key updates the endpoint in place. Attaches
+// that arrive while a transaction is in the kernel share the next one
+// (commit_linux.go).
 func (d *Datapath) AttachEndpoint(ep dpapi.Endpoint) error {
+	err := d.attach(ep, false)
+	if errors.Is(err, errRetryAlone) {
+		// Its batch was refused: alone, its error is its own.
+		err = d.attach(ep, true)
+	}
+	return err
+}
+
+func (d *Datapath) attach(ep dpapi.Endpoint, alone bool) error {
 	r, err := newRecord(ep)
 	if err != nil {
 		return err
@@ -486,7 +529,7 @@ func (d *Datapath) AttachEndpoint(ep dpapi.Endpoint) error {
 	if err != nil {
 		return err
 	}
-	// Record first, outside the lock (its fsync would serialise concurrent
+	// Record first, outside the lock (its write would serialise concurrent
 	// ADDs): a crash after the table has it still finds it.
 	if err := d.store.put(r); err != nil {
 		d.mu.Lock()
@@ -495,6 +538,22 @@ func (d *Datapath) AttachEndpoint(ep dpapi.Endpoint) error {
 		return err
 	}
 	d.mu.Lock()
+	err = d.attachLocked(r, id, alone)
+	d.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	warnBridged(d.log, r)
+	d.log.Debug("endpoint attached", zap.String("endpoint", r.Key), zap.String("interface", r.HostIfName),
+		zap.Uint32("identity", uint32(r.Identity)))
+	return nil
+}
+
+// attachLocked books r in and waits for the transaction that includes
+// it; callers hold mu. Nothing of a refused attach is in the kernel: the
+// commit undoes it here too (forget).
+func (d *Datapath) attachLocked(r *record, id identity.Identity, alone bool) error {
+	defer d.enterAttach(alone)()
 	old := d.eps[r.Key]
 	d.engine.AddLocal(id)
 	d.feedNamedPorts(r)
@@ -505,17 +564,13 @@ func (d *Datapath) AttachEndpoint(ep dpapi.Endpoint) error {
 	}
 	d.eps[r.Key] = r
 	d.markEndpoint(r)
-	if err := d.flush(); err != nil {
-		// Nothing of this attach is in the kernel: undo it here too.
-		d.forget(r, old)
-		d.mu.Unlock()
+	if err := d.commitAttach(&attachWait{r: r, old: old, alone: alone}); err != nil {
+		if errors.Is(err, errRetryAlone) {
+			return err
+		}
 		return fmt.Errorf("endpoint %q: %w", r.Key, err)
 	}
 	d.localChanged()
-	d.mu.Unlock()
-	warnBridged(d.log, r)
-	d.log.Debug("endpoint attached", zap.String("endpoint", r.Key), zap.String("interface", r.HostIfName),
-		zap.Uint32("identity", uint32(r.Identity)))
 	return nil
 }
 
@@ -543,6 +598,9 @@ func (d *Datapath) prepareAttach(r *record) (identity.Identity, error) {
 // forget undoes the bookkeeping of an attach whose transaction failed,
 // putting back the attachment it replaced.
 func (d *Datapath) forget(r, old *record) {
+	if d.eps[r.Key] != r {
+		return // replaced or detached since: that change owns the key now
+	}
 	d.engine.RemoveNamedPorts(localPortsKey(r))
 	d.engine.RemoveLocal(r.Identity)
 	d.ids.Release(r.Identity)

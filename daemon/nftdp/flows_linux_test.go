@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/coordino/coordino/daemon/datapath"
+	"github.com/coordino/coordino/daemon/identity"
 )
 
 // flowRecorder keeps the events ReadFlows delivers.
@@ -132,6 +133,16 @@ func TestFlowEventsOfAllowedFlows(t *testing.T) {
 	time.Sleep(100 * time.Millisecond)
 	if n := len(rec.matching(isAB("ingress"))); n != 1 {
 		t.Errorf("%d ingress events of one connection, want 1", n)
+	}
+	// A connection the node opens to a pod never crosses the forward
+	// hook; it is reported at the pod's ingress all the same.
+	c.expect(true, "node>b tcp/81")
+	node := rec.wait(t, "node>b ingress", func(f datapath.Flow) bool {
+		return f.Dst == podIPs["b"] && f.Direction == "ingress" && f.DstPort == 81
+	})
+	if node.Verdict != "allowed" || node.Reason != "host" || node.Endpoint != c.eps["b"].Key ||
+		node.RemoteIdentity != uint32(identity.Host) {
+		t.Errorf("node's connection's event %+v", node)
 	}
 	if err := c.dp.SetEmitAllowed(false); err != nil {
 		t.Fatal(err)

@@ -20,6 +20,8 @@ type stats struct {
 	// lastOps is the number of changes of the last transaction, and
 	// lastChainAdds how many chains it created.
 	lastOps, lastChainAdds int
+	// batched counts the attaches the transactions carried.
+	batched uint64
 }
 
 // txn is one transaction in the making, in phases: element removals, new
@@ -55,6 +57,12 @@ func (t *txn) elems(s *nftables.Set, del bool, es []nftables.SetElement) {
 // an existing chain tens of milliseconds to commit, a new chain or a
 // flush tens of microseconds.
 func (t *txn) rewrite(ch *nftables.Chain, rules [][]expr.Any, create bool) {
+	t.rewriteWith(ch, create, func(*nftables.Conn) ([][]expr.Any, error) { return rules, nil })
+}
+
+// rewriteWith is rewrite of rules that queue sets of their own on the
+// transaction's connection first.
+func (t *txn) rewriteWith(ch *nftables.Chain, create bool, rules func(c *nftables.Conn) ([][]expr.Any, error)) {
 	t.ops++
 	if create {
 		t.chainAdds++
@@ -64,7 +72,11 @@ func (t *txn) rewrite(ch *nftables.Chain, rules [][]expr.Any, create bool) {
 			c.AddChain(ch)
 		}
 		c.FlushChain(ch)
-		for _, e := range rules {
+		rs, err := rules(c)
+		if err != nil {
+			return fmt.Errorf("chain %s: %w", ch.Name, err)
+		}
+		for _, e := range rs {
 			c.AddRule(&nftables.Rule{Table: ch.Table, Chain: ch, Exprs: e})
 		}
 		return nil
@@ -72,13 +84,20 @@ func (t *txn) rewrite(ch *nftables.Chain, rules [][]expr.Any, create bool) {
 }
 
 // flush writes what changed since the last flush in one transaction;
-// callers hold mu. Before the first snapshot it writes nothing; that
+// callers hold mu, which it releases while the kernel commits (attaches
+// book in meanwhile, commit_linux.go) and while it waits for a commit in
+// flight to end. Before the first snapshot it writes nothing; that
 // snapshot's flush compares everything (a restart's adopted table
 // included). On failure the kernel keeps the previous state whole, and
-// what was pending stays pending for the next flush.
+// what was pending stays pending for the next flush, but for the attaches
+// it carried, which are undone.
 func (d *Datapath) flush() error {
 	if !d.synced {
 		return nil
+	}
+	// One transaction at a time, each built on what the last one left.
+	for d.committing {
+		d.settled.Wait()
 	}
 	d.collect()
 	t := &txn{}
@@ -90,20 +109,57 @@ func (d *Datapath) flush() error {
 	d.writeCIDRs(t)
 	d.writeLocals(t)
 	d.writeNodeIso(t)
+	batch := d.waiting
+	d.waiting = nil
+	defer d.settled.Broadcast()
 	if t.ops == 0 {
 		d.dirty.reset()
+		d.settle(batch, nil)
 		return nil
 	}
-	// A connection of its own: a transaction that fails to build is
-	// dropped with it, nothing of it sent.
+	c, err := d.build(t)
+	if err != nil {
+		d.settle(batch, err)
+		return err
+	}
+	d.stats.transactions++
+	d.stats.batched += uint64(len(batch))
+	pending := d.dirty
+	d.dirty.reset()
+	d.committing = true
+	d.mu.Unlock()
+	if testBeforeCommit != nil {
+		testBeforeCommit()
+	}
+	err = c.Flush()
+	d.mu.Lock()
+	d.committing = false
+	if err != nil {
+		d.stats.failures++
+		d.dirty.merge(pending)
+		err = fmt.Errorf("nftables datapath: transaction of %d changes refused, previous policy kept: %w", t.ops, err)
+		d.settle(batch, err)
+		return err
+	}
+	for _, f := range t.commit {
+		f()
+	}
+	d.stats.lastOps, d.stats.lastChainAdds = t.ops, t.chainAdds
+	d.settle(batch, nil)
+	return nil
+}
+
+// build queues t on a connection of its own: a transaction that fails to
+// build is dropped with it, nothing of it sent.
+func (d *Datapath) build(t *txn) (*nftables.Conn, error) {
 	c, err := d.newConn()
 	if err != nil {
-		return err
+		return nil, err
 	}
 	for _, phase := range [][]func(*nftables.Conn) error{t.pre, t.create, t.mid, t.post, t.last} {
 		for _, op := range phase {
 			if err := op(c); err != nil {
-				return fmt.Errorf("nftables datapath: build transaction: %w", err)
+				return nil, fmt.Errorf("nftables datapath: build transaction: %w", err)
 			}
 		}
 	}
@@ -112,22 +168,16 @@ func (d *Datapath) flush() error {
 		// the whole batch, as it would any real failure.
 		_ = c.SetDeleteElements(d.lay.sets[setHost4], []nftables.SetElement{{Key: []byte{0, 0, 0, 0}}})
 	}
-	d.stats.transactions++
-	if err := c.Flush(); err != nil {
-		d.stats.failures++
-		return fmt.Errorf("nftables datapath: transaction of %d changes refused, previous policy kept: %w", t.ops, err)
-	}
-	for _, f := range t.commit {
-		f()
-	}
-	d.stats.lastOps, d.stats.lastChainAdds = t.ops, t.chainAdds
-	d.dirty.reset()
-	return nil
+	return c, nil
 }
 
 // testFailTransaction, when set by a test, makes transactions fail in the
 // kernel.
 var testFailTransaction func() bool
+
+// testBeforeCommit, when set by a test, runs before each kernel commit,
+// without mu.
+var testBeforeCommit func()
 
 // collect turns what the engine touched into pending items. The first
 // flush takes everything the engine wants and everything the table holds.
@@ -434,7 +484,9 @@ func (d *Datapath) writePairs(t *txn) {
 		}
 		d.needLocal(t, g.local)
 		// The "any remote" chain exists with its identity (needLocal).
-		t.rewrite(ch, pairRules(want), !had && g.remote != identity.Any)
+		t.rewriteWith(ch, !had && g.remote != identity.Any, func(c *nftables.Conn) ([][]expr.Any, error) {
+			return pairRules(c, d.lay.table, want)
+		})
 		t.commit = append(t.commit, func() { d.inst.pairs[g] = pairState{elems: want, known: true} })
 	}
 }
@@ -525,7 +577,11 @@ func (d *Datapath) writeEndpoints(t *txn) {
 		if had && have == want {
 			continue
 		}
-		d.needLocal(t, want.id)
+		if want.iso.Has(policy.Ingress) || want.iso.Has(policy.Egress) {
+			// Only an isolated direction's rules look the peer up in the
+			// identity's maps: a pod no policy selects costs no sets.
+			d.needLocal(t, want.id)
+		}
 		for _, dir := range dirs {
 			ch := &nftables.Chain{Table: d.lay.table, Name: endpointChain(ifname, dir)}
 			t.rewrite(ch, endpointRules(dir, want.id, want.iso), !had)

@@ -85,7 +85,9 @@ func (s recordStore) put(r *record) error {
 	if err != nil {
 		return fmt.Errorf("nftables datapath: encode endpoint %q: %w", r.Key, err)
 	}
-	if err := atomicfile.Write(s.path(r.Key), b, 0o600); err != nil {
+	// No fsync: a record describes the table, which a reboot takes away
+	// with everything it held; Open drops records the table outlived not.
+	if err := atomicfile.WriteVolatile(s.path(r.Key), b, 0o600); err != nil {
 		return fmt.Errorf("nftables datapath: save endpoint %q: %w", r.Key, err)
 	}
 	return nil
@@ -97,6 +99,29 @@ func (s recordStore) delete(key string) error {
 	}
 	if err := os.Remove(s.path(key)); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("nftables datapath: remove endpoint %q's record: %w", key, err)
+	}
+	return nil
+}
+
+// clear removes every record (and any temporary file of an interrupted
+// write): what they described is gone.
+func (s recordStore) clear() error {
+	if s.dir == "" {
+		return nil
+	}
+	entries, err := os.ReadDir(s.dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("nftables datapath: list endpoint records: %w", err)
+	}
+	for _, e := range entries {
+		if e.Type().IsRegular() {
+			if err := os.Remove(filepath.Join(s.dir, e.Name())); err != nil && !errors.Is(err, fs.ErrNotExist) {
+				return fmt.Errorf("nftables datapath: remove stale endpoint record: %w", err)
+			}
+		}
 	}
 	return nil
 }

@@ -2,8 +2,10 @@ package nftdp
 
 import (
 	"encoding/binary"
+	"fmt"
 	"slices"
 
+	"github.com/google/nftables"
 	"github.com/google/nftables/expr"
 	"golang.org/x/sys/unix"
 
@@ -69,19 +71,82 @@ func peerRules(dir policy.Direction, local identity.ID) [][]expr.Any {
 	return append(out, []expr.Any{&expr.Verdict{Kind: expr.VerdictJump, Chain: pairChain(group{local: local, remote: identity.Any, dir: dir})}})
 }
 
-// pairRules is the content of an identity pair's chain: what its merged
-// elements allow.
-func pairRules(elems []allowElem) [][]expr.Any {
+// pairSetMin is the number of port blocks above which a pair's chain
+// looks them up in sets of its rules instead of one rule each: every
+// packet of a connection's opening direction walks the chain, and a
+// policy may list thousands of ports.
+const pairSetMin = 4
+
+// pairRules queues on c the content of an identity pair's chain: what its
+// merged elements allow. Beyond pairSetMin port blocks, single ports are
+// one lookup in a hashed anonymous set of protocol . port, and ranges
+// (when there are more than pairSetMin of them too) one in an interval
+// set; the kernel creates them with their rule in the same transaction
+// and removes them with it.
+func pairRules(c *nftables.Conn, t *nftables.Table, elems []allowElem) ([][]expr.Any, error) {
 	var out [][]expr.Any
+	var singles, ranges []allowElem
 	for _, el := range elems {
-		if el.protoLo != el.protoHi {
-			return [][]expr.Any{{verdict(expr.VerdictAccept)}}
+		switch {
+		case el.protoLo != el.protoHi:
+			return [][]expr.Any{{verdict(expr.VerdictAccept)}}, nil
+		case !portProto(el.protoLo):
+		case el.portLo == el.portHi:
+			singles = append(singles, el)
+		default:
+			ranges = append(ranges, el)
+		}
+	}
+	inSet := func(el allowElem) bool {
+		if !portProto(el.protoLo) || len(singles)+len(ranges) <= pairSetMin {
+			return false
+		}
+		return el.portLo == el.portHi || len(ranges) > pairSetMin
+	}
+	for _, el := range elems {
+		if inSet(el) {
+			continue
 		}
 		if e, ok := elemMatch(el); ok {
 			out = append(out, append(e, verdict(expr.VerdictAccept)))
 		}
 	}
-	return out
+	for _, set := range [][]allowElem{singles, ranges} {
+		if len(set) == 0 || !inSet(set[0]) {
+			continue
+		}
+		r, err := portSetRule(c, t, set)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, r)
+	}
+	return out, nil
+}
+
+// portSetRule queues an anonymous set of elems' protocol . port blocks
+// (hashed when they are single ports) and returns the rule accepting what
+// it holds.
+func portSetRule(c *nftables.Conn, t *nftables.Table, elems []allowElem) ([]expr.Any, error) {
+	interval := elems[0].portLo != elems[0].portHi
+	set := &nftables.Set{Table: t, Anonymous: true, Constant: true, Interval: interval, Concatenation: true, KeyType: typeProtoPort}
+	es := make([]nftables.SetElement, 0, len(elems))
+	for _, el := range elems {
+		e := isoElem{protoLo: el.protoLo, protoHi: el.protoHi, portLo: el.portLo, portHi: el.portHi}.setElement()
+		if !interval {
+			e.KeyEnd = nil
+		}
+		es = append(es, e)
+	}
+	if err := c.AddSet(set, es); err != nil {
+		return nil, fmt.Errorf("ports set of a pair's chain: %w", err)
+	}
+	return []expr.Any{
+		&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: regConcat},
+		&expr.Payload{DestRegister: regConcat + 1, Base: expr.PayloadBaseTransportHeader, Offset: 2, Len: 2},
+		&expr.Lookup{SourceRegister: regConcat, SetName: set.Name, SetID: set.ID},
+		verdict(expr.VerdictAccept),
+	}, nil
 }
 
 // elemMatch matches the packets of one element: nothing to match for
@@ -205,6 +270,9 @@ func allowedRules(hook string) [][]expr.Any {
 	for _, dir := range []policy.Direction{policy.Egress, policy.Ingress} {
 		if hook == chainAllowedIn && dir == policy.Ingress {
 			continue // to the node: only the sender is a pod
+		}
+		if hook == chainAllowedOut && dir == policy.Egress {
+			continue // from the node: only the receiver is a pod
 		}
 		out = append(out, append(slices.Clone(newFlow), dispatchKey(dir),
 			&expr.Lookup{SourceRegister: 1, SetName: epsSet(dir)},

@@ -14,15 +14,18 @@ import (
 // chains): a version 1 daemon reads it as its own, so MinReader stays 1.
 // Version 3 added node isolation's sets and chains: an older daemon's
 // start rewrites the hook chains without the jumps to them, leaving them
-// unused (it enforces no node isolation and says so). A change an older daemon would
-// misread raises MinReader with Current.
-var TableFormat = schema.Format{What: "nftables table", Current: 3, MinReader: 1}
+// unused (it enforces no node isolation and says so). Version 4 added the
+// allowed-flow chain of the output hook (flows the node opens to its
+// pods) and anonymous port sets in pair chains: an older daemon leaves
+// the first as it is and rewrites pair chains whole. A change an older
+// daemon would misread raises MinReader with Current.
+var TableFormat = schema.Format{What: "nftables table", Current: 4, MinReader: 1}
 
 // tableWhere names the table in schema errors.
 const tableWhere = "inet " + TableName
 
 // The stamp is a named counter no rule uses, its name holding both
-// numbers ("schema-v3-min1"): google/nftables has no table userdata, and
+// numbers ("schema-v4-min1"): google/nftables has no table userdata, and
 // a name cannot be changed behind the datapath's back by counting. Its
 // form never changes: every version must be able to read it.
 const stampFormat = "schema-v%d-min%d"

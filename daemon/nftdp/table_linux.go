@@ -70,6 +70,8 @@ const (
 	// are wanted.
 	chainAllowedFwd = "allowed-forward"
 	chainAllowedIn  = "allowed-input"
+	// Flows the node opens to its pods never reach the forward hook.
+	chainAllowedOut = "allowed-output"
 )
 
 func dirName(dir policy.Direction) string {
@@ -226,7 +228,8 @@ func newLayout() *layout {
 	for _, h := range []struct {
 		name string
 		hook *nftables.ChainHook
-	}{{chainAllowedFwd, nftables.ChainHookForward}, {chainAllowedIn, nftables.ChainHookInput}} {
+	}{{chainAllowedFwd, nftables.ChainHookForward}, {chainAllowedIn, nftables.ChainHookInput},
+		{chainAllowedOut, nftables.ChainHookOutput}} {
 		l.allowed = append(l.allowed, &nftables.Chain{Name: h.name, Table: t, Type: nftables.ChainTypeFilter,
 			Hooknum: h.hook, Priority: nftables.ChainPriorityRef(*nftables.ChainPriorityFilter + 10), Policy: &accept})
 	}

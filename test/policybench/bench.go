@@ -40,20 +40,22 @@ type Params struct {
 	// largest rule count plus this many ClusterNetworkPolicies, 50 of
 	// them selecting both pods, none deciding the measured traffic (its
 	// packets consult both tiers and fall through to NetworkPolicy).
-	ClusterPolicies int       `json:"clusterPolicies"`
-	Progress        io.Writer `json:"-"`
+	ClusterPolicies int `json:"clusterPolicies"`
+	// Datapath is the Coordino node's --datapath (ebpf or nftables).
+	Datapath string    `json:"datapath"`
+	Progress io.Writer `json:"-"`
 }
 
 // DefaultParams is the full run recorded in docs/benchmarks.md.
 func DefaultParams() Params {
 	return Params{Sizes: []int{10, 1000, 10000}, Rounds: 5, IperfSeconds: 2, ConnDuration: 1500 * time.Millisecond,
-		ConnWorkers: 2, NftSets: true, ClusterPolicies: 1000}
+		ConnWorkers: 2, NftSets: true, ClusterPolicies: 1000, Datapath: "ebpf"}
 }
 
 // QuickParams exercise every code path in seconds.
 func QuickParams() Params {
 	return Params{Sizes: []int{10, 100}, Rounds: 1, IperfSeconds: 1, ConnDuration: 300 * time.Millisecond,
-		ConnWorkers: 2, NftSets: true, ClusterPolicies: 10}
+		ConnWorkers: 2, NftSets: true, ClusterPolicies: 10, Datapath: "ebpf"}
 }
 
 // Ports the measurements use; they come last in every rule list.
@@ -87,7 +89,9 @@ type config struct {
 	Rules  int    `json:"rulesPerEnd"`
 	// ClusterPolicies are loaded besides the rules (coordino only).
 	ClusterPolicies int `json:"clusterPolicies,omitempty"`
-	side            *side
+	// Datapath is the Coordino node's (coordino only).
+	Datapath string `json:"datapath,omitempty"`
+	side     *side
 }
 
 func (c config) label() string {
@@ -95,13 +99,17 @@ func (c config) label() string {
 	case "bare":
 		return "no policy, no eBPF (baseline)"
 	case "coordino":
+		name := "Coordino"
+		if c.Datapath != "" && c.Datapath != "ebpf" {
+			name += " (" + c.Datapath + ")"
+		}
 		if c.Rules == 0 {
-			return "Coordino, no policy"
+			return name + ", no policy"
 		}
 		if c.ClusterPolicies > 0 {
-			return fmt.Sprintf("Coordino + %d ClusterNetworkPolicies", c.ClusterPolicies)
+			return fmt.Sprintf("%s + %d ClusterNetworkPolicies", name, c.ClusterPolicies)
 		}
-		return "Coordino"
+		return name
 	case "nft-rules":
 		return "nftables, rule per port"
 	}
@@ -147,7 +155,7 @@ func Run(ctx context.Context, p Params) (*Report, error) {
 	if err := os.MkdirAll(policyDir, 0o700); err != nil {
 		return nil, err
 	}
-	cdo, err := newSide(ctx, filepath.Join(dir, "coordino"), "10.192.0.0/24", "--policy-dir", policyDir)
+	cdo, err := newSide(ctx, filepath.Join(dir, "coordino"), "10.192.0.0/24", "--policy-dir", policyDir, "--datapath="+p.Datapath)
 	if cdo != nil {
 		sides = append(sides, cdo)
 		cdo.policyDir = policyDir
@@ -165,12 +173,13 @@ func Run(ctx context.Context, p Params) (*Report, error) {
 			configs = append(configs, config{System: "nft-set", Rules: n, side: bare})
 		}
 	}
-	configs = append(configs, config{System: "coordino", side: cdo})
+	configs = append(configs, config{System: "coordino", Datapath: p.Datapath, side: cdo})
 	for _, n := range p.Sizes {
-		configs = append(configs, config{System: "coordino", Rules: n, side: cdo})
+		configs = append(configs, config{System: "coordino", Rules: n, Datapath: p.Datapath, side: cdo})
 	}
 	if p.ClusterPolicies > 0 {
-		configs = append(configs, config{System: "coordino", Rules: slices.Max(p.Sizes), ClusterPolicies: p.ClusterPolicies, side: cdo})
+		configs = append(configs, config{System: "coordino", Rules: slices.Max(p.Sizes), ClusterPolicies: p.ClusterPolicies,
+			Datapath: p.Datapath, side: cdo})
 	}
 
 	r := &Report{Date: started.UTC().Format(time.RFC3339), Machine: machine(), Params: p}
@@ -374,6 +383,10 @@ func (c config) apply() (int, error) {
 		if v, err := s.node.Metric(m); err != nil || v != 0 {
 			return 0, fmt.Errorf("%s = %v (%v)", m, v, err)
 		}
+	}
+	if c.Datapath == "nftables" {
+		// No policy map: a pair's ports are one set; rules as written.
+		return 2 * c.Rules, nil
 	}
 	entries, err := s.node.Metric("coordino_policy_map_entries")
 	if err != nil {

@@ -28,6 +28,7 @@
 //	go run ./test/policybench            # full run, a few minutes
 //	go run ./test/policybench -quick     # seconds; what the test runs
 //	go run ./test/policybench -json
+//	go run ./test/policybench -datapath nftables   # Coordino's node on nftables
 //	go run ./test/policybench -scale     # policy scale, several minutes
 //	go run ./test/policybench -scale -quick
 package main

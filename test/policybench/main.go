@@ -31,6 +31,7 @@ func main() {
 	flag.DurationVar(&p.ConnDuration, "conn-duration", p.ConnDuration, "length of one connection-rate run")
 	flag.IntVar(&p.ConnWorkers, "conn-workers", p.ConnWorkers, "parallel dialers")
 	flag.BoolVar(&p.NftSets, "nft-sets", p.NftSets, "also measure nftables with a set lookup")
+	flag.StringVar(&p.Datapath, "datapath", p.Datapath, "the Coordino node's --datapath (ebpf, nftables)")
 	flag.Parse()
 	if *scale {
 		sp.Datapaths = strings.Split(*datapaths, ",")
