@@ -105,4 +105,16 @@ var Suites = []Suite{
 		Modules: append([]string{"nf_nat", "nft_chain_nat", "nft_compat", "xt_bpf", "sctp"}, tc...),
 		Timeout: 6 * time.Minute,
 	},
+	{
+		// The nftables datapath, the fallback where the programs are
+		// refused, so above all for older kernels: random policies over
+		// real traffic against the engine (sets, verdict maps, interval
+		// sets, concatenations), spoofing, drops through NFLOG into
+		// flows, and the post-DNAT decision behind kube-proxy-style NAT.
+		// Left out for time: the rest of the package (50 s on the host).
+		Name: "nftables", Package: "./daemon/nftdp",
+		Run:     `^(TestRandomPoliciesMatchEngine|TestSpoofedSourceDropped|TestFlowEventsOfDrops|TestServiceDecidedOnBackend)$`,
+		Modules: []string{"veth", "nf_tables", "nft_ct", "nfnetlink_log", "nf_nat", "nft_chain_nat"},
+		Timeout: 4 * time.Minute,
+	},
 }
