@@ -369,3 +369,35 @@ func TestRecordsWithoutTableDropped(t *testing.T) {
 	c.expect(true, "a>b tcp/80")
 	c.expect(false, "c>b tcp/80")
 }
+
+// TestPodIfsRestoredAtStart: a start over a table whose pod-ifs set lacks
+// the adopted pods' interfaces (a format 4 table has no such set) puts
+// them there, so node isolation's jumps and the allowed-flow rules, which
+// look interfaces up in it, see the adopted pods.
+func TestPodIfsRestoredAtStart(t *testing.T) {
+	c := newCluster(t, true)
+	c.dp.Close()
+	conn, err := nftables.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	set := newLayout().sets[setPodIfs]
+	conn.FlushSet(set)
+	if err := conn.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	c.open()
+	elems, err := conn.GetSetElements(set)
+	if err != nil {
+		t.Fatal(err)
+	}
+	have := map[string]bool{}
+	for _, e := range elems {
+		have[cString(e.Key)] = true
+	}
+	for name, ep := range c.eps {
+		if !have[ep.HostIfName] {
+			t.Errorf("pod %s's interface %s not in %s after the start (have %v)", name, ep.HostIfName, setPodIfs, have)
+		}
+	}
+}

@@ -221,6 +221,17 @@ func Open(cfg Config) (_ *Datapath, err error) {
 	}
 	// The stamp changes with the layout: one transaction migrates.
 	d.stamp(c)
+	// A table of format 4 or older has no pod-ifs set: the adopted pods'
+	// interfaces join it here (an element added twice is no error).
+	var podIfs []nftables.SetElement
+	for ifname := range d.inst.eps {
+		podIfs = append(podIfs, nftables.SetElement{Key: ifnameBytes(ifname)})
+	}
+	if len(podIfs) > 0 {
+		if err := c.SetAddElements(d.lay.sets[setPodIfs], podIfs); err != nil {
+			return nil, fmt.Errorf("nftables datapath: set %s: %w", setPodIfs, err)
+		}
+	}
 	if err := c.Flush(); err != nil {
 		return nil, fmt.Errorf("nftables datapath: create table inet %s (needs nf_tables, nft_ct, nft_meta, concatenated interval sets): %w", TableName, err)
 	}

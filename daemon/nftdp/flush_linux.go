@@ -565,6 +565,7 @@ func (d *Datapath) writeEndpoints(t *txn) {
 			if !had {
 				continue
 			}
+			t.elems(d.lay.sets[setPodIfs], true, key)
 			for _, dir := range dirs {
 				ch := &nftables.Chain{Table: d.lay.table, Name: endpointChain(ifname, dir)}
 				t.elems(d.lay.sets[epsSet(dir)], true, key)
@@ -581,6 +582,9 @@ func (d *Datapath) writeEndpoints(t *txn) {
 			// Only an isolated direction's rules look the peer up in the
 			// identity's maps: a pod no policy selects costs no sets.
 			d.needLocal(t, want.id)
+		}
+		if !had {
+			t.elems(d.lay.sets[setPodIfs], false, key)
 		}
 		for _, dir := range dirs {
 			ch := &nftables.Chain{Table: d.lay.table, Name: endpointChain(ifname, dir)}

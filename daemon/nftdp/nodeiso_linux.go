@@ -86,7 +86,7 @@ func isoHookRules(hook string) [][]expr.Any {
 		return nil
 	}
 	out := [][]expr.Any{{dispatchKey(policy.Egress),
-		&expr.Lookup{SourceRegister: 1, SetName: epsSet(policy.Egress)},
+		&expr.Lookup{SourceRegister: 1, SetName: setPodIfs},
 		&expr.Verdict{Kind: expr.VerdictJump, Chain: chainIsoPod}}}
 	if hook == chainInput {
 		out = append(out, []expr.Any{&expr.Verdict{Kind: expr.VerdictJump, Chain: chainIsoNode}})

@@ -275,7 +275,7 @@ func allowedRules(hook string) [][]expr.Any {
 			continue // from the node: only the receiver is a pod
 		}
 		out = append(out, append(slices.Clone(newFlow), dispatchKey(dir),
-			&expr.Lookup{SourceRegister: 1, SetName: epsSet(dir)},
+			&expr.Lookup{SourceRegister: 1, SetName: setPodIfs},
 			&expr.Objref{Type: unix.NFT_OBJECT_LIMIT, Name: limitAllowedLog},
 			logTo(logPrefix{dir: dir, reason: reasonAllowed})))
 	}

@@ -17,15 +17,19 @@ import (
 // unused (it enforces no node isolation and says so). Version 4 added the
 // allowed-flow chain of the output hook (flows the node opens to its
 // pods) and anonymous port sets in pair chains: an older daemon leaves
-// the first as it is and rewrites pair chains whole. A change an older
-// daemon would misread raises MinReader with Current.
-var TableFormat = schema.Format{What: "nftables table", Current: 4, MinReader: 1}
+// the first as it is and rewrites pair chains whole. Version 5 added the
+// pod-ifs set, which node isolation's jumps and the allowed-flow rules
+// look interfaces up in (kernels such as 6.1 refuse a membership lookup in
+// a map): an older daemon rewrites those rules with its own lookups and
+// leaves the set unused. A change an older daemon would misread raises
+// MinReader with Current.
+var TableFormat = schema.Format{What: "nftables table", Current: 5, MinReader: 1}
 
 // tableWhere names the table in schema errors.
 const tableWhere = "inet " + TableName
 
 // The stamp is a named counter no rule uses, its name holding both
-// numbers ("schema-v4-min1"): google/nftables has no table userdata, and
+// numbers ("schema-v5-min1"): google/nftables has no table userdata, and
 // a name cannot be changed behind the datapath's back by counting. Its
 // form never changes: every version must be able to read it.
 const stampFormat = "schema-v%d-min%d"

@@ -24,6 +24,11 @@ const (
 	setHost6 = "host6"
 	setSrc4  = "src4" // ifname . address a pod interface may send from
 	setSrc6  = "src6"
+	// setPodIfs holds the pod interfaces, the keys of the endpoint
+	// verdict maps, for rules that only ask whether an interface is a
+	// pod's: kernels such as 6.1 refuse a lookup in a map without a
+	// destination register (the verdict).
+	setPodIfs = "pod-ifs"
 )
 
 // Named counters of the drops of all endpoints, "<direction>-<reason>",
@@ -206,6 +211,7 @@ func newLayout() *layout {
 	add(&nftables.Set{Name: setHost6, KeyType: nftables.TypeIP6Addr})
 	add(&nftables.Set{Name: setSrc4, Concatenation: true, KeyType: typeSrc4})
 	add(&nftables.Set{Name: setSrc6, Concatenation: true, KeyType: typeSrc6})
+	add(&nftables.Set{Name: setPodIfs, KeyType: nftables.TypeIFName, KeyByteOrder: binaryutil.NativeEndian})
 	l.addNodeIsoLayout()
 	for _, dir := range []policy.Direction{policy.Ingress, policy.Egress} {
 		add(&nftables.Set{Name: epsSet(dir), IsMap: true, KeyType: nftables.TypeIFName, DataType: nftables.TypeVerdict,
