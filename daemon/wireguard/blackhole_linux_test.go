@@ -7,7 +7,6 @@ import (
 	"net"
 	"net/netip"
 	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -16,16 +15,12 @@ import (
 	"time"
 
 	"github.com/containernetworking/plugins/pkg/ns"
-	"github.com/containernetworking/plugins/pkg/testutils"
 	"github.com/vishvananda/netlink"
-	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
 	"golang.zx2c4.com/wireguard/wgctrl/wgtypes"
 
 	"github.com/coordino/coordino/daemon/peers"
 	"github.com/coordino/coordino/daemon/routing"
-	"github.com/coordino/coordino/test/harness"
-	"github.com/coordino/coordino/test/privileged"
 )
 
 // leakMarker is the payload sent to other nodes' pods: seeing it on the
@@ -40,24 +35,8 @@ var leakMarker = []byte("coordino-cleartext-probe-5be1")
 // encryption off removes the blackholes. The control (an address in no
 // block) shows the uplink capture sees what the default route carries.
 func TestOtherNodesBlocksFailClosed(t *testing.T) {
-	privileged.Require(t)
-	bin := filepath.Join(harness.BinDir(), "coordino-wireguard")
-	if _, err := os.Stat(bin); err != nil {
-		privileged.Needs(t, "%s missing: run make build", bin)
-	}
-	netns, err := testutils.NewNS()
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	cfg := Config{Self: "a", Device: "cwb" + harness.RandomSuffix(8), MTU: 1420, StateDir: dir,
-		RunDir: filepath.Join(dir, "run"), UserspaceBinary: bin, Kind: KindUserspace}
-	log := zap.NewNop()
-	t.Cleanup(func() {
-		_ = netns.Do(func(ns.NetNS) error { return removeDevice(cfg.RunDir, cfg.Device, log) })
-		_ = netns.Close()
-		_ = testutils.UnmountNS(netns)
-	})
+	netns, cfg, log := deviceFixture(t, "cwb")
+	cfg.Kind = KindUserspace
 	peerKey, err := wgtypes.GeneratePrivateKey()
 	if err != nil {
 		t.Fatal(err)

@@ -25,13 +25,12 @@ import (
 	"github.com/coordino/coordino/test/privileged"
 )
 
-// TestDeviceKind: the device kind chooses the device whatever the kernel
-// offers. userspace is a TUN served by coordino-wireguard; kernel is the
-// kernel's wireguard link, which replaces a userspace device found at start
-// and is adopted, not re-created, by the next start; where the kernel has
-// no WireGuard, kernel is a start-up error naming the feature that leaves
-// the running device alone.
-func TestDeviceKind(t *testing.T) {
+// deviceFixture is what the device tests share: a network namespace of
+// the test's own and the config of a device of a unique name (prefix and
+// a random suffix) there, run by the coordino-wireguard of make build;
+// whatever device of that name is left is removed at the end.
+func deviceFixture(t *testing.T, prefix string) (ns.NetNS, Config, *zap.Logger) {
+	t.Helper()
 	privileged.Require(t)
 	bin := filepath.Join(harness.BinDir(), "coordino-wireguard")
 	if _, err := os.Stat(bin); err != nil {
@@ -42,15 +41,27 @@ func TestDeviceKind(t *testing.T) {
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
-	hasModule := kernel.Probe().Has(kernel.WireGuard)
-	cfg := Config{Self: "a", Device: "cwk" + harness.RandomSuffix(8), MTU: 1420, StateDir: dir,
-		RunDir: filepath.Join(dir, "run"), UserspaceBinary: bin, KernelWireGuard: hasModule}
+	cfg := Config{Self: "a", Device: prefix + harness.RandomSuffix(8), MTU: 1420, StateDir: dir,
+		RunDir: filepath.Join(dir, "run"), UserspaceBinary: bin}
 	log := zap.NewNop()
 	t.Cleanup(func() {
 		_ = netns.Do(func(ns.NetNS) error { return removeDevice(cfg.RunDir, cfg.Device, log) })
 		_ = netns.Close()
 		_ = testutils.UnmountNS(netns)
 	})
+	return netns, cfg, log
+}
+
+// TestDeviceKind: the device kind chooses the device whatever the kernel
+// offers. userspace is a TUN served by coordino-wireguard; kernel is the
+// kernel's wireguard link, which replaces a userspace device found at start
+// and is adopted, not re-created, by the next start; where the kernel has
+// no WireGuard, kernel is a start-up error naming the feature that leaves
+// the running device alone.
+func TestDeviceKind(t *testing.T) {
+	netns, cfg, log := deviceFixture(t, "cwk")
+	hasModule := kernel.Probe().Has(kernel.WireGuard)
+	cfg.KernelWireGuard = hasModule
 	// start starts a device of kind and returns its link's type and index.
 	start := func(kind string) (typ string, index int, err error) {
 		cfg.Kind = kind
@@ -115,27 +126,15 @@ func TestDeviceKind(t *testing.T) {
 // name over when the first ends, and the running daemon gives it the last
 // peer set again; a start with no device fails naming the option.
 func TestExternalDevice(t *testing.T) {
-	privileged.Require(t)
-	bin := filepath.Join(harness.BinDir(), "coordino-wireguard")
-	if _, err := os.Stat(bin); err != nil {
-		privileged.Needs(t, "%s missing: run make build", bin)
-	}
-	netns, err := testutils.NewNS()
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	cfg := Config{Self: "a", Device: "cwx" + harness.RandomSuffix(8), MTU: 1420, StateDir: dir,
-		RunDir: filepath.Join(dir, "run"), Kind: KindExternal}
-	log := zap.NewNop()
+	netns, cfg, log := deviceFixture(t, "cwx")
+	bin := cfg.UserspaceBinary
+	cfg.UserspaceBinary, cfg.Kind = "", KindExternal
 	exited := map[*exec.Cmd]chan struct{}{}
 	t.Cleanup(func() {
 		for p, done := range exited {
 			_ = p.Process.Kill()
 			<-done
 		}
-		_ = netns.Close()
-		_ = testutils.UnmountNS(netns)
 	})
 	client, err := wgctrl.New()
 	if err != nil {

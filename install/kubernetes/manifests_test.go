@@ -505,23 +505,30 @@ func checkMounts(t *testing.T, spec corev1.PodSpec) {
 	}
 }
 
-// TestNodeLocalMetricsComponent: the component moves the metrics listener to
-// loopback and points every probe there, on top of either mode's overlay.
-func TestNodeLocalMetricsComponent(t *testing.T) {
+// renderWithComponent renders a user's kustomization of overlay with
+// component and the extra lines given.
+func renderWithComponent(t *testing.T, overlay, component, extra string) []runtime.Object {
+	t.Helper()
 	abs, err := filepath.Abs(".")
 	if err != nil {
 		t.Fatal(err)
 	}
+	dir := t.TempDir()
+	// kustomize takes only relative paths to other kustomizations.
+	res, _ := filepath.Rel(dir, filepath.Join(abs, "overlays", overlay))
+	comp, _ := filepath.Rel(dir, filepath.Join(abs, "components", component))
+	k := fmt.Sprintf("resources: [%s]\ncomponents: [%s]\n%s", res, comp, extra)
+	if err := os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(k), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return render(t, dir)
+}
+
+// TestNodeLocalMetricsComponent: the component moves the metrics listener to
+// loopback and points every probe there, on top of either mode's overlay.
+func TestNodeLocalMetricsComponent(t *testing.T) {
 	for _, overlay := range []string{"primary", "chained"} {
-		dir := t.TempDir()
-		// kustomize takes only relative paths to other kustomizations.
-		res, _ := filepath.Rel(dir, filepath.Join(abs, "overlays", overlay))
-		comp, _ := filepath.Rel(dir, filepath.Join(abs, "components", "node-local-metrics"))
-		k := fmt.Sprintf("resources: [%s]\ncomponents: [%s]\n", res, comp)
-		if err := os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(k), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		ds := only[*appsv1.DaemonSet](render(t, dir))[0]
+		ds := only[*appsv1.DaemonSet](renderWithComponent(t, overlay, "node-local-metrics", ""))[0]
 		d := container(t, ds.Spec.Template.Spec.Containers, "daemon")
 		if !slices.Contains(d.Args, "--metrics-addr=127.0.0.1:9190") || slices.Contains(d.Args, "--metrics-addr=0.0.0.0:9190") {
 			t.Fatalf("%s: daemon args %v", overlay, d.Args)
@@ -539,20 +546,10 @@ func TestNodeLocalMetricsComponent(t *testing.T) {
 // (OnDelete), runs with NET_ADMIN alone, and shares the control sockets'
 // host directory with the daemon that adopts its device.
 func TestWireGuardUserspaceComponent(t *testing.T) {
-	abs, err := filepath.Abs(".")
-	if err != nil {
-		t.Fatal(err)
-	}
 	for _, overlay := range []string{"primary", "chained"} {
-		dir := t.TempDir()
-		res, _ := filepath.Rel(dir, filepath.Join(abs, "overlays", overlay))
-		comp, _ := filepath.Rel(dir, filepath.Join(abs, "components", "wireguard-userspace"))
-		k := fmt.Sprintf("resources: [%s]\ncomponents: [%s]\nimages: [{name: coordino/coordino, newName: registry.example/coordino, newTag: v9}]\n", res, comp)
-		if err := os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(k), 0o600); err != nil {
-			t.Fatal(err)
-		}
 		var node, wg *appsv1.DaemonSet
-		for _, ds := range only[*appsv1.DaemonSet](render(t, dir)) {
+		objs := renderWithComponent(t, overlay, "wireguard-userspace", "images: [{name: coordino/coordino, newName: registry.example/coordino, newTag: v9}]\n")
+		for _, ds := range only[*appsv1.DaemonSet](objs) {
 			switch ds.Name {
 			case "coordino":
 				node = ds
