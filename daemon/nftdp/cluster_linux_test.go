@@ -83,6 +83,19 @@ func (c *cluster) open() {
 	c.t.Cleanup(func() { dp.Close() })
 }
 
+// sweep deletes the doomed objects now.
+func (c *cluster) sweep() {
+	c.t.Helper()
+	c.dp.mu.Lock()
+	defer c.dp.mu.Unlock()
+	if err := c.dp.sweep(); err != nil {
+		c.t.Fatalf("sweep: %v", err)
+	}
+	if len(c.dp.doomed) > 0 {
+		c.t.Fatalf("%d objects still doomed after a sweep", len(c.dp.doomed))
+	}
+}
+
 func (c *cluster) addPod(name, ns string, labels map[string]string) {
 	c.t.Helper()
 	p := testnet.NewPod(c.t, name, podIPs[name], c.extraIPs(name)...)

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/google/nftables"
 	"github.com/google/nftables/expr"
@@ -102,6 +103,14 @@ type Datapath struct {
 	committing bool
 	exclusive  bool
 	settled    *sync.Cond
+	// Deferred deletion (sweep_linux.go): the chains and sets no longer
+	// referenced, left for the sweep, which its timer runs; sweepFailing
+	// says the last sweep was refused (logged once); closed stops it.
+	doomed       map[object]struct{}
+	sweepTimer   *time.Timer
+	sweepArmed   bool
+	sweepFailing bool
+	closed       bool
 }
 
 // installed mirrors what the table holds, so a flush writes differences.
@@ -192,7 +201,7 @@ func Open(cfg Config) (_ *Datapath, err error) {
 		remote: map[netip.Addr]identity.ID{}, unconfirmed: map[netip.Addr]struct{}{},
 		nodeIPs: unmapAll(cfg.NodeIPs), groups: map[group]map[policy.Key]struct{}{},
 		byRemote: map[identity.ID]map[group]struct{}{}, adoptedRemote: map[netip.Addr]identity.ID{},
-		tiers: newTierIndex(),
+		tiers: newTierIndex(), doomed: map[object]struct{}{},
 	}
 	if d.conn, err = d.newConn(); err != nil {
 		return nil, err
@@ -306,9 +315,15 @@ func (d *Datapath) adoptTable() (found bool, err error) {
 	if err != nil {
 		return true, fmt.Errorf("nftables datapath: list chains of inet %s: %w", TableName, err)
 	}
+	// Endpoint chains, by interface: those no eps element reaches were
+	// doomed by a run killed before its sweep.
+	epChains := map[string][]string{}
 	for _, ch := range chains {
 		if ch.Table.Name != TableName {
 			continue
+		}
+		if ifname, ok := parseEndpointChain(ch.Name); ok {
+			epChains[ifname] = append(epChains[ifname], ch.Name)
 		}
 		if g, ok := parsePairChain(ch.Name); ok {
 			d.inst.pairs[g] = pairState{}
@@ -347,6 +362,13 @@ func (d *Datapath) adoptTable() (found bool, err error) {
 				d.adoptPod(localDir{local, dir}, e)
 			default:
 				d.inst.adopt(s.Name, e)
+			}
+		}
+	}
+	for ifname, names := range epChains {
+		if _, ok := d.inst.eps[ifname]; !ok {
+			for _, name := range names {
+				d.doomed[object{name: name}] = struct{}{}
 			}
 		}
 	}
@@ -459,9 +481,17 @@ func (d *Datapath) adoptRecords() error {
 	return nil
 }
 
-// Close releases the netlink connection. The table stays and keeps
-// enforcing policy until the next Open adopts it.
-func (d *Datapath) Close() error { return nil }
+// Close stops the sweep. The table stays and keeps enforcing policy until
+// the next Open adopts it, and dooms again what was left unreferenced.
+func (d *Datapath) Close() error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.closed = true
+	if d.sweepTimer != nil {
+		d.sweepTimer.Stop()
+	}
+	return nil
+}
 
 // Remove deletes the datapath's table in the caller's network namespace
 // (uninstall); an absent table is fine.
@@ -715,6 +745,12 @@ func (d *Datapath) Collectors() []prometheus.Collector {
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "coordino_nftables_transaction_failures_total",
 			Help: "nftables transactions the kernel refused; the previous policy stayed in force and the change is retried with the next one."},
 			read(func(s stats) uint64 { return s.failures })),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "coordino_nftables_sweeps_total",
+			Help: "nftables transactions that deleted chains and sets no longer referenced (one for all those left since the last)."},
+			read(func(s stats) uint64 { return s.sweeps })),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "coordino_nftables_sweep_failures_total",
+			Help: "Sweeps the kernel refused; the objects stay unreferenced, policy in force is unchanged, and the sweep is retried."},
+			read(func(s stats) uint64 { return s.sweepFailures })),
 	}
 }
 
