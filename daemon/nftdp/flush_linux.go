@@ -30,12 +30,12 @@ type stats struct {
 
 // txn is one transaction in the making, in phases: element removals, new
 // sets and chains (or doomed ones taken back), chain contents and element
-// additions; and on success what the mirror learns, the objects no longer
-// referenced doomed among it (sweep_linux.go).
+// additions, the emptying of objects no longer referenced; and on success
+// what the mirror learns, those objects doomed among it (sweep_linux.go).
 type txn struct {
-	pre, create, mid []func(c *nftables.Conn) error
-	commit           []func()
-	ops              int
+	pre, create, mid, last []func(c *nftables.Conn) error
+	commit                 []func()
+	ops                    int
 	// chainAdds counts the chains the transaction creates.
 	chainAdds int
 	// creating are the identities whose maps this transaction makes.
@@ -159,7 +159,7 @@ func (d *Datapath) build(t *txn) (*nftables.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	for _, phase := range [][]func(*nftables.Conn) error{t.pre, t.create, t.mid} {
+	for _, phase := range [][]func(*nftables.Conn) error{t.pre, t.create, t.mid, t.last} {
 		for _, op := range phase {
 			if err := op(c); err != nil {
 				return nil, fmt.Errorf("nftables datapath: build transaction: %w", err)

@@ -22,10 +22,16 @@ import (
 // when sweepMax are doomed, and never while an attach waits: N detaches
 // cost one grace period, off the ADD and DEL path.
 //
-// A change that wants a doomed object back (a pod re-attached on the same
-// interface, an identity that returns) takes it off the doomed set and
-// empties it instead of creating it: its name is fixed by the interface or
-// identity, and adding a chain that exists costs as much as deleting one.
+// The transaction that dooms an object empties it (its rules, its
+// elements): a chain's rules may name other doomed objects, and a change
+// that wants a doomed object back (a pod re-attached on the same
+// interface, an identity that returns) takes it off the doomed set as it
+// is instead of creating it. Its name is fixed by the interface or
+// identity, and adding a chain that exists costs as much as deleting one,
+// while emptying an empty chain or set costs nothing: the kernel waits for
+// a grace period at the commit of any transaction that deletes something,
+// a rule or an element as well as a chain or a set, so emptying belongs
+// with the references taken away, in the transaction that pays for it.
 //
 // A daemon killed with objects doomed leaves them in the table. Open
 // dooms endpoint chains that no eps element reaches; the rest (pair,
@@ -51,11 +57,15 @@ var (
 // doomChain leaves ch to the sweep once t commits; t must take away
 // every reference to it.
 func (d *Datapath) doomChain(t *txn, ch *nftables.Chain) {
+	t.ops++
+	t.last = append(t.last, func(c *nftables.Conn) error { c.FlushChain(ch); return nil })
 	t.commit = append(t.commit, func() { d.doomed[object{name: ch.Name}] = struct{}{} })
 }
 
 // doomSet is doomChain of a set.
 func (d *Datapath) doomSet(t *txn, s *nftables.Set) {
+	t.ops++
+	t.last = append(t.last, func(c *nftables.Conn) error { c.FlushSet(s); return nil })
 	t.commit = append(t.commit, func() { d.doomed[object{set: true, name: s.Name}] = struct{}{} })
 }
 
@@ -70,7 +80,7 @@ func (d *Datapath) reclaim(t *txn, o object) bool {
 }
 
 // createChain queues ch's creation in t, or takes it back from the
-// sweep emptied (a doomed chain keeps the rules it had).
+// sweep, emptied again in case a killed run doomed it full.
 func (d *Datapath) createChain(t *txn, ch *nftables.Chain) {
 	if d.reclaim(t, object{name: ch.Name}) {
 		t.create = append(t.create, func(c *nftables.Conn) error { c.FlushChain(ch); return nil })
@@ -80,8 +90,7 @@ func (d *Datapath) createChain(t *txn, ch *nftables.Chain) {
 	t.create = append(t.create, func(c *nftables.Conn) error { c.AddChain(ch); return nil })
 }
 
-// createSet is createChain of a set: a doomed map may keep elements that
-// jump to chains.
+// createSet is createChain of a set.
 func (d *Datapath) createSet(t *txn, s *nftables.Set) {
 	if d.reclaim(t, object{set: true, name: s.Name}) {
 		t.create = append(t.create, func(c *nftables.Conn) error { c.FlushSet(s); return nil })

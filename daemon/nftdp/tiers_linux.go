@@ -429,9 +429,8 @@ func (d *Datapath) writeUnit(t *txn, u tierUnit, want, have *unitState) {
 		if have == nil {
 			return
 		}
-		// Doomed: this transaction rewrites the endpoint chains that
-		// jumped here; the maps keep their gotos to the class chains
-		// until the sweep deletes them all.
+		// Doomed, emptied last: this transaction rewrites the endpoint
+		// chains that jumped here.
 		for _, s := range tierSets(tab, u) {
 			d.doomSet(t, s)
 		}
