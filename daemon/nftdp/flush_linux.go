@@ -583,6 +583,21 @@ func (d *Datapath) writeEndpoints(t *txn) {
 			t.commit = append(t.commit, func() { delete(d.inst.eps, ifname) })
 			continue
 		}
+		if r.dying {
+			if had && !have.dead {
+				// A drop before the rules: an insertion deletes nothing.
+				for _, dir := range dirs {
+					ch := &nftables.Chain{Table: d.lay.table, Name: endpointChain(ifname, dir)}
+					t.ops++
+					t.mid = append(t.mid, func(c *nftables.Conn) error {
+						c.InsertRule(&nftables.Rule{Table: ch.Table, Chain: ch, Exprs: []expr.Any{verdict(expr.VerdictDrop)}})
+						return nil
+					})
+				}
+				t.commit = append(t.commit, func() { d.inst.eps[ifname] = epState{id: have.id, iso: have.iso, dead: true} })
+			}
+			continue
+		}
 		want := epState{id: r.Identity, iso: d.engine.Isolation(r.Identity)}
 		if had && have == want {
 			continue

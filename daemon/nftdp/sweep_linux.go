@@ -1,6 +1,7 @@
 package nftdp
 
 import (
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -102,7 +103,7 @@ func (d *Datapath) createSet(t *txn, s *nftables.Set) {
 // scheduleSweep (re)arms the sweep after a change; callers hold mu.
 // Each change pushes a pending sweep back, unless sweepMax objects wait.
 func (d *Datapath) scheduleSweep() {
-	if len(d.doomed) == 0 {
+	if len(d.doomed) == 0 && len(d.dying) == 0 {
 		return
 	}
 	switch {
@@ -110,7 +111,7 @@ func (d *Datapath) scheduleSweep() {
 		d.sweepTimer = time.AfterFunc(sweepDelay, d.sweepLater)
 	case !d.sweepArmed:
 		d.sweepTimer.Reset(sweepDelay)
-	case len(d.doomed) < sweepMax:
+	case len(d.doomed)+len(d.dying) < sweepMax:
 		d.sweepTimer.Reset(sweepDelay)
 	default:
 		return // armed, due soon enough
@@ -123,7 +124,7 @@ func (d *Datapath) sweepLater() {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.sweepArmed = false
-	if d.closed || len(d.doomed) == 0 {
+	if d.closed || len(d.doomed)+len(d.dying) == 0 {
 		return
 	}
 	if len(d.waiting) > 0 || d.committing || d.exclusive {
@@ -131,9 +132,35 @@ func (d *Datapath) sweepLater() {
 		d.sweepArmed = true
 		return
 	}
-	if err := d.sweep(); err != nil {
+	if err := d.sweepAll(); err != nil {
 		d.sweepTimer.Reset(sweepDelay)
 		d.sweepArmed = true
+	}
+}
+
+// sweepAll finishes the detaches of the dying endpoints, in one
+// transaction that removes their entries and dooms their chains and what
+// their identities alone used, then sweeps. Callers hold mu.
+func (d *Datapath) sweepAll() error {
+	var err error
+	if len(d.dying) > 0 {
+		for _, r := range d.dying {
+			d.finishDetach(r)
+		}
+		if err = d.flush(); err != nil {
+			d.sweepFailed(err) // its changes stay pending
+		}
+	}
+	return errors.Join(err, d.sweep())
+}
+
+// sweepFailed counts a refused transaction of the sweep and logs the
+// first of a run.
+func (d *Datapath) sweepFailed(err error) {
+	d.stats.sweepFailures++
+	if !d.sweepFailing {
+		d.sweepFailing = true
+		d.log.Warn("the sweep's transaction was refused; what it removes stays unreferenced and it is retried", zap.Error(err))
 	}
 }
 
@@ -179,12 +206,7 @@ func (d *Datapath) sweep() error {
 	d.committing = false
 	d.settled.Broadcast()
 	if err != nil {
-		d.stats.sweepFailures++
-		if !d.sweepFailing {
-			d.sweepFailing = true
-			d.log.Warn("deleting unreferenced chains and sets failed; they stay unreferenced and the sweep is retried",
-				zap.Int("objects", len(batch)), zap.Error(err))
-		}
+		d.sweepFailed(err)
 		d.pruneDoomed()
 		return fmt.Errorf("nftables datapath: sweep of %d unreferenced objects refused: %w", len(batch), err)
 	}

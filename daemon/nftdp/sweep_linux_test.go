@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/google/nftables"
+	"github.com/google/nftables/expr"
 
 	"github.com/coordino/coordino/daemon/policy"
 )
@@ -37,10 +38,18 @@ func (c *cluster) tableObjects() map[object]struct{} {
 	return have
 }
 
-// TestDetachLeavesDeletionToTheSweep: a detach's transaction deletes no
-// chain or set (the kernel would hold it for an RCU grace period): it
-// takes away the elements that reach the endpoint's chains, and the sweep
-// deletes the chains and sets of several detaches in one transaction once
+func isDrop(r *nftables.Rule) bool {
+	if len(r.Exprs) != 1 {
+		return false
+	}
+	v, ok := r.Exprs[0].(*expr.Verdict)
+	return ok && v.Kind == expr.VerdictDrop
+}
+
+// TestDetachLeavesDeletionToTheSweep: a detach's transaction deletes
+// nothing (the kernel would hold it for an RCU grace period): it puts a
+// drop before its endpoint's rules, and the sweep removes the entries and
+// deletes the chains and sets of several detaches in two transactions once
 // the table is quiet.
 func TestDetachLeavesDeletionToTheSweep(t *testing.T) {
 	holdSweeps(t, time.Second)
@@ -59,30 +68,33 @@ func TestDetachLeavesDeletionToTheSweep(t *testing.T) {
 		for _, o := range c.endpointObjects(name) {
 			if _, ok := have[o]; !ok {
 				t.Errorf("the detach of %s deleted chain %s in its own transaction", name, o.name)
+				continue
 			}
 			gone = append(gone, o)
+			rules, err := c.dp.conn.GetRules(c.dp.lay.table, &nftables.Chain{Table: c.dp.lay.table, Name: o.name})
+			if err != nil || len(rules) == 0 || !isDrop(rules[0]) {
+				t.Errorf("chain %s of detached %s does not start with a drop (%v)", o.name, name, err)
+			}
 		}
 	}
+	c.expect(false, "ext>a tcp/80", "a>ext tcp/80") // a's veth is still there
 	for _, name := range []string{"a", "b", "c"} {
 		for _, s := range localSets(c.dp.lay.table, ids[c.eps[name].Key], policy.Ingress) {
 			gone = append(gone, object{set: true, name: s.Name})
 		}
 	}
-	for _, dir := range []policy.Direction{policy.Ingress, policy.Egress} {
-		// Unreachable from the moment the detaches returned.
-		elems, err := c.dp.conn.GetSetElements(&nftables.Set{Table: c.dp.lay.table, Name: epsSet(dir), IsMap: true})
-		if err != nil || len(elems) > 0 {
-			t.Errorf("eps-%s holds %d elements (%v) with every endpoint detached", dirName(dir), len(elems), err)
-		}
+	if keys, _ := c.dp.Endpoints(); len(keys) > 0 {
+		t.Errorf("endpoints %v after detaching all", keys)
 	}
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		c.dp.mu.Lock()
-		n, swept := c.dp.stats.sweeps-sweeps, len(c.dp.doomed) == 0
+		// (The sweep releases mu while the kernel commits.)
+		n, swept := c.dp.stats.sweeps-sweeps, len(c.dp.doomed)+len(c.dp.dying) == 0 && !c.dp.committing
 		c.dp.mu.Unlock()
-		if swept {
+		if swept && n > 0 {
 			if n != 1 {
-				t.Errorf("%d sweeps, want the three detaches' objects deleted in one", n)
+				t.Errorf("%d sweeps (%d refused: %+v), want the three detaches' objects deleted in one", n, c.dp.stats.sweepFailures, c.dp.stats)
 			}
 			break
 		}
@@ -95,6 +107,12 @@ func TestDetachLeavesDeletionToTheSweep(t *testing.T) {
 	for _, o := range gone {
 		if _, ok := have[o]; ok {
 			t.Errorf("%+v left after the sweep", o)
+		}
+	}
+	for _, dir := range []policy.Direction{policy.Ingress, policy.Egress} {
+		elems, err := c.dp.conn.GetSetElements(&nftables.Set{Table: c.dp.lay.table, Name: epsSet(dir), IsMap: true})
+		if err != nil || len(elems) > 0 {
+			t.Errorf("eps-%s holds %d elements (%v) after the sweep", dirName(dir), len(elems), err)
 		}
 	}
 }
@@ -147,14 +165,18 @@ func TestReusedAddressJudgedByNewPod(t *testing.T) {
 }
 
 // TestRestartDoomsOrphans: a daemon killed before its sweep leaves
-// unreferenced chains and sets; the next start dooms the same objects
-// (endpoint chains at Open, the rest at the first snapshot) and sweeps
-// them.
+// unreferenced chains and sets, and dying endpoints' chains; the next start
+// dooms the same objects (endpoint chains no element reaches at Open, the
+// rest at the first snapshot), the dying endpoints' too, and sweeps them.
 func TestRestartDoomsOrphans(t *testing.T) {
 	holdSweeps(t, time.Hour)
 	c := newCluster(t, false)
 	c.policies(serverFromClientsOn80)
 	if err := c.dp.DetachEndpoint(c.eps["b"]); err != nil {
+		t.Fatal(err)
+	}
+	c.finishDetaches()
+	if err := c.dp.DetachEndpoint(c.eps["c"]); err != nil { // killed dying
 		t.Fatal(err)
 	}
 	c.dp.mu.Lock()
@@ -172,13 +194,21 @@ func TestRestartDoomsOrphans(t *testing.T) {
 		}
 	}
 	c.dp.mu.Unlock()
+	if keys, _ := c.dp.Endpoints(); len(keys) != 1 {
+		t.Errorf("adopted %v, want a only", keys)
+	}
 	c.policies(serverFromClientsOn80)
 	c.dp.mu.Lock()
-	if !maps.Equal(c.dp.doomed, left) {
-		t.Errorf("doomed after restart %v, want %v", c.dp.doomed, left)
+	for _, o := range c.endpointObjects("c") {
+		left[o] = struct{}{}
+	}
+	for o := range left {
+		if _, ok := c.dp.doomed[o]; !ok {
+			t.Errorf("%+v not doomed after restart", o)
+		}
 	}
 	c.dp.mu.Unlock()
-	c.expect(true, "a>c tcp/80")
+	c.expect(true, "a>ext tcp/80")
 	c.sweep()
 	have := c.tableObjects()
 	for o := range left {
@@ -197,6 +227,7 @@ func TestRefusedSweepKeepsPolicy(t *testing.T) {
 	if err := c.dp.DetachEndpoint(c.eps["c"]); err != nil {
 		t.Fatal(err)
 	}
+	c.finishDetaches()
 	testFailTransaction = func() bool { return true }
 	t.Cleanup(func() { testFailTransaction = nil })
 	c.dp.mu.Lock()
