@@ -12,32 +12,34 @@ import (
 	"go.uber.org/zap"
 )
 
-// Deferred deletion. The kernel commits a transaction that deletes a chain
-// or a set only after an RCU grace period, 13-15 ms however many it
-// deletes, where element changes and new chains take well under a
-// millisecond. So a change never deletes an object: its transaction takes
-// away every reference (verdict map elements, the rules that jump or look
-// up) and the object is doomed, left in the table unreferenced, where no
-// packet can reach it. A sweep deletes all doomed objects in one
-// transaction once the table has been quiet for sweepDelay, or sooner
-// when sweepMax are doomed, and never while an attach waits: N detaches
-// cost one grace period, off the ADD and DEL path.
+// Deferred deletion. The kernel commits a transaction that deletes
+// anything (a chain, a set, a rule or a set element) only after an RCU
+// grace period, 11-15 ms however much it deletes, where additions take well
+// under a millisecond. So the DEL and ADD path delete nothing:
 //
-// The transaction that dooms an object empties it (its rules, its
-// elements): a chain's rules may name other doomed objects, and a change
-// that wants a doomed object back (a pod re-attached on the same
-// interface, an identity that returns) takes it off the doomed set as it
-// is instead of creating it. Its name is fixed by the interface or
-// identity, and adding a chain that exists costs as much as deleting one,
-// while emptying an empty chain or set costs nothing: the kernel waits for
-// a grace period at the commit of any transaction that deletes something,
-// a rule or an element as well as a chain or a set, so emptying belongs
-// with the references taken away, in the transaction that pays for it.
+//   - A detach inserts a drop before its endpoint's rules: nothing passes
+//     from or to its interface. The endpoint is dying: its entries stay, its
+//     address still its own (no other interface may send from it), until
+//     the sweep finishes its detach, or an attach that reuses its key,
+//     interface or an address finishes it in its own transaction first.
+//   - A change never deletes an object: its transaction takes away every
+//     reference (verdict map elements, the rules that jump or look up),
+//     empties the object and dooms it, left in the table unreferenced where
+//     no packet can reach it. A change that wants a doomed object back (an
+//     identity that returns) takes it off the doomed set as it is instead
+//     of creating it: its name is fixed, and adding a chain that exists
+//     costs as much as deleting one.
 //
-// A daemon killed with objects doomed leaves them in the table. Open
-// dooms endpoint chains that no eps element reaches; the rest (pair,
-// identity and tier objects) it adopts as in use, and the first
-// snapshot's flush, which compares everything, dooms what no policy wants.
+// The sweep finishes all pending detaches in one transaction and deletes
+// all doomed objects in another once the table has been quiet for
+// sweepDelay, or sooner when sweepMax wait, and never while an attach
+// waits: N detaches cost two grace periods, off the ADD and DEL path.
+//
+// A daemon killed before its sweep leaves doomed objects and dying
+// endpoints' chains. Open dooms endpoint chains that no eps element
+// reaches; the rest (pair, identity and tier objects, endpoints without a
+// record) it adopts as in use, and the first snapshot's flush, which
+// compares everything, removes or dooms what no endpoint or policy wants.
 
 // object is a chain or a set of the table, by name.
 type object struct {
@@ -51,7 +53,8 @@ var (
 	// refused sweep.
 	sweepDelay = 300 * time.Millisecond
 	sweepRetry = 50 * time.Millisecond
-	// sweepMax doomed objects are swept without waiting for quiet.
+	// sweepMax doomed objects and dying endpoints are swept without
+	// waiting for quiet.
 	sweepMax = 256
 )
 
