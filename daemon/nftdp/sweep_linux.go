@@ -153,6 +153,11 @@ func (d *Datapath) sweepAll() error {
 		if err = d.flush(); err != nil {
 			d.sweepFailed(err) // its changes stay pending
 		}
+		if len(d.waiting) > 0 {
+			// Attaches booked in during that commit go first; the flush
+			// armed the timer again.
+			return err
+		}
 	}
 	return errors.Join(err, d.sweep())
 }
