@@ -326,6 +326,7 @@ func TestDetachRefusedThenRestart(t *testing.T) {
 		t.Fatalf("adopted %v, want a and c only", keys)
 	}
 	c.policies()
+	c.sweep()
 	chains, err := c.dp.conn.ListChainsOfTableFamily(nftables.TableFamilyINet)
 	if err != nil {
 		t.Fatal(err)

@@ -83,6 +83,34 @@ func (c *cluster) open() {
 	c.t.Cleanup(func() { dp.Close() })
 }
 
+// finishDetaches finishes the dying endpoints' detaches now, as the sweep
+// does before it deletes.
+func (c *cluster) finishDetaches() {
+	c.t.Helper()
+	c.dp.mu.Lock()
+	defer c.dp.mu.Unlock()
+	for _, r := range c.dp.dying {
+		c.dp.finishDetach(r)
+	}
+	if err := c.dp.flush(); err != nil {
+		c.t.Fatal(err)
+	}
+}
+
+// sweep finishes the dying endpoints' detaches and deletes the doomed
+// objects now.
+func (c *cluster) sweep() {
+	c.t.Helper()
+	c.dp.mu.Lock()
+	defer c.dp.mu.Unlock()
+	if err := c.dp.sweepAll(); err != nil {
+		c.t.Fatalf("sweep: %v", err)
+	}
+	if len(c.dp.doomed)+len(c.dp.dying) > 0 {
+		c.t.Fatalf("%d objects doomed, %d endpoints dying after a sweep", len(c.dp.doomed), len(c.dp.dying))
+	}
+}
+
 func (c *cluster) addPod(name, ns string, labels map[string]string) {
 	c.t.Helper()
 	p := testnet.NewPod(c.t, name, podIPs[name], c.extraIPs(name)...)

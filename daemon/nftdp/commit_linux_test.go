@@ -39,7 +39,7 @@ func holdFirstCommit(t *testing.T, c *cluster, want int) {
 
 // fakeEndpoints are n endpoints on interfaces that do not exist (the
 // table does not care), each a label set of its own.
-func fakeEndpoints(t *testing.T, n int) []dpapi.Endpoint {
+func fakeEndpoints(t testing.TB, n int) []dpapi.Endpoint {
 	var out []dpapi.Endpoint
 	for i := range n {
 		out = append(out, dpapi.Endpoint{Key: fmt.Sprintf("net/batch-%d-%s/eth0", i, t.Name()), HostIfName: fmt.Sprintf("cdtb%d", i),
@@ -180,6 +180,20 @@ func TestConcurrentChangesKeepTheMirror(t *testing.T) {
 	if c.dp.stats.transactions != before {
 		t.Error("a repeated snapshot wrote a transaction")
 	}
+	// The doomed objects are in the table, and nothing else is left when
+	// the sweep has deleted them.
+	c.dp.mu.Lock()
+	have, err := c.dp.objects()
+	for o := range c.dp.doomed {
+		if _, ok := have[o]; !ok {
+			t.Errorf("doomed %+v not in the table", o)
+		}
+	}
+	c.dp.mu.Unlock()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.sweep()
 	kernel, err := Open(c.cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -189,7 +203,7 @@ func TestConcurrentChangesKeepTheMirror(t *testing.T) {
 	mirror := c.dp.inst
 	if !maps.EqualFunc(kernel.inst.pods, mirror.pods, maps.Equal) || !maps.Equal(kernel.inst.src, mirror.src) ||
 		!maps.Equal(kernel.inst.cidrs, mirror.cidrs) || !maps.Equal(kernel.inst.locals, mirror.locals) ||
-		len(kernel.inst.eps) != len(mirror.eps) || len(kernel.eps) != len(c.dp.eps) {
+		len(kernel.inst.eps) != len(mirror.eps) || len(kernel.eps) != len(c.dp.eps) || len(kernel.doomed) > 0 {
 		t.Errorf("the table and the mirror differ:\nkernel %+v\nmirror %+v", kernel.inst, mirror)
 	}
 	for g := range kernel.inst.pairs {

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/google/nftables"
 	"github.com/google/nftables/expr"
@@ -102,6 +103,17 @@ type Datapath struct {
 	committing bool
 	exclusive  bool
 	settled    *sync.Cond
+	// Deferred deletion (sweep_linux.go): the chains and sets no longer
+	// referenced, left for the sweep, which its timer runs; sweepFailing
+	// says the last sweep was refused (logged once); closed stops it.
+	doomed map[object]struct{}
+	// dying are the detached endpoints, by key, still in eps (their
+	// addresses still theirs) until the sweep finishes their detach.
+	dying        map[string]*record
+	sweepTimer   *time.Timer
+	sweepArmed   bool
+	sweepFailing bool
+	closed       bool
 }
 
 // installed mirrors what the table holds, so a flush writes differences.
@@ -140,6 +152,8 @@ type srcElem struct {
 type epState struct {
 	id  identity.ID
 	iso policy.Isolation
+	// dead chains start with a drop (a dying endpoint's).
+	dead bool
 }
 
 // dirtySet is what the next flush compares.
@@ -192,7 +206,7 @@ func Open(cfg Config) (_ *Datapath, err error) {
 		remote: map[netip.Addr]identity.ID{}, unconfirmed: map[netip.Addr]struct{}{},
 		nodeIPs: unmapAll(cfg.NodeIPs), groups: map[group]map[policy.Key]struct{}{},
 		byRemote: map[identity.ID]map[group]struct{}{}, adoptedRemote: map[netip.Addr]identity.ID{},
-		tiers: newTierIndex(),
+		tiers: newTierIndex(), doomed: map[object]struct{}{}, dying: map[string]*record{},
 	}
 	if d.conn, err = d.newConn(); err != nil {
 		return nil, err
@@ -317,9 +331,15 @@ func (d *Datapath) adoptTable() (found bool, err error) {
 	if err != nil {
 		return true, fmt.Errorf("nftables datapath: list chains of inet %s: %w", TableName, err)
 	}
+	// Endpoint chains, by interface: those no eps element reaches were
+	// doomed by a run killed before its sweep.
+	epChains := map[string][]string{}
 	for _, ch := range chains {
 		if ch.Table.Name != TableName {
 			continue
+		}
+		if ifname, ok := parseEndpointChain(ch.Name); ok {
+			epChains[ifname] = append(epChains[ifname], ch.Name)
 		}
 		if g, ok := parsePairChain(ch.Name); ok {
 			d.inst.pairs[g] = pairState{}
@@ -358,6 +378,13 @@ func (d *Datapath) adoptTable() (found bool, err error) {
 				d.adoptPod(localDir{local, dir}, e)
 			default:
 				d.inst.adopt(s.Name, e)
+			}
+		}
+	}
+	for ifname, names := range epChains {
+		if _, ok := d.inst.eps[ifname]; !ok {
+			for _, name := range names {
+				d.doomed[object{name: name}] = struct{}{}
 			}
 		}
 	}
@@ -470,9 +497,17 @@ func (d *Datapath) adoptRecords() error {
 	return nil
 }
 
-// Close releases the netlink connection. The table stays and keeps
-// enforcing policy until the next Open adopts it.
-func (d *Datapath) Close() error { return nil }
+// Close stops the sweep. The table stays and keeps enforcing policy until
+// the next Open adopts it, and dooms again what was left unreferenced.
+func (d *Datapath) Close() error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.closed = true
+	if d.sweepTimer != nil {
+		d.sweepTimer.Stop()
+	}
+	return nil
+}
 
 // Remove deletes the datapath's table in the caller's network namespace
 // (uninstall); an absent table is fine.
@@ -565,6 +600,7 @@ func (d *Datapath) attach(ep dpapi.Endpoint, alone bool) error {
 // commit undoes it here too (forget).
 func (d *Datapath) attachLocked(r *record, id identity.Identity, alone bool) error {
 	defer d.enterAttach(alone)()
+	d.finishDetachesOf(r)
 	old := d.eps[r.Key]
 	d.engine.AddLocal(id)
 	d.feedNamedPorts(r)
@@ -617,7 +653,7 @@ func (d *Datapath) forget(r, old *record) {
 	d.ids.Release(r.Identity)
 	delete(d.eps, r.Key)
 	_ = d.store.delete(r.Key)
-	if old != nil {
+	if old != nil && !old.dying { // a dying one's detach was finished
 		id := identity.Identity{ID: old.Identity, Namespace: old.Namespace, Labels: old.Labels}
 		if err := d.ids.Restore(id); err == nil {
 			d.engine.AddLocal(id)
@@ -629,7 +665,10 @@ func (d *Datapath) forget(r, old *record) {
 	// What the engine recorded is dropped with the next flush's diff.
 }
 
-// DetachEndpoint removes ep's chains and entries; unknown keys are fine.
+// DetachEndpoint makes ep's chains drop everything, in a transaction that
+// only adds (one that deletes waits for a grace period); the sweep removes
+// its chains and entries later, and an attach that reuses its interface or
+// an address first (sweep_linux.go). Unknown keys are fine.
 func (d *Datapath) DetachEndpoint(ep dpapi.Endpoint) error {
 	if ep.Key == "" {
 		return errors.New("nftables datapath: detach: endpoint key is empty")
@@ -637,14 +676,12 @@ func (d *Datapath) DetachEndpoint(ep dpapi.Endpoint) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	r := d.eps[ep.Key]
-	if r == nil {
+	if r == nil || r.dying {
 		return nil
 	}
-	delete(d.eps, r.Key)
-	d.engine.RemoveNamedPorts(localPortsKey(r))
-	d.engine.RemoveLocal(r.Identity)
-	d.ids.Release(r.Identity)
-	d.markEndpoint(r)
+	r.dying = true
+	d.dying[r.Key] = r
+	d.dirty.ifnames[r.HostIfName] = struct{}{}
 	d.localChanged()
 	// The record goes whatever the flush does: chains left by a refused
 	// transaction are pending, and a restart removes what no record names.
@@ -653,6 +690,35 @@ func (d *Datapath) DetachEndpoint(ep dpapi.Endpoint) error {
 		return fmt.Errorf("endpoint %q: %w", r.Key, errors.Join(err, serr))
 	}
 	return serr
+}
+
+// finishDetach forgets dying endpoint r: the next flush removes its
+// chains and entries as its identity's policy goes. Callers hold mu.
+func (d *Datapath) finishDetach(r *record) {
+	delete(d.dying, r.Key)
+	if d.eps[r.Key] == r {
+		delete(d.eps, r.Key)
+	}
+	d.engine.RemoveNamedPorts(localPortsKey(r))
+	d.engine.RemoveLocal(r.Identity)
+	d.ids.Release(r.Identity)
+	d.markEndpoint(r)
+}
+
+// finishDetachesOf finishes, in the transaction of attach r, the detaches
+// of the dying endpoints r takes the key, interface or an address of: the
+// new pod must be judged by its own chains and identity from its first
+// packet. Callers hold mu.
+func (d *Datapath) finishDetachesOf(r *record) {
+	for _, o := range d.dying {
+		if o.Key == r.Key {
+			delete(d.dying, o.Key) // attachLocked replaces it
+			continue
+		}
+		if o.HostIfName == r.HostIfName || slices.ContainsFunc(o.IPs, func(a netip.Addr) bool { return slices.Contains(r.IPs, a) }) {
+			d.finishDetach(o)
+		}
+	}
 }
 
 func (d *Datapath) localChanged() {
@@ -677,7 +743,9 @@ func (d *Datapath) LocalIdentities() map[string]identity.ID {
 	defer d.mu.Unlock()
 	out := make(map[string]identity.ID, len(d.eps))
 	for k, r := range d.eps {
-		out[k] = r.Identity
+		if !r.dying {
+			out[k] = r.Identity
+		}
 	}
 	return out
 }
@@ -726,6 +794,12 @@ func (d *Datapath) Collectors() []prometheus.Collector {
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "coordino_nftables_transaction_failures_total",
 			Help: "nftables transactions the kernel refused; the previous policy stayed in force and the change is retried with the next one."},
 			read(func(s stats) uint64 { return s.failures })),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "coordino_nftables_sweeps_total",
+			Help: "nftables transactions that deleted chains and sets no longer referenced (one for all those left since the last)."},
+			read(func(s stats) uint64 { return s.sweeps })),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "coordino_nftables_sweep_failures_total",
+			Help: "Sweeps the kernel refused; the objects stay unreferenced, policy in force is unchanged, and the sweep is retried."},
+			read(func(s stats) uint64 { return s.sweepFailures })),
 	}
 }
 
@@ -734,7 +808,14 @@ func (d *Datapath) Collectors() []prometheus.Collector {
 func (d *Datapath) Endpoints() ([]string, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	return slices.Sorted(maps.Keys(d.eps)), nil
+	var keys []string
+	for k, r := range d.eps {
+		if !r.dying {
+			keys = append(keys, k)
+		}
+	}
+	slices.Sort(keys)
+	return keys, nil
 }
 
 // AttachCapacity never fails: sets grow as needed.
@@ -833,7 +914,7 @@ func (d *Datapath) SetPodNamedPorts(pod string, ports []policy.NamedPort) error 
 		d.podPorts[pod] = slices.Clone(ports)
 	}
 	for _, r := range d.eps {
-		if r.Pod != pod || slices.Equal(r.NamedPorts, ports) {
+		if r.dying || r.Pod != pod || slices.Equal(r.NamedPorts, ports) {
 			continue
 		}
 		r.NamedPorts = slices.Clone(ports)

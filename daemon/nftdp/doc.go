@@ -22,7 +22,9 @@
 // A policy delta is one nftables transaction of element adds and removes
 // (and the rewrite of the few endpoint chains whose identity or isolation
 // changed): the kernel applies all of it or none, so a failed update leaves
-// the previous policy in force. Attaches that arrive while a transaction
+// the previous policy in force. A detach only makes its endpoint's chains
+// drop; its entries, and chains and sets no longer referenced, are deleted
+// later, many in one transaction (sweep_linux.go). Attaches that arrive while a transaction
 // is in the kernel share the next one (group commit, commit_linux.go). A
 // restarted daemon adopts the table it finds and replaces its content by
 // difference at the first snapshot.

@@ -25,6 +25,9 @@ func (d *Datapath) EndpointStates() []datapath.EndpointState {
 	out := make([]datapath.EndpointState, 0, len(d.eps))
 	for _, k := range slices.Sorted(maps.Keys(d.eps)) {
 		r := d.eps[k]
+		if r.dying {
+			continue
+		}
 		out = append(out, datapath.EndpointState{Endpoint: dpapi.Endpoint{Key: r.Key, HostIfName: r.HostIfName, HostIfIndex: r.HostIfIndex,
 			IPs: slices.Clone(r.IPs), Namespace: r.Namespace, Labels: maps.Clone(r.Labels), Pod: r.Pod},
 			Identity: r.Identity, Mode: "nftables", Isolation: d.inst.eps[r.HostIfName].iso})

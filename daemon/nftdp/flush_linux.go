@@ -22,17 +22,20 @@ type stats struct {
 	lastOps, lastChainAdds int
 	// batched counts the attaches the transactions carried.
 	batched uint64
+	// sweeps are the transactions that deleted doomed objects, swept how
+	// many objects they deleted, sweepFailures the refused ones
+	// (sweep_linux.go).
+	sweeps, swept, sweepFailures uint64
 }
 
 // txn is one transaction in the making, in phases: element removals, new
-// sets and chains, chain contents and element additions, chain removals (a
-// chain goes once no verdict map element or rule jumps to it), set and
-// remaining chain removals of identities gone; and on success what the
-// mirror learns.
+// sets and chains (or doomed ones taken back), chain contents and element
+// additions, the emptying of objects no longer referenced; and on success
+// what the mirror learns, those objects doomed among it (sweep_linux.go).
 type txn struct {
-	pre, create, mid, post, last []func(c *nftables.Conn) error
-	commit                       []func()
-	ops                          int
+	pre, create, mid, last []func(c *nftables.Conn) error
+	commit                 []func()
+	ops                    int
 	// chainAdds counts the chains the transaction creates.
 	chainAdds int
 	// creating are the identities whose maps this transaction makes.
@@ -51,26 +54,20 @@ func (t *txn) elems(s *nftables.Set, del bool, es []nftables.SetElement) {
 	}
 }
 
-// rewrite queues chain ch's content replaced by rules, creating ch first
-// when create is set: in one transaction no packet sees it half written.
-// A chain that exists is never added again: the kernel takes an update of
-// an existing chain tens of milliseconds to commit, a new chain or a
-// flush tens of microseconds.
-func (t *txn) rewrite(ch *nftables.Chain, rules [][]expr.Any, create bool) {
-	t.rewriteWith(ch, create, func(*nftables.Conn) ([][]expr.Any, error) { return rules, nil })
+// rewrite queues chain ch's content replaced by rules (a new chain is
+// created first, createChain): in one transaction no packet sees it half
+// written. A chain that exists is never added again: the kernel takes an
+// update of an existing chain tens of milliseconds to commit, a new chain
+// or a flush tens of microseconds.
+func (t *txn) rewrite(ch *nftables.Chain, rules [][]expr.Any) {
+	t.rewriteWith(ch, func(*nftables.Conn) ([][]expr.Any, error) { return rules, nil })
 }
 
 // rewriteWith is rewrite of rules that queue sets of their own on the
 // transaction's connection first.
-func (t *txn) rewriteWith(ch *nftables.Chain, create bool, rules func(c *nftables.Conn) ([][]expr.Any, error)) {
+func (t *txn) rewriteWith(ch *nftables.Chain, rules func(c *nftables.Conn) ([][]expr.Any, error)) {
 	t.ops++
-	if create {
-		t.chainAdds++
-	}
 	t.mid = append(t.mid, func(c *nftables.Conn) error {
-		if create {
-			c.AddChain(ch)
-		}
 		c.FlushChain(ch)
 		rs, err := rules(c)
 		if err != nil {
@@ -113,8 +110,13 @@ func (d *Datapath) flush() error {
 	d.waiting = nil
 	defer d.settled.Broadcast()
 	if t.ops == 0 {
+		// Nothing to write; objects no longer wanted may still be doomed.
+		for _, f := range t.commit {
+			f()
+		}
 		d.dirty.reset()
 		d.settle(batch, nil)
+		d.scheduleSweep()
 		return nil
 	}
 	c, err := d.build(t)
@@ -146,6 +148,7 @@ func (d *Datapath) flush() error {
 	}
 	d.stats.lastOps, d.stats.lastChainAdds = t.ops, t.chainAdds
 	d.settle(batch, nil)
+	d.scheduleSweep()
 	return nil
 }
 
@@ -156,19 +159,24 @@ func (d *Datapath) build(t *txn) (*nftables.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	for _, phase := range [][]func(*nftables.Conn) error{t.pre, t.create, t.mid, t.post, t.last} {
+	for _, phase := range [][]func(*nftables.Conn) error{t.pre, t.create, t.mid, t.last} {
 		for _, op := range phase {
 			if err := op(c); err != nil {
 				return nil, fmt.Errorf("nftables datapath: build transaction: %w", err)
 			}
 		}
 	}
+	d.failForTest(c)
+	return c, nil
+}
+
+// failForTest makes c's transaction fail in the kernel when a test asks
+// for it (testFailTransaction), with a deletion of an element that does
+// not exist: the kernel refuses the whole batch, as any real failure.
+func (d *Datapath) failForTest(c *nftables.Conn) {
 	if testFailTransaction != nil && testFailTransaction() {
-		// A deletion of an element that does not exist: the kernel refuses
-		// the whole batch, as it would any real failure.
 		_ = c.SetDeleteElements(d.lay.sets[setHost4], []nftables.SetElement{{Key: []byte{0, 0, 0, 0}}})
 	}
-	return c, nil
 }
 
 // testFailTransaction, when set by a test, makes transactions fail in the
@@ -470,8 +478,9 @@ func (d *Datapath) writePairs(t *txn) {
 		ch := &nftables.Chain{Table: d.lay.table, Name: pairChain(g)}
 		if len(want) == 0 && g.remote != identity.Any {
 			if had {
-				t.post = append(t.post, func(c *nftables.Conn) error { c.FlushChain(ch); c.DelChain(ch); return nil })
-				t.ops++
+				// The elements that jumped here go in this transaction
+				// (writePods, writeCIDRs).
+				d.doomChain(t, ch)
 				t.commit = append(t.commit, func() { delete(d.inst.pairs, g) })
 			}
 			continue
@@ -484,7 +493,10 @@ func (d *Datapath) writePairs(t *txn) {
 		}
 		d.needLocal(t, g.local)
 		// The "any remote" chain exists with its identity (needLocal).
-		t.rewriteWith(ch, !had && g.remote != identity.Any, func(c *nftables.Conn) ([][]expr.Any, error) {
+		if !had && g.remote != identity.Any {
+			d.createChain(t, ch)
+		}
+		t.rewriteWith(ch, func(c *nftables.Conn) ([][]expr.Any, error) {
 			return pairRules(c, d.lay.table, want)
 		})
 		t.commit = append(t.commit, func() { d.inst.pairs[g] = pairState{elems: want, known: true} })
@@ -503,17 +515,17 @@ func (d *Datapath) needLocal(t *txn, local identity.ID) {
 	t.creating[local] = true
 	for _, dir := range []policy.Direction{policy.Ingress, policy.Egress} {
 		for _, s := range localSets(d.lay.table, local, dir) {
-			t.create = append(t.create, func(c *nftables.Conn) error { return c.AddSet(s, nil) })
+			d.createSet(t, s)
 		}
-		ch := &nftables.Chain{Table: d.lay.table, Name: pairChain(group{local: local, remote: identity.Any, dir: dir})}
-		t.create = append(t.create, func(c *nftables.Conn) error { c.AddChain(ch); return nil })
+		d.createChain(t, &nftables.Chain{Table: d.lay.table, Name: pairChain(group{local: local, remote: identity.Any, dir: dir})})
 	}
 	t.ops++
 	t.commit = append(t.commit, func() { d.inst.locals[local] = true })
 }
 
-// writeLocals removes, last in the transaction, the maps and "any remote"
-// chains of identities that no endpoint holds and no pair names.
+// writeLocals dooms the maps and "any remote" chains of identities that no
+// endpoint holds and no pair names: no endpoint chain looks them up any
+// more, and their elements went with their pairs.
 func (d *Datapath) writeLocals(t *txn) {
 	used := map[identity.ID]bool{}
 	for _, r := range d.eps {
@@ -528,21 +540,19 @@ func (d *Datapath) writeLocals(t *txn) {
 		}
 		for _, dir := range []policy.Direction{policy.Ingress, policy.Egress} {
 			g := group{local: local, remote: identity.Any, dir: dir}
-			ch := &nftables.Chain{Table: d.lay.table, Name: pairChain(g)}
-			t.last = append(t.last, func(c *nftables.Conn) error { c.FlushChain(ch); c.DelChain(ch); return nil })
+			d.doomChain(t, &nftables.Chain{Table: d.lay.table, Name: pairChain(g)})
 			for _, s := range localSets(d.lay.table, local, dir) {
-				t.last = append(t.last, func(c *nftables.Conn) error { c.DelSet(s); return nil })
+				d.doomSet(t, s)
 			}
 			t.commit = append(t.commit, func() { delete(d.inst.pairs, g) })
 		}
-		t.ops++
 		t.commit = append(t.commit, func() { delete(d.inst.locals, local) })
 	}
 }
 
 // writeEndpoints brings each pending interface's chains, verdict map
-// elements and source addresses in line with its endpoint (or removes
-// them, the endpoint gone).
+// elements and source addresses in line with its endpoint (or, the
+// endpoint gone, removes the elements and dooms the chains they reached).
 func (d *Datapath) writeEndpoints(t *txn) {
 	if len(d.dirty.ifnames) == 0 {
 		return
@@ -569,9 +579,24 @@ func (d *Datapath) writeEndpoints(t *txn) {
 			for _, dir := range dirs {
 				ch := &nftables.Chain{Table: d.lay.table, Name: endpointChain(ifname, dir)}
 				t.elems(d.lay.sets[epsSet(dir)], true, key)
-				t.post = append(t.post, func(c *nftables.Conn) error { c.FlushChain(ch); c.DelChain(ch); return nil })
+				d.doomChain(t, ch)
 			}
 			t.commit = append(t.commit, func() { delete(d.inst.eps, ifname) })
+			continue
+		}
+		if r.dying {
+			if had && !have.dead {
+				// A drop before the rules: an insertion deletes nothing.
+				for _, dir := range dirs {
+					ch := &nftables.Chain{Table: d.lay.table, Name: endpointChain(ifname, dir)}
+					t.ops++
+					t.mid = append(t.mid, func(c *nftables.Conn) error {
+						c.InsertRule(&nftables.Rule{Table: ch.Table, Chain: ch, Exprs: []expr.Any{verdict(expr.VerdictDrop)}})
+						return nil
+					})
+				}
+				t.commit = append(t.commit, func() { d.inst.eps[ifname] = epState{id: have.id, iso: have.iso, dead: true} })
+			}
 			continue
 		}
 		want := epState{id: r.Identity, iso: d.engine.Isolation(r.Identity)}
@@ -588,7 +613,10 @@ func (d *Datapath) writeEndpoints(t *txn) {
 		}
 		for _, dir := range dirs {
 			ch := &nftables.Chain{Table: d.lay.table, Name: endpointChain(ifname, dir)}
-			t.rewrite(ch, endpointRules(dir, want.id, want.iso), !had)
+			if !had {
+				d.createChain(t, ch)
+			}
+			t.rewrite(ch, endpointRules(dir, want.id, want.iso))
 			if !had {
 				t.elems(d.lay.sets[epsSet(dir)], false, []nftables.SetElement{{Key: ifnameBytes(ifname),
 					VerdictData: &expr.Verdict{Kind: expr.VerdictJump, Chain: ch.Name}}})

@@ -328,14 +328,14 @@ func (d *Datapath) writeNodeIso(t *txn) {
 		if rules.PodToHost {
 			content = isoPodRules()
 		}
-		t.rewrite(d.lay.isoChains[chainIsoPod], content, false)
+		t.rewrite(d.lay.isoChains[chainIsoPod], content)
 	}
 	if first || rules.NodeToNode != d.iso.nodeToNode {
 		var content [][]expr.Any
 		if rules.NodeToNode {
 			content = isoNodeRules()
 		}
-		t.rewrite(d.lay.isoChains[chainIsoNode], content, false)
+		t.rewrite(d.lay.isoChains[chainIsoNode], content)
 	}
 	t.commit = append(t.commit, func() {
 		d.iso.elems, d.iso.nodes = want, wantNodes

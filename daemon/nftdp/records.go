@@ -39,6 +39,9 @@ type record struct {
 	Pod         string             `json:"pod,omitempty"`
 	Identity    identity.ID        `json:"identity"`
 	NamedPorts  []policy.NamedPort `json:"namedPorts,omitempty"`
+	// dying is a detached endpoint whose chains only drop until the sweep
+	// removes it (sweep_linux.go); its record file is gone.
+	dying bool
 }
 
 // maxIfName is the kernel's IFNAMSIZ less the terminating NUL.

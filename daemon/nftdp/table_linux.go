@@ -93,6 +93,16 @@ func endpointChain(ifname string, dir policy.Direction) string {
 	return dirName(dir) + "-" + ifname
 }
 
+// parseEndpointChain reads back the interface of an endpoint chain.
+func parseEndpointChain(name string) (ifname string, ok bool) {
+	for _, dir := range []policy.Direction{policy.Ingress, policy.Egress} {
+		if ifname, ok := strings.CutPrefix(name, dirName(dir)+"-"); ok && ifname != "" {
+			return ifname, true
+		}
+	}
+	return "", false
+}
+
 // podsSet names local's verdict map in dir from a peer's address to the
 // chain of its identity's pair; cidrsSet the one from address ranges (and
 // any protocol) to the chain of the CIDR identity's pair.

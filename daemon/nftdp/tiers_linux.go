@@ -429,18 +429,15 @@ func (d *Datapath) writeUnit(t *txn, u tierUnit, want, have *unitState) {
 		if have == nil {
 			return
 		}
-		// Last, once no endpoint chain jumps here: the maps (and their
-		// gotos), the dispatch chain's rules, then the chains.
-		t.last = append(t.last, func(c *nftables.Conn) error { c.FlushChain(chain(dispatchChain(u))); return nil })
+		// Doomed, emptied last: this transaction rewrites the endpoint
+		// chains that jumped here.
 		for _, s := range tierSets(tab, u) {
-			t.last = append(t.last, func(c *nftables.Conn) error { c.DelSet(s); return nil })
+			d.doomSet(t, s)
 		}
 		for cl := range have.classes {
-			ch := chain(classChain(u, cl))
-			t.last = append(t.last, func(c *nftables.Conn) error { c.FlushChain(ch); c.DelChain(ch); return nil })
+			d.doomChain(t, chain(classChain(u, cl)))
 		}
-		t.last = append(t.last, func(c *nftables.Conn) error { c.DelChain(chain(dispatchChain(u))); return nil })
-		t.ops++
+		d.doomChain(t, chain(dispatchChain(u)))
 		t.commit = append(t.commit, func() { d.forgetUnit(u, have) })
 		return
 	}
@@ -448,23 +445,22 @@ func (d *Datapath) writeUnit(t *txn, u tierUnit, want, have *unitState) {
 	if created {
 		have = newUnitState()
 		for _, s := range tierSets(tab, u) {
-			t.create = append(t.create, func(c *nftables.Conn) error { return c.AddSet(s, nil) })
+			d.createSet(t, s)
 		}
-		t.create = append(t.create, func(c *nftables.Conn) error { c.AddChain(chain(dispatchChain(u))); return nil })
+		d.createChain(t, chain(dispatchChain(u)))
 	}
 	// Class chains first: the dispatch chain and the elements name them.
 	for cl, cs := range want.classes {
 		hs, had := have.classes[cl]
 		if !had {
-			ch := chain(classChain(u, cl))
-			t.create = append(t.create, func(c *nftables.Conn) error { c.AddChain(ch); return nil })
+			d.createChain(t, chain(classChain(u, cl)))
 		}
 		if !had || !hs.known || !slices.Equal(hs.elems, cs.elems) {
-			t.rewrite(chain(classChain(u, cl)), classRules(u, cs.elems), false) // created above
+			t.rewrite(chain(classChain(u, cl)), classRules(u, cs.elems))
 		}
 	}
 	if !have.known {
-		t.rewrite(chain(dispatchChain(u)), dispatchRules(u), false)
+		t.rewrite(chain(dispatchChain(u)), dispatchRules(u))
 	}
 	gotoClass := func(cl classKey) *expr.Verdict {
 		return &expr.Verdict{Kind: expr.VerdictGoto, Chain: classChain(u, cl)}
@@ -500,9 +496,7 @@ func (d *Datapath) writeUnit(t *txn, u tierUnit, want, have *unitState) {
 	// Class chains no element names any more go after the elements.
 	for cl := range have.classes {
 		if _, ok := want.classes[cl]; !ok {
-			ch := chain(classChain(u, cl))
-			t.post = append(t.post, func(c *nftables.Conn) error { c.FlushChain(ch); c.DelChain(ch); return nil })
-			t.ops++
+			d.doomChain(t, chain(classChain(u, cl)))
 		}
 	}
 	if created {

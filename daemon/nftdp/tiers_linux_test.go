@@ -145,6 +145,7 @@ spec:
 		t.Fatalf("without policies: %v", err)
 	}
 	c.expect(true, "a>b tcp/81", "a>ext tcp/80", "b>a tcp/80")
+	c.sweep()
 	if left := tierChains(t); len(left) > 0 {
 		t.Errorf("tier chains left without cluster policies: %v", left)
 	}
