@@ -558,7 +558,9 @@ func checkPMTU(t *testing.T, c *cluster) {
 	const size = 2 << 20
 	for _, v6 := range []bool{false, true} {
 		p := c.nodes[0].pods[0]
-		conn, err := harness.DialFrom(p.NS, "tcp", farAddr(v6), whoPort, 3*time.Second)
+		// Generous: what is judged is the path MTU, not how soon a SYN
+		// crosses a loaded machine (3 s once missed its retry).
+		conn, err := harness.DialFrom(p.NS, "tcp", farAddr(v6), whoPort, 10*time.Second)
 		if err != nil {
 			t.Fatalf("v6=%v: dial the far host: %v", v6, err)
 		}

@@ -342,6 +342,23 @@ func (b *bed) newPodDenied(t *testing.T, v6 bool) {
 		t.Cleanup(stop)
 	}
 	ya := b.pod(peer{"y", "a"})
+	// The deny-all in force before the new pod's ADD: apply waits for the
+	// compiled PolicyIR, which the daemon may not have read yet when it
+	// already holds as many policies (the case before had one too). An
+	// existing pod of x isolated shows the daemon has it.
+	xa := b.pod(peer{"x", "a"})
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		res, err := harness.ProbeAll([]harness.Probe{{From: ya.pod.NS, To: addr(xa), Port: 80, Proto: "tcp"}}, 200*time.Millisecond)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res[0] == harness.Blocked {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("deny-all of x not in force on x/a within 10s")
+		}
+	}
 	denied0, _ := b.node.Metric("coordino_datapath_packets_total", `reason="policy-denied"`)
 
 	b.attach(bp, map[string]string{"pod": "d"})
