@@ -128,15 +128,7 @@ func (d *Datapath) flush() error {
 	d.stats.batched += uint64(len(batch))
 	pending := d.dirty
 	d.dirty.reset()
-	d.committing = true
-	d.mu.Unlock()
-	if testBeforeCommit != nil {
-		testBeforeCommit()
-	}
-	err = c.Flush()
-	d.mu.Lock()
-	d.committing = false
-	if err != nil {
+	if err = d.commitUnlocked(c, testBeforeCommit); err != nil {
 		d.stats.failures++
 		d.dirty.merge(pending)
 		err = fmt.Errorf("nftables datapath: transaction of %d changes refused, previous policy kept: %w", t.ops, err)
@@ -150,6 +142,23 @@ func (d *Datapath) flush() error {
 	d.settle(batch, nil)
 	d.scheduleSweep()
 	return nil
+}
+
+// commitUnlocked sends c's transaction with mu released (attaches book
+// into the next one meanwhile) and committing set (every other
+// transaction waits); before, when set, runs just before the send.
+// Callers hold mu.
+func (d *Datapath) commitUnlocked(c *nftables.Conn, before func()) error {
+	d.committing = true
+	d.mu.Unlock()
+	if before != nil {
+		before()
+	}
+	err := c.Flush()
+	d.mu.Lock()
+	d.committing = false
+	d.settled.Broadcast()
+	return err
 }
 
 // build queues t on a connection of its own: a transaction that fails to

@@ -207,13 +207,7 @@ func (d *Datapath) sweep() error {
 		}
 	}
 	d.failForTest(c)
-	d.committing = true
-	d.mu.Unlock()
-	err = c.Flush()
-	d.mu.Lock()
-	d.committing = false
-	d.settled.Broadcast()
-	if err != nil {
+	if err = d.commitUnlocked(c, nil); err != nil {
 		d.sweepFailed(err)
 		d.pruneDoomed()
 		return fmt.Errorf("nftables datapath: sweep of %d unreferenced objects refused: %w", len(batch), err)
